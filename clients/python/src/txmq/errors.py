@@ -1,0 +1,164 @@
+"""Typed errors shared by the SDK and the services.
+
+A failed call carries a gRPC status code and a ``txmq.v1.ErrorDetail`` (domain code,
+message, retriable flag, metadata) in the trailing metadata key ``txmq-error-bin``.
+``TxmqError.from_rpc_error`` turns a ``grpc.RpcError`` back into the typed error; the
+services raise ``TxmqError`` subclasses from their cores and map them in one place.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Mapping
+
+import grpc
+
+from txmq.v1 import errors_pb2
+
+Code = errors_pb2.Code
+ERROR_DETAIL_KEY = "txmq-error-bin"
+
+
+class TxmqError(Exception):
+    """Base of every txmq error. ``code`` is a ``txmq.v1.Code`` value."""
+
+    grpc_status: ClassVar[grpc.StatusCode] = grpc.StatusCode.UNKNOWN
+    default_code: ClassVar[int] = errors_pb2.CODE_UNSPECIFIED
+    default_retriable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        retriable: bool | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = self.default_code if code is None else code
+        self.retriable = self.default_retriable if retriable is None else retriable
+        self.metadata = dict(metadata or {})
+
+    @property
+    def code_name(self) -> str:
+        try:
+            return Code.Name(self.code)
+        except ValueError:
+            return str(self.code)
+
+    def __str__(self) -> str:
+        return f"[{self.code_name}] {self.message}"
+
+    def to_detail(self) -> errors_pb2.ErrorDetail:
+        return errors_pb2.ErrorDetail(
+            code=self.code, message=self.message, retriable=self.retriable, metadata=self.metadata
+        )
+
+    @staticmethod
+    def for_code(code: int) -> type["TxmqError"]:
+        """The error class for a domain code (by its HTTP-like range)."""
+        return _BY_RANGE.get(code // 100, InternalError if code >= 50000 else TxmqError)
+
+    @staticmethod
+    def from_detail(detail: errors_pb2.ErrorDetail) -> "TxmqError":
+        cls = TxmqError.for_code(detail.code)
+        return cls(detail.message, code=detail.code, retriable=detail.retriable, metadata=dict(detail.metadata))
+
+    @staticmethod
+    def from_rpc_error(err: grpc.RpcError) -> "TxmqError":
+        """Decode a failed call. Calls that carry no ErrorDetail (transport failures,
+        deadlines) map by gRPC status alone."""
+        trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+        for key, value in trailing or ():
+            if key == ERROR_DETAIL_KEY:
+                detail = errors_pb2.ErrorDetail()
+                detail.ParseFromString(value)
+                return TxmqError.from_detail(detail)
+        status = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+        text = err.details() if hasattr(err, "details") else str(err)
+        cls, code = _BY_GRPC_STATUS.get(status, (InternalError, errors_pb2.CODE_INTERNAL_ERROR))
+        return cls(f"{status.name}: {text}", code=code)
+
+
+class BadRequestError(TxmqError):
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+    default_code = errors_pb2.CODE_BAD_REQUEST
+
+
+class ForbiddenError(TxmqError):
+    grpc_status = grpc.StatusCode.PERMISSION_DENIED
+    default_code = errors_pb2.CODE_FORBIDDEN
+
+
+class NotFoundError(TxmqError):
+    grpc_status = grpc.StatusCode.NOT_FOUND
+    default_code = errors_pb2.CODE_NOT_FOUND
+
+
+class ConflictError(TxmqError):
+    grpc_status = grpc.StatusCode.FAILED_PRECONDITION
+    default_code = errors_pb2.CODE_CONFLICT
+
+
+class PayloadTooLargeError(TxmqError):
+    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
+    default_code = errors_pb2.CODE_PAYLOAD_TOO_LARGE
+
+
+class TooManyRequestsError(TxmqError):
+    grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
+    default_code = errors_pb2.CODE_TOO_MANY_REQUESTS
+    default_retriable = True
+
+
+class InternalError(TxmqError):
+    grpc_status = grpc.StatusCode.INTERNAL
+    default_code = errors_pb2.CODE_INTERNAL_ERROR
+
+
+class NotImplementedYetError(TxmqError):
+    grpc_status = grpc.StatusCode.UNIMPLEMENTED
+    default_code = errors_pb2.CODE_NOT_IMPLEMENTED
+
+
+class UnavailableError(TxmqError):
+    grpc_status = grpc.StatusCode.UNAVAILABLE
+    default_code = errors_pb2.CODE_UNAVAILABLE
+    default_retriable = True
+
+
+class UpstreamTimeoutError(TxmqError):
+    grpc_status = grpc.StatusCode.DEADLINE_EXCEEDED
+    default_code = errors_pb2.CODE_UPSTREAM_TIMEOUT
+    default_retriable = True
+
+
+_BY_RANGE: dict[int, type[TxmqError]] = {
+    400: BadRequestError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    429: TooManyRequestsError,
+    500: InternalError,
+    501: NotImplementedYetError,
+    503: UnavailableError,
+    504: UpstreamTimeoutError,
+}
+
+_BY_GRPC_STATUS: dict[grpc.StatusCode, tuple[type[TxmqError], int]] = {
+    grpc.StatusCode.UNAVAILABLE: (UnavailableError, errors_pb2.CODE_UNAVAILABLE),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (UpstreamTimeoutError, errors_pb2.CODE_UPSTREAM_TIMEOUT),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (TooManyRequestsError, errors_pb2.CODE_TOO_MANY_REQUESTS),
+    grpc.StatusCode.UNIMPLEMENTED: (NotImplementedYetError, errors_pb2.CODE_NOT_IMPLEMENTED),
+    grpc.StatusCode.INVALID_ARGUMENT: (BadRequestError, errors_pb2.CODE_BAD_REQUEST),
+    grpc.StatusCode.NOT_FOUND: (NotFoundError, errors_pb2.CODE_NOT_FOUND),
+    grpc.StatusCode.PERMISSION_DENIED: (ForbiddenError, errors_pb2.CODE_FORBIDDEN),
+    grpc.StatusCode.FAILED_PRECONDITION: (ConflictError, errors_pb2.CODE_CONFLICT),
+    grpc.StatusCode.ALREADY_EXISTS: (ConflictError, errors_pb2.CODE_CONFLICT),
+}
+
+
+def error(code: int, message: str, **metadata: str) -> TxmqError:
+    """Build the right TxmqError subclass for a domain code: ``raise error(Code.CODE_TOPIC_NOT_FOUND, ...)``."""
+    return TxmqError.for_code(code)(message, code=code, metadata=metadata or None)

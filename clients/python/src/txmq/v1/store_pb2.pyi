@@ -1,0 +1,435 @@
+from txmq.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEND_STATUS_UNSPECIFIED: _ClassVar[SendStatus]
+    SEND_STATUS_OK: _ClassVar[SendStatus]
+    SEND_STATUS_FLUSH_DISK_TIMEOUT: _ClassVar[SendStatus]
+
+class GetMessageStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GET_MESSAGE_STATUS_UNSPECIFIED: _ClassVar[GetMessageStatus]
+    GET_MESSAGE_STATUS_FOUND: _ClassVar[GetMessageStatus]
+    GET_MESSAGE_STATUS_NO_MATCHED_MESSAGE: _ClassVar[GetMessageStatus]
+    GET_MESSAGE_STATUS_MESSAGE_WAS_REMOVING: _ClassVar[GetMessageStatus]
+    GET_MESSAGE_STATUS_OFFSET_FOUND_NULL: _ClassVar[GetMessageStatus]
+    GET_MESSAGE_STATUS_OFFSET_OVERFLOW_BADLY: _ClassVar[GetMessageStatus]
+    GET_MESSAGE_STATUS_OFFSET_OVERFLOW_ONE: _ClassVar[GetMessageStatus]
+    GET_MESSAGE_STATUS_OFFSET_TOO_SMALL: _ClassVar[GetMessageStatus]
+    GET_MESSAGE_STATUS_NO_MATCHED_LOGIC_QUEUE: _ClassVar[GetMessageStatus]
+    GET_MESSAGE_STATUS_NO_MESSAGE_IN_QUEUE: _ClassVar[GetMessageStatus]
+SEND_STATUS_UNSPECIFIED: SendStatus
+SEND_STATUS_OK: SendStatus
+SEND_STATUS_FLUSH_DISK_TIMEOUT: SendStatus
+GET_MESSAGE_STATUS_UNSPECIFIED: GetMessageStatus
+GET_MESSAGE_STATUS_FOUND: GetMessageStatus
+GET_MESSAGE_STATUS_NO_MATCHED_MESSAGE: GetMessageStatus
+GET_MESSAGE_STATUS_MESSAGE_WAS_REMOVING: GetMessageStatus
+GET_MESSAGE_STATUS_OFFSET_FOUND_NULL: GetMessageStatus
+GET_MESSAGE_STATUS_OFFSET_OVERFLOW_BADLY: GetMessageStatus
+GET_MESSAGE_STATUS_OFFSET_OVERFLOW_ONE: GetMessageStatus
+GET_MESSAGE_STATUS_OFFSET_TOO_SMALL: GetMessageStatus
+GET_MESSAGE_STATUS_NO_MATCHED_LOGIC_QUEUE: GetMessageStatus
+GET_MESSAGE_STATUS_NO_MESSAGE_IN_QUEUE: GetMessageStatus
+
+class SendResult(_message.Message):
+    __slots__ = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "commit_log_offset", "transaction_id")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    queue: _common_pb2.MessageQueue
+    queue_offset: int
+    commit_log_offset: int
+    transaction_id: str
+    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ...) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("message", "producer_group", "transaction_prepared")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_PREPARED_FIELD_NUMBER: _ClassVar[int]
+    message: _common_pb2.Message
+    producer_group: str
+    transaction_prepared: bool
+    def __init__(self, message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., producer_group: _Optional[str] = ..., transaction_prepared: _Optional[bool] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: SendResult
+    def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ...) -> None: ...
+
+class SendBatchRequest(_message.Message):
+    __slots__ = ("messages", "producer_group")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]
+    producer_group: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ...) -> None: ...
+
+class SendBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
+class GetMessageRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "max_messages", "filter")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    filter: _common_pb2.FilterExpression
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., filter: _Optional[_Union[_common_pb2.FilterExpression, _Mapping]] = ...) -> None: ...
+
+class GetMessageResponse(_message.Message):
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "suggest_pulling_from_replica")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SUGGEST_PULLING_FROM_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageView]
+    suggest_pulling_from_replica: bool
+    def __init__(self, status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., suggest_pulling_from_replica: _Optional[bool] = ...) -> None: ...
+
+class WatchArrivalsRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Arrival(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset", "max_offset", "tag_code", "properties", "store_timestamp_ms")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TAG_CODE_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_offset: int
+    tag_code: int
+    properties: _containers.ScalarMap[str, str]
+    store_timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., tag_code: _Optional[int] = ..., properties: _Optional[_Mapping[str, str]] = ..., store_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class ArrivalBatch(_message.Message):
+    __slots__ = ("arrivals", "overflowed", "store_id")
+    ARRIVALS_FIELD_NUMBER: _ClassVar[int]
+    OVERFLOWED_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    arrivals: _containers.RepeatedCompositeFieldContainer[Arrival]
+    overflowed: bool
+    store_id: str
+    def __init__(self, arrivals: _Optional[_Iterable[_Union[Arrival, _Mapping]]] = ..., overflowed: _Optional[bool] = ..., store_id: _Optional[str] = ...) -> None: ...
+
+class ViewMessageRequest(_message.Message):
+    __slots__ = ("offset_msg_id", "commit_log_offset")
+    OFFSET_MSG_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset_msg_id: str
+    commit_log_offset: int
+    def __init__(self, offset_msg_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...
+
+class ViewMessageResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: _common_pb2.MessageView
+    def __init__(self, message: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...
+
+class QueryMessagesRequest(_message.Message):
+    __slots__ = ("topic", "key", "unique_id", "max_results", "begin_timestamp_ms", "end_timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    END_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    unique_id: str
+    max_results: int
+    begin_timestamp_ms: int
+    end_timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., unique_id: _Optional[str] = ..., max_results: _Optional[int] = ..., begin_timestamp_ms: _Optional[int] = ..., end_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class QueryMessagesResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageView]
+    def __init__(self, messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ...) -> None: ...
+
+class QueueOffsets(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset", "last_store_timestamp_ms")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_store_timestamp_ms: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., last_store_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class GetQueueOffsetsRequest(_message.Message):
+    __slots__ = ("topic", "queue_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class GetQueueOffsetsResponse(_message.Message):
+    __slots__ = ("topic", "queues")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
+    def __init__(self, topic: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ...) -> None: ...
+
+class SearchOffsetRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class SearchOffsetResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class CommitConsumeOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class CommitConsumeOffsetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueryConsumeOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class QueryConsumeOffsetResponse(_message.Message):
+    __slots__ = ("found", "offset")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    offset: int
+    def __init__(self, found: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ListConsumeOffsetsRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class ConsumeOffset(_message.Message):
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "min_offset", "max_offset", "updated_at_ms")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    min_offset: int
+    max_offset: int
+    updated_at_ms: int
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., updated_at_ms: _Optional[int] = ...) -> None: ...
+
+class ListConsumeOffsetsResponse(_message.Message):
+    __slots__ = ("offsets", "taken_at_ms")
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[ConsumeOffset]
+    taken_at_ms: int
+    def __init__(self, offsets: _Optional[_Iterable[_Union[ConsumeOffset, _Mapping]]] = ..., taken_at_ms: _Optional[int] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: _common_pb2.TopicConfig
+    def __init__(self, topic: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: _common_pb2.TopicConfig
+    def __init__(self, topic: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class TopicResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: _common_pb2.TopicConfig
+    def __init__(self, topic: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ("include_system",)
+    INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    include_system: bool
+    def __init__(self, include_system: _Optional[bool] = ...) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    def __init__(self, topics: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class CreateSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: _common_pb2.SubscriptionGroupConfig
+    def __init__(self, group: _Optional[_Union[_common_pb2.SubscriptionGroupConfig, _Mapping]] = ...) -> None: ...
+
+class UpdateSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: _common_pb2.SubscriptionGroupConfig
+    def __init__(self, group: _Optional[_Union[_common_pb2.SubscriptionGroupConfig, _Mapping]] = ...) -> None: ...
+
+class DeleteSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("group_name",)
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    group_name: str
+    def __init__(self, group_name: _Optional[str] = ...) -> None: ...
+
+class DeleteSubscriptionGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetSubscriptionGroupRequest(_message.Message):
+    __slots__ = ("group_name",)
+    GROUP_NAME_FIELD_NUMBER: _ClassVar[int]
+    group_name: str
+    def __init__(self, group_name: _Optional[str] = ...) -> None: ...
+
+class SubscriptionGroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: _common_pb2.SubscriptionGroupConfig
+    def __init__(self, group: _Optional[_Union[_common_pb2.SubscriptionGroupConfig, _Mapping]] = ...) -> None: ...
+
+class ListSubscriptionGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListSubscriptionGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[_common_pb2.SubscriptionGroupConfig]
+    def __init__(self, groups: _Optional[_Iterable[_Union[_common_pb2.SubscriptionGroupConfig, _Mapping]]] = ...) -> None: ...
+
+class GetStoreStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStoreStatusResponse(_message.Message):
+    __slots__ = ("store_id", "flush_mode", "commit_log_min_offset", "commit_log_max_offset", "commit_log_flushed_offset", "dispatched_offset", "segment_count", "recovered_from_crash", "started_at_ms", "settings")
+    class SettingsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_FROM_CRASH_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    store_id: str
+    flush_mode: str
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    commit_log_flushed_offset: int
+    dispatched_offset: int
+    segment_count: int
+    recovered_from_crash: bool
+    started_at_ms: int
+    settings: _containers.ScalarMap[str, str]
+    def __init__(self, store_id: _Optional[str] = ..., flush_mode: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., segment_count: _Optional[int] = ..., recovered_from_crash: _Optional[bool] = ..., started_at_ms: _Optional[int] = ..., settings: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -1,0 +1,112 @@
+from txmq.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TransactionResolution(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRANSACTION_RESOLUTION_UNSPECIFIED: _ClassVar[TransactionResolution]
+    TRANSACTION_RESOLUTION_COMMIT: _ClassVar[TransactionResolution]
+    TRANSACTION_RESOLUTION_ROLLBACK: _ClassVar[TransactionResolution]
+    TRANSACTION_RESOLUTION_UNKNOWN: _ClassVar[TransactionResolution]
+TRANSACTION_RESOLUTION_UNSPECIFIED: TransactionResolution
+TRANSACTION_RESOLUTION_COMMIT: TransactionResolution
+TRANSACTION_RESOLUTION_ROLLBACK: TransactionResolution
+TRANSACTION_RESOLUTION_UNKNOWN: TransactionResolution
+
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("producer_group", "transaction_id", "commit_log_offset", "tran_state_table_offset", "resolution", "from_transaction_check", "store_id")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRAN_STATE_TABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    FROM_TRANSACTION_CHECK_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    transaction_id: str
+    commit_log_offset: int
+    tran_state_table_offset: int
+    resolution: TransactionResolution
+    from_transaction_check: bool
+    store_id: str
+    def __init__(self, producer_group: _Optional[str] = ..., transaction_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., from_transaction_check: _Optional[bool] = ..., store_id: _Optional[str] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ("committed",)
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    committed: _common_pb2.MessageView
+    def __init__(self, committed: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...
+
+class ProducerHello(_message.Message):
+    __slots__ = ("producer_group", "client_id")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    client_id: str
+    def __init__(self, producer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class ProducerCommand(_message.Message):
+    __slots__ = ("hello", "end_transaction")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    END_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    hello: ProducerHello
+    end_transaction: EndTransactionRequest
+    def __init__(self, hello: _Optional[_Union[ProducerHello, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransactionRequest, _Mapping]] = ...) -> None: ...
+
+class CheckTransactionState(_message.Message):
+    __slots__ = ("message", "transaction_id", "commit_log_offset", "tran_state_table_offset", "store_id")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRAN_STATE_TABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    message: _common_pb2.MessageView
+    transaction_id: str
+    commit_log_offset: int
+    tran_state_table_offset: int
+    store_id: str
+    def __init__(self, message: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ..., transaction_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., store_id: _Optional[str] = ...) -> None: ...
+
+class ServerCommand(_message.Message):
+    __slots__ = ("check",)
+    CHECK_FIELD_NUMBER: _ClassVar[int]
+    check: CheckTransactionState
+    def __init__(self, check: _Optional[_Union[CheckTransactionState, _Mapping]] = ...) -> None: ...
+
+class QueryTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id",)
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    def __init__(self, transaction_id: _Optional[str] = ...) -> None: ...
+
+class TransactionEvent(_message.Message):
+    __slots__ = ("at_ms", "kind", "detail")
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    kind: str
+    detail: str
+    def __init__(self, at_ms: _Optional[int] = ..., kind: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class QueryTransactionResponse(_message.Message):
+    __slots__ = ("transaction_id", "producer_group", "resolution", "timeline", "half", "committed")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    HALF_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    producer_group: str
+    resolution: TransactionResolution
+    timeline: _containers.RepeatedCompositeFieldContainer[TransactionEvent]
+    half: _common_pb2.MessageView
+    committed: _common_pb2.MessageView
+    def __init__(self, transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., timeline: _Optional[_Iterable[_Union[TransactionEvent, _Mapping]]] = ..., half: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ..., committed: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): idempotent setup, then the whole suite.
+# Extra arguments go to pytest (e.g. scripts/test.sh -k store -x).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+bash scripts/setup.sh
+exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -1,0 +1,60 @@
+"""Settings: one frozen object per service, declared once.
+
+Each service declares a ``pydantic_settings.BaseSettings`` subclass with
+``model_config = service_config("store")``; every field has a default and a description,
+and carries its unit in its name (``_ms``, ``_bytes``). The same field name is the
+command-line flag (``--flush_mode``), the env var (``TXMQ_STORE_FLUSH_MODE``) and the
+Helm value (``store.flush_mode``). Precedence: flag > env var > default.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, TypeVar
+
+from pydantic import BaseModel
+from pydantic_settings import BaseSettings, CliApp, SettingsConfigDict
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def service_config(service: str) -> SettingsConfigDict:
+    return SettingsConfigDict(
+        env_prefix=f"TXMQ_{service.upper()}_",
+        frozen=True,
+        extra="forbid",
+        cli_prog_name=f"txmq-{service}",
+    )
+
+
+def load_settings(cls: type[S], argv: Sequence[str] | None = None) -> S:
+    """Build settings from flags (``argv``; [] for none), env vars and defaults."""
+    return CliApp.run(cls, cli_args=list(argv or []))
+
+
+def describe(settings: BaseModel) -> dict[str, str]:
+    """Flat name -> value strings, for status RPCs and logs."""
+    return {k: str(v) for k, v in settings.model_dump().items()}
+
+
+from pydantic import Field  # noqa: E402
+
+
+class ServiceSettings(BaseSettings):
+    """Fields every service has (network, etcd registration). Subclass and set
+    ``model_config = service_config("<name>")``."""
+
+    host: str = Field("127.0.0.1", description="Address to bind the gRPC server to.")
+    port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free port.")
+    advertised_address: str = Field(
+        "", description="host:port clients dial; empty: host:bound port."
+    )
+    instance_id: str = Field("", description="Unique instance id; empty: generated (kind-hostname-pid).")
+    etcd_endpoints: str = Field(
+        "127.0.0.1:2379", description="Comma-separated host:port list of the etcd cluster."
+    )
+    etcd_prefix: str = Field("/txmq", description="Key prefix for everything txmq keeps in etcd.")
+    registration_ttl_ms: int = Field(
+        10_000, ge=1_000, description="Lease TTL of the instance's etcd registration."
+    )
+    shutdown_grace_ms: int = Field(5_000, ge=0, description="How long in-flight RPCs may run on stop.")
+    log_level: str = Field("INFO", description="Python logging level.")
