@@ -1,0 +1,22 @@
+"""`txmq`: the local cluster (`txmq up`), service entry points and admin commands.
+
+Subcommands live in modules that each expose ``register(group)``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from txmq_cli import admin_cmds, cluster_cmds
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """txmq: a transactional message broker with RocketMQ semantics."""
+
+
+cluster_cmds.register(cli)
+admin_cmds.register(cli)
+
+if __name__ == "__main__":
+    cli()
