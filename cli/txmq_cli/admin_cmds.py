@@ -1,7 +1,487 @@
-"""Placeholder until its owner fills it in."""
+"""Admin commands over the SDK: topics, groups, sending, looking messages up, offsets.
+
+Every command takes ``--endpoint`` (any txmq service; env TXMQ_ENDPOINT) and
+``-o text|json``. A failure prints ``error: [CODE_X] message`` and exits with 1.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import functools
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any, Callable, Sequence, TypeVar
 
 import click
 
+from txmq import Admin, ConsumeOffset, Message, MessageExt, Perm, Producer, TxmqError
+from txmq.models import READ_WRITE
+
+DEFAULT_ENDPOINT = "127.0.0.1:10911"
+F = TypeVar("F", bound=Callable[..., Any])
+Row = TypeVar("Row")
+Columns = Sequence[tuple[str, Callable[[Any], object]]]
+# Properties shown with the fields of these types.
+_DERIVED: dict[type, tuple[str, ...]] = {MessageExt: ("msg_id",), ConsumeOffset: ("lag",)}
+
 
 def register(group: click.Group) -> None:
-    return None
+    for command in (topic, subscription_group, send, message, offsets):
+        group.add_command(command)
+
+
+# -- shared options and output ---------------------------------------------------------------
+
+
+def _admin_command(fn: F) -> F:
+    """--endpoint and -o on a command; TxmqError becomes ``error: ...`` and exit code 1."""
+
+    @click.option(
+        "--endpoint",
+        envvar="TXMQ_ENDPOINT",
+        default=DEFAULT_ENDPOINT,
+        show_default=True,
+        help="Any txmq service, host:port (a comma-separated list is tried in turn).",
+    )
+    @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TxmqError as err:
+            click.echo(f"error: {err}", err=True)
+            raise click.exceptions.Exit(1) from err
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _pairs(values: Sequence[str], *, what: str) -> dict[str, str]:
+    """``("k=v", ...)`` -> dict; a value may contain '='."""
+    result = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint=what)
+        result[name] = value
+    return result
+
+
+def _jsonable(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value)] + list(_DERIVED.get(type(value), ()))
+        return {name: _jsonable(getattr(value, name)) for name in names}
+    if isinstance(value, Perm):
+        return int(value)
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(value).decode("ascii")
+    if isinstance(value, Perm):
+        return f"{int(value)} ({_perm_letters(value)})"
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value)) or "-"
+    if value is None or value == "":
+        return "-"
+    return str(value)
+
+
+def _perm_letters(perm: Perm) -> str:
+    return "".join(c if perm & p else "-" for c, p in (("r", Perm.READ), ("w", Perm.WRITE), ("i", Perm.INHERIT)))
+
+
+def _time(ms: int) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def _emit(obj: object, output: str) -> None:
+    """One object: ``field: value`` lines (``*_ms`` fields as UTC times), or JSON."""
+    if output == "json":
+        click.echo(json.dumps(_jsonable(obj), indent=2, sort_keys=True))
+        return
+    assert dataclasses.is_dataclass(obj)
+    names = list(_DERIVED.get(type(obj), ())) + [f.name for f in dataclasses.fields(obj)]
+    items = [(name, getattr(obj, name)) for name in names]
+    width = max(len(name) for name, _ in items)
+    for name, value in items:
+        shown = _time(value) if name.endswith(("timestamp_ms", "_at_ms")) else _text(value)
+        click.echo(f"{name.ljust(width)}  {shown}")
+
+
+def _emit_table(rows: Sequence[Row], columns: Columns, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps([_jsonable(r) for r in rows], indent=2, sort_keys=True))
+        return
+    cells = [[h for h, _ in columns]] + [[_text(get(r)) for _, get in columns] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _short(body: bytes, limit: int = 40) -> str:
+    text = _text(body)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- topics --------------------------------------------------------------------------------
+
+_QUEUE_OPTIONS = (
+    click.option("--read-queues", "read_queue_nums", type=click.IntRange(min=1), help="Read queue count."),
+    click.option("--write-queues", "write_queue_nums", type=click.IntRange(min=1), help="Write queue count."),
+    click.option("--perm", type=click.IntRange(0, 7), help="Permission bits: 4 read, 2 write, 1 inherit."),
+    click.option("--attr", "attributes", multiple=True, metavar="NAME=VALUE", help="Topic attribute (repeatable)."),
+    click.option("--store-id", help="Only this store (default: every store)."),
+)
+
+
+def _queue_options(fn: F) -> F:
+    for option in reversed(_QUEUE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@click.group()
+def topic() -> None:
+    """Create, change, inspect and delete topics."""
+
+
+@topic.command("create")
+@click.argument("name")
+@_queue_options
+@_admin_command
+def topic_create(
+    name: str,
+    read_queue_nums: int | None,
+    write_queue_nums: int | None,
+    perm: int | None,
+    attributes: tuple[str, ...],
+    store_id: str | None,
+    endpoint: str,
+    output: str,
+) -> None:
+    """Create topic NAME on every store (queue counts default to the store's)."""
+    with Admin(endpoint) as admin:
+        config = admin.create_topic(
+            name,
+            read_queue_nums=read_queue_nums,
+            write_queue_nums=write_queue_nums,
+            perm=READ_WRITE if perm is None else Perm(perm),
+            attributes=_pairs(attributes, what="--attr"),
+            store_id=store_id,
+        )
+    _emit(config, output)
+
+
+@topic.command("update")
+@click.argument("name")
+@_queue_options
+@_admin_command
+def topic_update(
+    name: str,
+    read_queue_nums: int | None,
+    write_queue_nums: int | None,
+    perm: int | None,
+    attributes: tuple[str, ...],
+    store_id: str | None,
+    endpoint: str,
+    output: str,
+) -> None:
+    """Change the given settings of topic NAME; --attr replaces all attributes."""
+    with Admin(endpoint) as admin:
+        config = admin.update_topic(
+            name,
+            read_queue_nums=read_queue_nums,
+            write_queue_nums=write_queue_nums,
+            perm=None if perm is None else Perm(perm),
+            attributes=_pairs(attributes, what="--attr") if attributes else None,
+            store_id=store_id,
+        )
+    _emit(config, output)
+
+
+@topic.command("list")
+@click.option("--system", is_flag=True, help="Include system topics (RMQ_SYS_*).")
+@_admin_command
+def topic_list(system: bool, endpoint: str, output: str) -> None:
+    """Topics of every store."""
+    with Admin(endpoint) as admin:
+        topics = admin.list_topics(include_system=system)
+    _emit_table(
+        topics,
+        [
+            ("TOPIC", lambda t: t.name),
+            ("READ", lambda t: t.read_queue_nums),
+            ("WRITE", lambda t: t.write_queue_nums),
+            ("PERM", lambda t: t.perm),
+            ("ATTRIBUTES", lambda t: t.attributes),
+        ],
+        output,
+    )
+
+
+@topic.command("get")
+@click.argument("name")
+@_admin_command
+def topic_get(name: str, endpoint: str, output: str) -> None:
+    """Topic NAME's configuration and the stores serving it."""
+    with Admin(endpoint) as admin:
+        config = admin.get_topic(name)
+        route = admin.topic_route(name)
+    if output == "json":
+        click.echo(
+            json.dumps({"config": _jsonable(config), "queues": _jsonable(route.queues)}, indent=2, sort_keys=True)
+        )
+        return
+    _emit(config, output)
+    click.echo()
+    _emit_table(
+        route.queues,
+        [
+            ("STORE", lambda q: q.store_id),
+            ("ADDRESS", lambda q: q.store_address),
+            ("READ", lambda q: q.read_queue_nums),
+            ("WRITE", lambda q: q.write_queue_nums),
+            ("PERM", lambda q: q.perm),
+        ],
+        output,
+    )
+
+
+@topic.command("delete")
+@click.argument("name")
+@click.option("--store-id", help="Only this store (default: every store that has it).")
+@_admin_command
+def topic_delete(name: str, store_id: str | None, endpoint: str, output: str) -> None:
+    """Delete topic NAME."""
+    with Admin(endpoint) as admin:
+        admin.delete_topic(name, store_id=store_id)
+    click.echo(json.dumps({"deleted": name}) if output == "json" else f"deleted topic {name}")
+
+
+# -- subscription groups -----------------------------------------------------------------------
+
+
+@click.group("group")
+def subscription_group() -> None:
+    """Create, inspect and delete subscription (consumer) groups."""
+
+
+@subscription_group.command("create")
+@click.argument("name")
+@click.option("--retry-max-times", type=click.IntRange(min=0), default=16, show_default=True)
+@click.option("--retry-queue-nums", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--consume-disable", is_flag=True, help="Create it with consumption disabled.")
+@click.option("--broadcast", is_flag=True, help="Enable broadcast consumption.")
+@click.option("--store-id", help="Only this store (default: every store).")
+@_admin_command
+def group_create(
+    name: str,
+    retry_max_times: int,
+    retry_queue_nums: int,
+    consume_disable: bool,
+    broadcast: bool,
+    store_id: str | None,
+    endpoint: str,
+    output: str,
+) -> None:
+    """Create subscription group NAME on every store."""
+    with Admin(endpoint) as admin:
+        config = admin.create_subscription_group(
+            name,
+            consume_enable=not consume_disable,
+            consume_broadcast_enable=broadcast,
+            retry_max_times=retry_max_times,
+            retry_queue_nums=retry_queue_nums,
+            store_id=store_id,
+        )
+    _emit(config, output)
+
+
+@subscription_group.command("list")
+@_admin_command
+def group_list(endpoint: str, output: str) -> None:
+    """Subscription groups of every store."""
+    with Admin(endpoint) as admin:
+        groups = admin.list_subscription_groups()
+    _emit_table(
+        groups,
+        [
+            ("GROUP", lambda g: g.group_name),
+            ("CONSUME", lambda g: g.consume_enable),
+            ("BROADCAST", lambda g: g.consume_broadcast_enable),
+            ("RETRY_MAX", lambda g: g.retry_max_times),
+            ("RETRY_QUEUES", lambda g: g.retry_queue_nums),
+        ],
+        output,
+    )
+
+
+@subscription_group.command("get")
+@click.argument("name")
+@_admin_command
+def group_get(name: str, endpoint: str, output: str) -> None:
+    """Subscription group NAME."""
+    with Admin(endpoint) as admin:
+        config = admin.get_subscription_group(name)
+    _emit(config, output)
+
+
+@subscription_group.command("delete")
+@click.argument("name")
+@click.option("--store-id", help="Only this store (default: every store that has it).")
+@_admin_command
+def group_delete(name: str, store_id: str | None, endpoint: str, output: str) -> None:
+    """Delete subscription group NAME."""
+    with Admin(endpoint) as admin:
+        admin.delete_subscription_group(name, store_id=store_id)
+    click.echo(json.dumps({"deleted": name}) if output == "json" else f"deleted group {name}")
+
+
+# -- sending and messages ------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("topic_name", metavar="TOPIC")
+@click.argument("body")
+@click.option("--tag", help="The message's tag.")
+@click.option("--key", "keys", multiple=True, help="A business key (repeatable).")
+@click.option("--property", "properties", multiple=True, metavar="NAME=VALUE", help="A user property (repeatable).")
+@click.option("--queue-id", type=click.IntRange(min=0), help="Send to this queue.")
+@click.option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3.0,
+    show_default=True,
+    help="Seconds for the whole send, retries included.",
+)
+@_admin_command
+def send(
+    topic_name: str,
+    body: str,
+    tag: str | None,
+    keys: tuple[str, ...],
+    properties: tuple[str, ...],
+    queue_id: int | None,
+    group: str,
+    timeout: float,
+    endpoint: str,
+    output: str,
+) -> None:
+    """Send one message with BODY (UTF-8; '-' reads standard input) to TOPIC."""
+    data = sys.stdin.buffer.read() if body == "-" else body.encode("utf-8")
+    msg = Message(
+        topic_name, data, tags=tag, keys=keys, properties=_pairs(properties, what="--property"), queue_id=queue_id
+    )
+    with Producer(group, endpoint, send_timeout=timeout) as producer:
+        result = producer.send(msg)
+    _emit(result, output)
+
+
+@click.group()
+def message() -> None:
+    """Look stored messages up."""
+
+
+@message.command("view")
+@click.argument("offset_msg_id")
+@_admin_command
+def message_view(offset_msg_id: str, endpoint: str, output: str) -> None:
+    """The message with OFFSET_MSG_ID (as a send prints it)."""
+    with Admin(endpoint) as admin:
+        found = admin.view_message(offset_msg_id)
+    _emit(found, output)
+
+
+@message.command("query")
+@click.option("--topic", "topic_name", help="The topic (required with --key).")
+@click.option("--key", help="A business key.")
+@click.option("--unique-id", help="A client unique id (msgId).")
+@click.option("--max", "max_results", type=click.IntRange(min=1), default=32, show_default=True)
+@_admin_command
+def message_query(
+    topic_name: str | None, key: str | None, unique_id: str | None, max_results: int, endpoint: str, output: str
+) -> None:
+    """Messages by key (--topic and --key) or by unique id (--unique-id)."""
+    if (key is None) == (unique_id is None):
+        raise click.UsageError("give exactly one of --key and --unique-id")
+    if key is not None and topic_name is None:
+        raise click.UsageError("--key needs --topic")
+    with Admin(endpoint) as admin:
+        if key is not None and topic_name is not None:
+            found = admin.query_messages_by_key(topic_name, key, max_results=max_results)
+        else:
+            found = [admin.query_message_by_unique_id(unique_id or "", topic=topic_name)]
+    _emit_table(
+        found,
+        [
+            ("OFFSET_MSG_ID", lambda m: m.offset_msg_id),
+            ("MSG_ID", lambda m: m.msg_id),
+            ("TOPIC", lambda m: m.topic),
+            ("STORE", lambda m: m.store_id),
+            ("QUEUE", lambda m: m.queue_id),
+            ("OFFSET", lambda m: m.queue_offset),
+            ("TAGS", lambda m: m.tags),
+            ("KEYS", lambda m: m.keys),
+            ("STORED", lambda m: _time(m.store_timestamp_ms)),
+            ("BODY", lambda m: _short(m.body)),
+        ],
+        output,
+    )
+
+
+# -- offsets ---------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("topic_name", metavar="TOPIC")
+@click.option("--group", help="Show this consumer group's committed offsets and lag instead.")
+@_admin_command
+def offsets(topic_name: str, group: str | None, endpoint: str, output: str) -> None:
+    """Min/max offset of every queue of TOPIC (or a group's progress on it)."""
+    with Admin(endpoint) as admin:
+        if group is None:
+            rows: Sequence[Any] = admin.queue_offsets(topic_name)
+            columns: Columns = [
+                ("STORE", lambda o: o.queue.store_id),
+                ("QUEUE", lambda o: o.queue.queue_id),
+                ("MIN", lambda o: o.min_offset),
+                ("MAX", lambda o: o.max_offset),
+                ("LAST_STORED", lambda o: _time(o.last_store_timestamp_ms)),
+            ]
+        else:
+            rows = admin.consume_offsets(group, topic_name)
+            columns = [
+                ("STORE", lambda o: o.queue.store_id),
+                ("QUEUE", lambda o: o.queue.queue_id),
+                ("COMMITTED", lambda o: o.offset),
+                ("MIN", lambda o: o.min_offset),
+                ("MAX", lambda o: o.max_offset),
+                ("LAG", lambda o: o.lag),
+                ("UPDATED", lambda o: _time(o.updated_at_ms)),
+            ]
+    _emit_table(rows, columns, output)

@@ -1,7 +1,94 @@
-"""Placeholder until its owner fills it in."""
+"""`txmq up` (a local cluster in the foreground) and `txmq store|txcheck|pull` (one
+service in the foreground, every flag passed through to it)."""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import sys
+import time
+from types import FrameType
 
 import click
 
+from txmq_cli.cluster import DEFAULT_PORTS, SERVICES, LocalCluster, ProcessExited
+
+_PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
+class _Stop(Exception):
+    """SIGTERM, raised in the main thread like KeyboardInterrupt is for SIGINT."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signum)
+
+
+@click.command(context_settings=_PASS_THROUGH)
+@click.option("--data_dir", default="./data", show_default=True, type=click.Path(file_okay=False),
+              help="Data of etcd and the store; logs under <data_dir>/logs.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address every process binds to.")
+@click.option("--store_port", default=DEFAULT_PORTS["store"], show_default=True, type=int)
+@click.option("--pull_port", default=DEFAULT_PORTS["pull"], show_default=True, type=int)
+@click.option("--txcheck_port", default=DEFAULT_PORTS["txcheck"], show_default=True, type=int)
+@click.option("--etcd_client_port", default=2379, show_default=True, type=int)
+@click.option("--etcd_peer_port", default=2380, show_default=True, type=int)
+@click.option("--etcd_prefix", default="/txmq", show_default=True, help="Key prefix in etcd.")
+@click.option("--start_timeout_s", default=60.0, show_default=True, type=float,
+              help="How long each process may take to report SERVING.")
+@click.pass_context
+def up(ctx: click.Context, **options: object) -> None:
+    """Run etcd, store, txcheck and pull locally until Ctrl-C or SIGTERM.
+
+    Other options go to the store, e.g. `txmq up --flush_mode sync`.
+    """
+    cluster = LocalCluster(**options, store_args=ctx.args)  # type: ignore[arg-type]
+    signal.signal(signal.SIGTERM, _raise_stop)
+    code = 0
+    try:
+        cluster.start()
+        click.echo(f"txmq is up. bootstrap address: {cluster.bootstrap}")
+        for name, service in cluster.services.items():
+            click.echo(f"  {name:8} {service.address}")
+        click.echo(f"  {'etcd':8} {cluster.etcd_endpoints}")
+        click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
+        while (dead := cluster.exited()) is None:
+            time.sleep(0.2)
+        click.echo(f"{dead.name} exited with code {dead.returncode}; stopping the rest. Its log ({dead.log_path}):", err=True)
+        click.echo(dead.log_tail(), err=True)
+        code = 1
+    except ProcessExited as exc:
+        click.echo(f"start-up failed: {exc}", err=True)
+        code = 1
+    except TimeoutError as exc:
+        click.echo(f"start-up failed: {exc}; logs in {cluster.log_dir}", err=True)
+        code = 1
+    except (KeyboardInterrupt, _Stop):
+        click.echo("stopping")
+    finally:
+        # A second Ctrl-C must not leave children behind halfway through the stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for name, returncode in cluster.stop().items():
+            if returncode not in (0, None, -signal.SIGTERM):  # etcd ends by re-raising SIGTERM
+                click.echo(f"{name} exited with code {returncode}", err=True)
+    sys.exit(code)
+
+
+def _service_command(service: str) -> click.Command:
+    @click.command(
+        service,
+        context_settings={**_PASS_THROUGH, "help_option_names": []},
+        help=f"Run one {service} instance in the foreground; every flag goes to it (--help lists them).",
+    )
+    @click.pass_context
+    def run(ctx: click.Context) -> None:
+        importlib.import_module(f"txmq_{service}.__main__").main(ctx.args)
+
+    return run
+
 
 def register(group: click.Group) -> None:
-    return None
+    group.add_command(up)
+    for service in SERVICES:
+        group.add_command(_service_command(service))

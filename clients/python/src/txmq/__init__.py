@@ -1,5 +1,10 @@
-"""txmq: the Python SDK for the txmq transactional message broker."""
+"""txmq: the Python SDK for the txmq transactional message broker.
 
+``Producer`` sends, ``Admin`` administers; both need only one bootstrap address (any
+txmq service), from which they learn where the stores are.
+"""
+
+from txmq.admin import Admin
 from txmq.errors import (
     BadRequestError,
     ConflictError,
@@ -13,16 +18,47 @@ from txmq.errors import (
     UnavailableError,
     UpstreamTimeoutError,
 )
+from txmq.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
+from txmq.models import (
+    ConsumeOffset,
+    Endpoint,
+    Perm,
+    QueueData,
+    QueueOffsets,
+    ServiceKind,
+    StoreStatus,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicRoute,
+)
+from txmq.producer import Producer
 
 __all__ = [
+    "Admin",
     "BadRequestError",
     "ConflictError",
+    "ConsumeOffset",
+    "Endpoint",
     "ForbiddenError",
     "InternalError",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
     "NotFoundError",
     "NotImplementedYetError",
     "PayloadTooLargeError",
+    "Perm",
+    "Producer",
+    "QueueData",
+    "QueueOffsets",
+    "SendResult",
+    "SendStatus",
+    "ServiceKind",
+    "StoreStatus",
+    "SubscriptionGroupConfig",
     "TooManyRequestsError",
+    "TopicConfig",
+    "TopicRoute",
     "TxmqError",
     "UnavailableError",
     "UpstreamTimeoutError",

@@ -1,0 +1,522 @@
+"""The produce benchmark: txmq's store against Redis Streams and NATS JetStream, in one run.
+
+    .venv/bin/python -m bench.produce            # full run (see docs/benchmarks.md)
+    .venv/bin/python -m bench.produce --quick    # a short run
+
+One client process (asyncio), ``--concurrency`` requests in flight for every system.
+A request is one message (``single``) or ``--batch-size`` messages (``batch``: txmq
+SendBatch, a Redis pipeline of XADDs, JetStream async publishes awaited together).
+Every scenario starts a fresh server in a temp dir on free loopback ports, warms up,
+measures, reads back the stored count, and stops the server. Each scenario stops after its
+message count or ``--max-seconds``, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import fnmatch
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import click
+
+from bench import procs
+from bench.peers import NatsTarget, RedisTarget, nats_version, redis_version
+from bench.targets import Target
+from bench.txmq_target import Etcd, TxmqTarget, store_available
+
+RESULTS_DIR = procs.ROOT / "bench" / "results"
+MIB = 1024 * 1024
+
+# system -> (description, flush)
+SYSTEMS = {
+    "txmq-async": ("txmq store, flush_mode=async", "async"),
+    "txmq-sync": ("txmq store, flush_mode=sync (fsync before ack, group commit)", "sync"),
+    "redis": ("Redis Streams XADD, no AOF, no RDB", "none"),
+    "redis-aof": ("Redis Streams XADD, appendonly yes + appendfsync always", "sync"),
+    "nats": ("NATS JetStream, file storage (default sync_interval)", "async"),
+}
+MODES = ("single", "batch")
+ALL_SCENARIOS = [f"{s}:{m}" for s in SYSTEMS for m in MODES]
+
+# (numerator, denominator, target or None, what it means)
+RATIOS = [
+    ("txmq-async:batch", "redis:batch", 1.5,
+     "batched async-flush txmq vs Redis pipelined XADD (no AOF)"),
+    ("txmq-sync:batch", "redis-aof:batch", 1.0,
+     "batched sync-flush txmq vs Redis pipelined XADD (appendfsync always)"),
+    ("txmq-async:single", "redis:single", None, "single-send async txmq vs Redis XADD (no AOF)"),
+    ("txmq-sync:single", "redis-aof:single", None,
+     "single-send sync txmq vs Redis XADD (appendfsync always)"),
+    ("txmq-async:batch", "nats:batch", None, "batched async txmq vs JetStream async publish"),
+    ("txmq-async:single", "nats:single", None, "single-send async txmq vs JetStream publish"),
+]
+
+
+@dataclass
+class Config:
+    messages: int
+    single_messages: int
+    batch_size: int
+    concurrency: int
+    body_bytes: int
+    max_seconds: float
+    warmup_messages: int
+    rounds: int
+    scenarios: list[str]
+    txmq_client: str
+    store_args: list[str] = field(default_factory=list)
+    profile: bool = False
+
+
+@dataclass
+class Result:
+    scenario: str
+    system: str
+    mode: str
+    round: int
+    description: str = ""
+    client: str = ""
+    messages: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+    msgs_per_s: float = 0.0
+    mib_per_s: float = 0.0
+    lat_p50_ms: float = 0.0
+    lat_p99_ms: float = 0.0
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+    stored: int = -1
+    expected_stored: int = 0
+    stopped_by: str = ""
+    profile: str = ""
+    error: str = ""
+
+
+def percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))
+    return xs[k]
+
+
+async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes,
+                bar=None) -> dict:
+    """Send ``total`` messages with ``cfg.concurrency`` requests in flight; stop early at
+    ``cfg.max_seconds``. Returns counts, elapsed time and request latencies."""
+    unit = 1 if mode == "single" else cfg.batch_size
+    st = {"claimed": 0, "done": 0, "requests": 0}
+    lat: list[float] = []
+    deadline = time.monotonic() + cfg.max_seconds
+
+    async def worker() -> None:
+        while time.monotonic() < deadline:
+            n = min(unit, total - st["claimed"])
+            if n <= 0:
+                return
+            st["claimed"] += n
+            t0 = time.perf_counter()
+            if mode == "single":
+                await target.send_one(body)
+            else:
+                await target.send_batch([body] * n)
+            lat.append(time.perf_counter() - t0)
+            st["done"] += n
+            st["requests"] += 1
+            if bar is not None:
+                bar.update(n)
+
+    t0 = time.perf_counter()
+    tasks = [asyncio.create_task(worker()) for _ in range(cfg.concurrency)]
+    try:
+        # Hard bound: the soft deadline plus time for the last in-flight requests.
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=cfg.max_seconds + 60)
+    finally:
+        for t in tasks:
+            t.cancel()
+    elapsed = time.perf_counter() - t0
+    return {
+        "messages": st["done"],
+        "requests": st["requests"],
+        "seconds": elapsed,
+        "lat": lat,
+        "stopped_by": "count" if st["done"] >= total else "time",
+    }
+
+
+def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
+    if system in ("txmq-async", "txmq-sync"):
+        return TxmqTarget(workdir, flush_mode=SYSTEMS[system][1], etcd=etcd,
+                          client=cfg.txmq_client, concurrency=cfg.concurrency,
+                          store_args=cfg.store_args)
+    if system == "redis":
+        return RedisTarget(workdir, aof_always=False, concurrency=cfg.concurrency)
+    if system == "redis-aof":
+        return RedisTarget(workdir, aof_always=True, concurrency=cfg.concurrency)
+    if system == "nats":
+        return NatsTarget(workdir, concurrency=cfg.concurrency, batch_size=cfg.batch_size)
+    raise ValueError(system)
+
+
+def start_profiler(pid: int, out: Path) -> subprocess.Popen | None:
+    exe = procs.ROOT / ".venv" / "bin" / "py-spy"
+    if not exe.exists():
+        click.echo("  (py-spy not installed: .venv/bin/pip install py-spy)", err=True)
+        return None
+    return subprocess.Popen(
+        [str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
+         "--output", str(out), "--nonblocking"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+def stop_profiler(p: subprocess.Popen | None) -> None:
+    if p is None:
+        return
+    try:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=5)
+
+
+def summarize_profile(path: Path, top: int = 25) -> str:
+    """Top frames by self and by inclusive samples from py-spy's collapsed-stack output."""
+    from collections import Counter
+
+    self_c: Counter[str] = Counter()
+    incl_c: Counter[str] = Counter()
+    total = 0
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return "(no profile)"
+    for line in lines:
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        n = int(n)
+        frames = stack.split(";")
+        total += n
+        self_c[frames[-1]] += n
+        for f in set(frames):
+            incl_c[f] += n
+    if not total:
+        return "(empty profile)"
+    out = [f"{total} samples (active threads only)", "self:"]
+    out += [f"  {100 * n / total:5.1f}%  {f}" for f, n in self_c.most_common(top)]
+    out.append("inclusive:")
+    out += [f"  {100 * n / total:5.1f}%  {f}" for f, n in incl_c.most_common(top)]
+    return "\n".join(out)
+
+
+async def run_scenario(scenario: str, rnd: int, cfg: Config, tmp: procs.TempRoot, etcd: Etcd,
+                       progress: bool, run_id: str) -> Result:
+    system, mode = scenario.split(":")
+    res = Result(scenario=scenario, system=system, mode=mode, round=rnd,
+                 description=SYSTEMS[system][0])
+    total = cfg.messages if mode == "batch" else cfg.single_messages
+    body = os.urandom(cfg.body_bytes)
+    workdir = tmp.sub(f"{scenario.replace(':', '-')}-r{rnd}")
+    target = make_target(system, cfg, workdir, etcd)
+    prof = None
+    try:
+        await asyncio.wait_for(target.start(), timeout=90)
+        res.client = target.client_info
+        warm = min(cfg.warmup_messages, total)
+        if warm:
+            wcfg = Config(**{**asdict(cfg), "max_seconds": min(cfg.max_seconds, 30)})
+            w = await drive(target, mode, warm, wcfg, body)
+            warm = w["messages"]
+        if cfg.profile and system.startswith("txmq"):
+            ppath = RESULTS_DIR / f"profile-{run_id}-{scenario.replace(':', '-')}-r{rnd}.txt"
+            prof = start_profiler(target.child.pid, ppath)
+            res.profile = str(ppath)
+            await asyncio.sleep(0.5)
+        srv0, cli0 = target.server_cpu_s(), time.process_time()
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc=f"{scenario:<18}", unit="msg", unit_scale=True,
+                       leave=False, dynamic_ncols=True)
+        try:
+            r = await drive(target, mode, total, cfg, body, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        res.server_cpu_s = target.server_cpu_s() - srv0
+        res.client_cpu_s = time.process_time() - cli0
+        if prof is not None:
+            await asyncio.to_thread(stop_profiler, prof)
+            prof = None
+        res.messages, res.requests, res.seconds = r["messages"], r["requests"], r["seconds"]
+        res.stopped_by = r["stopped_by"]
+        res.msgs_per_s = res.messages / res.seconds if res.seconds else 0.0
+        res.mib_per_s = res.msgs_per_s * cfg.body_bytes / MIB
+        res.lat_p50_ms = percentile(r["lat"], 0.50) * 1000
+        res.lat_p99_ms = percentile(r["lat"], 0.99) * 1000
+        res.expected_stored = getattr(target, "probe_messages", 0) + warm + res.messages
+        res.stored = await asyncio.wait_for(target.stored_count(), timeout=30)
+        if res.stored != res.expected_stored:
+            res.error = f"stored {res.stored} != acknowledged {res.expected_stored}"
+    except Exception as e:  # one failed scenario must not stop the others
+        res.client = res.client or target.client_info
+        res.error = f"{type(e).__name__}: {e}".strip()[:2000]
+    finally:
+        if prof is not None:
+            await asyncio.to_thread(stop_profiler, prof)
+        try:
+            await asyncio.wait_for(target.stop(), timeout=30)
+        except Exception as e:
+            res.error = res.error or f"stop failed: {e}"
+    return res
+
+
+def pick_scenarios(spec: str) -> list[str]:
+    if spec.strip() in ("", "all"):
+        return list(ALL_SCENARIOS)
+    out: list[str] = []
+    for pat in (p.strip() for p in spec.split(",")):
+        if not pat:
+            continue
+        if ":" not in pat:
+            pat += ":*"
+        hits = [s for s in ALL_SCENARIOS if fnmatch.fnmatch(s, pat)]
+        if not hits:
+            raise click.BadParameter(f"{pat!r} matches none of {', '.join(ALL_SCENARIOS)}")
+        out += [h for h in hits if h not in out]
+    return [s for s in ALL_SCENARIOS if s in out]  # canonical order
+
+
+def machine_info() -> dict:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gib = 0
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "mem_gib": round(mem_gib, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+        "redis_server": redis_version(),
+        "nats_server": nats_version(),
+    }
+
+
+def best_of_rounds(results: list[Result]) -> dict[str, Result]:
+    """Per scenario, the round with the median throughput (the only one with 1 round)."""
+    by: dict[str, list[Result]] = {}
+    for r in results:
+        if not r.error or r.messages:
+            by.setdefault(r.scenario, []).append(r)
+    out = {}
+    for sc, rs in by.items():
+        ok = [r for r in rs if not r.error] or rs
+        ok.sort(key=lambda r: r.msgs_per_s)
+        out[sc] = ok[(len(ok) - 1) // 2]
+    # failed-only scenarios
+    for r in results:
+        out.setdefault(r.scenario, r)
+    return out
+
+
+def format_table(rows: dict[str, Result], cfg: Config) -> str:
+    hdr = (f"{'scenario':<18} {'msgs/s':>9} {'MiB/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+           f"{'srv cpu%':>8} {'cli cpu%':>8} {'msgs':>8}  note")
+    lines = [hdr, "-" * len(hdr)]
+    for sc in ALL_SCENARIOS:
+        r = rows.get(sc)
+        if r is None:
+            continue
+        if r.error and not r.messages:
+            lines.append(f"{sc:<18} {'FAILED':>9}  {r.error.splitlines()[0][:100]}")
+            continue
+        srv = 100 * r.server_cpu_s / r.seconds if r.seconds else 0
+        cli = 100 * r.client_cpu_s / r.seconds if r.seconds else 0
+        note = r.error.splitlines()[0][:60] if r.error else ("time cap" if r.stopped_by == "time" else "")
+        lines.append(
+            f"{sc:<18} {r.msgs_per_s:>9,.0f} {r.mib_per_s:>7.1f} {r.lat_p50_ms:>7.2f} "
+            f"{r.lat_p99_ms:>7.2f} {srv:>8.0f} {cli:>8.0f} {r.messages:>8}  {note}"
+        )
+    return "\n".join(lines)
+
+
+def compute_ratios(rows: dict[str, Result]) -> list[dict]:
+    out = []
+    for num, den, target, what in RATIOS:
+        a, b = rows.get(num), rows.get(den)
+        if a is None or b is None:
+            continue
+        ok = not a.error and not b.error and b.msgs_per_s > 0
+        ratio = a.msgs_per_s / b.msgs_per_s if ok else None
+        out.append({
+            "numerator": num, "denominator": den, "what": what, "ratio": ratio,
+            "target": target,
+            "meets_target": (ratio >= target) if (ratio is not None and target) else None,
+        })
+    return out
+
+
+def format_ratios(ratios: list[dict]) -> str:
+    lines = []
+    for x in ratios:
+        r = "n/a" if x["ratio"] is None else f"{x['ratio']:.2f}x"
+        t = ""
+        if x["target"]:
+            verdict = "n/a" if x["meets_target"] is None else ("MET" if x["meets_target"] else "MISSED")
+            t = f"  (target >= {x['target']:.1f}x: {verdict})"
+        lines.append(f"{x['numerator']:>18} / {x['denominator']:<17} {r:>7}{t}")
+    return "\n".join(lines)
+
+
+async def run_all(cfg: Config, progress: bool, keep: bool, run_id: str) -> list[Result]:
+    tmp = procs.TempRoot(keep=keep)
+    etcd = Etcd(tmp.sub("etcd"))
+    results: list[Result] = []
+    try:
+        for rnd in range(cfg.rounds):
+            for sc in cfg.scenarios:
+                r = await run_scenario(sc, rnd, cfg, tmp, etcd, progress, run_id)
+                results.append(r)
+                status = (f"{r.msgs_per_s:,.0f} msgs/s, {r.mib_per_s:.1f} MiB/s"
+                          if r.messages else "")
+                err = f"  ERROR: {r.error.splitlines()[0][:200]}" if r.error else ""
+                click.echo(f"[round {rnd + 1}/{cfg.rounds}] {sc:<18} {status}{err}", err=True)
+    finally:
+        await asyncio.to_thread(etcd.stop)
+        if keep:
+            click.echo(f"kept data under {tmp.path}", err=True)
+        tmp.close()
+    return results
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--messages", type=click.IntRange(1), default=200_000, show_default=True,
+              help="Messages per batch scenario.")
+@click.option("--single-messages", type=click.IntRange(1), default=20_000, show_default=True,
+              help="Messages per single-send scenario.")
+@click.option("--batch-size", type=click.IntRange(1, 4096), default=64, show_default=True,
+              help="Messages per batch / pipeline / async-publish window.")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=4, show_default=True,
+              help="Requests in flight from the one client process (every system).")
+@click.option("--body-bytes", type=click.IntRange(1), default=1024, show_default=True)
+@click.option("--max-seconds", type=click.FloatRange(1), default=60.0, show_default=True,
+              help="Per-scenario cap on the measured phase.")
+@click.option("--warmup", "warmup_messages", type=click.IntRange(0), default=None,
+              help="Warm-up messages per scenario (not measured). Default: 5% of the count, "
+                   "at most 5000.")
+@click.option("--rounds", type=click.IntRange(1, 20), default=1, show_default=True,
+              help="Run every scenario this many times (interleaved); report the median.")
+@click.option("--scenarios", default="all", show_default=True,
+              help="Comma-separated list or globs of system:mode, e.g. 'txmq-*:batch,redis*'. "
+                   f"Known: {', '.join(ALL_SCENARIOS)}.")
+@click.option("--txmq-client", type=click.Choice(["auto", "sdk", "stubs"]), default="auto",
+              show_default=True, help="SDK (txmq.Producer) or raw gRPC stubs.")
+@click.option("--store-arg", "store_args", multiple=True,
+              help="Extra flag for the store process, e.g. --store-arg=--log_level=WARNING.")
+@click.option("--profile", is_flag=True,
+              help="py-spy the store process during each txmq scenario; write collapsed "
+                   "stacks and a top-frames summary to bench/results/.")
+@click.option("--quick", is_flag=True,
+              help="Short run: 10k batch / 2k single messages, 15 s cap, 500 warm-up.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JSON output (default bench/results/produce-<time>.json).")
+@click.option("--keep-data", is_flag=True, help="Keep the temp dirs (logs, data).")
+@click.option("--progress/--no-progress", default=None, help="tqdm bars (default: on a tty).")
+def main(messages, single_messages, batch_size, concurrency, body_bytes, max_seconds,
+         warmup_messages, rounds, scenarios, txmq_client, store_args, profile, quick, out,
+         keep_data, progress):
+    """Produce throughput: txmq store vs Redis Streams vs NATS JetStream."""
+    if quick:
+        messages, single_messages, max_seconds = min(messages, 10_000), min(single_messages, 2_000), min(max_seconds, 15)
+        if warmup_messages is None:
+            warmup_messages = 500
+    if warmup_messages is None:
+        warmup_messages = min(5000, max(messages, single_messages) // 20)
+    picked = pick_scenarios(scenarios)
+    wants_txmq = any(s.startswith("txmq") for s in picked)
+    if wants_txmq and not store_available() and not os.environ.get("TXMQ_BENCH_STORE_MODULE"):
+        click.echo("txmq store not found (services/store/txmq_store/__main__.py); "
+                   "txmq scenarios will fail", err=True)
+    cfg = Config(messages=messages, single_messages=single_messages, batch_size=batch_size,
+                 concurrency=concurrency, body_bytes=body_bytes, max_seconds=max_seconds,
+                 warmup_messages=warmup_messages, rounds=rounds, scenarios=picked,
+                 txmq_client=txmq_client, store_args=list(store_args), profile=profile)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    started = dt.datetime.now(dt.timezone.utc)
+    results = asyncio.run(run_all(cfg, progress, keep_data, run_id))
+    rows = best_of_rounds(results)
+    ratios = compute_ratios(rows)
+
+    info = machine_info()
+    click.echo("")
+    click.echo(f"produce benchmark  {started:%Y-%m-%d %H:%M} UTC  {info['cores']} cores  {info['cpu']}")
+    click.echo(f"body {body_bytes} B, batch {batch_size}, {concurrency} requests in flight, "
+               f"one client process; rounds: {rounds}"
+               + (" (median)" if rounds > 1 else ""))
+    click.echo("")
+    click.echo(format_table(rows, cfg))
+    click.echo("")
+    click.echo("srv/cli cpu% = CPU time of the server process / this client over the measured "
+               "phase (100% = one core)")
+    clients: dict[str, str] = {}
+    for r in rows.values():
+        clients.setdefault(r.system, r.client)
+    click.echo("clients: " + "; ".join(f"{k}: {v}" for k, v in clients.items() if v))
+    if ratios:
+        click.echo("")
+        click.echo("ratios (msgs/s):")
+        click.echo(format_ratios(ratios))
+    if profile:
+        for r in results:
+            if r.profile:
+                click.echo(f"\nprofile of the store during {r.scenario} (round {r.round + 1}): {r.profile}")
+                summary = summarize_profile(Path(r.profile))
+                Path(r.profile).with_suffix(".summary.txt").write_text(summary + "\n")
+                click.echo("\n".join(summary.splitlines()[:40]))
+
+    doc = {
+        "benchmark": "produce",
+        "started_at": started.isoformat(),
+        "machine": info,
+        "config": asdict(cfg),
+        "clients": {r.scenario: r.client for r in rows.values()},
+        "results": [asdict(r) for r in results],
+        "summary": {sc: asdict(r) for sc, r in rows.items()},
+        "ratios": ratios,
+    }
+    path = out or RESULTS_DIR / f"produce-{run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    click.echo(f"\nJSON: {path}")
+    if any(r.error for r in results):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

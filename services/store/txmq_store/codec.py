@@ -1,0 +1,353 @@
+"""The commit-log record. All integers big-endian.
+
+    offset  size  field
+         0     4  total size (u32): the whole record, this field included
+         4     4  magic (u32): MESSAGE_MAGIC
+         8     4  record CRC32 (u32) over every byte after this field: [12, total size)
+        12     4  body CRC32 (u32)
+        16     4  queue id (u32)
+        20     4  flag (i32)
+        24     8  queue offset (i64)
+        32     8  physical offset (i64): the record's own commit-log offset
+        40     4  sysflag (u32): transaction type in bits 0xC (RocketMQ MessageSysFlag)
+        44     8  born timestamp (i64, ms)
+        52    20  born host: 16-byte IPv6 address (IPv4 as v4-mapped) + port (u32)
+        72     8  store timestamp (i64, ms)
+        80    20  store host: as born host
+       100     4  reconsume times (u32)
+       104     8  prepared-transaction offset (i64)
+       112     4  body length (u32)
+       116     b  body
+     116+b     1  topic length (u8)
+           t      topic (ASCII)
+           2      properties length (u16)
+           p      properties (UTF-8): name \\x01 value \\x02, repeated
+
+The unused end of a segment (too small for the next record) starts with a blank marker:
+total size (u32) = bytes left in the segment, magic (u32) = BLANK_MAGIC. A record is
+only written where it leaves room for that marker, so a segment always ends in a
+record that fills it exactly or in a blank marker.
+
+A record carries its own physical offset, so stale bytes (e.g. of a deleted segment
+reused by the file system) never validate at another position.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Mapping
+
+from .model import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    StoredMessage,
+)
+
+MESSAGE_MAGIC = 0x54584D51  # "TXMQ"
+BLANK_MAGIC = 0x54584D42  # "TXMB"
+BLANK_SIZE = 8  # a blank marker is total size + magic
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+MAX_TOPIC_BYTES = 255
+MAX_PROPERTIES_BYTES = 65_535
+
+PREFIX = struct.Struct(">III")  # total size, magic, record CRC
+HEAD = struct.Struct(">IIiqqIq20sq20sIqI")  # body CRC ... body length (bytes 12..115)
+BLANK = struct.Struct(">II")
+U8 = struct.Struct(">B")
+U16 = struct.Struct(">H")
+HEADER_SIZE = PREFIX.size + HEAD.size  # 116
+MIN_RECORD_SIZE = HEADER_SIZE + 1 + 1 + 2  # empty body is rejected earlier, but decodable
+RECORD_CRC_START = PREFIX.size
+assert HEADER_SIZE == 116
+
+_crc32 = zlib.crc32
+
+
+class CorruptRecord(ValueError):
+    """Bytes that are not a complete, intact record at the expected position."""
+
+
+@dataclass(slots=True)
+class PreparedRecord:
+    """A validated message with everything encoded that does not depend on where it
+    lands; ``commitlog`` adds queue offset, physical offset and store time."""
+
+    topic: str
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp_ms: int
+    born_host: bytes  # 20 bytes
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    body_crc: int
+    tail: bytes  # topic length + topic + properties length + properties
+    size: int
+    tag_code: int
+    tags: str
+    keys: tuple[str, ...]
+    unique_id: str
+    user_properties: Mapping[str, str]
+    extra_properties: Mapping[str, str] | None  # added by the store; win over user ones
+    takes_queue_slot: bool
+
+    def all_properties(self) -> dict[str, str]:
+        """Every stored property (built on demand: only arrival watchers need it)."""
+        props = dict(self.user_properties)
+        if self.extra_properties:
+            props.update(self.extra_properties)
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(self.keys)
+        props[PROPERTY_UNIQ_KEY] = self.unique_id
+        return props
+
+
+def prepare_record(
+    *,
+    topic: str,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp_ms: int,
+    born_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    body: bytes,
+    properties_bytes: bytes,
+    tag_code: int,
+    tags: str,
+    keys: tuple[str, ...],
+    unique_id: str,
+    user_properties: Mapping[str, str],
+    extra_properties: Mapping[str, str] | None,
+    takes_queue_slot: bool,
+) -> PreparedRecord:
+    topic_bytes = topic.encode("ascii")
+    tail = b"".join(
+        (U8.pack(len(topic_bytes)), topic_bytes, U16.pack(len(properties_bytes)), properties_bytes)
+    )
+    return PreparedRecord(
+        topic,
+        queue_id,
+        flag,
+        sys_flag,
+        born_timestamp_ms,
+        born_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        body,
+        _crc32(body),
+        tail,
+        HEADER_SIZE + len(body) + len(tail),
+        tag_code,
+        tags,
+        keys,
+        unique_id,
+        user_properties,
+        extra_properties,
+        takes_queue_slot,
+    )
+
+
+def encode_record(
+    rec: PreparedRecord, queue_offset: int, physical_offset: int, store_timestamp_ms: int, store_host: bytes
+) -> tuple[bytes, bytes, bytes, bytes]:
+    """The record's bytes as four parts to join (the body is not copied here).
+    Positional arguments: this runs once per stored message."""
+    head = HEAD.pack(
+        rec.body_crc,
+        rec.queue_id,
+        rec.flag,
+        queue_offset,
+        physical_offset,
+        rec.sys_flag,
+        rec.born_timestamp_ms,
+        rec.born_host,
+        store_timestamp_ms,
+        store_host,
+        rec.reconsume_times,
+        rec.prepared_transaction_offset,
+        len(rec.body),
+    )
+    crc = _crc32(rec.tail, _crc32(rec.body, _crc32(head)))
+    return PREFIX.pack(rec.size, MESSAGE_MAGIC, crc), head, rec.body, rec.tail
+
+
+def encode_blank(size: int) -> bytes:
+    return BLANK.pack(size, BLANK_MAGIC)
+
+
+def read_size_and_magic(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
+    return BLANK.unpack_from(buf, pos)
+
+
+def verify_record(buf: bytes | memoryview, pos: int, physical_offset: int) -> int:
+    """Validate the record at ``buf[pos:]`` that must sit at ``physical_offset``;
+    returns its size. Raises CorruptRecord for a torn, corrupt or misplaced record."""
+    avail = len(buf) - pos
+    if avail < PREFIX.size:
+        raise CorruptRecord(f"{avail} bytes left at {physical_offset}, no record header")
+    size, magic, crc = PREFIX.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC:
+        raise CorruptRecord(f"bad magic {magic:#x} at {physical_offset}")
+    if size < MIN_RECORD_SIZE or size > avail:
+        raise CorruptRecord(f"impossible size {size} at {physical_offset} ({avail} bytes left)")
+    if _crc32(memoryview(buf)[pos + RECORD_CRC_START : pos + size]) != crc:
+        raise CorruptRecord(f"record CRC mismatch at {physical_offset}")
+    (phys,) = struct.unpack_from(">q", buf, pos + 32)
+    if phys != physical_offset:
+        raise CorruptRecord(f"record at {physical_offset} claims offset {phys}")
+    (body_len,) = struct.unpack_from(">I", buf, pos + HEADER_SIZE - 4)
+    tpos = pos + HEADER_SIZE + body_len
+    if tpos + 3 > pos + size:
+        raise CorruptRecord(f"body length {body_len} overruns record at {physical_offset}")
+    topic_len = buf[tpos]
+    ppos = tpos + 1 + topic_len
+    if ppos + 2 > pos + size or ppos + 2 + U16.unpack_from(buf, ppos)[0] != pos + size:
+        raise CorruptRecord(f"field lengths disagree with size {size} at {physical_offset}")
+    return size
+
+
+def decode_record(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = False) -> StoredMessage:
+    """Decode the record at ``buf[pos:]``. Checks magic and lengths always and the CRCs
+    when asked (reads of dispatched records skip them: recovery validated those)."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecord("truncated record header")
+    size, magic, crc = PREFIX.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC or size < MIN_RECORD_SIZE or size > len(buf) - pos:
+        raise CorruptRecord(f"no record here (magic {magic:#x}, size {size})")
+    (
+        body_crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared_offset,
+        body_len,
+    ) = HEAD.unpack_from(buf, pos + PREFIX.size)
+    end = pos + size
+    bpos = pos + HEADER_SIZE
+    tpos = bpos + body_len
+    if tpos + 3 > end:
+        raise CorruptRecord("body length overruns the record")
+    body = bytes(buf[bpos:tpos])
+    topic_len = buf[tpos]
+    ppos = tpos + 1 + topic_len
+    if ppos + 2 > end:
+        raise CorruptRecord("topic length overruns the record")
+    (props_len,) = U16.unpack_from(buf, ppos)
+    if ppos + 2 + props_len != end:
+        raise CorruptRecord("field lengths disagree with the record size")
+    if verify_crc and (
+        _crc32(memoryview(buf)[pos + RECORD_CRC_START : end]) != crc or _crc32(body) != body_crc
+    ):
+        raise CorruptRecord(f"CRC mismatch in record at {physical_offset}")
+    try:
+        topic = bytes(buf[tpos + 1 : ppos]).decode("ascii")
+        props = decode_properties(bytes(buf[ppos + 2 : end]).decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CorruptRecord(f"undecodable text in record at {physical_offset}") from exc
+    tags = props.pop(PROPERTY_TAGS, "")
+    keys = props.pop(PROPERTY_KEYS, "")
+    unique_id = props.pop(PROPERTY_UNIQ_KEY, "")
+    bhost, bport = decode_host(born_host)
+    shost, sport = decode_host(store_host)
+    return StoredMessage(
+        topic=topic,
+        body=body,
+        tags=tags,
+        keys=tuple(keys.split(KEY_SEPARATOR)) if keys else (),
+        properties=props,
+        unique_id=unique_id,
+        flag=flag,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        commit_log_offset=physical_offset,
+        store_size=size,
+        body_crc=body_crc,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_ts,
+        born_host=bhost,
+        born_port=bport,
+        store_timestamp_ms=store_ts,
+        store_host=shost,
+        store_port=sport,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared_offset,
+    )
+
+
+_STORE_TS = struct.Struct(">q")
+
+
+def read_store_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
+    return _STORE_TS.unpack_from(buf, pos + 72)[0]
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        if item:
+            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+            out[name] = value
+    return out
+
+
+_HOST_CACHE: dict[tuple[str, int], bytes] = {}
+_HOST_DECODE_CACHE: dict[bytes, tuple[str, int]] = {}
+_PORT = struct.Struct(">I")
+
+
+def encode_host(host: str, port: int) -> bytes:
+    """20 bytes: IPv6 address (IPv4 as v4-mapped) + port. ``host`` must be an IP literal."""
+    key = (host, port)
+    cached = _HOST_CACHE.get(key)
+    if cached is None:
+        addr = ipaddress.ip_address(host)
+        if addr.version == 4:
+            addr = ipaddress.IPv6Address(b"\x00" * 10 + b"\xff\xff" + addr.packed)
+        cached = addr.packed + _PORT.pack(port)
+        if len(_HOST_CACHE) < 4096:
+            _HOST_CACHE[key] = cached
+    return cached
+
+
+def decode_host(raw: bytes) -> tuple[str, int]:
+    cached = _HOST_DECODE_CACHE.get(raw)
+    if cached is None:
+        addr = ipaddress.IPv6Address(raw[:16])
+        host = str(addr.ipv4_mapped) if addr.ipv4_mapped is not None else str(addr)
+        cached = (host, _PORT.unpack_from(raw, 16)[0])
+        if len(_HOST_DECODE_CACHE) < 4096:
+            _HOST_DECODE_CACHE[raw] = cached
+    return cached
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """``"1.2.3.4:5"`` / ``"[::1]:5"`` -> (host, port); raises ValueError."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+UNKNOWN_HOST = encode_host("0.0.0.0", 0)

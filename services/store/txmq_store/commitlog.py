@@ -1,0 +1,309 @@
+"""The commit log: one append-only byte space in fixed-size segment files.
+
+Layout: ``<dir>/<20-digit zero-padded start offset>``, each file ``segment_bytes`` long
+(created sparse, so the unwritten end reads as zeros). Offsets are global: segment ``s``
+holds ``[s.start, s.start + s.size)``. Records (codec.py) never span segments; a segment
+ends in a record that leaves no room, or a blank marker.
+
+Threads: everything but ``flush`` runs on the event loop. ``flush`` runs in one flusher
+thread at a time; it only reads the segment list (a snapshot) and the write offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .codec import (
+    BLANK_MAGIC,
+    BLANK_SIZE,
+    CorruptRecord,
+    PreparedRecord,
+    decode_record,
+    encode_blank,
+    encode_record,
+    read_size_and_magic,
+    verify_record,
+)
+from .model import StoredMessage
+
+log = logging.getLogger("txmq.store.commitlog")
+
+Fsync = Callable[[int], None]
+
+
+def segment_name(start: int) -> str:
+    return f"{start:020d}"
+
+
+@dataclass(slots=True, eq=False)
+class Segment:
+    start: int
+    size: int
+    path: Path
+    fd: int
+    dir_synced: bool  # its directory entry is durable
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+class CommitLog:
+    def __init__(self, directory: Path, *, segment_bytes: int, fsync: Fsync) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self._fsync = fsync
+        self._segments: list[Segment] = []
+        self._starts: list[int] = []
+        self.write_offset = 0  # end of the last appended record (the max offset)
+        self.flushed_offset = 0  # everything below is fsynced
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, *, segment_bytes: int, fsync: Fsync) -> "CommitLog":
+        """Open the segments found; the write offset stays at the first segment's start
+        until ``recover_end`` / ``truncate`` set it."""
+        directory.mkdir(parents=True, exist_ok=True)
+        log_ = cls(directory, segment_bytes=segment_bytes, fsync=fsync)
+        for path in sorted(directory.iterdir()):
+            if not (path.name.isdigit() and len(path.name) == 20):
+                continue
+            start = int(path.name)
+            if log_._segments and start != log_._segments[-1].end:
+                raise RuntimeError(f"commit log gap before {path} (previous ends at {log_._segments[-1].end})")
+            fd = os.open(path, os.O_RDWR)
+            size = os.fstat(fd).st_size
+            log_._add(Segment(start, size, path, fd, dir_synced=True))
+        if log_._segments:
+            log_.write_offset = log_.flushed_offset = log_._segments[0].start
+        return log_
+
+    def close(self) -> None:
+        for seg in self._segments:
+            os.close(seg.fd)
+        self._segments.clear()
+        self._starts.clear()
+
+    # -- offsets -----------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        return self._segments[0].start if self._segments else self.write_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.write_offset
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def segments(self) -> list[Segment]:
+        return list(self._segments)
+
+    def roll_next_file(self, offset: int) -> int:
+        """Start of the segment after the one ``offset`` falls into."""
+        seg = self._find(offset)
+        if seg is not None:
+            return seg.end
+        return offset + self.segment_bytes - offset % self.segment_bytes
+
+    # -- writing -----------------------------------------------------------------------
+
+    def max_record_size(self) -> int:
+        return self.segment_bytes - BLANK_SIZE
+
+    def append(
+        self,
+        records: list[PreparedRecord],
+        queue_offsets: list[int],
+        *,
+        store_timestamp_ms: int,
+        store_host: bytes,
+    ) -> list[int]:
+        """Append records (one pwrite per segment touched); returns their offsets.
+        Every record must be at most ``max_record_size()`` bytes (validated earlier)."""
+        pos = self.write_offset
+        seg = self._segment_for_write(pos)
+        seg_end = seg.end
+        chunk_start = pos
+        parts: list[bytes] = []
+        offsets: list[int] = []
+        for rec, queue_offset in zip(records, queue_offsets):
+            if pos + rec.size + BLANK_SIZE > seg_end:
+                if rec.size + BLANK_SIZE > self.segment_bytes:
+                    raise ValueError(f"record of {rec.size} bytes cannot fit a segment")
+                parts.append(encode_blank(seg_end - pos))
+                self._write(seg, parts, chunk_start)
+                seg = self._segment_for_write(seg_end)
+                seg_end = seg.end
+                pos = chunk_start = seg.start
+                parts = []
+            parts.extend(encode_record(rec, queue_offset, pos, store_timestamp_ms, store_host))
+            offsets.append(pos)
+            pos += rec.size
+        self._write(seg, parts, chunk_start)
+        self.write_offset = pos
+        return offsets
+
+    def _write(self, seg: Segment, parts: list[bytes], offset: int) -> None:
+        data = b"".join(parts)
+        at = offset - seg.start
+        while data:
+            n = os.pwrite(seg.fd, data, at)
+            data = data[n:]
+            at += n
+
+    def _segment_for_write(self, pos: int) -> Segment:
+        if self._segments:
+            last = self._segments[-1]
+            if last.start <= pos < last.end:
+                return last
+            if pos != last.end:
+                raise RuntimeError(f"write offset {pos} is not at the end of the last segment ({last.end})")
+        path = self.directory / segment_name(pos)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.ftruncate(fd, self.segment_bytes)
+        seg = Segment(pos, self.segment_bytes, path, fd, dir_synced=False)
+        self._add(seg)
+        return seg
+
+    def _add(self, seg: Segment) -> None:
+        self._segments.append(seg)
+        self._starts.append(seg.start)
+
+    # -- flushing (flusher thread) -----------------------------------------------------
+
+    def flush(self, upto: int) -> int:
+        """Make ``[flushed_offset, upto)`` durable; returns the new flushed offset."""
+        start = self.flushed_offset
+        if upto <= start:
+            return start
+        for seg in list(self._segments):
+            if seg.end <= start or seg.start >= upto:
+                continue
+            if not seg.dir_synced:
+                self._sync_directory()
+                seg.dir_synced = True
+            self._fsync(seg.fd)
+        self.flushed_offset = upto
+        return upto
+
+    def _sync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            self._fsync(fd)
+        finally:
+            os.close(fd)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _find(self, offset: int) -> Segment | None:
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i < 0:
+            return None
+        seg = self._segments[i]
+        return seg if offset < seg.end else None
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """The bytes of a record, or None when its segment is gone or it lies beyond
+        the write offset."""
+        if offset + size > self.write_offset:
+            return None
+        seg = self._find(offset)
+        if seg is None or offset + size > seg.end:
+            return None
+        return os.pread(seg.fd, size, offset - seg.start)
+
+    def read_record(self, offset: int) -> StoredMessage | None:
+        """Decode and CRC-check the record that starts exactly at ``offset``; None when
+        there is none (gone, beyond the end, or not a record boundary)."""
+        head = self.read(offset, BLANK_SIZE)
+        if head is None:
+            return None
+        size, _ = read_size_and_magic(head)
+        buf = self.read(offset, size) if size >= BLANK_SIZE else None
+        if buf is None:
+            return None
+        try:
+            verify_record(buf, 0, offset)
+        except CorruptRecord:
+            return None
+        return decode_record(buf)
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def recover_end(self, start: int, *, redispatch_from: int, on_record: Callable[[StoredMessage], None]) -> int:
+        """Validate records from ``start`` (a record boundary) to the first torn, corrupt
+        or missing one, which is the end; returns it. Records at or after
+        ``redispatch_from`` are decoded and passed to ``on_record`` in order."""
+        seg = self._find(start)
+        if seg is None:
+            return start
+        pos = start
+        i = self._segments.index(seg)
+        while i < len(self._segments):
+            seg = self._segments[i]
+            with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                at = pos - seg.start
+                while True:
+                    if at + BLANK_SIZE > seg.size:
+                        return seg.start + at
+                    size, magic = read_size_and_magic(mm, at)
+                    if magic == BLANK_MAGIC and size == seg.size - at:
+                        break
+                    try:
+                        size = verify_record(mm, at, seg.start + at)
+                    except CorruptRecord as exc:
+                        if magic != 0 or size != 0:
+                            log.warning("commit log ends at a bad record: %s", exc)
+                        return seg.start + at
+                    if seg.start + at >= redispatch_from:
+                        on_record(decode_record(mm, at))
+                    at += size
+            pos = seg.end
+            i += 1
+        return pos
+
+    def truncate(self, end: int) -> None:
+        """Make ``end`` the write offset: zero the rest of its segment, delete later
+        segments. Used by recovery, before anything is appended."""
+        for seg in [s for s in self._segments if s.start >= end]:
+            self._remove(seg)
+        seg = self._find(end)
+        if seg is not None:
+            at = end - seg.start
+            # Shrink and regrow: the kernel zeroes the tail without writing it.
+            os.ftruncate(seg.fd, at)
+            os.ftruncate(seg.fd, seg.size)
+            self._fsync(seg.fd)
+        self._sync_directory()
+        self.write_offset = self.flushed_offset = end
+
+    def _remove(self, seg: Segment) -> None:
+        i = self._segments.index(seg)
+        del self._segments[i]
+        del self._starts[i]
+        os.close(seg.fd)
+        seg.path.unlink()
+
+    # -- retention ---------------------------------------------------------------------
+
+    def delete_segments(self, *, expired_before_ms: int, keep_from: int) -> int:
+        """Delete leading segments last modified before ``expired_before_ms`` that end
+        at or below ``keep_from`` (never the segment being written). Returns how many."""
+        deleted = 0
+        while len(self._segments) > 1:
+            seg = self._segments[0]
+            if seg.end > keep_from or os.fstat(seg.fd).st_mtime_ns // 1_000_000 >= expired_before_ms:
+                break
+            self._remove(seg)
+            deleted += 1
+        return deleted

@@ -1,0 +1,140 @@
+"""Topic and subscription-group configuration, persisted as JSON (atomic rewrite).
+
+Files: ``<config dir>/topics.json`` and ``<config dir>/subscription_groups.json``.
+System topics and groups are built in: always present, never written to the files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .fileio import read_json, write_json_atomically
+
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+PERM_ALL = PERM_READ | PERM_WRITE | PERM_INHERIT
+DEFAULT_PERM = PERM_READ | PERM_WRITE
+
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
+# The transaction check service's progress on the half and op queues (RocketMQ name).
+TRANS_CHECK_GROUP = "CID_SYS_RMQ_TRANS"
+
+
+def is_system_topic(name: str) -> bool:
+    return name.startswith(SYSTEM_TOPIC_PREFIX) or name == TRANS_CHECK_MAX_TIME_TOPIC
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = DEFAULT_PERM
+    attributes: dict[str, str] = field(default_factory=dict)
+    # Commit-log offset when the topic was created: older records under this name
+    # belong to a deleted namesake and are never dispatched to this topic's queues.
+    since_offset: int = 0
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    @property
+    def is_system(self) -> bool:
+        return is_system_topic(self.name)
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_broadcast_enable: bool = False
+    retry_max_times: int = 16
+    retry_queue_nums: int = 1
+
+
+def _system_topics() -> dict[str, TopicConfig]:
+    names = (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)
+    return {n: TopicConfig(n, read_queue_nums=1, write_queue_nums=1) for n in names}
+
+
+class TopicConfigTable:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._topics: dict[str, TopicConfig] = _system_topics()
+
+    @classmethod
+    def load(cls, path: Path) -> "TopicConfigTable":
+        table = cls(path)
+        data = read_json(path) or {}
+        for item in data.get("topics", []):
+            cfg = TopicConfig(**item)
+            if not is_system_topic(cfg.name):
+                table._topics[cfg.name] = cfg
+        return table
+
+    def get(self, name: str) -> TopicConfig | None:
+        return self._topics.get(name)
+
+    def all(self) -> list[TopicConfig]:
+        return sorted(self._topics.values(), key=lambda c: c.name)
+
+    def put(self, cfg: TopicConfig) -> None:
+        self._topics[cfg.name] = cfg
+        self._save()
+
+    def remove(self, name: str) -> None:
+        del self._topics[name]
+        self._save()
+
+    def _save(self) -> None:
+        user = [asdict(c) for c in self.all() if not c.is_system]
+        write_json_atomically(self._path, {"topics": user})
+
+
+def _system_groups() -> dict[str, SubscriptionGroupConfig]:
+    return {TRANS_CHECK_GROUP: SubscriptionGroupConfig(TRANS_CHECK_GROUP)}
+
+
+class SubscriptionGroupTable:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._groups: dict[str, SubscriptionGroupConfig] = _system_groups()
+
+    @classmethod
+    def load(cls, path: Path) -> "SubscriptionGroupTable":
+        table = cls(path)
+        for item in (read_json(path) or {}).get("groups", []):
+            cfg = SubscriptionGroupConfig(**item)
+            table._groups[cfg.group_name] = cfg
+        return table
+
+    def get(self, name: str) -> SubscriptionGroupConfig | None:
+        return self._groups.get(name)
+
+    def is_system(self, name: str) -> bool:
+        return name in _system_groups()
+
+    def all(self) -> list[SubscriptionGroupConfig]:
+        return sorted(self._groups.values(), key=lambda g: g.group_name)
+
+    def put(self, cfg: SubscriptionGroupConfig) -> None:
+        self._groups[cfg.group_name] = cfg
+        self._save()
+
+    def remove(self, name: str) -> None:
+        del self._groups[name]
+        self._save()
+
+    def _save(self) -> None:
+        groups = [asdict(g) for g in self.all() if not self.is_system(g.group_name)]
+        write_json_atomically(self._path, {"groups": groups})

@@ -1,0 +1,246 @@
+"""The message index: message key and unique id -> commit-log offsets.
+
+RocketMQ-style hash-slot files: ``<dir>/<20-digit commit-log offset of the file's first
+entry>``, memory-mapped, big-endian:
+
+    header (48 bytes): magic u32 | slot count u32 | entry capacity u32 | entry count u32
+                       | begin store time i64 | end store time i64
+                       | begin commit-log offset i64 | end commit-log offset i64
+    slots:   slot count x u32, the newest entry number whose key hashes to the slot
+             (0: none)
+    entries: (capacity + 1) x 20 bytes, entry 0 unused:
+             key hash u32 (never 0) | commit-log offset i64
+             | store time - begin store time, ms (u32) | previous entry of the slot u32
+
+Entries are appended in commit-log order, so each slot's chain runs newest to oldest.
+A file rolls when full or when its time span no longer fits the u32 time field. Hashes
+collide and entries may be stale after a crash: callers verify each hit against the
+record. The header is written at flush time only; everything below the store's
+checkpoint is durable, the rest is repaired or rebuilt from the commit log on recovery.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+MAGIC = 0x54584958  # "TXIX"
+HEADER = struct.Struct(">IIIIqqqq")
+ENTRY = struct.Struct(">IqII")
+SLOT = struct.Struct(">I")
+MAX_TIME_DIFF_MS = 0xFFFFFFFF
+
+_crc32 = zlib.crc32
+
+
+def key_hash(key: str) -> int:
+    return _crc32(key.encode("utf-8")) or 1
+
+
+def message_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+def unique_id_key(unique_id: str) -> str:
+    # Topics are never empty, so this never equals a message_key.
+    return f"#{unique_id}"
+
+
+@dataclass(slots=True, eq=False)
+class IndexFile:
+    path: Path
+    mm: mmap.mmap
+    slots: int
+    capacity: int
+    count: int
+    begin_ms: int
+    end_ms: int
+    begin_offset: int
+    end_offset: int
+
+    @property
+    def entries_base(self) -> int:
+        return HEADER.size + self.slots * SLOT.size
+
+    @classmethod
+    def create(cls, path: Path, *, slots: int, capacity: int, begin_offset: int, begin_ms: int) -> "IndexFile":
+        size = HEADER.size + slots * SLOT.size + (capacity + 1) * ENTRY.size
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        f = cls(path, mm, slots, capacity, 0, begin_ms, begin_ms, begin_offset, begin_offset)
+        f.write_header()
+        return f
+
+    @classmethod
+    def load(cls, path: Path) -> "IndexFile":
+        fd = os.open(path, os.O_RDWR)
+        try:
+            mm = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        magic, slots, capacity, count, begin_ms, end_ms, begin_off, end_off = HEADER.unpack_from(mm, 0)
+        if magic != MAGIC or len(mm) != HEADER.size + slots * SLOT.size + (capacity + 1) * ENTRY.size:
+            mm.close()
+            raise ValueError(f"{path} is not an index file")
+        return cls(path, mm, slots, capacity, min(count, capacity), begin_ms, end_ms, begin_off, end_off)
+
+    def write_header(self) -> None:
+        HEADER.pack_into(
+            self.mm, 0, MAGIC, self.slots, self.capacity, self.count,
+            self.begin_ms, self.end_ms, self.begin_offset, self.end_offset,
+        )  # fmt: skip
+
+    def fits(self, store_timestamp_ms: int) -> bool:
+        return self.count < self.capacity and store_timestamp_ms - self.begin_ms <= MAX_TIME_DIFF_MS
+
+    def put(self, h: int, commit_log_offset: int, store_timestamp_ms: int) -> None:
+        slot_at = HEADER.size + (h % self.slots) * SLOT.size
+        (prev,) = SLOT.unpack_from(self.mm, slot_at)
+        n = self.count + 1
+        ENTRY.pack_into(
+            self.mm, self.entries_base + n * ENTRY.size,
+            h, commit_log_offset, max(0, store_timestamp_ms - self.begin_ms), prev,
+        )  # fmt: skip
+        SLOT.pack_into(self.mm, slot_at, n)
+        self.count = n
+        self.end_offset = commit_log_offset
+        if store_timestamp_ms > self.end_ms:
+            self.end_ms = store_timestamp_ms
+
+    def lookup(self, h: int, begin_ms: int, end_ms: int) -> Iterator[int]:
+        """Commit-log offsets of entries with hash ``h`` stored in [begin_ms, end_ms],
+        newest first."""
+        (n,) = SLOT.unpack_from(self.mm, HEADER.size + (h % self.slots) * SLOT.size)
+        base = self.entries_base
+        while 0 < n <= self.count:
+            eh, offset, diff, prev = ENTRY.unpack_from(self.mm, base + n * ENTRY.size)
+            if eh == h and begin_ms <= self.begin_ms + diff <= end_ms:
+                yield offset
+            if prev >= n:  # chains only point backwards; anything else is damage
+                return
+            n = prev
+
+    def repair(self, checkpoint: int) -> None:
+        """Keep the entries below the checkpoint (durable, a prefix since entries ascend)
+        and rebuild the slots from them."""
+        base = self.entries_base
+        keep = 0
+        last_offset = -1
+        for n in range(1, self.count + 1):
+            h, offset, diff, _ = ENTRY.unpack_from(self.mm, base + n * ENTRY.size)
+            if h == 0 or offset >= checkpoint or offset < last_offset:
+                break
+            keep, last_offset = n, offset
+        self.mm[base + (keep + 1) * ENTRY.size :] = bytes(len(self.mm) - base - (keep + 1) * ENTRY.size)
+        self.mm[HEADER.size:base] = bytes(base - HEADER.size)
+        end_ms = self.begin_ms
+        for n in range(1, keep + 1):
+            h, _, diff, _ = ENTRY.unpack_from(self.mm, base + n * ENTRY.size)
+            SLOT.pack_into(self.mm, HEADER.size + (h % self.slots) * SLOT.size, n)
+            end_ms = max(end_ms, self.begin_ms + diff)
+        self.count = keep
+        self.end_ms = end_ms
+        self.end_offset = last_offset if keep else self.begin_offset
+        self.write_header()
+
+    def close(self) -> None:
+        self.mm.close()
+
+
+class IndexService:
+    def __init__(self, directory: Path, *, slots: int, capacity: int) -> None:
+        self.directory = directory
+        self.slots = slots
+        self.capacity = capacity
+        self._files: list[IndexFile] = []
+        self._dirty: set[IndexFile] = set()
+        self._dir_dirty = False
+
+    @classmethod
+    def load(cls, directory: Path, *, slots: int, capacity: int) -> "IndexService":
+        directory.mkdir(parents=True, exist_ok=True)
+        svc = cls(directory, slots=slots, capacity=capacity)
+        for path in sorted(directory.iterdir()):
+            if path.name.isdigit() and len(path.name) == 20:
+                svc._files.append(IndexFile.load(path))
+        return svc
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        self._files.clear()
+
+    def repair_after_crash(self, checkpoint: int) -> None:
+        """Drop files begun at or after the checkpoint and cut the newest older one back
+        to its durable prefix; the caller re-dispatches from the checkpoint."""
+        while self._files and self._files[-1].begin_offset >= checkpoint:
+            f = self._files.pop()
+            f.close()
+            f.path.unlink()
+            self._dir_dirty = True
+        if self._files:
+            self._files[-1].repair(checkpoint)
+            self._dirty.add(self._files[-1])
+
+    def put(self, keys: list[str], commit_log_offset: int, store_timestamp_ms: int) -> None:
+        f = self._files[-1] if self._files else None
+        for key in keys:
+            if f is None or not f.fits(store_timestamp_ms):
+                f = self._roll(commit_log_offset, store_timestamp_ms)
+            f.put(key_hash(key), commit_log_offset, store_timestamp_ms)
+        if f is not None:
+            self._dirty.add(f)
+
+    def _roll(self, begin_offset: int, begin_ms: int) -> IndexFile:
+        if self._files:
+            self._dirty.add(self._files[-1])
+        f = IndexFile.create(
+            self.directory / f"{begin_offset:020d}",
+            slots=self.slots, capacity=self.capacity, begin_offset=begin_offset, begin_ms=begin_ms,
+        )  # fmt: skip
+        self._files.append(f)
+        self._dir_dirty = True
+        return f
+
+    def lookup(self, key: str, *, begin_ms: int, end_ms: int) -> Iterator[int]:
+        """Candidate commit-log offsets for ``key``, newest first, without repeats."""
+        h = key_hash(key)
+        seen: set[int] = set()
+        for f in reversed(self._files):
+            if f.end_ms < begin_ms or f.begin_ms > end_ms:
+                continue
+            for offset in f.lookup(h, begin_ms, end_ms):
+                if offset not in seen:
+                    seen.add(offset)
+                    yield offset
+
+    def take_dirty(self) -> tuple[list[Path], bool]:
+        """Write the headers of changed files; returns their paths (to fsync) and
+        whether the directory changed."""
+        for f in self._dirty:
+            f.write_header()
+        paths = [f.path for f in self._dirty]
+        dir_dirty, self._dir_dirty = self._dir_dirty, False
+        self._dirty = set()
+        return paths, dir_dirty
+
+    def delete_below(self, commit_log_min_offset: int) -> int:
+        """Delete files whose every entry points below the commit log's minimum."""
+        deleted = 0
+        while len(self._files) > 1 and self._files[1].begin_offset <= commit_log_min_offset:
+            f = self._files.pop(0)
+            self._dirty.discard(f)
+            f.close()
+            f.path.unlink()
+            self._dir_dirty = True
+            deleted += 1
+        return deleted

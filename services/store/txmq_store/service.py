@@ -1,0 +1,80 @@
+"""The store process: open the message store, serve it, and publish the topics it
+serves to etcd under the instance's lease (route look-ups read them from there)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from txmq.v1 import common_pb2
+from txmq_runtime.registry import EtcdKeys, Registration, encode
+from txmq_runtime.server import ServiceContext, ServiceParts
+from txmq_store.message_store import MessageStore
+from txmq_store.servicer import add_store_servicers
+from txmq_store.settings import StoreSettings
+
+log = logging.getLogger("txmq.store.service")
+
+
+class TopicPublisher:
+    """Keeps ``<prefix>/stores/<store_id>/topics/*`` equal to the store's topics.
+
+    Topic changes only mark the set dirty; one task writes the latest set, so a burst
+    of changes costs one etcd transaction, and writes never overtake each other.
+    """
+
+    def __init__(self, store: MessageStore, *, store_id: str, keys: EtcdKeys, registration: Registration) -> None:
+        self._store = store
+        self._store_id = store_id
+        self._keys = keys
+        self._registration = registration
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.publish()
+        self._store.add_topic_listener(lambda *_: self._dirty.set())
+        self._task = asyncio.create_task(self._run(), name="topic-publisher")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def publish(self) -> None:
+        values = {
+            self._keys.store_topic(self._store_id, config.name): encode(
+                common_pb2.TopicConfig(
+                    name=config.name,
+                    read_queue_nums=config.read_queue_nums,
+                    write_queue_nums=config.write_queue_nums,
+                    perm=config.perm,
+                    attributes=config.attributes,
+                )
+            )
+            for config in self._store.topic_configs()
+        }
+        await self._registration.replace(values, prefix=self._keys.store_topics(self._store_id))
+
+    async def _run(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            await self.publish()
+
+
+async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
+    settings = ctx.settings
+    store_id = settings.resolved_store_id
+    store = await MessageStore.open(settings, advertised_address=ctx.address)
+    if store.recovered_from_crash:
+        log.warning("store %s recovered from a crash (no clean-shutdown marker in %s)", store_id, settings.data_dir)
+    service_names = add_store_servicers(ctx.server, store)
+    publisher = TopicPublisher(store, store_id=store_id, keys=ctx.keys, registration=ctx.registration)
+    await publisher.start()
+
+    async def close() -> None:
+        await publisher.close()
+        await store.close()
+
+    return ServiceParts(service_names=service_names, close=close, instance_id=store_id)

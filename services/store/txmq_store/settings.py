@@ -1,0 +1,82 @@
+"""Store settings (flags --field_name, env TXMQ_STORE_FIELD_NAME, defaults below)."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import Field
+
+from txmq_runtime.settings import ServiceSettings, service_config
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+class StoreSettings(ServiceSettings):
+    model_config = service_config("store")
+
+    data_dir: str = Field("./data/store", description="Directory of the commit log, queues, index and configs.")
+    store_id: str = Field("", description="Store node id; empty: store-0.")
+
+    commitlog_segment_bytes: int = Field(
+        128 * MIB, ge=64 * KIB, description="Size of one commit-log segment file; a record never spans two."
+    )
+    consume_queue_units_per_file: int = Field(
+        300_000, ge=1, description="20-byte units per consume-queue file."
+    )
+    index_slots_per_file: int = Field(1_000_000, ge=1, description="Hash slots per index file.")
+    index_entries_per_file: int = Field(4_000_000, ge=2, description="Entries per index file before it rolls.")
+
+    flush_mode: Literal["async", "sync"] = Field(
+        "async", description="async: flush every flush_interval_ms; sync: fsync (group commit) before the ack."
+    )
+    flush_interval_ms: int = Field(500, ge=1, description="Async mode: commit-log flush period.")
+    sync_flush_timeout_ms: int = Field(
+        5_000, ge=1, description="Sync mode: SEND_STATUS_FLUSH_DISK_TIMEOUT when the fsync takes longer."
+    )
+    flush_consume_queue_interval_ms: int = Field(
+        1_000, ge=1, description="Consume queues and index are flushed and the checkpoint written this often."
+    )
+
+    max_message_body_bytes: int = Field(4 * MIB, ge=1, description="Largest message body accepted.")
+    max_properties_bytes: int = Field(
+        32_767, ge=1, le=65_535, description="Largest encoded properties (user + system) of one message."
+    )
+    max_batch_messages: int = Field(4_096, ge=1, description="Most messages in one SendBatch.")
+    max_batch_bytes: int = Field(64 * MIB, ge=1, description="Largest total body size of one SendBatch.")
+
+    default_topic_queue_nums: int = Field(8, ge=1, le=1024, description="Queue count of topics created without one.")
+    auto_create_topic_enable: bool = Field(False, description="Create unknown topics on first send.")
+    auto_create_subscription_group: bool = Field(
+        True, description="Create unknown subscription groups when they commit an offset."
+    )
+    transaction_message_enable: bool = Field(True, description="Accept half (prepared) messages.")
+    property_filter_enable: bool = Field(True, description="Allow SQL92 filters (RocketMQ enablePropertyFilter).")
+
+    access_message_in_memory_max_ratio_percent: int = Field(
+        40, ge=0, le=100, description="Data within this share of RAM behind the write position counts as in memory."
+    )
+    physical_memory_bytes: int = Field(0, ge=0, description="RAM size for the in-memory rule; 0: detect.")
+    max_transfer_bytes_in_memory: int = Field(262_144, ge=1, description="Batch byte limit for in-memory reads.")
+    max_transfer_count_in_memory: int = Field(32, ge=1, description="Batch count limit for in-memory reads.")
+    max_transfer_bytes_on_disk: int = Field(65_536, ge=1, description="Batch byte limit for on-disk reads.")
+    max_transfer_count_on_disk: int = Field(8, ge=1, description="Batch count limit for on-disk reads.")
+
+    consume_offset_persist_interval_ms: int = Field(5_000, ge=1, description="Consume offsets are saved this often.")
+    arrival_watcher_buffer: int = Field(
+        10_000, ge=1, description="Arrivals buffered per watcher before it is marked overflowed."
+    )
+    file_reserved_time_ms: int = Field(
+        72 * 3600 * 1000, ge=0, description="Commit-log segments older than this are deleted; 0: keep forever."
+    )
+    clean_files_interval_ms: int = Field(10_000, ge=1, description="How often expired segments are looked for.")
+
+    @property
+    def resolved_store_id(self) -> str:
+        return self.store_id or "store-0"
+
+    def physical_memory(self) -> int:
+        if self.physical_memory_bytes:
+            return self.physical_memory_bytes
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -1,0 +1,72 @@
+"""Fixtures for the SDK's integration tests, on the session cluster (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable, Iterator
+
+import pytest
+
+from txmq import Admin, Producer
+
+
+def _unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def unique_name() -> Callable[[str], str]:
+    """Tests share the session cluster: every test uses names of its own."""
+    return _unique_name
+
+
+def _wait_until(predicate: Callable[[], bool], *, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def wait_until() -> Callable[..., None]:
+    """Polls until a condition holds (for state that spreads through etcd watches)."""
+    return _wait_until
+
+
+@pytest.fixture
+def bootstrap(txmq_cluster) -> str:  # type: ignore[no-untyped-def]
+    return txmq_cluster.bootstrap
+
+
+@pytest.fixture
+def admin(bootstrap: str) -> Iterator[Admin]:
+    with Admin(bootstrap) as client:
+        yield client
+
+
+@pytest.fixture
+def new_topic(admin: Admin) -> Iterator[Callable[..., str]]:
+    """Creates topics (4 queues unless told) and deletes them after the test."""
+    created: list[str] = []
+
+    def create(*, queues: int = 4) -> str:
+        name = _unique_name("sdk")
+        admin.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
+        created.append(name)
+        return name
+
+    yield create
+    for name in created:
+        admin.delete_topic(name)
+
+
+@pytest.fixture
+def topic(new_topic: Callable[..., str]) -> str:
+    return new_topic()
+
+
+@pytest.fixture
+def producer(bootstrap: str) -> Iterator[Producer]:
+    with Producer("sdk-test-producer", bootstrap) as client:
+        yield client
