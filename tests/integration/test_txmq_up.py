@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -31,6 +32,11 @@ def start_up(tmp_path: Path, *extra: str) -> tuple[ChildProcess, dict[str, str]]
     try:
         for address in addresses.values():
             wait_serving(address, process=up, timeout_s=90)
+        # Its own checks may finish a moment after ours: wait for what it tells the user.
+        deadline = time.monotonic() + 30
+        while "bootstrap address" not in up.log_tail():
+            assert up.running() and time.monotonic() < deadline, up.log_tail()
+            time.sleep(0.02)
     except BaseException:
         up.terminate(timeout_s=30)
         raise

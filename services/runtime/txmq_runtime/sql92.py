@@ -171,14 +171,14 @@ def _dcmp(x: float, y: float) -> int:
             sx, sy = math.copysign(1.0, x), math.copysign(1.0, y)
             return 0 if sx == sy else (-1 if sx < sy else 1)
         return 0
-    xn, yn = x != x, y != y
+    xn, yn = math.isnan(x), math.isnan(y)
     return 0 if xn and yn else (1 if xn else -1)
 
 
 def _deq(x: float, y: float) -> bool:
     if x == y:
         return x != 0.0 or math.copysign(1.0, x) == math.copysign(1.0, y)
-    return x != x and y != y
+    return math.isnan(x) and math.isnan(y)
 
 
 def _short(s: str) -> str:
@@ -188,11 +188,11 @@ def _short(s: str) -> str:
 # --------------------------------------------------------------------------- lexer
 
 _KEYWORDS = frozenset(
-    "NOT AND OR BETWEEN IN TRUE FALSE NULL IS CONTAINS STARTSWITH ENDSWITH".split()
+    ["NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS"]
+    + ["CONTAINS", "STARTSWITH", "ENDSWITH"]
 )
 _WHITESPACE = frozenset(" \t\n\r\f")
 _ID_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_$")
-_ID_PART = _ID_START | frozenset("0123456789")
 _DIGITS = frozenset("0123456789")
 _ID_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _FLOAT_RE = re.compile(r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?")
@@ -203,7 +203,7 @@ _OPERATORS = ("<>", "<=", ">=", "=", "<", ">", "(", ")", ",", "+", "-")
 
 
 class _Token:
-    __slots__ = ("kind", "text", "pos", "value")
+    __slots__ = ("kind", "pos", "text", "value")
 
     def __init__(self, kind: str, text: str, pos: int, value: Any = None) -> None:
         self.kind = kind
@@ -309,7 +309,7 @@ _NUMERIC = (INT, LONG, DOUBLE)
 
 
 class _Node:
-    __slots__ = ("pos", "paren", "depth")
+    __slots__ = ("depth", "paren", "pos")
     jt = BOOL  # static Java type of the value: str/int/long/double/bool/null
     boolean = True  # a RocketMQ BooleanExpression
 
@@ -320,7 +320,7 @@ class _Node:
 
 
 class _Const(_Node):
-    __slots__ = ("value", "jt", "text")
+    __slots__ = ("jt", "text", "value")
 
     def __init__(self, pos: int, value: Any, jt: str, text: str) -> None:
         super().__init__(pos)
@@ -358,7 +358,7 @@ class _Not(_Node):
 
 
 class _Logic(_Node):
-    __slots__ = ("op", "children")
+    __slots__ = ("children", "op")
 
     def __init__(self, pos: int, op: str, children: list[_Node]) -> None:
         super().__init__(pos, *children)
@@ -366,7 +366,7 @@ class _Logic(_Node):
 
 
 class _Cmp(_Node):
-    __slots__ = ("op", "left", "right")
+    __slots__ = ("left", "op", "right")
 
     def __init__(self, pos: int, op: str, left: _Node, right: _Node) -> None:
         super().__init__(pos, left, right)
@@ -374,7 +374,7 @@ class _Cmp(_Node):
 
 
 class _Between(_Node):
-    __slots__ = ("value", "low", "high", "negated")
+    __slots__ = ("high", "low", "negated", "value")
 
     def __init__(self, pos: int, value: _Node, low: _Node, high: _Node, negated: bool) -> None:
         super().__init__(pos, value, low, high)
@@ -383,7 +383,7 @@ class _Between(_Node):
 
 
 class _In(_Node):
-    __slots__ = ("prop", "values", "negated")
+    __slots__ = ("negated", "prop", "values")
 
     def __init__(self, pos: int, prop: _Prop, values: list[str], negated: bool) -> None:
         super().__init__(pos, prop)
@@ -391,7 +391,7 @@ class _In(_Node):
 
 
 class _StrOp(_Node):
-    __slots__ = ("op", "left", "search", "negated")
+    __slots__ = ("left", "negated", "op", "search")
 
     def __init__(self, pos: int, op: str, left: _Node, search: str, negated: bool) -> None:
         super().__init__(pos, left)
@@ -399,7 +399,7 @@ class _StrOp(_Node):
 
 
 class _IsNull(_Node):
-    __slots__ = ("operand", "negated")
+    __slots__ = ("negated", "operand")
 
     def __init__(self, pos: int, operand: _Node, negated: bool) -> None:
         super().__init__(pos, operand)
@@ -487,9 +487,9 @@ class _Parser:
             raise self.error(f"expected {what} but found {tok.describe()}", tok.pos)
         return self.take()
 
-    def check_depth(self, node: _Node) -> _Node:
+    def check_depth(self, node: _Node, pos: int) -> _Node:
         if node.depth > MAX_DEPTH:
-            raise self.error(f"expression nested too deeply (limit {MAX_DEPTH})", node.pos)
+            raise self.error(f"expression nested too deeply (limit {MAX_DEPTH})", pos)
         return node
 
     # -- entry
@@ -521,6 +521,7 @@ class _Parser:
             return first
         children: list[_Node] = []
         pos = first.pos
+        op_pos = self.peek().pos
         node = first
         while True:
             node = self.as_boolean(node)
@@ -532,7 +533,7 @@ class _Parser:
                 break
             self.take()
             node = sub()
-        return self.check_depth(_Logic(pos, op, children))
+        return self.check_depth(_Logic(pos, op, children), op_pos)
 
     def parse_or(self) -> _Node:
         return self.parse_logic("OR", self.parse_and)
@@ -573,7 +574,7 @@ class _Parser:
                     raise self.error(
                         f"{left.text} cannot be compared with {right.text}", right.pos
                     )
-                left = self.check_depth(_Cmp(tok.pos, tok.kind, left, right))
+                left = self.check_depth(_Cmp(left.pos, tok.kind, left, right), tok.pos)
             elif tok.kind == "IS":
                 self.reject_bare_not(left, tok)
                 self.take()
@@ -581,7 +582,7 @@ class _Parser:
                 if negated:
                     self.take()
                 self.expect("NULL", "NULL or NOT NULL after IS")
-                left = self.check_depth(_IsNull(tok.pos, left, negated))
+                left = self.check_depth(_IsNull(left.pos, left, negated), tok.pos)
             else:
                 return left
 
@@ -623,10 +624,10 @@ class _Parser:
                 right = self.parse_unary()
                 self.check_ordered(left, k)
                 self.check_ordered(right, k)
-                node: _Node = _Cmp(op_tok.pos, k, left, right)
+                node: _Node = _Cmp(left.pos, k, left, right)
             elif k in ("CONTAINS", "STARTSWITH", "ENDSWITH"):
                 s = self.expect("STRING", f"a string literal after {k}")
-                node = _StrOp(op_tok.pos, k, left, s.value, negated)
+                node = _StrOp(left.pos, k, left, s.value, negated)
             elif k == "BETWEEN":
                 low = self.parse_unary()
                 self.expect("AND", "AND between the BETWEEN bounds")
@@ -645,7 +646,7 @@ class _Parser:
                             f"{high.text}",
                             low.pos,
                         )
-                node = _Between(op_tok.pos, left, low, high, negated)
+                node = _Between(left.pos, left, low, high, negated)
             else:  # IN
                 if not isinstance(left, _Prop):
                     raise self.error(
@@ -657,8 +658,8 @@ class _Parser:
                     self.take()
                     values.append(self.expect("STRING", "a string literal after ','").value)
                 self.expect(")", "',' or ')' in the IN list")
-                node = _In(op_tok.pos, left, values, negated)
-            left = self.check_depth(node)
+                node = _In(left.pos, left, values, negated)
+            left = self.check_depth(node, op_tok.pos)
 
     def parse_unary(self) -> _Node:
         tok = self.peek()
@@ -680,7 +681,7 @@ class _Parser:
                 value = -operand.value
                 text = operand.text[1:] if operand.text.startswith("-") else "-" + operand.text
                 return _Const(tok.pos, value, operand.jt, text)
-            return self.check_depth(_Not(tok.pos, self.as_boolean(operand)))
+            return self.check_depth(_Not(tok.pos, self.as_boolean(operand)), tok.pos)
         return self.parse_primary()
 
     def parse_primary(self) -> _Node:
@@ -722,6 +723,7 @@ class _Parser:
                 )
             self.take()
             node.paren = True
+            node.pos = tok.pos  # errors about a parenthesised operand point at its '('
             return node
         raise self.error(f"expected {_OPERAND_START} but found {tok.describe()}", tok.pos)
 
@@ -758,7 +760,7 @@ BoolFn = Callable[[Props], bool]
 
 
 class _Code:
-    __slots__ = ("jt", "prop", "const", "value", "v", "t", "f", "may_raise")
+    __slots__ = ("const", "f", "jt", "may_raise", "prop", "t", "v", "value")
 
     def __init__(
         self,
@@ -1103,7 +1105,9 @@ def _compile_int_between(
         lv = p.get(name)
         return None if lv is None else (lo <= conv(lv) <= hi) is not negated
 
-    return _Code(BOOL, v, outside, inside, True) if negated else _Code(BOOL, v, inside, outside, True)
+    if negated:
+        return _Code(BOOL, v, outside, inside, True)
+    return _Code(BOOL, v, inside, outside, True)
 
 
 def _compile_in(name: str, values: frozenset[str], negated: bool) -> _Code:
@@ -1191,7 +1195,7 @@ _EMPTY: Mapping[str, str] = {}
 class Sql92Filter:
     """A compiled SQL92 expression. Immutable and thread-safe."""
 
-    __slots__ = ("expression", "canonical", "property_names", "_truth", "_value")
+    __slots__ = ("_truth", "_value", "canonical", "expression", "property_names")
 
     def __init__(self, expression: str, root: _Node, property_names: frozenset[str]) -> None:
         code = _compile(root)

@@ -15,6 +15,7 @@ import bisect
 import logging
 import mmap
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -63,6 +64,7 @@ class CommitLog:
         self._starts: list[int] = []
         self.write_offset = 0  # end of the last appended record (the max offset)
         self.flushed_offset = 0  # everything below is fsynced
+        self._flush_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -182,19 +184,21 @@ class CommitLog:
     # -- flushing (flusher thread) -----------------------------------------------------
 
     def flush(self, upto: int) -> int:
-        """Make ``[flushed_offset, upto)`` durable; returns the new flushed offset."""
-        start = self.flushed_offset
-        if upto <= start:
-            return start
-        for seg in list(self._segments):
-            if seg.end <= start or seg.start >= upto:
-                continue
-            if not seg.dir_synced:
-                self._sync_directory()
-                seg.dir_synced = True
-            self._fsync(seg.fd)
-        self.flushed_offset = upto
-        return upto
+        """Make ``[flushed_offset, upto)`` durable; returns the flushed offset. Safe to
+        call from any thread (calls are serialised)."""
+        with self._flush_lock:
+            start = self.flushed_offset
+            if upto <= start:
+                return start
+            for seg in list(self._segments):
+                if seg.end <= start or seg.start >= upto:
+                    continue
+                if not seg.dir_synced:
+                    self._sync_directory()
+                    seg.dir_synced = True
+                self._fsync(seg.fd)
+            self.flushed_offset = upto
+            return upto
 
     def _sync_directory(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY)
@@ -274,7 +278,8 @@ class CommitLog:
 
     def truncate(self, end: int) -> None:
         """Make ``end`` the write offset: zero the rest of its segment, delete later
-        segments. Used by recovery, before anything is appended."""
+        segments. Used by recovery, before anything is appended; the bytes below
+        ``end`` are not known to be durable until ``flush(end)``."""
         for seg in [s for s in self._segments if s.start >= end]:
             self._remove(seg)
         seg = self._find(end)
@@ -285,7 +290,8 @@ class CommitLog:
             os.ftruncate(seg.fd, seg.size)
             self._fsync(seg.fd)
         self._sync_directory()
-        self.write_offset = self.flushed_offset = end
+        self.write_offset = end
+        self.flushed_offset = min(self.flushed_offset, end)
 
     def _remove(self, seg: Segment) -> None:
         i = self._segments.index(seg)

@@ -20,7 +20,6 @@ import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
@@ -149,17 +148,6 @@ class ConsumeQueue:
 
     def roll_next_file(self, offset: int) -> int:
         return offset - offset % self.units_per_file + self.units_per_file
-
-    def iter_units(self, start: int) -> Iterator[tuple[int, int, int, int]]:
-        """(queue offset, commit-log offset, size, tag code) from ``start`` to max."""
-        offset = max(start, self.min_offset)
-        while offset < self.max_offset:
-            buf = self.read_units(offset, self.max_offset - offset)
-            if not buf:
-                return
-            for unit in UNIT.iter_unpack(buf):
-                yield (offset, *unit)
-                offset += 1
 
     # -- recovery and retention --------------------------------------------------------
 

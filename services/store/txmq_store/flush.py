@@ -63,10 +63,9 @@ class GroupCommit:
 
     def request(self, end_offset: int) -> asyncio.Future[None]:
         """A future resolved once ``[0, end_offset)`` is durable (and dispatched)."""
+        # Always queued, even when already flushed: the records are dispatched by
+        # on_durable, which must run before the send is acknowledged.
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._commitlog.flushed_offset >= end_offset:
-            fut.set_result(None)
-            return fut
         self._waiters.append((end_offset, fut))
         self._wakeup.set()
         return fut

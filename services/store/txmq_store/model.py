@@ -71,7 +71,6 @@ class OutgoingMessage:
     flag: int = 0
     queue_id: int | None = None
     born_timestamp_ms: int = 0
-    born_host: str = ""  # "ip:port"; empty: 0.0.0.0:0
     sys_flag: int = 0
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0

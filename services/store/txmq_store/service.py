@@ -33,7 +33,7 @@ class TopicPublisher:
 
     async def start(self) -> None:
         await self.publish()
-        self._store.add_topic_listener(lambda *_: self._dirty.set())
+        self._store.add_topic_listener(self._dirty.set)
         self._task = asyncio.create_task(self._run(), name="topic-publisher")
 
     async def close(self) -> None:
@@ -64,17 +64,15 @@ class TopicPublisher:
 
 
 async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
-    settings = ctx.settings
-    store_id = settings.resolved_store_id
-    store = await MessageStore.open(settings, advertised_address=ctx.address)
+    store = await MessageStore.open(ctx.settings, advertised_address=ctx.address)
     if store.recovered_from_crash:
-        log.warning("store %s recovered from a crash (no clean-shutdown marker in %s)", store_id, settings.data_dir)
+        log.warning("store %s recovered from a crash (no clean-shutdown marker in %s)", store.store_id, ctx.settings.data_dir)
     service_names = add_store_servicers(ctx.server, store)
-    publisher = TopicPublisher(store, store_id=store_id, keys=ctx.keys, registration=ctx.registration)
+    publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=ctx.registration)
     await publisher.start()
 
     async def close() -> None:
         await publisher.close()
         await store.close()
 
-    return ServiceParts(service_names=service_names, close=close, instance_id=store_id)
+    return ServiceParts(service_names=service_names, close=close, instance_id=store.store_id)

@@ -1,0 +1,899 @@
+"""The message store core: RocketMQ's DefaultMessageStore, minus replication.
+
+Everything here runs on one asyncio event loop; only fsyncs (flush.py, checkpoints,
+JSON persistence) run in threads. A send validates the whole request first (nothing is
+stored on a bad request), then appends synchronously (no await between validation and
+append, so queue offsets follow commit-log order), then waits per the flush mode.
+Results of reads are enums (GetMessageStatus); bad requests raise ``TxmqError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import socket
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable, Sequence
+
+from txmq.errors import TxmqError, error
+from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
+from txmq.v1 import errors_pb2
+from txmq_runtime.settings import describe
+
+from .arrivals import ArrivalHub, ArrivalWatcher
+from .codec import HEADER_SIZE, UNKNOWN_HOST, PreparedRecord, decode_record, encode_host, read_store_timestamp, split_host_port
+from .commitlog import CommitLog, Fsync
+from .configs import (
+    DEFAULT_PERM,
+    PERM_ALL,
+    TRANS_HALF_TOPIC,
+    SubscriptionGroupConfig,
+    SubscriptionGroupTable,
+    TopicConfig,
+    TopicConfigTable,
+    is_system_topic,
+)
+from .consumequeue import UNIT
+from .dispatch import Dispatcher
+from .fileio import fsync_path
+from .filters import MessageFilter
+from .flush import GroupCommit, PeriodicFlusher
+from .index import message_key, unique_id_key
+from .model import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    TRANSACTION_TYPE_MASK,
+    ConsumeOffsetView,
+    GetMessageResult,
+    GetMessageStatus,
+    OutgoingMessage,
+    QueueOffsets,
+    SendResult,
+    SendStatus,
+    StoredMessage,
+    StoreStatus,
+)
+from .offsets import ConsumeOffsetTable
+from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
+from .settings import StoreSettings
+from .validation import (
+    MessageLimits,
+    check_group_name,
+    check_topic_name,
+    check_writable_topic_name,
+    prepare_message,
+)
+
+log = logging.getLogger("txmq.store")
+
+Clock = Callable[[], int]  # milliseconds since the epoch
+DEFAULT_MAX_MESSAGES = 32
+MAX_QUERY_RESULTS = 1000
+MAX_QUEUE_NUMS = 1024
+SCAN_BYTES = 16_000  # consume-queue bytes one read may scan at least (RocketMQ)
+END_OF_TIME_MS = 2**63 - 1
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _not_found(code: int, what: str, **metadata: str) -> TxmqError:
+    return error(code, f"{what} not found", **metadata)
+
+
+class MessageStore:
+    """Use ``await MessageStore.open(...)``; ``await store.close()`` when done."""
+
+    def __init__(
+        self,
+        settings: StoreSettings,
+        *,
+        paths: StorePaths,
+        lock_fd: int,
+        clock: Clock,
+        commitlog: CommitLog,
+        dispatcher: Dispatcher,
+        topics: TopicConfigTable,
+        groups: SubscriptionGroupTable,
+        offsets: ConsumeOffsetTable,
+        hub: ArrivalHub,
+        crashed: bool,
+    ) -> None:
+        self.settings = settings
+        self.store_id = settings.resolved_store_id
+        self._paths = paths
+        self._lock_fd = lock_fd
+        self._clock = clock
+        self.commitlog = commitlog
+        self._dispatcher = dispatcher
+        self._topics = topics
+        self._groups = groups
+        self._offsets = offsets
+        self._hub = hub
+        self.recovered_from_crash = crashed
+        self.started_at_ms = clock()
+        self._sync = settings.flush_mode == "sync"
+        self._limits = MessageLimits(
+            max_body_bytes=settings.max_message_body_bytes,
+            max_properties_bytes=settings.max_properties_bytes,
+            max_record_bytes=commitlog.max_record_size(),
+        )
+        self._memory_window = settings.physical_memory() * settings.access_message_in_memory_max_ratio_percent // 100
+        # Next queue offset per (topic, queue id): assigned at append, so in sync mode it
+        # runs ahead of the consume queues until the fsync.
+        self._queue_offsets = {key: cq.max_offset for key, cq in dispatcher.queues.items()}
+        self._round_robin: dict[str, int] = {}
+        # Sync mode: appended batches waiting for their fsync before dispatch.
+        self._undispatched: deque[tuple[int, list[PreparedRecord], list[int], list[int], int]] = deque()
+        self._flusher: PeriodicFlusher | None = None
+        self._group_commit: GroupCommit | None = None
+        self._topic_listeners: list[Callable[[], None]] = []
+        self._store_host = UNKNOWN_HOST
+        self._offset_msg_id_prefix = ""
+        self.advertised_address = ""
+        self._writable = True
+        self._closed = False
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._checkpoint_lock = asyncio.Lock()
+        self._unsynced: set[Path] = set()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        settings: StoreSettings,
+        *,
+        advertised_address: str = "",
+        clock: Clock = wall_clock_ms,
+        fsync: Fsync = os.fdatasync,
+    ) -> "MessageStore":
+        """Open (and recover) the store in ``settings.data_dir``. ``advertised_address``
+        (host:port) goes into every record's store host and offsetMsgId; empty: the
+        settings' advertised_address, else host:port. ``set_advertised_address`` may
+        change it later (e.g. once a server bound port 0). ``fsync`` syncs one file
+        descriptor (tests count calls)."""
+        paths = StorePaths(Path(settings.data_dir))
+        lock_fd = lock_data_dir(paths)
+        try:
+            store = await asyncio.to_thread(cls._load, settings, paths, lock_fd, clock, fsync)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        store.set_advertised_address(
+            advertised_address or settings.advertised_address or f"{settings.host}:{settings.port}"
+        )
+        store._start()
+        return store
+
+    @classmethod
+    def _load(cls, settings: StoreSettings, paths: StorePaths, lock_fd: int, clock: Clock, fsync: Fsync) -> "MessageStore":
+        crashed = paths.abort.exists()
+        paths.config.mkdir(parents=True, exist_ok=True)
+        topics = TopicConfigTable.load(paths.config / "topics.json")
+        groups = SubscriptionGroupTable.load(paths.config / "subscription_groups.json")
+        offsets = ConsumeOffsetTable.load(paths.config / "consumer_offsets.json")
+        hub = ArrivalHub(buffer_limit=settings.arrival_watcher_buffer)
+        commitlog = CommitLog.open(paths.commitlog, segment_bytes=settings.commitlog_segment_bytes, fsync=fsync)
+        try:
+            dispatcher = recover(
+                paths,
+                commitlog=commitlog,
+                topics=topics,
+                hub=hub,
+                units_per_file=settings.consume_queue_units_per_file,
+                index_slots=settings.index_slots_per_file,
+                index_entries=settings.index_entries_per_file,
+                crashed=crashed,
+            )
+        except BaseException:
+            commitlog.close()
+            raise
+        store = cls(
+            settings, paths=paths, lock_fd=lock_fd, clock=clock, commitlog=commitlog, dispatcher=dispatcher,
+            topics=topics, groups=groups, offsets=offsets, hub=hub, crashed=crashed,
+        )  # fmt: skip
+        # Make the recovered state the new baseline before accepting writes.
+        store._sync_paths(store._take_dirty())
+        write_checkpoint(paths, dispatcher.dispatched_offset, now_ms=clock())
+        mark_running(paths)
+        return store
+
+    def _start(self) -> None:
+        s = self.settings
+        if self._sync:
+            self._group_commit = GroupCommit(self.commitlog, on_durable=self._dispatch_durable)
+            self._group_commit.start()
+        else:
+            self._flusher = PeriodicFlusher(self.commitlog, interval_s=s.flush_interval_ms / 1000)
+            self._flusher.start()
+        loop = asyncio.get_running_loop()
+        for interval_ms, job in (
+            (s.flush_consume_queue_interval_ms, self.checkpoint),
+            (s.consume_offset_persist_interval_ms, self.persist_offsets),
+            (s.clean_files_interval_ms, self.clean_expired_files),
+        ):
+            self._tasks.append(loop.create_task(self._every(interval_ms, job)))
+
+    async def _every(self, interval_ms: int, job: Callable[[], object]) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._stop.wait(), interval_ms / 1000)
+                return
+            except TimeoutError:
+                pass
+            try:
+                result = job()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("periodic store job %s failed", getattr(job, "__name__", job))
+
+    async def close(self) -> None:
+        """Flush everything, persist offsets and configs, remove the abort marker."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+        self._hub.close()
+        if self._group_commit is not None:
+            await self._group_commit.stop()
+        if self._flusher is not None:
+            await self._flusher.stop()
+        await self.checkpoint()
+        await self.persist_offsets()
+        self._dispatcher.close()
+        self._dispatcher.index.close()
+        self.commitlog.close()
+        mark_stopped(self._paths)
+        os.close(self._lock_fd)
+
+    def set_advertised_address(self, address: str) -> None:
+        """Where clients reach this store (host:port); a host name is resolved once, as
+        records hold an IP address."""
+        host, port = split_host_port(address)
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            host = socket.gethostbyname(host)
+        self._store_host = encode_host(host, port)
+        # offsetMsgId = address | port | offset (16 hex digits, last): computed once.
+        self._offset_msg_id_prefix = encode_offset_msg_id(host, port, 0)[:-16]
+        self.advertised_address = address
+
+    def add_topic_listener(self, callback: Callable[[], None]) -> None:
+        """``callback()`` runs after any topic is created, updated or deleted."""
+        self._topic_listeners.append(callback)
+
+    def _topics_changed(self) -> None:
+        for cb in self._topic_listeners:
+            try:
+                cb()
+            except Exception:
+                log.exception("topic listener failed")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise error(errors_pb2.CODE_SERVICE_NOT_READY, "store is shutting down")
+
+    # -- sending -------------------------------------------------------------------------
+
+    async def send(
+        self,
+        messages: Sequence[OutgoingMessage],
+        *,
+        producer_group: str = "",
+        transaction_prepared: bool = False,
+        born_host: str = "",
+        system: bool = False,
+    ) -> list[SendResult]:
+        """Store a batch (all or nothing). ``system`` sends (the transaction service)
+        may write system topics and set sysflag, reconsume times and the
+        prepared-transaction offset. A half message's result names its real queue and
+        carries the half record's queue offset (RocketMQ tranStateTableOffset)."""
+        self._check_open()
+        if not self._writable:
+            raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
+        s = self.settings
+        if not messages:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no messages to send")
+        if len(messages) > s.max_batch_messages:
+            raise error(
+                errors_pb2.CODE_BATCH_TOO_LARGE, f"{len(messages)} messages in one batch, at most {s.max_batch_messages}"
+            )
+        total = sum(len(m.body) for m in messages)
+        if total > s.max_batch_bytes:
+            raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"batch bodies total {total} bytes, at most {s.max_batch_bytes}")
+        if transaction_prepared:
+            if not s.transaction_message_enable:
+                raise error(errors_pb2.CODE_TRANSACTION_NOT_ALLOWED, "transactional messages are disabled on this store")
+            check_group_name(producer_group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
+        now = self._clock()
+        try:
+            born = encode_host(*split_host_port(born_host)) if born_host else UNKNOWN_HOST
+        except ValueError:
+            born = UNKNOWN_HOST
+        new_topics: dict[str, TopicConfig] = {}
+        records: list[PreparedRecord] = []
+        real_queues: list[tuple[str, int]] = []
+        for i, msg in enumerate(messages):
+            cfg = self._topic_for_send(msg.topic, i, system=system, new_topics=new_topics)
+            queue_id = self._queue_for_send(cfg, msg.queue_id, i)
+            real_queues.append((cfg.name, queue_id))
+            sys_flag = msg.sys_flag if system else 0
+            if transaction_prepared:
+                extra = {
+                    PROPERTY_REAL_TOPIC: cfg.name,
+                    PROPERTY_REAL_QUEUE_ID: str(queue_id),
+                    PROPERTY_PRODUCER_GROUP: producer_group,
+                    PROPERTY_TRANSACTION_PREPARED: "true",
+                }
+                topic, queue_id, sys_flag = TRANS_HALF_TOPIC, 0, sys_flag & ~TRANSACTION_TYPE_MASK
+            else:
+                extra, topic = None, cfg.name
+            records.append(
+                prepare_message(
+                    msg, index=i, limits=self._limits, topic=topic, queue_id=queue_id, extra_properties=extra,
+                    sys_flag=sys_flag, born_host=born, now_ms=now, system=system,
+                )  # fmt: skip
+            )
+        # Valid: from here on the request changes the store.
+        for cfg in new_topics.values():
+            self._topics.put(cfg)
+        if new_topics:
+            self._topics_changed()
+        queue_offsets = self._assign_queue_offsets(records)
+        try:
+            offsets = self.commitlog.append(
+                records, queue_offsets, store_timestamp_ms=now, store_host=self._store_host
+            )
+        except OSError as exc:
+            self._writable = False
+            log.exception("commit log append failed; the store stops accepting writes")
+            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log write failed: {exc}") from exc
+        end = self.commitlog.write_offset
+        status = SendStatus.OK
+        if self._group_commit is not None:
+            self._undispatched.append((end, records, offsets, queue_offsets, now))
+            status = await self._wait_durable(end)
+        else:
+            self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
+        prefix = self._offset_msg_id_prefix
+        return [
+            SendResult(
+                status=status,
+                msg_id=rec.unique_id,
+                offset_msg_id=f"{prefix}{offset:016X}",
+                topic=real_topic,
+                queue_id=real_qid,
+                queue_offset=qoff,
+                commit_log_offset=offset,
+                transaction_id=rec.unique_id if transaction_prepared else "",
+            )
+            for rec, offset, qoff, (real_topic, real_qid) in zip(records, offsets, queue_offsets, real_queues)
+        ]
+
+    def _topic_for_send(
+        self, name: str, index: int, *, system: bool, new_topics: dict[str, TopicConfig]
+    ) -> TopicConfig:
+        cfg = self._topics.get(name) or new_topics.get(name)
+        if cfg is None:
+            check_topic_name(name, index=str(index))
+            if is_system_topic(name) and not system:
+                raise error(errors_pb2.CODE_SYSTEM_TOPIC, f"{name} is a system topic", topic=name, index=str(index))
+            if not self.settings.auto_create_topic_enable:
+                raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {name}", topic=name, index=str(index))
+            n = self.settings.default_topic_queue_nums
+            cfg = new_topics[name] = TopicConfig(name, n, n, since_offset=self.commitlog.write_offset)
+        elif not system and cfg.is_system:
+            raise error(errors_pb2.CODE_SYSTEM_TOPIC, f"{name} is a system topic", topic=name, index=str(index))
+        if not cfg.writable:
+            raise error(errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {name} is not writable", topic=name, index=str(index))
+        return cfg
+
+    def _queue_for_send(self, cfg: TopicConfig, queue_id: int | None, index: int) -> int:
+        n = cfg.write_queue_nums
+        if queue_id is None:
+            if n <= 0:
+                raise error(
+                    errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {cfg.name} has no write queues", index=str(index)
+                )
+            c = self._round_robin.get(cfg.name, 0)
+            self._round_robin[cfg.name] = c + 1
+            return c % n
+        if not 0 <= queue_id < n:
+            raise error(
+                errors_pb2.CODE_ILLEGAL_QUEUE_ID,
+                f"queue {queue_id} of {cfg.name} is not writable (write queues: {n})",
+                index=str(index), queue_id=str(queue_id),
+            )  # fmt: skip
+        return queue_id
+
+    def _assign_queue_offsets(self, records: list[PreparedRecord]) -> list[int]:
+        table = self._queue_offsets
+        out: list[int] = []
+        for rec in records:
+            if rec.takes_queue_slot:
+                key = (rec.topic, rec.queue_id)
+                q = table.get(key, 0)
+                table[key] = q + 1
+                out.append(q)
+            else:
+                out.append(0)
+        return out
+
+    async def _wait_durable(self, end: int) -> SendStatus:
+        assert self._group_commit is not None
+        fut = self._group_commit.request(end)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self.settings.sync_flush_timeout_ms / 1000)
+        except TimeoutError:
+            return SendStatus.FLUSH_DISK_TIMEOUT
+        except OSError as exc:
+            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log fsync failed: {exc}") from exc
+        return SendStatus.OK
+
+    def _dispatch_durable(self, durable_offset: int) -> None:
+        pending = self._undispatched
+        while pending and pending[0][0] <= durable_offset:
+            end, records, offsets, queue_offsets, now = pending.popleft()
+            self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def get_message(
+        self,
+        *,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int = DEFAULT_MAX_MESSAGES,
+        message_filter: MessageFilter | None = None,
+    ) -> GetMessageResult:
+        """RocketMQ's getMessage: status and next offset rules of seed 004."""
+        if offset < 0:
+            raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
+        if max_messages < 0:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"max_messages {max_messages} is negative")
+        max_messages = max_messages or DEFAULT_MAX_MESSAGES
+        cfg = self._topics.get(topic)
+        if queue_id < 0 or (cfg is not None and queue_id >= cfg.read_queue_nums):
+            raise error(
+                errors_pb2.CODE_ILLEGAL_QUEUE_ID,
+                f"queue {queue_id} of {topic} is not readable",
+                topic=topic, queue_id=str(queue_id),
+            )  # fmt: skip
+        cq = self._dispatcher.consume_queue(topic, queue_id)
+        if cq is None:
+            # RocketMQ creates a queue on first access: a known topic's unwritten queue
+            # is an empty queue; only an unknown one has no logic queue.
+            status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE if cfg is None else GetMessageStatus.NO_MESSAGE_IN_QUEUE
+            return GetMessageResult(status, 0, 0, 0)
+        lo, hi = cq.min_offset, cq.max_offset
+        if hi == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
+        units = cq.read_units(offset, max(SCAN_BYTES, max_messages * UNIT.size) // UNIT.size)
+        if units is None:
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+        return self._scan(units, offset, lo, hi, max_messages, message_filter)
+
+    def _scan(
+        self, units: bytes, offset: int, lo: int, hi: int, max_messages: int, message_filter: MessageFilter | None
+    ) -> GetMessageResult:
+        cl = self.commitlog
+        max_phy = cl.max_offset
+        memory = self._memory_window
+        predicate = message_filter.predicate if message_filter else None
+        tag_filter = message_filter if message_filter and message_filter.tags else None
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        taken: list[StoredMessage] = []
+        total_bytes = 0
+        next_file_start = -1
+        max_phy_pulling = 0
+        scanned = 0
+        for phys, size, tag_code in UNIT.iter_unpack(units):
+            max_phy_pulling = phys
+            if next_file_start >= 0 and phys < next_file_start:
+                scanned += 1
+                continue
+            if self._batch_full(size, max_messages, total_bytes, len(taken), in_disk=max_phy - phys > memory):
+                break
+            scanned += 1
+            if tag_filter is not None and not tag_filter.match_tag_code(tag_code):
+                if total_bytes == 0:
+                    status = GetMessageStatus.NO_MATCHED_MESSAGE
+                continue
+            buf = cl.read(phys, size)
+            if buf is None:
+                if total_bytes == 0:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_file_start = cl.roll_next_file(phys)
+                continue
+            msg = decode_record(buf)
+            if predicate is not None and not predicate(msg.all_properties()):
+                if total_bytes == 0:
+                    status = GetMessageStatus.NO_MATCHED_MESSAGE
+                continue
+            taken.append(msg)
+            total_bytes += size
+            status = GetMessageStatus.FOUND
+            next_file_start = -1
+        return GetMessageResult(
+            status, offset + scanned, lo, hi, taken, suggest_pulling_from_replica=max_phy - max_phy_pulling > memory
+        )
+
+    def _batch_full(self, size: int, max_messages: int, total_bytes: int, count: int, *, in_disk: bool) -> bool:
+        """RocketMQ isTheBatchFull."""
+        if total_bytes == 0 or count == 0:
+            return False
+        if count >= max_messages:
+            return True
+        s = self.settings
+        if in_disk:
+            return total_bytes + size > s.max_transfer_bytes_on_disk or count > s.max_transfer_count_on_disk - 1
+        return total_bytes + size > s.max_transfer_bytes_in_memory or count > s.max_transfer_count_in_memory - 1
+
+    def view_message(self, commit_log_offset: int) -> StoredMessage:
+        if commit_log_offset < 0:
+            raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"commit-log offset {commit_log_offset} is negative")
+        msg = None
+        if commit_log_offset < self._dispatcher.dispatched_offset:
+            msg = self.commitlog.read_record(commit_log_offset)
+        if msg is None:
+            raise _not_found(
+                errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message at commit-log offset {commit_log_offset}",
+                commit_log_offset=str(commit_log_offset),
+            )  # fmt: skip
+        return msg
+
+    def view_message_by_id(self, offset_msg_id: str) -> StoredMessage:
+        try:
+            host, port, offset = decode_offset_msg_id(offset_msg_id)
+        except ValueError as exc:
+            raise error(errors_pb2.CODE_ILLEGAL_MESSAGE_ID, str(exc), offset_msg_id=offset_msg_id) from exc
+        msg = self.view_message(offset)
+        if (msg.store_host, msg.store_port) != (host, port):
+            raise _not_found(
+                errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message {offset_msg_id} (stored by {host}:{port})",
+                offset_msg_id=offset_msg_id,
+            )  # fmt: skip
+        return msg
+
+    def query_messages(
+        self,
+        *,
+        topic: str = "",
+        key: str = "",
+        unique_id: str = "",
+        max_results: int = DEFAULT_MAX_MESSAGES,
+        begin_timestamp_ms: int = 0,
+        end_timestamp_ms: int = 0,
+    ) -> list[StoredMessage]:
+        """Messages by key (topic required) or by unique id (topic optional; matches a
+        half message's real topic too), stored within the time window, in commit-log
+        order: the newest ``max_results`` matches."""
+        if bool(key) == bool(unique_id):
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "query by exactly one of key and unique id")
+        if key:
+            check_topic_name(topic)
+        if max_results < 0:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"max_results {max_results} is negative")
+        limit = min(max_results or DEFAULT_MAX_MESSAGES, MAX_QUERY_RESULTS)
+        begin = begin_timestamp_ms
+        end = end_timestamp_ms or END_OF_TIME_MS
+        index_key = message_key(topic, key) if key else unique_id_key(unique_id)
+        found: list[StoredMessage] = []
+        dispatched = self._dispatcher.dispatched_offset
+        for offset in self._dispatcher.index.lookup(index_key, begin_ms=begin, end_ms=end):
+            msg = self.commitlog.read_record(offset) if offset < dispatched else None
+            if msg is None or not begin <= msg.store_timestamp_ms <= end:
+                continue
+            cfg = self._topics.get(msg.topic)
+            if cfg is not None and offset < cfg.since_offset:
+                continue  # a deleted namesake's message
+            if key:
+                ok = msg.topic == topic and key in msg.keys
+            else:
+                real = msg.properties.get(PROPERTY_REAL_TOPIC)
+                ok = msg.unique_id == unique_id and (not topic or topic in (msg.topic, real))
+            if ok:
+                found.append(msg)
+                if len(found) >= limit:
+                    break
+        found.sort(key=lambda m: m.commit_log_offset)
+        return found
+
+    def queue_offsets(self, topic: str, queue_id: int | None = None) -> list[QueueOffsets]:
+        cfg = self._require_topic(topic)
+        n = max(cfg.read_queue_nums, cfg.write_queue_nums)
+        if queue_id is not None and not 0 <= queue_id < n:
+            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no queue {queue_id}")
+        out = []
+        for q in [queue_id] if queue_id is not None else range(n):
+            cq = self._dispatcher.consume_queue(topic, q)
+            if cq is None:
+                out.append(QueueOffsets(q, 0, 0, 0))
+                continue
+            last = cq.unit(cq.max_offset - 1)
+            ts = self._store_timestamp(last[0]) if last else None
+            out.append(QueueOffsets(q, cq.min_offset, cq.max_offset, ts or 0))
+        return out
+
+    def _store_timestamp(self, commit_log_offset: int) -> int | None:
+        head = self.commitlog.read(commit_log_offset, HEADER_SIZE)
+        return None if head is None else read_store_timestamp(head)
+
+    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose message was stored at or after
+        ``timestamp_ms``; the max offset when there is none."""
+        cfg = self._require_topic(topic)
+        if not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no queue {queue_id}")
+        cq = self._dispatcher.consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = cq.unit(mid)
+            ts = self._store_timestamp(unit[0]) if unit else None
+            if ts is None or ts < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _require_topic(self, topic: str) -> TopicConfig:
+        check_topic_name(topic)
+        cfg = self._topics.get(topic)
+        if cfg is None:
+            raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {topic}", topic=topic)
+        return cfg
+
+    def watch_arrivals(self, topics: Sequence[str] = ()) -> ArrivalWatcher:
+        """A watcher of dispatched records (use as a context manager; iterate with
+        ``next_batch``, which returns None once the store closes)."""
+        self._check_open()
+        return self._hub.watch(topics)
+
+    # -- consume offsets -----------------------------------------------------------------
+
+    def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+        check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        cfg = self._require_topic(topic)
+        if not 0 <= queue_id < max(cfg.read_queue_nums, 1):
+            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no readable queue {queue_id}")
+        if offset < 0:
+            raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
+        if self._groups.get(group) is None:
+            if not self.settings.auto_create_subscription_group:
+                raise _not_found(errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {group}", group=group)
+            self._groups.put(SubscriptionGroupConfig(group))
+        self._offsets.commit(group, topic, queue_id, offset, now_ms=self._clock())
+
+    def query_consume_offset(self, *, group: str, topic: str, queue_id: int) -> int | None:
+        """The committed offset, or None when the group never committed one."""
+        check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        check_topic_name(topic)
+        committed = self._offsets.query(group, topic, queue_id)
+        return None if committed is None else committed.offset
+
+    def list_consume_offsets(self, *, group: str = "", topic: str = "") -> list[ConsumeOffsetView]:
+        out = []
+        for (g, t, q), committed in self._offsets.entries(group=group, topic=topic):
+            cq = self._dispatcher.consume_queue(t, q)
+            lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
+            out.append(ConsumeOffsetView(g, t, q, committed.offset, lo, hi, committed.updated_at_ms))
+        return out
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    # -- topics --------------------------------------------------------------------------
+
+    def topic_configs(self) -> list[TopicConfig]:
+        """Every topic, system topics included."""
+        return self._topics.all()
+
+    def get_topic(self, name: str) -> TopicConfig:
+        cfg = self._topics.get(name)
+        if cfg is None:
+            raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {name}", topic=name)
+        return cfg
+
+    def create_topic(
+        self, name: str, *, read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0,
+        attributes: dict[str, str] | None = None,
+    ) -> TopicConfig:  # fmt: skip
+        """0 queue nums: default_topic_queue_nums; perm 0: read + write."""
+        check_writable_topic_name(name)
+        if self._topics.get(name) is not None:
+            raise error(errors_pb2.CODE_TOPIC_ALREADY_EXISTS, f"topic {name} already exists", topic=name)
+        n = self.settings.default_topic_queue_nums
+        cfg = TopicConfig(
+            name,
+            _queue_nums(read_queue_nums or n, "read"),
+            _queue_nums(write_queue_nums or n, "write"),
+            _perm(perm or DEFAULT_PERM),
+            dict(attributes or {}),
+            since_offset=self.commitlog.write_offset,
+        )
+        self._topics.put(cfg)
+        self._topics_changed()
+        return cfg
+
+    def update_topic(
+        self, name: str, *, read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0,
+        attributes: dict[str, str] | None = None,
+    ) -> TopicConfig:  # fmt: skip
+        """0 queue nums / perm keep the current value; attributes replace the current
+        ones."""
+        check_writable_topic_name(name)
+        old = self.get_topic(name)
+        cfg = TopicConfig(
+            name,
+            _queue_nums(read_queue_nums, "read") if read_queue_nums else old.read_queue_nums,
+            _queue_nums(write_queue_nums, "write") if write_queue_nums else old.write_queue_nums,
+            _perm(perm) if perm else old.perm,
+            dict(attributes or {}),
+            since_offset=old.since_offset,
+        )
+        self._topics.put(cfg)
+        self._topics_changed()
+        return cfg
+
+    def delete_topic(self, name: str) -> None:
+        """Removes the config, the consume queues and the committed offsets. The records
+        stay in the commit log (until expiry) but never reach a new namesake's queues."""
+        check_writable_topic_name(name)
+        self.get_topic(name)
+        self._topics.remove(name)
+        self._dispatcher.delete_topic(name)
+        for key in [k for k in self._queue_offsets if k[0] == name]:
+            del self._queue_offsets[key]
+        self._round_robin.pop(name, None)
+        self._offsets.remove(topic=name)
+        self._topics_changed()
+
+    # -- subscription groups -------------------------------------------------------------
+
+    def subscription_groups(self) -> list[SubscriptionGroupConfig]:
+        return self._groups.all()
+
+    def get_subscription_group(self, name: str) -> SubscriptionGroupConfig:
+        cfg = self._groups.get(name)
+        if cfg is None:
+            raise _not_found(errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {name}", group=name)
+        return cfg
+
+    def create_subscription_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        check_group_name(cfg.group_name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        if self._groups.get(cfg.group_name) is not None:
+            raise error(
+                errors_pb2.CODE_SUBSCRIPTION_GROUP_ALREADY_EXISTS,
+                f"subscription group {cfg.group_name} already exists", group=cfg.group_name,
+            )  # fmt: skip
+        self._groups.put(_checked_group(cfg))
+        return cfg
+
+    def update_subscription_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        self._check_mutable_group(cfg.group_name)
+        self.get_subscription_group(cfg.group_name)
+        self._groups.put(_checked_group(cfg))
+        return cfg
+
+    def delete_subscription_group(self, name: str) -> None:
+        """Removes the group and its committed offsets."""
+        self._check_mutable_group(name)
+        self.get_subscription_group(name)
+        self._groups.remove(name)
+        self._offsets.remove(group=name)
+
+    def _check_mutable_group(self, name: str) -> None:
+        check_group_name(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        if self._groups.is_system(name):
+            raise error(errors_pb2.CODE_FORBIDDEN, f"{name} is a system subscription group", group=name)
+
+    # -- durability and housekeeping -----------------------------------------------------
+
+    def _take_dirty(self) -> list[Path]:
+        for cq in self._dispatcher.queues.values():
+            self._unsynced.update(cq.take_dirty())
+        paths, dir_changed = self._dispatcher.index.take_dirty()
+        self._unsynced.update(paths)
+        if dir_changed:
+            self._unsynced.add(self._paths.index)
+        return list(self._unsynced)
+
+    def _sync_paths(self, paths: list[Path]) -> None:
+        for path in paths:
+            try:
+                fsync_path(path)
+            except FileNotFoundError:
+                pass  # deleted since (topic deleted, file expired)
+        self._unsynced.difference_update(paths)
+
+    async def flush(self) -> int:
+        """Flush the commit log now and write a checkpoint; returns the checkpoint."""
+        await asyncio.to_thread(self.commitlog.flush, self.commitlog.write_offset)
+        return await self.checkpoint()
+
+    async def checkpoint(self) -> int:
+        """fsync consume queues and index, then record the commit-log offset below which
+        they (and the commit log) are durable; returns it."""
+        async with self._checkpoint_lock:
+            dispatched = self._dispatcher.dispatched_offset
+            paths = self._take_dirty()
+            await asyncio.to_thread(self._sync_paths, paths)
+            offset = min(dispatched, self.commitlog.flushed_offset)
+            await asyncio.to_thread(write_checkpoint, self._paths, offset, now_ms=self._clock())
+            return offset
+
+    async def persist_offsets(self) -> None:
+        snap = self._offsets.snapshot()
+        if snap is not None:
+            await asyncio.to_thread(self._offsets.save, *snap)
+
+    async def clean_expired_files(self) -> int:
+        """Delete commit-log segments older than file_reserved_time_ms (never unflushed
+        or undispatched ones), then consume-queue and index files that only point into
+        them. Returns the number of segments deleted."""
+        reserved = self.settings.file_reserved_time_ms
+        if reserved == 0:
+            return 0
+        keep_from = min(self._dispatcher.dispatched_offset, self.commitlog.flushed_offset)
+        deleted = self.commitlog.delete_segments(expired_before_ms=self._clock() - reserved, keep_from=keep_from)
+        if deleted:
+            lo = self.commitlog.min_offset
+            for cq in self._dispatcher.queues.values():
+                cq.correct_min_offset(lo)
+            self._dispatcher.index.delete_below(lo)
+            log.info("deleted %d expired commit-log segments; min offset now %d", deleted, lo)
+        return deleted
+
+    def status(self) -> StoreStatus:
+        return StoreStatus(
+            store_id=self.store_id,
+            flush_mode=self.settings.flush_mode,
+            commit_log_min_offset=self.commitlog.min_offset,
+            commit_log_max_offset=self.commitlog.max_offset,
+            commit_log_flushed_offset=self.commitlog.flushed_offset,
+            dispatched_offset=self._dispatcher.dispatched_offset,
+            segment_count=self.commitlog.segment_count,
+            recovered_from_crash=self.recovered_from_crash,
+            started_at_ms=self.started_at_ms,
+            settings=describe(self.settings),
+        )
+
+
+def _queue_nums(n: int, what: str) -> int:
+    if not 1 <= n <= MAX_QUEUE_NUMS:
+        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"{what} queue nums {n} not in 1..{MAX_QUEUE_NUMS}")
+    return n
+
+
+def _perm(perm: int) -> int:
+    if not 0 < perm <= PERM_ALL:
+        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"perm {perm} is not a combination of 4 (read), 2 (write), 1 (inherit)")
+    return perm
+
+
+def _checked_group(cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+    if cfg.retry_max_times < 0 or cfg.retry_queue_nums < 0:
+        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "retry_max_times and retry_queue_nums must not be negative")
+    return cfg

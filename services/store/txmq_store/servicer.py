@@ -1,0 +1,368 @@
+"""gRPC servicers of the store: decode the request, call the core, encode the result.
+Errors are typed by the core and mapped to statuses by ``@rpc``."""
+
+from __future__ import annotations
+
+import grpc
+
+from txmq.errors import error
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
+from txmq_runtime.grpc_errors import rpc
+
+from .arrivals import ArrivalBatch
+from .configs import SubscriptionGroupConfig, TopicConfig
+from .filters import FilterType, build_message_filter
+from .message_store import MessageStore
+from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
+
+MAX_ARRIVALS_PER_BATCH = 1000
+
+
+def to_outgoing(m: common_pb2.Message) -> OutgoingMessage:
+    return OutgoingMessage(
+        topic=m.topic,
+        body=m.body,
+        tags=m.tags,
+        keys=tuple(m.keys),
+        properties=dict(m.properties),
+        unique_id=m.unique_id,
+        flag=m.flag,
+        queue_id=m.queue_id if m.HasField("queue_id") else None,
+        born_timestamp_ms=m.born_timestamp_ms,
+    )
+
+
+def peer_address(context: grpc.aio.ServicerContext) -> str:
+    """``ipv4:1.2.3.4:5`` / ``ipv6:[::1]:5`` -> host:port; empty for other transports."""
+    peer = context.peer() or ""
+    kind, _, address = peer.partition(":")
+    return address if kind in ("ipv4", "ipv6") else ""
+
+
+class StoreServicer(store_pb2_grpc.StoreServicer):
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+
+    def _result(self, r: SendResult) -> store_pb2.SendResult:
+        return store_pb2.SendResult(
+            status=r.status,
+            msg_id=r.msg_id,
+            offset_msg_id=r.offset_msg_id,
+            queue=common_pb2.MessageQueue(topic=r.topic, store_id=self._store.store_id, queue_id=r.queue_id),
+            queue_offset=r.queue_offset,
+            commit_log_offset=r.commit_log_offset,
+            transaction_id=r.transaction_id,
+        )
+
+    def _view(self, m: StoredMessage) -> common_pb2.MessageView:
+        return message_view(m, store_id=self._store.store_id)
+
+    @rpc
+    async def SendMessage(self, request: store_pb2.SendMessageRequest, context: grpc.aio.ServicerContext):
+        (result,) = await self._store.send(
+            [to_outgoing(request.message)],
+            producer_group=request.producer_group,
+            transaction_prepared=request.transaction_prepared,
+            born_host=peer_address(context),
+        )
+        return store_pb2.SendMessageResponse(result=self._result(result))
+
+    @rpc
+    async def SendBatch(self, request: store_pb2.SendBatchRequest, context: grpc.aio.ServicerContext):
+        results = await self._store.send(
+            [to_outgoing(m) for m in request.messages],
+            producer_group=request.producer_group,
+            born_host=peer_address(context),
+        )
+        return store_pb2.SendBatchResponse(results=[self._result(r) for r in results])
+
+    @rpc
+    async def GetMessage(self, request: store_pb2.GetMessageRequest, context: grpc.aio.ServicerContext):
+        message_filter = None
+        if request.HasField("filter"):
+            message_filter = build_message_filter(
+                FilterType(request.filter.type or FilterType.TAG),
+                request.filter.expression,
+                property_filter_enable=self._store.settings.property_filter_enable,
+            )
+        r = self._store.get_message(
+            topic=request.topic,
+            queue_id=request.queue_id,
+            offset=request.offset,
+            max_messages=request.max_messages,
+            message_filter=message_filter,
+        )
+        return store_pb2.GetMessageResponse(
+            status=GET_STATUS[r.status],
+            next_begin_offset=r.next_begin_offset,
+            min_offset=r.min_offset,
+            max_offset=r.max_offset,
+            messages=[self._view(m) for m in r.messages],
+            suggest_pulling_from_replica=r.suggest_pulling_from_replica,
+        )
+
+    @rpc
+    async def WatchArrivals(self, request: store_pb2.WatchArrivalsRequest, context: grpc.aio.ServicerContext):
+        # Ends when the store closes (next_batch -> None); a client that goes away
+        # cancels this generator, and the context manager drops the watcher.
+        with self._store.watch_arrivals(request.topics) as watcher:
+            while (batch := await watcher.next_batch(max_arrivals=MAX_ARRIVALS_PER_BATCH)) is not None:
+                yield self._arrival_batch(batch)
+
+    def _arrival_batch(self, batch: ArrivalBatch) -> store_pb2.ArrivalBatch:
+        return store_pb2.ArrivalBatch(
+            arrivals=[
+                store_pb2.Arrival(
+                    topic=a.topic,
+                    queue_id=a.queue_id,
+                    queue_offset=a.queue_offset,
+                    max_offset=a.max_offset,
+                    tag_code=a.tag_code,
+                    properties=a.properties,
+                    store_timestamp_ms=a.store_timestamp_ms,
+                )
+                for a in batch.arrivals
+            ],
+            overflowed=batch.overflowed,
+            store_id=self._store.store_id,
+        )
+
+    @rpc
+    async def ViewMessage(self, request: store_pb2.ViewMessageRequest, context: grpc.aio.ServicerContext):
+        which = request.WhichOneof("key")
+        if which == "offset_msg_id":
+            m = self._store.view_message_by_id(request.offset_msg_id)
+        elif which == "commit_log_offset":
+            m = self._store.view_message(request.commit_log_offset)
+        else:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "give offset_msg_id or commit_log_offset")
+        return store_pb2.ViewMessageResponse(message=self._view(m))
+
+    @rpc
+    async def QueryMessages(self, request: store_pb2.QueryMessagesRequest, context: grpc.aio.ServicerContext):
+        found = self._store.query_messages(
+            topic=request.topic,
+            key=request.key,
+            unique_id=request.unique_id,
+            max_results=request.max_results,
+            begin_timestamp_ms=request.begin_timestamp_ms,
+            end_timestamp_ms=request.end_timestamp_ms,
+        )
+        return store_pb2.QueryMessagesResponse(messages=[self._view(m) for m in found])
+
+    @rpc
+    async def GetQueueOffsets(self, request: store_pb2.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext):
+        queues = self._store.queue_offsets(
+            request.topic, request.queue_id if request.HasField("queue_id") else None
+        )
+        return store_pb2.GetQueueOffsetsResponse(
+            topic=request.topic,
+            queues=[
+                store_pb2.QueueOffsets(
+                    queue_id=q.queue_id,
+                    min_offset=q.min_offset,
+                    max_offset=q.max_offset,
+                    last_store_timestamp_ms=q.last_store_timestamp_ms,
+                )
+                for q in queues
+            ],
+        )
+
+    @rpc
+    async def SearchOffset(self, request: store_pb2.SearchOffsetRequest, context: grpc.aio.ServicerContext):
+        offset = self._store.search_offset(request.topic, request.queue_id, request.timestamp_ms)
+        return store_pb2.SearchOffsetResponse(offset=offset)
+
+    @rpc
+    async def CommitConsumeOffset(
+        self, request: store_pb2.CommitConsumeOffsetRequest, context: grpc.aio.ServicerContext
+    ):
+        self._store.commit_consume_offset(
+            group=request.consumer_group, topic=request.topic, queue_id=request.queue_id, offset=request.offset
+        )
+        return store_pb2.CommitConsumeOffsetResponse()
+
+    @rpc
+    async def QueryConsumeOffset(self, request: store_pb2.QueryConsumeOffsetRequest, context: grpc.aio.ServicerContext):
+        offset = self._store.query_consume_offset(
+            group=request.consumer_group, topic=request.topic, queue_id=request.queue_id
+        )
+        if offset is None:
+            return store_pb2.QueryConsumeOffsetResponse(found=False)
+        return store_pb2.QueryConsumeOffsetResponse(found=True, offset=offset)
+
+    @rpc
+    async def ListConsumeOffsets(self, request: store_pb2.ListConsumeOffsetsRequest, context: grpc.aio.ServicerContext):
+        rows = self._store.list_consume_offsets(group=request.consumer_group, topic=request.topic)
+        return store_pb2.ListConsumeOffsetsResponse(
+            offsets=[
+                store_pb2.ConsumeOffset(
+                    consumer_group=r.consumer_group,
+                    topic=r.topic,
+                    queue_id=r.queue_id,
+                    offset=r.offset,
+                    min_offset=r.min_offset,
+                    max_offset=r.max_offset,
+                    updated_at_ms=r.updated_at_ms,
+                )
+                for r in rows
+            ],
+            taken_at_ms=self._store.now_ms(),
+        )
+
+
+class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+
+    @rpc
+    async def CreateTopic(self, request: store_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext):
+        t = request.topic
+        cfg = self._store.create_topic(
+            t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm,
+            attributes=dict(t.attributes),
+        )  # fmt: skip
+        return store_pb2.TopicResponse(topic=topic_pb(cfg))
+
+    @rpc
+    async def UpdateTopic(self, request: store_pb2.UpdateTopicRequest, context: grpc.aio.ServicerContext):
+        t = request.topic
+        cfg = self._store.update_topic(
+            t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm,
+            attributes=dict(t.attributes),
+        )  # fmt: skip
+        return store_pb2.TopicResponse(topic=topic_pb(cfg))
+
+    @rpc
+    async def DeleteTopic(self, request: store_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext):
+        self._store.delete_topic(request.name)
+        return store_pb2.DeleteTopicResponse()
+
+    @rpc
+    async def GetTopic(self, request: store_pb2.GetTopicRequest, context: grpc.aio.ServicerContext):
+        return store_pb2.TopicResponse(topic=topic_pb(self._store.get_topic(request.name)))
+
+    @rpc
+    async def ListTopics(self, request: store_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext):
+        topics = [c for c in self._store.topic_configs() if request.include_system or not c.is_system]
+        return store_pb2.ListTopicsResponse(topics=[topic_pb(c) for c in topics])
+
+    @rpc
+    async def CreateSubscriptionGroup(
+        self, request: store_pb2.CreateSubscriptionGroupRequest, context: grpc.aio.ServicerContext
+    ):
+        cfg = self._store.create_subscription_group(group_from_pb(request.group))
+        return store_pb2.SubscriptionGroupResponse(group=group_pb(cfg))
+
+    @rpc
+    async def UpdateSubscriptionGroup(
+        self, request: store_pb2.UpdateSubscriptionGroupRequest, context: grpc.aio.ServicerContext
+    ):
+        cfg = self._store.update_subscription_group(group_from_pb(request.group))
+        return store_pb2.SubscriptionGroupResponse(group=group_pb(cfg))
+
+    @rpc
+    async def DeleteSubscriptionGroup(
+        self, request: store_pb2.DeleteSubscriptionGroupRequest, context: grpc.aio.ServicerContext
+    ):
+        self._store.delete_subscription_group(request.group_name)
+        return store_pb2.DeleteSubscriptionGroupResponse()
+
+    @rpc
+    async def GetSubscriptionGroup(
+        self, request: store_pb2.GetSubscriptionGroupRequest, context: grpc.aio.ServicerContext
+    ):
+        return store_pb2.SubscriptionGroupResponse(group=group_pb(self._store.get_subscription_group(request.group_name)))
+
+    @rpc
+    async def ListSubscriptionGroups(
+        self, request: store_pb2.ListSubscriptionGroupsRequest, context: grpc.aio.ServicerContext
+    ):
+        return store_pb2.ListSubscriptionGroupsResponse(groups=[group_pb(g) for g in self._store.subscription_groups()])
+
+    @rpc
+    async def GetStoreStatus(self, request: store_pb2.GetStoreStatusRequest, context: grpc.aio.ServicerContext):
+        s = self._store.status()
+        return store_pb2.GetStoreStatusResponse(
+            store_id=s.store_id,
+            flush_mode=s.flush_mode,
+            commit_log_min_offset=s.commit_log_min_offset,
+            commit_log_max_offset=s.commit_log_max_offset,
+            commit_log_flushed_offset=s.commit_log_flushed_offset,
+            dispatched_offset=s.dispatched_offset,
+            segment_count=s.segment_count,
+            recovered_from_crash=s.recovered_from_crash,
+            started_at_ms=s.started_at_ms,
+            settings=s.settings,
+        )
+
+
+GET_STATUS = {s: store_pb2.GetMessageStatus.Value(f"GET_MESSAGE_STATUS_{s.name}") for s in GetMessageStatus}
+
+
+def message_view(m: StoredMessage, *, store_id: str) -> common_pb2.MessageView:
+    return common_pb2.MessageView(
+        message=common_pb2.Message(
+            topic=m.topic,
+            body=m.body,
+            tags=m.tags,
+            keys=m.keys,
+            properties=m.properties,
+            unique_id=m.unique_id,
+            flag=m.flag,
+            queue_id=m.queue_id,
+            born_timestamp_ms=m.born_timestamp_ms,
+        ),
+        offset_msg_id=m.offset_msg_id,
+        queue_offset=m.queue_offset,
+        commit_log_offset=m.commit_log_offset,
+        store_size_bytes=m.store_size,
+        body_crc=m.body_crc,
+        sys_flag=m.sys_flag,
+        born_host=f"{m.born_host}:{m.born_port}",
+        store_timestamp_ms=m.store_timestamp_ms,
+        store_host=f"{m.store_host}:{m.store_port}",
+        reconsume_times=m.reconsume_times,
+        prepared_transaction_offset=m.prepared_transaction_offset,
+        store_id=store_id,
+    )
+
+
+def topic_pb(cfg: TopicConfig) -> common_pb2.TopicConfig:
+    return common_pb2.TopicConfig(
+        name=cfg.name,
+        read_queue_nums=cfg.read_queue_nums,
+        write_queue_nums=cfg.write_queue_nums,
+        perm=cfg.perm,
+        attributes=cfg.attributes,
+    )
+
+
+def group_from_pb(g: common_pb2.SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+    return SubscriptionGroupConfig(
+        group_name=g.group_name,
+        consume_enable=g.consume_enable if g.HasField("consume_enable") else True,
+        consume_broadcast_enable=g.consume_broadcast_enable,
+        retry_max_times=g.retry_max_times or 16,
+        retry_queue_nums=g.retry_queue_nums or 1,
+    )
+
+
+def group_pb(g: SubscriptionGroupConfig) -> common_pb2.SubscriptionGroupConfig:
+    return common_pb2.SubscriptionGroupConfig(
+        group_name=g.group_name,
+        consume_enable=g.consume_enable,
+        consume_broadcast_enable=g.consume_broadcast_enable,
+        retry_max_times=g.retry_max_times,
+        retry_queue_nums=g.retry_queue_nums,
+    )
+
+
+def add_store_servicers(server: grpc.aio.Server, store: MessageStore) -> list[str]:
+    """Register Store and StoreAdmin; returns their full service names (reflection)."""
+    store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(store), server)
+    store_pb2_grpc.add_StoreAdminServicer_to_server(StoreAdminServicer(store), server)
+    return [
+        store_pb2.DESCRIPTOR.services_by_name["Store"].full_name,
+        store_pb2.DESCRIPTOR.services_by_name["StoreAdmin"].full_name,
+    ]
