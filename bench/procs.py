@@ -49,6 +49,30 @@ def proc_cpu_s(pid: int) -> float:
         return 0.0
 
 
+def system_busy_s() -> float:
+    """CPU time all cores spent busy since boot (user+nice+system+irq+softirq+steal), in
+    seconds: compared with our own processes' CPU time it shows what else ran meanwhile."""
+    try:
+        with open("/proc/stat") as f:
+            parts = f.readline().split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in parts[1:9])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return 0.0
+
+
+def wait_quiet(max_wait_s: float, threshold_pct: float = 15.0, window_s: float = 1.0) -> float:
+    """Wait (at most ``max_wait_s``) until the whole machine's busy CPU stays below
+    ``threshold_pct`` of one core for ``window_s``. Returns the last measured busy %."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        b0, t0 = system_busy_s(), time.monotonic()
+        time.sleep(window_s)
+        pct = 100 * (system_busy_s() - b0) / (time.monotonic() - t0)
+        if pct < threshold_pct or time.monotonic() >= deadline:
+            return pct
+
+
 @dataclass
 class Child:
     """One child process with its own temp dir and log file."""

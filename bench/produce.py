@@ -35,6 +35,7 @@ from bench.targets import Target
 from bench.txmq_target import Etcd, TxmqTarget, store_available
 
 RESULTS_DIR = procs.ROOT / "bench" / "results"
+NOISY_OTHER_CPU_PCT = 25.0
 MIB = 1024 * 1024
 
 # system -> (description, flush)
@@ -76,6 +77,8 @@ class Config:
     txmq_client: str
     store_args: list[str] = field(default_factory=list)
     profile: bool = False
+    profile_native: bool = False
+    wait_quiet_s: float = 0.0
 
 
 @dataclass
@@ -95,6 +98,10 @@ class Result:
     lat_p99_ms: float = 0.0
     server_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
+    # CPU used by everything else on the machine during the measured phase (100 = one
+    # core): other people's processes, etcd, the kernel. High values mean a noisy figure.
+    other_cpu_pct: float = 0.0
+    busy_before_pct: float = 0.0
     stored: int = -1
     expected_stored: int = 0
     stopped_by: str = ""
@@ -168,15 +175,18 @@ def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
     raise ValueError(system)
 
 
-def start_profiler(pid: int, out: Path) -> subprocess.Popen | None:
+def start_profiler(pid: int, out: Path, native: bool = False) -> subprocess.Popen | None:
     exe = procs.ROOT / ".venv" / "bin" / "py-spy"
     if not exe.exists():
         click.echo("  (py-spy not installed: .venv/bin/pip install py-spy)", err=True)
         return None
     return subprocess.Popen(
         [str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
-         "--output", str(out), "--nonblocking"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+         "--output", str(out),
+         # --native needs to pause the process for each sample; plain sampling does not.
+         *(["--native"] if native else ["--nonblocking"]), "--threads"],
+        stdout=subprocess.DEVNULL, stderr=open(out.with_suffix(".log"), "wb"),
+        start_new_session=True,
     )
 
 
@@ -192,11 +202,17 @@ def stop_profiler(p: subprocess.Popen | None) -> None:
 
 
 def summarize_profile(path: Path, top: int = 25) -> str:
-    """Top frames by self and by inclusive samples from py-spy's collapsed-stack output."""
+    """Top frames by self and by inclusive samples from py-spy's collapsed-stack output
+    (``--threads``: each stack starts with ``thread (tid): <name>``)."""
+    import re
     from collections import Counter
 
     self_c: Counter[str] = Counter()
+    self_fn: Counter[str] = Counter()
     incl_c: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
+    # "func (file.py:123)" -> "func (file.py)": inclusive time per function, not per line
+    fn = lambda f: re.sub(r":\d+\)$", ")", f)  # noqa: E731
     total = 0
     try:
         lines = path.read_text().splitlines()
@@ -208,16 +224,29 @@ def summarize_profile(path: Path, top: int = 25) -> str:
             continue
         n = int(n)
         frames = stack.split(";")
+        m = re.match(r"thread \(\d+\): (.*)", frames[0])
+        if m:
+            threads[m.group(1)] += n
+            frames = frames[1:] or [m.group(1)]
         total += n
         self_c[frames[-1]] += n
-        for f in set(frames):
+        self_fn[fn(frames[-1])] += n
+        for f in {fn(f) for f in frames}:
             incl_c[f] += n
     if not total:
         return "(empty profile)"
-    out = [f"{total} samples (active threads only)", "self:"]
-    out += [f"  {100 * n / total:5.1f}%  {f}" for f, n in self_c.most_common(top)]
-    out.append("inclusive:")
-    out += [f"  {100 * n / total:5.1f}%  {f}" for f, n in incl_c.most_common(top)]
+    pct = lambda n: f"{100 * n / total:5.1f}%"  # noqa: E731
+    out = [f"{total} samples (active threads only)"]
+    if threads:
+        out.append("threads:")
+        out += [f"  {pct(n)}  {t}" for t, n in threads.most_common(8)]
+    out.append("self, per function:")
+    out += [f"  {pct(n)}  {f}" for f, n in self_fn.most_common(top)]
+    out.append("self, per line:")
+    out += [f"  {pct(n)}  {f}" for f, n in self_c.most_common(top // 2)]
+    own = [(f, n) for f, n in incl_c.most_common() if "txmq_" in f][:top]
+    out.append("inclusive per function, txmq code only:")
+    out += [f"  {pct(n)}  {f}" for f, n in own]
     return "\n".join(out)
 
 
@@ -239,12 +268,14 @@ async def run_scenario(scenario: str, rnd: int, cfg: Config, tmp: procs.TempRoot
             wcfg = Config(**{**asdict(cfg), "max_seconds": min(cfg.max_seconds, 30)})
             w = await drive(target, mode, warm, wcfg, body)
             warm = w["messages"]
+        if cfg.wait_quiet_s > 0:
+            res.busy_before_pct = await asyncio.to_thread(procs.wait_quiet, cfg.wait_quiet_s)
         if cfg.profile and system.startswith("txmq"):
             ppath = RESULTS_DIR / f"profile-{run_id}-{scenario.replace(':', '-')}-r{rnd}.txt"
-            prof = start_profiler(target.child.pid, ppath)
+            prof = start_profiler(target.child.pid, ppath, native=cfg.profile_native)
             res.profile = str(ppath)
             await asyncio.sleep(0.5)
-        srv0, cli0 = target.server_cpu_s(), time.process_time()
+        srv0, cli0, sys0 = target.server_cpu_s(), time.process_time(), procs.system_busy_s()
         bar = None
         if progress:
             from tqdm import tqdm
@@ -258,11 +289,13 @@ async def run_scenario(scenario: str, rnd: int, cfg: Config, tmp: procs.TempRoot
                 bar.close()
         res.server_cpu_s = target.server_cpu_s() - srv0
         res.client_cpu_s = time.process_time() - cli0
+        other = procs.system_busy_s() - sys0 - res.server_cpu_s - res.client_cpu_s
         if prof is not None:
             await asyncio.to_thread(stop_profiler, prof)
             prof = None
         res.messages, res.requests, res.seconds = r["messages"], r["requests"], r["seconds"]
         res.stopped_by = r["stopped_by"]
+        res.other_cpu_pct = max(0.0, 100 * other / res.seconds) if res.seconds else 0.0
         res.msgs_per_s = res.messages / res.seconds if res.seconds else 0.0
         res.mib_per_s = res.msgs_per_s * cfg.body_bytes / MIB
         res.lat_p50_ms = percentile(r["lat"], 0.50) * 1000
@@ -344,7 +377,7 @@ def best_of_rounds(results: list[Result]) -> dict[str, Result]:
 
 def format_table(rows: dict[str, Result], cfg: Config) -> str:
     hdr = (f"{'scenario':<18} {'msgs/s':>9} {'MiB/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
-           f"{'srv cpu%':>8} {'cli cpu%':>8} {'msgs':>8}  note")
+           f"{'srv cpu%':>8} {'cli cpu%':>8} {'oth cpu%':>8} {'msgs':>8}  note")
     lines = [hdr, "-" * len(hdr)]
     for sc in ALL_SCENARIOS:
         r = rows.get(sc)
@@ -355,10 +388,17 @@ def format_table(rows: dict[str, Result], cfg: Config) -> str:
             continue
         srv = 100 * r.server_cpu_s / r.seconds if r.seconds else 0
         cli = 100 * r.client_cpu_s / r.seconds if r.seconds else 0
-        note = r.error.splitlines()[0][:60] if r.error else ("time cap" if r.stopped_by == "time" else "")
+        notes = []
+        if r.error:
+            notes.append(r.error.splitlines()[0][:60])
+        if r.stopped_by == "time":
+            notes.append("time cap")
+        if r.other_cpu_pct > NOISY_OTHER_CPU_PCT:
+            notes.append("NOISY (machine busy)")
         lines.append(
             f"{sc:<18} {r.msgs_per_s:>9,.0f} {r.mib_per_s:>7.1f} {r.lat_p50_ms:>7.2f} "
-            f"{r.lat_p99_ms:>7.2f} {srv:>8.0f} {cli:>8.0f} {r.messages:>8}  {note}"
+            f"{r.lat_p99_ms:>7.2f} {srv:>8.0f} {cli:>8.0f} {r.other_cpu_pct:>8.0f} "
+            f"{r.messages:>8}  {'; '.join(notes)}"
         )
     return "\n".join(lines)
 
@@ -439,6 +479,12 @@ async def run_all(cfg: Config, progress: bool, keep: bool, run_id: str) -> list[
 @click.option("--profile", is_flag=True,
               help="py-spy the store process during each txmq scenario; write collapsed "
                    "stacks and a top-frames summary to bench/results/.")
+@click.option("--profile-native", is_flag=True,
+              help="With --profile: include native (C) frames (py-spy --native; slower).")
+@click.option("--wait-quiet", "wait_quiet_s", type=click.FloatRange(0, 600), default=30.0,
+              show_default=True,
+              help="Before each measured phase, wait up to this long for the machine to be "
+                   "quiet (< 15% of a core busy): other processes skew the figures.")
 @click.option("--quick", is_flag=True,
               help="Short run: 10k batch / 2k single messages, 15 s cap, 500 warm-up.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -446,11 +492,12 @@ async def run_all(cfg: Config, progress: bool, keep: bool, run_id: str) -> list[
 @click.option("--keep-data", is_flag=True, help="Keep the temp dirs (logs, data).")
 @click.option("--progress/--no-progress", default=None, help="tqdm bars (default: on a tty).")
 def main(messages, single_messages, batch_size, concurrency, body_bytes, max_seconds,
-         warmup_messages, rounds, scenarios, txmq_client, store_args, profile, quick, out,
-         keep_data, progress):
+         warmup_messages, rounds, scenarios, txmq_client, store_args, profile, profile_native, wait_quiet_s,
+         quick, out, keep_data, progress):
     """Produce throughput: txmq store vs Redis Streams vs NATS JetStream."""
     if quick:
-        messages, single_messages, max_seconds = min(messages, 10_000), min(single_messages, 2_000), min(max_seconds, 15)
+        messages, single_messages = min(messages, 10_000), min(single_messages, 2_000)
+        max_seconds, wait_quiet_s = min(max_seconds, 15), min(wait_quiet_s, 5)
         if warmup_messages is None:
             warmup_messages = 500
     if warmup_messages is None:
@@ -463,7 +510,9 @@ def main(messages, single_messages, batch_size, concurrency, body_bytes, max_sec
     cfg = Config(messages=messages, single_messages=single_messages, batch_size=batch_size,
                  concurrency=concurrency, body_bytes=body_bytes, max_seconds=max_seconds,
                  warmup_messages=warmup_messages, rounds=rounds, scenarios=picked,
-                 txmq_client=txmq_client, store_args=list(store_args), profile=profile)
+                 txmq_client=txmq_client, store_args=list(store_args),
+                 profile=profile or profile_native, profile_native=profile_native,
+                 wait_quiet_s=wait_quiet_s)
     if progress is None:
         progress = sys.stderr.isatty()
     run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -482,8 +531,8 @@ def main(messages, single_messages, batch_size, concurrency, body_bytes, max_sec
     click.echo("")
     click.echo(format_table(rows, cfg))
     click.echo("")
-    click.echo("srv/cli cpu% = CPU time of the server process / this client over the measured "
-               "phase (100% = one core)")
+    click.echo("srv/cli/oth cpu% = CPU time of the server process / this client / everything "
+               "else on the machine, over the measured phase (100% = one core)")
     clients: dict[str, str] = {}
     for r in rows.values():
         clients.setdefault(r.system, r.client)
@@ -492,7 +541,7 @@ def main(messages, single_messages, batch_size, concurrency, body_bytes, max_sec
         click.echo("")
         click.echo("ratios (msgs/s):")
         click.echo(format_ratios(ratios))
-    if profile:
+    if cfg.profile:
         for r in results:
             if r.profile:
                 click.echo(f"\nprofile of the store during {r.scenario} (round {r.round + 1}): {r.profile}")

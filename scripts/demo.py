@@ -58,7 +58,7 @@ def demo(bootstrap: str) -> None:
 
         banner("queue offsets")
         for q in admin.queue_offsets("DemoOrders"):
-            print(f"   queue {q.queue_id}: min={q.min_offset} max={q.max_offset}")
+            print(f"   queue {q.queue.queue_id}: min={q.min_offset} max={q.max_offset}")
 
         banner("bad input gets a typed error and stores nothing")
         with Producer(group="demo-producer", endpoint=bootstrap) as producer:

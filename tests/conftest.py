@@ -15,11 +15,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
-
 from support import EtcdServer, LocalCluster, ServiceFactory, ServiceProcess, new_etcd, new_local_cluster
 
 

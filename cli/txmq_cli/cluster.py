@@ -17,12 +17,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from txmq_runtime.net import join_host_port
 
 SERVICES = ("store", "txcheck", "pull")
@@ -38,7 +38,7 @@ _HEALTH_CHANNEL_OPTIONS = (
 class ProcessExited(RuntimeError):
     """A child process ended when it should be running."""
 
-    def __init__(self, process: "ChildProcess") -> None:
+    def __init__(self, process: ChildProcess) -> None:
         self.process = process
         super().__init__(
             f"{process.name} (pid {process.pid}) exited with code {process.returncode}; "
@@ -372,7 +372,7 @@ class LocalCluster:
             codes["etcd"] = self.etcd.stop()
         return {name: code for name, code in codes.items() if name in running}
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         self.start()
         return self
 

@@ -54,7 +54,10 @@ def up(ctx: click.Context, **options: object) -> None:
         click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
         while (dead := cluster.exited()) is None:
             time.sleep(0.2)
-        click.echo(f"{dead.name} exited with code {dead.returncode}; stopping the rest. Its log ({dead.log_path}):", err=True)
+        click.echo(
+            f"{dead.name} exited with code {dead.returncode}; stopping the rest. Its log ({dead.log_path}):",
+            err=True,
+        )
         click.echo(dead.log_tail(), err=True)
         code = 1
     except ProcessExited as exc:

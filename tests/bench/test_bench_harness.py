@@ -48,7 +48,7 @@ def test_percentile_and_profile_summary(tmp_path):
     p = tmp_path / "prof.txt"
     p.write_text("main;loop;append 30\nmain;loop;fsync 10\n")
     s = produce.summarize_profile(p)
-    assert "40 samples" in s and "75.0%  append" in s
+    assert "40 samples" in s and "75.0%  append" in s and "100.0%  loop" in s
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="bench/setup_peers.sh not run")

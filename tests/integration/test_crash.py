@@ -7,11 +7,10 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import grpc
-
 from support import ServiceProcess
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 

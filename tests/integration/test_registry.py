@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import aetcd
 import pytest
-
-from support import EtcdServer, new_etcd, wait_key_deleted
+from support import EtcdServer, new_etcd
 from support.processes import free_port, private_prefix
 from txmq.v1 import common_pb2
 from txmq_runtime.etcd import etcd_client
@@ -46,7 +45,9 @@ async def wait_until(predicate, *, timeout_s: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
 
-async def wait_key_put(client: aetcd.Client, key: str, *, after_revision: int, timeout_s: float = 10.0) -> aetcd.KeyValue:
+async def wait_key_put(
+    client: aetcd.Client, key: str, *, after_revision: int, timeout_s: float = 10.0
+) -> aetcd.KeyValue:
     event = await client.watch_once(
         key.encode(), timeout=timeout_s, start_revision=after_revision + 1, kind=aetcd.EventKind.PUT
     )
@@ -79,7 +80,8 @@ async def test_replace_puts_and_deletes_under_a_prefix(client: aetcd.Client) -> 
     await reg.replace({keys.store_topic("s1", "A"): topic("A", 4)}, prefix=under)
     await reg.start(give_up_after_s=10)
     try:
-        await reg.replace({keys.store_topic("s1", "A"): topic("A", 8), keys.store_topic("s1", "B"): topic("B", 2)}, prefix=under)
+        values = {keys.store_topic("s1", "A"): topic("A", 8), keys.store_topic("s1", "B"): topic("B", 2)}
+        await reg.replace(values, prefix=under)
         listing = await client.get_prefix(under.encode())
         assert {kv.key.decode(): kv.value for kv in listing} == {
             keys.store_topic("s1", "A"): topic("A", 8),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 import aetcd
 import grpc
@@ -14,7 +14,6 @@ import pytest
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-
 from support import EtcdServer, ServiceFactory, ServiceProcess, free_port, wait_key_deleted
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, route_pb2_grpc
@@ -39,7 +38,8 @@ async def client(etcd: EtcdServer) -> AsyncIterator[aetcd.Client]:
 
 def health_status(address: str, service: str) -> int:
     with grpc.insecure_channel(address) as channel:
-        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        return reply.status
 
 
 def reflected_services(address: str) -> set[str]:
@@ -100,7 +100,9 @@ async def test_route_errors_carry_their_codes(service_factory: ServiceFactory) -
     assert TxmqError.from_rpc_error(empty.value).code == errors_pb2.CODE_ILLEGAL_TOPIC
 
 
-async def test_clean_stop_revokes_the_registration_at_once(service_factory: ServiceFactory, client: aetcd.Client) -> None:
+async def test_clean_stop_revokes_the_registration_at_once(
+    service_factory: ServiceFactory, client: aetcd.Client
+) -> None:
     # A TTL far longer than the test: only the revoke can remove the key in time.
     pull = service_factory.start("pull", "--instance_id", "p-stop", "--registration_ttl_ms", "600000")
     key = EtcdKeys(service_factory.etcd_prefix).service(PULL, "p-stop")
@@ -128,7 +130,8 @@ async def test_an_invalid_flag_fails_startup(service_factory: ServiceFactory) ->
 
 async def test_sigterm_during_startup_stops_at_once(tmp_path: Path) -> None:
     # No etcd at this address: start-up keeps retrying until it is told to stop.
-    waiting = ServiceProcess("pull", port=free_port(), etcd_endpoints=f"127.0.0.1:{free_port()}", log_path=tmp_path / "pull.log")
+    nowhere = f"127.0.0.1:{free_port()}"
+    waiting = ServiceProcess("pull", port=free_port(), etcd_endpoints=nowhere, log_path=tmp_path / "pull.log")
     waiting.spawn()
     try:
         deadline = time.monotonic() + 30

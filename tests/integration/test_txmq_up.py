@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import grpc
-
 from support import ChildProcess, child_pids, free_port, wait_serving
 from txmq.v1 import store_pb2, store_pb2_grpc
 
@@ -59,7 +58,8 @@ def test_up_runs_everything_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None
             assert sum(service in c for c in commands) == 1
         assert "--flush_mode sync" in next(c for c in commands if "txmq_store" in c)  # passed through
         with grpc.insecure_channel(addresses["store"]) as channel:
-            status = store_pb2_grpc.StoreAdminStub(channel).GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=10)
+            admin = store_pb2_grpc.StoreAdminStub(channel)
+            status = admin.GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=10)
         assert status.flush_mode == "sync"
 
         up.signal(signal.SIGTERM)

@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from txmq import Admin, Producer
+from txmq import Admin, NotFoundError, Producer, TopicRoute
 
 
 def _unique_name(prefix: str) -> str:
@@ -46,14 +46,33 @@ def admin(bootstrap: str) -> Iterator[Admin]:
 
 
 @pytest.fixture
-def new_topic(admin: Admin) -> Iterator[Callable[..., str]]:
-    """Creates topics (4 queues unless told) and deletes them after the test."""
+def wait_route(admin: Admin) -> Callable[..., None]:
+    """Waits until route look-ups show a topic as ``check`` wants it (by default: at
+    all). A store answers an admin call before its change reaches etcd, where route
+    look-ups read it."""
+
+    def wait(topic: str, check: Callable[[TopicRoute], bool] = lambda route: bool(route.queues)) -> None:
+        def shows() -> bool:
+            try:
+                return check(admin.topic_route(topic))
+            except NotFoundError:
+                return False
+
+        _wait_until(shows)
+
+    return wait
+
+
+@pytest.fixture
+def new_topic(admin: Admin, wait_route: Callable[..., None]) -> Iterator[Callable[..., str]]:
+    """Creates routable topics (4 queues unless told) and deletes them after the test."""
     created: list[str] = []
 
     def create(*, queues: int = 4) -> str:
         name = _unique_name("sdk")
         admin.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
         created.append(name)
+        wait_route(name)
         return name
 
     yield create

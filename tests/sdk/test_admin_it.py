@@ -21,13 +21,14 @@ from txmq import (
 from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
 
 
-def test_topic_crud(admin: Admin, unique_name: Callable[[str], str]) -> None:
+def test_topic_crud(admin: Admin, unique_name: Callable[[str], str], wait_route: Callable[..., None]) -> None:
     name = unique_name("sdk-crud")
     created = admin.create_topic(name, read_queue_nums=3, write_queue_nums=2, attributes={"message.type": "NORMAL"})
     assert created == TopicConfig(name, 3, 2, Perm.READ | Perm.WRITE, {"message.type": "NORMAL"})
     assert admin.get_topic(name) == created
     assert name in {t.name for t in admin.list_topics()}
 
+    wait_route(name)
     route = admin.topic_route(name)
     assert [(q.read_queue_nums, q.write_queue_nums) for q in route.queues] == [(3, 2)]
     assert len(route.write_queues()) == 2 and len(route.read_queues()) == 3

@@ -26,13 +26,14 @@ def txmq(bootstrap: str):  # type: ignore[no-untyped-def]
     return run
 
 
-def test_topic_commands(txmq, unique_name) -> None:  # type: ignore[no-untyped-def]
+def test_topic_commands(txmq, unique_name, wait_route) -> None:  # type: ignore[no-untyped-def]
     name = unique_name("cli")
     created = txmq(
         "topic", "create", name, "--read-queues", "2", "--write-queues", "2", "--attr", "a=b=c", "-o", "json"
     )
     assert created == {"name": name, "read_queue_nums": 2, "write_queue_nums": 2, "perm": 6, "attributes": {"a": "b=c"}}
     assert txmq("topic", "update", name, "--perm", "4", "-o", "json")["perm"] == 4
+    wait_route(name, lambda route: route.queues[0].perm == 4)
 
     got = txmq("topic", "get", name, "-o", "json")
     assert got["config"]["perm"] == 4 and got["queues"][0]["write_queue_nums"] == 2

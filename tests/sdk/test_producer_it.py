@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import grpc
@@ -18,6 +19,7 @@ from txmq import (
     PayloadTooLargeError,
     Perm,
     Producer,
+    SendResult,
     SendStatus,
     ServiceKind,
 )
@@ -187,7 +189,9 @@ def test_oversized_body_is_refused_before_sending(bootstrap: str, topic: str) ->
     assert sends.unique_ids == []
 
 
-def test_a_topic_made_read_only_refuses_sends(bootstrap: str, admin: Admin, topic: str) -> None:
+def test_a_topic_made_read_only_refuses_sends(
+    bootstrap: str, admin: Admin, topic: str, wait_route: Callable[..., None]
+) -> None:
     sends = CountSends()
     with Producer("sdk-test-producer", bootstrap, interceptors=[sends]) as producer:
         producer.send(Message(topic, b"before"))
@@ -197,7 +201,9 @@ def test_a_topic_made_read_only_refuses_sends(bootstrap: str, admin: Admin, topi
             producer.send(Message(topic, b"after"))
         assert info.value.code == errors_pb2.CODE_TOPIC_NOT_WRITABLE
         assert len(sends.unique_ids) == 2
-        # The error refreshed the route: now the producer knows without asking the store.
+        # The error made the producer look the route up again before its next send: once
+        # routes show the change, it knows without asking the store.
+        wait_route(topic, lambda route: route.write_queues() == [])
         with pytest.raises(ForbiddenError) as info:
             producer.send(Message(topic, b"after"))
         assert info.value.code == errors_pb2.CODE_TOPIC_NOT_WRITABLE
@@ -237,3 +243,14 @@ def test_sends_spread_over_stores_and_fail_over(service_factory, wait_until) -> 
             stores[1].kill()  # its registration outlives it until the lease expires
             after = [producer.send(Message("spread", b"y")).message_queue.store_id for _ in range(4)]
             assert after == ["store-0"] * 4
+
+
+def test_one_producer_serves_many_threads(producer: Producer, topic: str) -> None:
+    def send_ten(worker: int) -> list[SendResult]:
+        return [producer.send(Message(topic, f"{worker}-{i}".encode())) for i in range(10)]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = [r for batch in pool.map(send_ten, range(4)) for r in batch]
+    assert len({r.msg_id for r in results}) == 40
+    # The threads share one round-robin counter: every queue got exactly a quarter.
+    assert Counter(r.message_queue.queue_id for r in results) == {0: 10, 1: 10, 2: 10, 3: 10}

@@ -5,14 +5,6 @@ The process classes are the ones ``txmq up`` uses (txmq_cli.cluster); this packa
 what only tests need. The pytest fixtures built on it live in tests/conftest.py.
 """
 
-from support.processes import (
-    ServiceFactory,
-    child_pids,
-    free_port,
-    new_etcd,
-    new_local_cluster,
-    wait_key_deleted,
-)
 from txmq_cli.cluster import (
     ChildProcess,
     EtcdServer,
@@ -20,6 +12,15 @@ from txmq_cli.cluster import (
     ProcessExited,
     ServiceProcess,
     wait_serving,
+)
+
+from support.processes import (
+    ServiceFactory,
+    child_pids,
+    free_port,
+    new_etcd,
+    new_local_cluster,
+    wait_key_deleted,
 )
 
 __all__ = [

@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 
 import aetcd
-
 from txmq_cli.cluster import EtcdServer, LocalCluster, ServiceProcess
 
 

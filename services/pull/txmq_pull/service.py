@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from txmq_runtime.server import ServiceContext, ServiceParts
+
 from txmq_pull.settings import PullSettings
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 import aetcd
 from tenacity import (
@@ -54,6 +55,7 @@ def etcd_client(endpoints: str) -> aetcd.Client:
         raise ValueError("no etcd endpoint given")
     if len(hosts) == 1:
         host, port = hosts[0]
+        host = f"[{host}]" if ":" in host else host  # aetcd dials f"{host}:{port}"
         return aetcd.Client(host=host, port=port, timeout=_CALL_TIMEOUT_S, options=_CHANNEL_OPTIONS)
     try:
         versions = {ipaddress.ip_address(host).version for host, _ in hosts}

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import aetcd
 from google.protobuf import json_format
-
 from txmq.v1 import common_pb2, route_pb2
+
 from txmq_runtime.etcd import RETRYABLE, EtcdMirror, retrying
 
 log = logging.getLogger("txmq.registry")
@@ -167,7 +167,9 @@ class Registration:
             try:
                 await self._client.revoke_lease(self._lease_id)
             except RETRYABLE as exc:
-                log.warning("could not revoke etcd lease %x (its keys expire in %d s): %s", self._lease_id, self._ttl_s, exc)
+                log.warning(
+                    "could not revoke etcd lease %x (its keys expire in %d s): %s", self._lease_id, self._ttl_s, exc
+                )
             self._lease_id = None
 
     async def _register(self) -> None:

@@ -24,15 +24,16 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Generic, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import aetcd
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-
 from txmq.v1 import common_pb2
+
 from txmq_runtime.etcd import etcd_client
 from txmq_runtime.net import join_host_port
 from txmq_runtime.registry import ClusterView, EtcdKeys, Registration, encode, kind_name
@@ -81,7 +82,6 @@ class ServiceParts:
     close: Callable[[], Awaitable[None]] | None = None
     #: Overrides the instance id from the settings (a store registers under its store id).
     instance_id: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
 
 
 Setup = Callable[[ServiceContext[S]], Awaitable[ServiceParts]]
@@ -187,7 +187,6 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
             instance_id=instance_id,
             address=address,
             started_at_ms=time.time_ns() // 1_000_000,
-            labels=parts.labels,
         )
         await registration.put(keys.service(kind, instance_id), encode(endpoint))
         await registration.start(give_up_after_s=ETCD_STARTUP_TIMEOUT_S)
@@ -197,7 +196,9 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         stack.push_async_callback(health_servicer.enter_graceful_shutdown)
         signals.starting = False
-        log.info("%s %s ready on %s (bound port %d, etcd lease %x)", name, instance_id, address, port, registration.lease_id)
+        log.info(
+            "%s %s ready on %s (bound port %d, etcd lease %x)", name, instance_id, address, port, registration.lease_id
+        )
 
         await signals.stop.wait()
         log.info("%s %s stopping", name, instance_id)

@@ -23,12 +23,15 @@ from typing import Callable
 from .codec import (
     BLANK_MAGIC,
     BLANK_SIZE,
+    HEADER_SIZE,
+    MESSAGE_MAGIC,
     CorruptRecord,
     PreparedRecord,
     decode_record,
     encode_blank,
     encode_record,
     read_size_and_magic,
+    read_store_timestamp,
     verify_record,
 )
 from .model import StoredMessage
@@ -81,8 +84,13 @@ class CommitLog:
             if log_._segments and start != log_._segments[-1].end:
                 raise RuntimeError(f"commit log gap before {path} (previous ends at {log_._segments[-1].end})")
             fd = os.open(path, os.O_RDWR)
-            size = os.fstat(fd).st_size
-            log_._add(Segment(start, size, path, fd, dir_synced=True))
+            log_._add(Segment(start, os.fstat(fd).st_size, path, fd, dir_synced=True))
+        if log_._segments and log_._segments[-1].size < segment_bytes:
+            # A crash while the file system extended the last file: the missing end
+            # reads as zeros, as in a preallocated segment.
+            last = log_._segments[-1]
+            os.ftruncate(last.fd, segment_bytes)
+            last.size = segment_bytes
         if log_._segments:
             log_.write_offset = log_.flushed_offset = log_._segments[0].start
         return log_
@@ -303,12 +311,21 @@ class CommitLog:
     # -- retention ---------------------------------------------------------------------
 
     def delete_segments(self, *, expired_before_ms: int, keep_from: int) -> int:
-        """Delete leading segments last modified before ``expired_before_ms`` that end
-        at or below ``keep_from`` (never the segment being written). Returns how many."""
+        """Delete leading segments whose records were all stored before
+        ``expired_before_ms`` and that end at or below ``keep_from`` (never the segment
+        being written). Returns how many.
+
+        A segment's newest record is no newer than the first record of the next one, so
+        that record's store time dates the segment (RocketMQ uses the file's mtime; a
+        record time follows the store's clock)."""
         deleted = 0
         while len(self._segments) > 1:
-            seg = self._segments[0]
-            if seg.end > keep_from or os.fstat(seg.fd).st_mtime_ns // 1_000_000 >= expired_before_ms:
+            seg, nxt = self._segments[0], self._segments[1]
+            if seg.end > keep_from:
+                break
+            head = os.pread(nxt.fd, HEADER_SIZE, 0)
+            size, magic = read_size_and_magic(head)
+            if magic != MESSAGE_MAGIC or read_store_timestamp(head) >= expired_before_ms:
                 break
             self._remove(seg)
             deleted += 1

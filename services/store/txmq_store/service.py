@@ -9,6 +9,7 @@ import logging
 from txmq.v1 import common_pb2
 from txmq_runtime.registry import EtcdKeys, Registration, encode
 from txmq_runtime.server import ServiceContext, ServiceParts
+
 from txmq_store.message_store import MessageStore
 from txmq_store.servicer import add_store_servicers
 from txmq_store.settings import StoreSettings
@@ -66,7 +67,9 @@ class TopicPublisher:
 async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
     store = await MessageStore.open(ctx.settings, advertised_address=ctx.address)
     if store.recovered_from_crash:
-        log.warning("store %s recovered from a crash (no clean-shutdown marker in %s)", store.store_id, ctx.settings.data_dir)
+        log.warning(
+            "store %s recovered from a crash (no clean-shutdown marker in %s)", store.store_id, ctx.settings.data_dir
+        )
     service_names = add_store_servicers(ctx.server, store)
     publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=ctx.registration)
     await publisher.start()

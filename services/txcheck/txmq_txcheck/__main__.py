@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from txmq.v1 import common_pb2
+from txmq_runtime.server import serve
+
 from txmq_txcheck.service import setup
 from txmq_txcheck.settings import TxcheckSettings
-from txmq_runtime.server import serve
 
 
 def main(argv: Sequence[str] | None = None) -> None:
