@@ -61,6 +61,33 @@ def system_busy_s() -> float:
         return 0.0
 
 
+def kernel_threads_cpu_s() -> float:
+    """CPU time of kernel threads (children of kthreadd, pid 2: jbd2, kworkers doing
+    writeback, ...): fsync-heavy scenarios make them busy on our behalf."""
+    total = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == "2" or d == "2":  # ppid (field 4) is kthreadd
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def user_system_s() -> float:
+    """user+nice+system time of all cores since boot (no irq/softirq/steal), in seconds."""
+    try:
+        with open("/proc/stat") as f:
+            parts = f.readline().split()
+        return sum(int(x) for x in parts[1:4]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return 0.0
+
+
 def wait_quiet(max_wait_s: float, threshold_pct: float = 15.0, window_s: float = 1.0) -> float:
     """Wait (at most ``max_wait_s``) until the whole machine's busy CPU stays below
     ``threshold_pct`` of one core for ``window_s``. Returns the last measured busy %."""
@@ -230,7 +257,7 @@ def start_etcd(workdir: Path) -> Child:
 
 
 def start_store(workdir: Path, *, flush_mode: str, etcd_port: int,
-                extra_args: list[str] | None = None) -> Child:
+                extra_args: list[str] | None = None, module: str | None = None) -> Child:
     """A txmq store process (``python -m txmq_store``); readiness is checked by the caller
     through the gRPC health service. ``TXMQ_BENCH_STORE_MODULE`` names another module to run
     (for testing the harness against a stand-in)."""
@@ -238,7 +265,7 @@ def start_store(workdir: Path, *, flush_mode: str, etcd_port: int,
     data = workdir / "data"
     data.mkdir(exist_ok=True)
     argv = [
-        str(VENV_PY), "-m", os.environ.get("TXMQ_BENCH_STORE_MODULE", "txmq_store"),
+        str(VENV_PY), "-m", module or os.environ.get("TXMQ_BENCH_STORE_MODULE", "txmq_store"),
         "--host", "127.0.0.1",
         "--port", str(port),
         "--data_dir", str(data),
@@ -246,4 +273,5 @@ def start_store(workdir: Path, *, flush_mode: str, etcd_port: int,
         "--etcd_endpoints", f"127.0.0.1:{etcd_port}",
         *(extra_args or []),
     ]
-    return Child("store", argv, workdir, port).start()
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return Child("store", argv, workdir, port, env={"PYTHONPATH": pythonpath}).start()

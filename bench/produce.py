@@ -45,9 +45,13 @@ SYSTEMS = {
     "redis": ("Redis Streams XADD, no AOF, no RDB", "none"),
     "redis-aof": ("Redis Streams XADD, appendonly yes + appendfsync always", "sync"),
     "nats": ("NATS JetStream, file storage (default sync_interval)", "async"),
+    # Not in "all": a no-op grpc.aio store (bench/null_store.py), the gRPC + client ceiling.
+    "grpc-null": ("no-op gRPC store (bench/null_store.py): the gRPC + Python client ceiling",
+                  "none"),
 }
 MODES = ("single", "batch")
-ALL_SCENARIOS = [f"{s}:{m}" for s in SYSTEMS for m in MODES]
+KNOWN_SCENARIOS = [f"{s}:{m}" for s in SYSTEMS for m in MODES]
+ALL_SCENARIOS = [s for s in KNOWN_SCENARIOS if not s.startswith("grpc-null")]
 
 # (numerator, denominator, target or None, what it means)
 RATIOS = [
@@ -60,6 +64,10 @@ RATIOS = [
      "single-send sync txmq vs Redis XADD (appendfsync always)"),
     ("txmq-async:batch", "nats:batch", None, "batched async txmq vs JetStream async publish"),
     ("txmq-async:single", "nats:single", None, "single-send async txmq vs JetStream publish"),
+    ("txmq-async:batch", "grpc-null:batch", None,
+     "batched async txmq vs a no-op gRPC store (share of the gRPC + client ceiling)"),
+    ("txmq-async:single", "grpc-null:single", None,
+     "single-send async txmq vs a no-op gRPC store"),
 ]
 
 
@@ -101,6 +109,10 @@ class Result:
     # CPU used by everything else on the machine during the measured phase (100 = one
     # core): other people's processes, etcd, the kernel. High values mean a noisy figure.
     other_cpu_pct: float = 0.0
+    # Of the above: kernel threads (writeback, journal) and irq/softirq time; the rest
+    # (foreign_cpu_pct) is other processes, which is what makes a figure noisy.
+    kernel_cpu_pct: float = 0.0
+    foreign_cpu_pct: float = 0.0
     busy_before_pct: float = 0.0
     stored: int = -1
     expected_stored: int = 0
@@ -166,6 +178,9 @@ def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
         return TxmqTarget(workdir, flush_mode=SYSTEMS[system][1], etcd=etcd,
                           client=cfg.txmq_client, concurrency=cfg.concurrency,
                           store_args=cfg.store_args)
+    if system == "grpc-null":
+        return TxmqTarget(workdir, flush_mode="async", etcd=etcd, client=cfg.txmq_client,
+                          concurrency=cfg.concurrency, store_module="bench.null_store")
     if system == "redis":
         return RedisTarget(workdir, aof_always=False, concurrency=cfg.concurrency)
     if system == "redis-aof":
@@ -183,8 +198,10 @@ def start_profiler(pid: int, out: Path, native: bool = False) -> subprocess.Pope
     return subprocess.Popen(
         [str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
          "--output", str(out),
-         # --native needs to pause the process for each sample; plain sampling does not.
-         *(["--native"] if native else ["--nonblocking"]), "--threads"],
+         # --gil: sample only the thread holding the GIL, i.e. where the Python CPU goes
+         # (a thread blocked in C with the GIL released is not "work" for a GIL-bound
+         # process). --native instead shows C frames but must pause the process per sample.
+         *(["--native"] if native else ["--nonblocking", "--gil"]), "--threads"],
         stdout=subprocess.DEVNULL, stderr=open(out.with_suffix(".log"), "wb"),
         start_new_session=True,
     )
@@ -236,7 +253,7 @@ def summarize_profile(path: Path, top: int = 25) -> str:
     if not total:
         return "(empty profile)"
     pct = lambda n: f"{100 * n / total:5.1f}%"  # noqa: E731
-    out = [f"{total} samples (active threads only)"]
+    out = [f"{total} samples"]
     if threads:
         out.append("threads:")
         out += [f"  {pct(n)}  {t}" for t, n in threads.most_common(8)]
@@ -270,12 +287,13 @@ async def run_scenario(scenario: str, rnd: int, cfg: Config, tmp: procs.TempRoot
             warm = w["messages"]
         if cfg.wait_quiet_s > 0:
             res.busy_before_pct = await asyncio.to_thread(procs.wait_quiet, cfg.wait_quiet_s)
-        if cfg.profile and system.startswith("txmq"):
+        if cfg.profile and isinstance(target, TxmqTarget):
             ppath = RESULTS_DIR / f"profile-{run_id}-{scenario.replace(':', '-')}-r{rnd}.txt"
             prof = start_profiler(target.child.pid, ppath, native=cfg.profile_native)
             res.profile = str(ppath)
             await asyncio.sleep(0.5)
         srv0, cli0, sys0 = target.server_cpu_s(), time.process_time(), procs.system_busy_s()
+        us0, kt0 = procs.user_system_s(), procs.kernel_threads_cpu_s()
         bar = None
         if progress:
             from tqdm import tqdm
@@ -289,13 +307,20 @@ async def run_scenario(scenario: str, rnd: int, cfg: Config, tmp: procs.TempRoot
                 bar.close()
         res.server_cpu_s = target.server_cpu_s() - srv0
         res.client_cpu_s = time.process_time() - cli0
-        other = procs.system_busy_s() - sys0 - res.server_cpu_s - res.client_cpu_s
+        # py-spy's own CPU is ours too (it is not someone else's noise).
+        ours = res.server_cpu_s + res.client_cpu_s + (procs.proc_cpu_s(prof.pid) if prof else 0.0)
+        other = procs.system_busy_s() - sys0 - ours
+        kthreads = procs.kernel_threads_cpu_s() - kt0
+        foreign = procs.user_system_s() - us0 - ours - kthreads
         if prof is not None:
             await asyncio.to_thread(stop_profiler, prof)
             prof = None
         res.messages, res.requests, res.seconds = r["messages"], r["requests"], r["seconds"]
         res.stopped_by = r["stopped_by"]
-        res.other_cpu_pct = max(0.0, 100 * other / res.seconds) if res.seconds else 0.0
+        if res.seconds:
+            res.other_cpu_pct = max(0.0, 100 * other / res.seconds)
+            res.foreign_cpu_pct = max(0.0, 100 * foreign / res.seconds)
+            res.kernel_cpu_pct = max(0.0, res.other_cpu_pct - res.foreign_cpu_pct)
         res.msgs_per_s = res.messages / res.seconds if res.seconds else 0.0
         res.mib_per_s = res.msgs_per_s * cfg.body_bytes / MIB
         res.lat_p50_ms = percentile(r["lat"], 0.50) * 1000
@@ -324,13 +349,16 @@ def pick_scenarios(spec: str) -> list[str]:
     for pat in (p.strip() for p in spec.split(",")):
         if not pat:
             continue
+        if pat == "all":
+            out += [s for s in ALL_SCENARIOS if s not in out]
+            continue
         if ":" not in pat:
             pat += ":*"
-        hits = [s for s in ALL_SCENARIOS if fnmatch.fnmatch(s, pat)]
+        hits = [s for s in KNOWN_SCENARIOS if fnmatch.fnmatch(s, pat)]
         if not hits:
-            raise click.BadParameter(f"{pat!r} matches none of {', '.join(ALL_SCENARIOS)}")
+            raise click.BadParameter(f"{pat!r} matches none of {', '.join(KNOWN_SCENARIOS)}")
         out += [h for h in hits if h not in out]
-    return [s for s in ALL_SCENARIOS if s in out]  # canonical order
+    return [s for s in KNOWN_SCENARIOS if s in out]  # canonical order
 
 
 def machine_info() -> dict:
@@ -346,7 +374,13 @@ def machine_info() -> dict:
         mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError):
         mem_gib = 0
+    try:  # read-only; the working tree may hold uncommitted changes
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=procs.ROOT,
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
     return {
+        "git_head": commit,
         "cores": os.cpu_count(),
         "cpu": cpu,
         "mem_gib": round(mem_gib, 1),
@@ -377,9 +411,10 @@ def best_of_rounds(results: list[Result]) -> dict[str, Result]:
 
 def format_table(rows: dict[str, Result], cfg: Config) -> str:
     hdr = (f"{'scenario':<18} {'msgs/s':>9} {'MiB/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
-           f"{'srv cpu%':>8} {'cli cpu%':>8} {'oth cpu%':>8} {'msgs':>8}  note")
+           f"{'srv us/m':>8} {'cli us/m':>8} "
+           f"{'srv cpu%':>8} {'cli cpu%':>8} {'krn cpu%':>8} {'oth cpu%':>8} {'msgs':>8}  note")
     lines = [hdr, "-" * len(hdr)]
-    for sc in ALL_SCENARIOS:
+    for sc in KNOWN_SCENARIOS:
         r = rows.get(sc)
         if r is None:
             continue
@@ -393,11 +428,14 @@ def format_table(rows: dict[str, Result], cfg: Config) -> str:
             notes.append(r.error.splitlines()[0][:60])
         if r.stopped_by == "time":
             notes.append("time cap")
-        if r.other_cpu_pct > NOISY_OTHER_CPU_PCT:
+        if r.foreign_cpu_pct > NOISY_OTHER_CPU_PCT:
             notes.append("NOISY (machine busy)")
         lines.append(
             f"{sc:<18} {r.msgs_per_s:>9,.0f} {r.mib_per_s:>7.1f} {r.lat_p50_ms:>7.2f} "
-            f"{r.lat_p99_ms:>7.2f} {srv:>8.0f} {cli:>8.0f} {r.other_cpu_pct:>8.0f} "
+            f"{r.lat_p99_ms:>7.2f} {1e6 * r.server_cpu_s / r.messages:>8.1f} "
+            f"{1e6 * r.client_cpu_s / r.messages:>8.1f} "
+            f"{srv:>8.0f} {cli:>8.0f} {r.kernel_cpu_pct:>8.0f} "
+            f"{r.foreign_cpu_pct:>8.0f} "
             f"{r.messages:>8}  {'; '.join(notes)}"
         )
     return "\n".join(lines)
@@ -471,14 +509,15 @@ async def run_all(cfg: Config, progress: bool, keep: bool, run_id: str) -> list[
               help="Run every scenario this many times (interleaved); report the median.")
 @click.option("--scenarios", default="all", show_default=True,
               help="Comma-separated list or globs of system:mode, e.g. 'txmq-*:batch,redis*'. "
-                   f"Known: {', '.join(ALL_SCENARIOS)}.")
+                   f"Known: {', '.join(KNOWN_SCENARIOS)} ('all' leaves out grpc-null).")
 @click.option("--txmq-client", type=click.Choice(["auto", "sdk", "stubs"]), default="auto",
               show_default=True, help="SDK (txmq.Producer) or raw gRPC stubs.")
 @click.option("--store-arg", "store_args", multiple=True,
               help="Extra flag for the store process, e.g. --store-arg=--log_level=WARNING.")
 @click.option("--profile", is_flag=True,
-              help="py-spy the store process during each txmq scenario; write collapsed "
-                   "stacks and a top-frames summary to bench/results/.")
+              help="py-spy the store process during each txmq scenario (only the thread "
+                   "holding the GIL is sampled); write collapsed stacks and a top-frames "
+                   "summary to bench/results/.")
 @click.option("--profile-native", is_flag=True,
               help="With --profile: include native (C) frames (py-spy --native; slower).")
 @click.option("--wait-quiet", "wait_quiet_s", type=click.FloatRange(0, 600), default=30.0,
@@ -531,8 +570,10 @@ def main(messages, single_messages, batch_size, concurrency, body_bytes, max_sec
     click.echo("")
     click.echo(format_table(rows, cfg))
     click.echo("")
-    click.echo("srv/cli/oth cpu% = CPU time of the server process / this client / everything "
-               "else on the machine, over the measured phase (100% = one core)")
+    click.echo("us/m = CPU microseconds per message (server process / this client); "
+               "cpu% over the measured phase,\n  100% = one core: srv = the server process, "
+               "cli = this client, krn = kernel threads + irq/softirq (writeback, journal, "
+               "loopback), oth = other processes (NOISY above 25%)")
     clients: dict[str, str] = {}
     for r in rows.values():
         clients.setdefault(r.system, r.client)

@@ -79,12 +79,14 @@ async def wait_serving(channel: grpc.aio.Channel, child: procs.Child, timeout_s:
 class TxmqTarget(Target):
     probe_messages = 0  # messages stored before the warm-up (the SDK probe)
     def __init__(self, workdir: Path, *, flush_mode: str, etcd: Etcd, client: str,
-                 concurrency: int, store_args: list[str] | None = None) -> None:
+                 concurrency: int, store_args: list[str] | None = None,
+                 store_module: str | None = None) -> None:
         super().__init__(workdir)
         self.flush_mode = flush_mode
         self.etcd = etcd
         self.client = client  # "sdk" | "stubs"
         self.store_args = store_args or []
+        self.store_module = store_module
         self.channel: grpc.aio.Channel | None = None
         self.producer = None
         self._pool: ThreadPoolExecutor | None = None
@@ -106,7 +108,7 @@ class TxmqTarget(Target):
         etcd_port = await asyncio.to_thread(self.etcd.start)
         self.child = procs.start_store(
             self.workdir, flush_mode=self.flush_mode, etcd_port=etcd_port,
-            extra_args=self.store_args,
+            extra_args=self.store_args, module=self.store_module,
         )
         self.channel = grpc.aio.insecure_channel(self.endpoint, options=GRPC_OPTIONS)
         await wait_serving(self.channel, self.child, timeout_s=30)

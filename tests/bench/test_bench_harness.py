@@ -46,9 +46,13 @@ def test_percentile_and_profile_summary(tmp_path):
     assert produce.percentile([], 0.5) == 0.0
     assert produce.percentile([3.0, 1.0, 2.0], 0.5) == 2.0
     p = tmp_path / "prof.txt"
-    p.write_text("main;loop;append 30\nmain;loop;fsync 10\n")
+    p.write_text(
+        "thread (1): MainThread;main (txmq_store/a.py:1);append (txmq_store/b.py:7) 30\n"
+        "thread (2): flusher;run (txmq_store/f.py:3);fsync (txmq_store/f.py:9) 10\n"
+    )
     s = produce.summarize_profile(p)
-    assert "40 samples" in s and "75.0%  append" in s and "100.0%  loop" in s
+    assert "40 samples" in s and " 75.0%  MainThread" in s
+    assert " 75.0%  append (txmq_store/b.py)" in s and " 25.0%  run (txmq_store/f.py)" in s
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="bench/setup_peers.sh not run")
@@ -66,3 +70,10 @@ def test_tiny_redis_run(tmp_path):
     doc = json.loads(out.read_text())
     (row,) = doc["results"]
     assert row["messages"] == 256 and row["stored"] == 256 + 16 and not row["error"]
+
+
+def test_null_store_is_opt_in():
+    assert not any(s.startswith("grpc-null") for s in produce.pick_scenarios("all"))
+    picked = produce.pick_scenarios("all,grpc-null")
+    assert picked[-2:] == ["grpc-null:single", "grpc-null:batch"]
+    assert set(produce.ALL_SCENARIOS) <= set(picked)

@@ -8,11 +8,10 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Callable
 
 import grpc
 import pytest
-
 from txmq.v1 import store_pb2_grpc
 from txmq_store.message_store import MessageStore
 from txmq_store.model import OutgoingMessage
@@ -108,9 +107,6 @@ async def store(stores: StoreFactory) -> MessageStore:
 
 def msg(body: bytes = b"body", *, topic: str = "TopicA", **kw: object) -> OutgoingMessage:
     return OutgoingMessage(topic=topic, body=body, **kw)  # type: ignore[arg-type]
-
-
-SendFn = Callable[..., Awaitable[object]]
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import struct
 
 import pytest
-
 from txmq_runtime.tags import tag_hash_code
 from txmq_store.codec import (
     BLANK_MAGIC,
@@ -20,7 +19,7 @@ from txmq_store.codec import (
     verify_record,
 )
 from txmq_store.model import OutgoingMessage
-from txmq_store.validation import MessageLimits, prepare_message
+from txmq_store.validation import MessageEncoder, MessageLimits
 
 LIMITS = MessageLimits(max_body_bytes=1 << 20, max_properties_bytes=32767, max_record_bytes=1 << 21)
 STORE_HOST = encode_host("10.1.2.3", 10911)
@@ -39,10 +38,8 @@ def record_bytes(offset: int = 4096, **kw: object) -> bytes:
         reconsume_times=3,
         prepared_transaction_offset=99,
     )
-    rec = prepare_message(
-        msg, index=0, limits=LIMITS, topic=msg.topic, queue_id=5, extra_properties={"REAL_TOPIC": "X"},
-        sys_flag=0x8, born_host=encode_host("::1", 4242), now_ms=1, system=True,
-    )  # fmt: skip
+    encoder = MessageEncoder(limits=LIMITS, born_host=encode_host("::1", 4242), now_ms=1, system=True)
+    rec = encoder.prepare(msg, 0, msg.topic, 5, {"REAL_TOPIC": "X"}, 0x8)
     data = b"".join(encode_record(rec, 17, offset, 222, STORE_HOST))
     assert len(data) == rec.size
     return data
@@ -71,10 +68,7 @@ def test_round_trip() -> None:
 
 def test_tag_code_and_prepared_fields() -> None:
     msg = OutgoingMessage(topic="T", body=b"x", tags="TagA")
-    rec = prepare_message(
-        msg, index=0, limits=LIMITS, topic="T", queue_id=0, extra_properties=None, sys_flag=0,
-        born_host=STORE_HOST, now_ms=5, system=False,
-    )  # fmt: skip
+    rec = MessageEncoder(limits=LIMITS, born_host=STORE_HOST, now_ms=5, system=False).prepare(msg, 0, "T", 0, None, 0)
     assert rec.tag_code == tag_hash_code("TagA") == 2598919
     assert rec.born_timestamp_ms == 5  # filled in when the producer left it 0
     assert len(rec.unique_id) == 32  # generated when absent

@@ -10,7 +10,7 @@ from txmq_store.codec import BLANK_MAGIC, PreparedRecord, encode_host
 from txmq_store.commitlog import CommitLog
 from txmq_store.consumequeue import ConsumeQueue
 from txmq_store.model import OutgoingMessage
-from txmq_store.validation import MessageLimits, prepare_message
+from txmq_store.validation import MessageEncoder, MessageLimits
 
 SEGMENT = 4096
 HOST = encode_host("127.0.0.1", 1)
@@ -18,11 +18,9 @@ HOST = encode_host("127.0.0.1", 1)
 
 def records(n: int, *, body_bytes: int = 500) -> list[PreparedRecord]:
     limits = MessageLimits(max_body_bytes=SEGMENT, max_properties_bytes=1000, max_record_bytes=SEGMENT - 8)
+    encoder = MessageEncoder(limits=limits, born_host=HOST, now_ms=1, system=False)
     return [
-        prepare_message(
-            OutgoingMessage(topic="T", body=bytes([i % 256]) * body_bytes), index=i, limits=limits, topic="T",
-            queue_id=0, extra_properties=None, sys_flag=0, born_host=HOST, now_ms=1, system=False,
-        )  # fmt: skip
+        encoder.prepare(OutgoingMessage(topic="T", body=bytes([i % 256]) * body_bytes), i, "T", 0, None, 0)
         for i in range(n)
     ]
 
@@ -49,6 +47,7 @@ def test_segments_roll_and_records_never_span(tmp_path: Path) -> None:
     assert log.read(log.max_offset - 4, 8) is None  # beyond the end
     assert log.roll_next_file(offsets[1]) == SEGMENT
     log.close()
+    assert list(tmp_path.glob("*.alloc")) == []  # the segment prepared ahead is discarded
 
 
 def test_recover_end_and_truncate(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
 from txmq_store.message_store import MessageStore
@@ -212,3 +211,34 @@ async def test_a_second_process_cannot_open_the_directory(stores: StoreFactory) 
     await stores.open()
     with pytest.raises(RuntimeError, match="in use"):
         await stores.open()
+
+
+async def test_sync_mode_crash_keeps_every_acknowledged_message(stores: StoreFactory) -> None:
+    store = await stores.open(flush_mode="sync")
+    store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
+    await store.flush()
+    for i in range(0, 200, 20):
+        await send_numbered(store, i, i + 20)
+    image = crash_image(store, stores)
+
+    crashed = await stores.open(image, flush_mode="sync")
+    assert crashed.recovered_from_crash
+    assert bodies(crashed) == [b"m%d" % i for i in range(200)]
+    (r,) = await crashed.send([msg(b"next", queue_id=0)])
+    assert r.queue_offset == 200
+
+
+async def test_offset_msg_ids_survive_a_new_address(stores: StoreFactory) -> None:
+    store = await stores.open()
+    store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
+    (old,) = await store.send([msg(b"before")])
+    store.set_advertised_address("10.0.0.7:9999")
+    (new,) = await store.send([msg(b"after")])
+    assert new.offset_msg_id.startswith("0A000007")
+    # An id names the host that stored the message, as RocketMQ's does.
+    assert store.view_message_by_id(old.offset_msg_id).body == b"before"
+    assert store.view_message_by_id(new.offset_msg_id).store_port == 9999
+    forged = old.offset_msg_id[:8] + "00000001" + old.offset_msg_id[16:]  # other port, same offset
+    with pytest.raises(TxmqError) as info:
+        store.view_message_by_id(forged)
+    assert info.value.code == errors_pb2.CODE_MESSAGE_NOT_FOUND

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2 as E
 from txmq_store.message_store import MessageStore
@@ -55,6 +54,7 @@ CASES = [
     ("space in key", msg(keys=("a b",)), E.CODE_ILLEGAL_MESSAGE),
     ("empty key", msg(keys=("",)), E.CODE_ILLEGAL_MESSAGE),
     ("reserved property", msg(properties={"TAGS": "x"}), E.CODE_ILLEGAL_MESSAGE),
+    ("system-only property", msg(properties={"TRANSACTION_CHECK_TIMES": "0"}), E.CODE_ILLEGAL_MESSAGE),
     ("empty property name", msg(properties={"": "x"}), E.CODE_ILLEGAL_MESSAGE),
     ("flag beyond int32", msg(flag=2**31), E.CODE_ILLEGAL_MESSAGE),
 ]
@@ -95,12 +95,18 @@ async def test_batch_rules(strict: MessageStore) -> None:
 async def test_half_message_rules(stores: StoreFactory) -> None:
     store = await stores.open(transaction_message_enable=False)
     store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
-    await expect_rejected(store, [msg()], E.CODE_TRANSACTION_NOT_ALLOWED, transaction_prepared=True, producer_group="pg")
+    await expect_rejected(
+        store, [msg()], E.CODE_TRANSACTION_NOT_ALLOWED, transaction_prepared=True, producer_group="pg"
+    )
     store = await stores.open("tx")
     store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
     await expect_rejected(store, [msg()], E.CODE_ILLEGAL_PRODUCER_GROUP, transaction_prepared=True)
-    await expect_rejected(store, [msg()], E.CODE_ILLEGAL_PRODUCER_GROUP, transaction_prepared=True, producer_group="a b")
-    await expect_rejected(store, [msg(queue_id=7)], E.CODE_ILLEGAL_QUEUE_ID, transaction_prepared=True, producer_group="pg")
+    await expect_rejected(
+        store, [msg()], E.CODE_ILLEGAL_PRODUCER_GROUP, transaction_prepared=True, producer_group="a b"
+    )
+    await expect_rejected(
+        store, [msg(queue_id=7)], E.CODE_ILLEGAL_QUEUE_ID, transaction_prepared=True, producer_group="pg"
+    )
 
 
 async def test_auto_create_happens_only_for_valid_batches(stores: StoreFactory) -> None:
@@ -119,5 +125,9 @@ async def test_auto_create_happens_only_for_valid_batches(stores: StoreFactory) 
 
 
 async def test_system_sends_may_write_system_topics(strict: MessageStore) -> None:
-    (r,) = await strict.send([msg(b"op", topic="RMQ_SYS_TRANS_OP_HALF_TOPIC", tags="d")], system=True)
+    (r,) = await strict.send(
+        [msg(b"op", topic="RMQ_SYS_TRANS_OP_HALF_TOPIC", tags="d", properties={"TRANSACTION_CHECK_TIMES": "2"})],
+        system=True,
+    )
     assert (r.topic, r.queue_id, r.queue_offset) == ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, 0)
+    assert strict.view_message(r.commit_log_offset).properties == {"TRANSACTION_CHECK_TIMES": "2"}

@@ -6,7 +6,6 @@ import asyncio
 
 import grpc
 import pytest
-
 from txmq.errors import TxmqError
 from txmq.ids import decode_offset_msg_id
 from txmq.v1 import common_pb2, errors_pb2, store_pb2
@@ -103,10 +102,17 @@ async def test_half_message(grpc_store: GrpcStore) -> None:
     r = resp.result
     assert r.transaction_id == r.msg_id == "ID-1"
     assert (r.queue.topic, r.queue.queue_id) == ("TopicA", 3)
-    view = (await grpc_store.stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=r.commit_log_offset))).message
+    view = (
+        await grpc_store.stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=r.commit_log_offset))
+    ).message
     assert view.message.topic == "RMQ_SYS_TRANS_HALF_TOPIC"
     assert view.message.queue_id == 0 and view.queue_offset == r.queue_offset
-    assert dict(view.message.properties) == {"REAL_TOPIC": "TopicA", "REAL_QID": "3", "PGROUP": "pg", "TRAN_MSG": "true"}
+    assert dict(view.message.properties) == {
+        "REAL_TOPIC": "TopicA",
+        "REAL_QID": "3",
+        "PGROUP": "pg",
+        "TRAN_MSG": "true",
+    }
     none = await grpc_store.stub.GetMessage(store_pb2.GetMessageRequest(topic="TopicA", queue_id=3, offset=0))
     assert none.status == store_pb2.GET_MESSAGE_STATUS_NO_MESSAGE_IN_QUEUE
     await expect_error(
@@ -145,7 +151,9 @@ async def test_errors_carry_detail(grpc_store: GrpcStore) -> None:
     await expect_error(
         stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=12345)), errors_pb2.CODE_MESSAGE_NOT_FOUND
     )
-    await expect_error(grpc_store.admin.GetTopic(store_pb2.GetTopicRequest(name="Nope")), errors_pb2.CODE_TOPIC_NOT_FOUND)
+    await expect_error(
+        grpc_store.admin.GetTopic(store_pb2.GetTopicRequest(name="Nope")), errors_pb2.CODE_TOPIC_NOT_FOUND
+    )
 
 
 async def test_admin_topics_and_groups(grpc_store: GrpcStore) -> None:
@@ -196,12 +204,16 @@ async def test_admin_topics_and_groups(grpc_store: GrpcStore) -> None:
 async def test_consume_offsets(grpc_store: GrpcStore) -> None:
     stub = grpc_store.stub
     await stub.SendMessage(store_pb2.SendMessageRequest(message=pb_msg(queue_id=0)))
-    q = await stub.QueryConsumeOffset(store_pb2.QueryConsumeOffsetRequest(consumer_group="cg", topic="TopicA", queue_id=0))
+    q = await stub.QueryConsumeOffset(
+        store_pb2.QueryConsumeOffsetRequest(consumer_group="cg", topic="TopicA", queue_id=0)
+    )
     assert not q.found
     await stub.CommitConsumeOffset(
         store_pb2.CommitConsumeOffsetRequest(consumer_group="cg", topic="TopicA", queue_id=0, offset=1)
     )
-    q = await stub.QueryConsumeOffset(store_pb2.QueryConsumeOffsetRequest(consumer_group="cg", topic="TopicA", queue_id=0))
+    q = await stub.QueryConsumeOffset(
+        store_pb2.QueryConsumeOffsetRequest(consumer_group="cg", topic="TopicA", queue_id=0)
+    )
     assert (q.found, q.offset) == (True, 1)
     listed = await stub.ListConsumeOffsets(store_pb2.ListConsumeOffsetsRequest(topic="TopicA"))
     (row,) = listed.offsets
@@ -216,11 +228,9 @@ async def test_consume_offsets(grpc_store: GrpcStore) -> None:
 
 async def test_watch_arrivals(grpc_store: GrpcStore) -> None:
     stream = grpc_store.stub.WatchArrivals(store_pb2.WatchArrivalsRequest(topics=["TopicA"]))
-    # The watcher is registered once the call reached the server.
-    for _ in range(200):
-        if grpc_store.store._hub.active:
-            break
-        await asyncio.sleep(0.01)
+    # Initial metadata comes once the watch is in place, before any arrival.
+    await asyncio.wait_for(stream.initial_metadata(), 10)
+    assert grpc_store.store._hub.active
     await grpc_store.stub.SendMessage(store_pb2.SendMessageRequest(message=pb_msg(tags="TagZ", queue_id=1)))
     batch = await asyncio.wait_for(stream.read(), 10)
     (a,) = batch.arrivals

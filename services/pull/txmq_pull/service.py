@@ -1,13 +1,87 @@
-"""The pull process: what it serves besides Route, health and reflection."""
+"""The pull process: the Pull service (validation, filters, long polling) over the stores
+it finds in the cluster view, besides Route, health and reflection."""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+
 from txmq_runtime.server import ServiceContext, ServiceParts
 
+from txmq_pull.arrivals import ArrivalFeed
+from txmq_pull.clock import Clock, MonotonicClock
+from txmq_pull.hold import HoldService
+from txmq_pull.membership import ConsumerGroups
+from txmq_pull.processor import PullProcessor, store_max_offsets
+from txmq_pull.servicer import PullServicer, add_pull_servicer
 from txmq_pull.settings import PullSettings
+from txmq_pull.store_client import ClusterLocator, StoreClients, StoreLocator
+
+log = logging.getLogger("txmq.pull.service")
+
+
+@dataclass(slots=True)
+class PullCore:
+    """Everything one pull instance runs, wired together (also what tests build in-process)."""
+
+    settings: PullSettings
+    clock: Clock
+    clients: StoreClients
+    hold: HoldService
+    feed: ArrivalFeed | None
+    processor: PullProcessor
+    groups: ConsumerGroups
+    servicer: PullServicer
+
+    def start(self) -> None:
+        """Start the hold timer and watch the arrivals of every known store (long polling)."""
+        self.hold.start()
+        if self.feed is not None:
+            self.feed.ensure_all()
+
+    async def close(self) -> None:
+        """Stop watching arrivals, answer held pulls, close the store channels."""
+        if self.feed is not None:
+            await self.feed.close()
+        await self.hold.close()
+        await self.clients.close()
+
+
+def build_core(settings: PullSettings, locator: StoreLocator, *, clock: Clock | None = None) -> PullCore:
+    clock = clock or MonotonicClock()
+    clients = StoreClients(locator, timeout_ms=settings.store_rpc_timeout_ms)
+    hold = HoldService(
+        clock=clock,
+        check_interval_ms=settings.effective_hold_check_interval_ms,
+        max_held=settings.max_held_requests,
+        max_offsets=store_max_offsets(clients),
+    )
+    # Short polling (RocketMQ longPollingEnable = false) registers no arrival listener:
+    # held pulls are only re-checked by the backstop and their short timeout.
+    feed = (
+        ArrivalFeed(
+            clients,
+            hold,
+            reconnect_backoff_ms=settings.arrival_reconnect_backoff_ms,
+            connect_timeout_ms=settings.store_rpc_timeout_ms,
+        )
+        if settings.long_polling_enable
+        else None
+    )
+    processor = PullProcessor(settings, clients=clients, hold=hold, clock=clock, feed=feed)
+    groups = ConsumerGroups(clock, expiry_ms=settings.consumer_expiry_ms)
+    servicer = PullServicer(processor, groups, clock=clock, deadline_margin_ms=settings.deadline_margin_ms)
+    return PullCore(settings, clock, clients, hold, feed, processor, groups, servicer)
 
 
 async def setup(ctx: ServiceContext[PullSettings]) -> ServiceParts:
-    # The Pull service (pull.proto) is not registered yet: until it is, its RPCs answer
-    # UNIMPLEMENTED. The instance already registers and answers route look-ups.
-    return ServiceParts(service_names=[])
+    core = build_core(ctx.settings, ClusterLocator(ctx.cluster))
+    name = add_pull_servicer(ctx.server, core.servicer)
+    core.start()
+    log.info(
+        "pull service: long polling %s, hold check every %d ms, at most %d held pulls",
+        "on" if ctx.settings.long_polling_enable else "off (short polling)",
+        ctx.settings.effective_hold_check_interval_ms,
+        ctx.settings.max_held_requests,
+    )
+    return ServiceParts(service_names=[name], close=core.close)

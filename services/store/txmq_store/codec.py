@@ -46,6 +46,7 @@ from .model import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     StoredMessage,
+    with_field_properties,
 )
 
 MESSAGE_MAGIC = 0x54584D51  # "TXMQ"
@@ -96,66 +97,29 @@ class PreparedRecord:
     unique_id: str
     user_properties: Mapping[str, str]
     extra_properties: Mapping[str, str] | None  # added by the store; win over user ones
-    takes_queue_slot: bool
+    takes_queue_slot: bool  # see model.takes_queue_slot
+    indexed: bool  # see model.is_indexed
 
     def all_properties(self) -> dict[str, str]:
         """Every stored property (built on demand: only arrival watchers need it)."""
         props = dict(self.user_properties)
         if self.extra_properties:
             props.update(self.extra_properties)
-        if self.tags:
-            props[PROPERTY_TAGS] = self.tags
-        if self.keys:
-            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(self.keys)
-        props[PROPERTY_UNIQ_KEY] = self.unique_id
-        return props
+        return with_field_properties(props, tags=self.tags, keys=self.keys, unique_id=self.unique_id)
 
 
-def prepare_record(
-    *,
-    topic: str,
-    queue_id: int,
-    flag: int,
-    sys_flag: int,
-    born_timestamp_ms: int,
-    born_host: bytes,
-    reconsume_times: int,
-    prepared_transaction_offset: int,
-    body: bytes,
-    properties_bytes: bytes,
-    tag_code: int,
-    tags: str,
-    keys: tuple[str, ...],
-    unique_id: str,
-    user_properties: Mapping[str, str],
-    extra_properties: Mapping[str, str] | None,
-    takes_queue_slot: bool,
-) -> PreparedRecord:
-    topic_bytes = topic.encode("ascii")
-    tail = b"".join(
-        (U8.pack(len(topic_bytes)), topic_bytes, U16.pack(len(properties_bytes)), properties_bytes)
-    )
-    return PreparedRecord(
-        topic,
-        queue_id,
-        flag,
-        sys_flag,
-        born_timestamp_ms,
-        born_host,
-        reconsume_times,
-        prepared_transaction_offset,
-        body,
-        _crc32(body),
-        tail,
-        HEADER_SIZE + len(body) + len(tail),
-        tag_code,
-        tags,
-        keys,
-        unique_id,
-        user_properties,
-        extra_properties,
-        takes_queue_slot,
-    )
+_topic_prefixes: dict[str, bytes] = {}
+
+
+def encode_tail(topic: str, properties: bytes) -> bytes:
+    """Topic length + topic + properties length + properties."""
+    prefix = _topic_prefixes.get(topic)
+    if prefix is None:
+        topic_bytes = topic.encode("ascii")
+        prefix = U8.pack(len(topic_bytes)) + topic_bytes
+        if len(_topic_prefixes) < 65_536:
+            _topic_prefixes[topic] = prefix
+    return prefix + U16.pack(len(properties)) + properties
 
 
 def encode_record(
@@ -253,9 +217,7 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = F
     (props_len,) = U16.unpack_from(buf, ppos)
     if ppos + 2 + props_len != end:
         raise CorruptRecord("field lengths disagree with the record size")
-    if verify_crc and (
-        _crc32(memoryview(buf)[pos + RECORD_CRC_START : end]) != crc or _crc32(body) != body_crc
-    ):
+    if verify_crc and (_crc32(memoryview(buf)[pos + RECORD_CRC_START : end]) != crc or _crc32(body) != body_crc):
         raise CorruptRecord(f"CRC mismatch in record at {physical_offset}")
     try:
         topic = bytes(buf[tpos + 1 : ppos]).decode("ascii")

@@ -1,12 +1,14 @@
 """The commit log: one append-only byte space in fixed-size segment files.
 
 Layout: ``<dir>/<20-digit zero-padded start offset>``, each file ``segment_bytes`` long
-(created sparse, so the unwritten end reads as zeros). Offsets are global: segment ``s``
-holds ``[s.start, s.start + s.size)``. Records (codec.py) never span segments; a segment
-ends in a record that leaves no room, or a blank marker.
+and zero where nothing was written yet (pre-filled with zeros, or sparse). Offsets are
+global: segment ``s`` holds ``[s.start, s.start + s.size)``. Records (codec.py) never
+span segments; a segment ends in a record that leaves no room, or a blank marker.
+``<dir>/*.alloc`` is the next segment being prepared; it is discarded at start.
 
 Threads: everything but ``flush`` runs on the event loop. ``flush`` runs in one flusher
 thread at a time; it only reads the segment list (a snapshot) and the write offset.
+The allocator thread only writes its own ``.alloc`` file.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import logging
 import mmap
 import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 from .codec import (
     BLANK_MAGIC,
@@ -58,11 +61,79 @@ class Segment:
         return self.start + self.size
 
 
+Preallocate = Literal["zero", "fallocate", "none"]
+
+
+class SegmentAllocator:
+    """Prepares the next segment file in a background thread, under a temporary name:
+    ``zero`` writes zeros (and syncs them), ``fallocate`` only reserves the blocks.
+    Appends to written blocks, and their fsyncs, are several times cheaper than to a
+    sparse file: no block allocation or extent conversion on the way (RocketMQ
+    pre-allocates and warms its next mapped file for the same reason)."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, directory: Path, *, segment_bytes: int, mode: Preallocate) -> None:
+        self._directory = directory
+        self._segment_bytes = segment_bytes
+        self._mode = mode
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txmq-segment-alloc")
+        self._pending: tuple[int, Future[Path]] | None = None
+        for stale in directory.glob("*.alloc"):
+            stale.unlink()
+
+    def request(self, start: int) -> None:
+        if self._pending is None:
+            self._pending = (start, self._executor.submit(self._fill, start))
+
+    def take(self, start: int) -> Path | None:
+        """The prepared file for the segment at ``start`` (waits if it is still being
+        filled), or None when none was requested for it."""
+        if self._pending is None or self._pending[0] != start:
+            return None
+        _, fut = self._pending
+        self._pending = None
+        try:
+            return fut.result()
+        except OSError:
+            log.exception("pre-allocating segment %d failed", start)
+            return None
+
+    def _fill(self, start: int) -> Path:
+        path = self._directory / f"{segment_name(start)}.alloc"
+        zeros = bytes(self.CHUNK) if self._mode == "zero" else b""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if self._mode == "fallocate":
+                os.posix_fallocate(fd, 0, self._segment_bytes)
+            else:
+                for at in range(0, self._segment_bytes, self.CHUNK):
+                    os.pwrite(fd, zeros[: self._segment_bytes - at], at)
+                # Write the zeros back now, not while the segment is in use (its fsyncs
+                # would wait behind them).
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        return path
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        if self._pending is not None:
+            path = self._pending[1].result()
+            path.unlink(missing_ok=True)
+            self._pending = None
+
+
 class CommitLog:
-    def __init__(self, directory: Path, *, segment_bytes: int, fsync: Fsync) -> None:
+    def __init__(self, directory: Path, *, segment_bytes: int, fsync: Fsync, preallocate: Preallocate = "zero") -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
         self._fsync = fsync
+        self._allocator = (
+            SegmentAllocator(directory, segment_bytes=segment_bytes, mode=preallocate)
+            if preallocate != "none"
+            else None
+        )
         self._segments: list[Segment] = []
         self._starts: list[int] = []
         self.write_offset = 0  # end of the last appended record (the max offset)
@@ -72,11 +143,13 @@ class CommitLog:
     # -- lifecycle ---------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: Path, *, segment_bytes: int, fsync: Fsync) -> "CommitLog":
+    def open(
+        cls, directory: Path, *, segment_bytes: int, fsync: Fsync, preallocate: Preallocate = "zero"
+    ) -> "CommitLog":
         """Open the segments found; the write offset stays at the first segment's start
         until ``recover_end`` / ``truncate`` set it."""
         directory.mkdir(parents=True, exist_ok=True)
-        log_ = cls(directory, segment_bytes=segment_bytes, fsync=fsync)
+        log_ = cls(directory, segment_bytes=segment_bytes, fsync=fsync, preallocate=preallocate)
         for path in sorted(directory.iterdir()):
             if not (path.name.isdigit() and len(path.name) == 20):
                 continue
@@ -96,10 +169,17 @@ class CommitLog:
         return log_
 
     def close(self) -> None:
+        if self._allocator is not None:
+            self._allocator.close()
         for seg in self._segments:
             os.close(seg.fd)
         self._segments.clear()
         self._starts.clear()
+
+    def preallocate_next(self) -> None:
+        """Start preparing the segment the next roll (or the first append) needs."""
+        if self._allocator is not None:
+            self._allocator.request(self._segments[-1].end if self._segments else self.write_offset)
 
     # -- offsets -----------------------------------------------------------------------
 
@@ -179,10 +259,16 @@ class CommitLog:
             if pos != last.end:
                 raise RuntimeError(f"write offset {pos} is not at the end of the last segment ({last.end})")
         path = self.directory / segment_name(pos)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.ftruncate(fd, self.segment_bytes)
+        prepared = self._allocator.take(pos) if self._allocator is not None else None
+        if prepared is not None:
+            os.rename(prepared, path)
+            fd = os.open(path, os.O_RDWR)
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            os.ftruncate(fd, self.segment_bytes)
         seg = Segment(pos, self.segment_bytes, path, fd, dir_synced=False)
         self._add(seg)
+        self.preallocate_next()
         return seg
 
     def _add(self, seg: Segment) -> None:
@@ -227,7 +313,7 @@ class CommitLog:
     def read(self, offset: int, size: int) -> bytes | None:
         """The bytes of a record, or None when its segment is gone or it lies beyond
         the write offset."""
-        if offset + size > self.write_offset:
+        if size <= 0 or offset + size > self.write_offset:
             return None
         seg = self._find(offset)
         if seg is None or offset + size > seg.end:
@@ -324,7 +410,7 @@ class CommitLog:
             if seg.end > keep_from:
                 break
             head = os.pread(nxt.fd, HEADER_SIZE, 0)
-            size, magic = read_size_and_magic(head)
+            _, magic = read_size_and_magic(head)
             if magic != MESSAGE_MAGIC or read_store_timestamp(head) >= expired_before_ms:
                 break
             self._remove(seg)

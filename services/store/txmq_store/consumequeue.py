@@ -33,6 +33,7 @@ class _File:
     units: int
     path: Path
     mm: mmap.mmap
+    dirty: bool = False  # written since the last take_dirty
 
     @property
     def end(self) -> int:
@@ -50,7 +51,7 @@ class ConsumeQueue:
         self._last: _File | None = None
         self.min_offset = 0
         self.max_offset = 0
-        self._dirty: set[Path] = set()
+        self._dirty_dirs: set[Path] = set()  # directories with new or removed entries
 
     @classmethod
     def load(cls, directory: Path, *, topic: str, queue_id: int, units_per_file: int) -> "ConsumeQueue":
@@ -82,7 +83,7 @@ class ConsumeQueue:
         self._starts.insert(i, start)
         self._last = self._files[-1]
         if create:
-            self._dirty.add(self.directory)  # the new directory entry
+            self._dirty_dirs.add(self.directory)  # the new directory entry
         return f
 
     def close(self) -> None:
@@ -103,7 +104,7 @@ class ConsumeQueue:
         if f is None or not (f.start <= queue_offset < f.end):
             f = self._file_for_write(queue_offset)
         _pack_into(f.mm, (queue_offset - f.start) * UNIT_SIZE, commit_log_offset, size, tag_code)
-        self._dirty.add(f.path)
+        f.dirty = True
         if queue_offset >= self.max_offset:
             self.max_offset = queue_offset + 1
 
@@ -116,7 +117,7 @@ class ConsumeQueue:
             self.directory.mkdir(parents=True, exist_ok=True)
             self.min_offset = start
             # Make the new queue and topic directories durable with the first file.
-            self._dirty.update((self.directory.parent, self.directory.parent.parent))
+            self._dirty_dirs.update((self.directory.parent, self.directory.parent.parent))
         return self._map(self.directory / f"{start * UNIT_SIZE:020d}", start, create=True)
 
     def _find(self, queue_offset: int) -> _File | None:
@@ -166,7 +167,7 @@ class ConsumeQueue:
             else:
                 at = (new_max - f.start) * UNIT_SIZE
                 f.mm[at:] = bytes(len(f.mm) - at)
-                self._dirty.add(f.path)
+                f.dirty = True
         self.max_offset = new_max
 
     def _drop(self, f: _File) -> None:
@@ -176,8 +177,7 @@ class ConsumeQueue:
         f.mm.close()
         f.path.unlink()
         self._last = self._files[-1] if self._files else None
-        self._dirty.discard(f.path)
-        self._dirty.add(self.directory)
+        self._dirty_dirs.add(self.directory)
 
     def correct_min_offset(self, commit_log_min_offset: int) -> None:
         """Delete files whose every unit points below the commit log's minimum and move
@@ -200,5 +200,10 @@ class ConsumeQueue:
         self.min_offset = lo
 
     def take_dirty(self) -> list[Path]:
-        dirty, self._dirty = list(self._dirty), set()
+        """Files and directories changed since the last call (to fsync)."""
+        dirty = [f.path for f in self._files if f.dirty]
+        for f in self._files:
+            f.dirty = False
+        dirty.extend(self._dirty_dirs)
+        self._dirty_dirs = set()
         return dirty

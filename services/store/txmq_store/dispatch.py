@@ -5,7 +5,6 @@ arrival watchers. Runs on the event loop, in commit-log order: right after an ap
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 
@@ -13,11 +12,9 @@ from .arrivals import Arrival, ArrivalHub
 from .codec import PreparedRecord
 from .configs import TopicConfigTable
 from .consumequeue import ConsumeQueue
-from .index import IndexService, message_key, unique_id_key
-from .model import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, StoredMessage, takes_queue_slot
+from .index import Entry, IndexService, message_key_hash, unique_id_hash
+from .model import StoredMessage, is_indexed, takes_queue_slot
 from .validation import cached_tag_code
-
-log = logging.getLogger("txmq.store.dispatch")
 
 QueueKey = tuple[str, int]
 
@@ -59,46 +56,16 @@ class Dispatcher:
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
 
-    def _queue_for_write(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = self.queues.get((topic, queue_id))
-        if cq is None:
-            cq = self.queues[(topic, queue_id)] = ConsumeQueue(
-                self.root / topic / str(queue_id), topic=topic, queue_id=queue_id, units_per_file=self.units_per_file
-            )
+    def _new_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues[(topic, queue_id)] = ConsumeQueue(
+            self.root / topic / str(queue_id), topic=topic, queue_id=queue_id, units_per_file=self.units_per_file
+        )
         return cq
 
     def delete_topic(self, topic: str) -> None:
         for key in [k for k in self.queues if k[0] == topic]:
             self.queues.pop(key).destroy()
         shutil.rmtree(self.root / topic, ignore_errors=True)
-
-    def _put(
-        self,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        offset: int,
-        size: int,
-        tag_code: int,
-        keys: tuple[str, ...],
-        unique_id: str,
-        store_timestamp_ms: int,
-        sys_flag: int,
-        *,
-        to_queue: bool = True,
-        to_index: bool = True,
-    ) -> bool:
-        """Returns whether a consume-queue unit was written."""
-        queued = to_queue and takes_queue_slot(sys_flag)
-        if queued:
-            self._queue_for_write(topic, queue_id).put(queue_offset, offset, size, tag_code)
-        # RocketMQ indexes every record but rolled-back ones.
-        if to_index and sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK_TYPE:
-            index_keys = [unique_id_key(unique_id)] if unique_id else []
-            index_keys.extend(message_key(topic, k) for k in keys)
-            if index_keys:
-                self.index.put(index_keys, offset, store_timestamp_ms)
-        return queued
 
     def dispatch(
         self,
@@ -111,19 +78,33 @@ class Dispatcher:
     ) -> None:
         """Dispatch freshly appended records (``end_offset``: where the last one ends)."""
         arrivals: list[Arrival] | None = [] if self.hub.active else None
-        put = self._put
+        queues = self.queues
+        entries: list[Entry] = []
+        topics_get = self.topics.get
         for rec, offset, queue_offset in zip(records, offsets, queue_offsets):
-            queued = put(
-                rec.topic, rec.queue_id, queue_offset, offset, rec.size, rec.tag_code,
-                rec.keys, rec.unique_id, store_timestamp_ms, rec.sys_flag,
-            )  # fmt: skip
-            if queued and arrivals is not None:
-                arrivals.append(
-                    Arrival(
-                        rec.topic, rec.queue_id, queue_offset, queue_offset + 1, rec.tag_code,
-                        rec.all_properties(), store_timestamp_ms,
-                    )  # fmt: skip
-                )
+            cfg = topics_get(rec.topic)
+            if cfg is None or offset < cfg.since_offset:
+                continue  # deleted while its fsync was pending (sync mode)
+            if rec.takes_queue_slot:
+                cq = queues.get((rec.topic, rec.queue_id)) or self._new_queue(rec.topic, rec.queue_id)
+                cq.put(queue_offset, offset, rec.size, rec.tag_code)
+                if arrivals is not None:
+                    arrivals.append(
+                        Arrival(
+                            rec.topic,
+                            rec.queue_id,
+                            queue_offset,
+                            queue_offset + 1,
+                            rec.tag_code,
+                            rec.all_properties(),
+                            store_timestamp_ms,
+                        )  # fmt: skip
+                    )
+            if rec.indexed:
+                entries.append((unique_id_hash(rec.unique_id), offset, store_timestamp_ms))
+                if rec.keys:
+                    add_key_entries(entries, rec.topic, rec.keys, offset, store_timestamp_ms)
+        self.index.put(entries)
         self.dispatched_offset = end_offset
         if arrivals:
             self.hub.publish(arrivals)
@@ -135,9 +116,16 @@ class Dispatcher:
         cfg = self.topics.get(msg.topic)
         if cfg is None or msg.commit_log_offset < cfg.since_offset:
             return
-        self._put(
-            msg.topic, msg.queue_id, msg.queue_offset, msg.commit_log_offset, msg.store_size,
-            cached_tag_code(msg.tags) if msg.tags else 0, msg.keys, msg.unique_id,
-            msg.store_timestamp_ms, msg.sys_flag, to_queue=to_queue, to_index=to_index,
-        )  # fmt: skip
+        if to_queue and takes_queue_slot(msg.sys_flag):
+            cq = self.queues.get((msg.topic, msg.queue_id)) or self._new_queue(msg.topic, msg.queue_id)
+            tag_code = cached_tag_code(msg.tags) if msg.tags else 0
+            cq.put(msg.queue_offset, msg.commit_log_offset, msg.store_size, tag_code)
+        if to_index and is_indexed(msg.sys_flag):
+            entries = [(unique_id_hash(msg.unique_id), msg.commit_log_offset, msg.store_timestamp_ms)]
+            add_key_entries(entries, msg.topic, msg.keys, msg.commit_log_offset, msg.store_timestamp_ms)
+            self.index.put(entries)
         self.dispatched_offset = msg.commit_log_offset + msg.store_size
+
+
+def add_key_entries(entries: list[Entry], topic: str, keys: tuple[str, ...], offset: int, store_ms: int) -> None:
+    entries.extend([(message_key_hash(topic, k), offset, store_ms) for k in keys])

@@ -21,6 +21,7 @@ checkpoint is durable, the rest is repaired or rebuilt from the commit log on re
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import struct
@@ -36,19 +37,25 @@ SLOT = struct.Struct(">I")
 MAX_TIME_DIFF_MS = 0xFFFFFFFF
 
 _crc32 = zlib.crc32
+_HEADER_SIZE, _SLOT_SIZE, _ENTRY_SIZE = HEADER.size, SLOT.size, ENTRY.size
+_pack_entry, _pack_slot, _unpack_slot = ENTRY.pack_into, SLOT.pack_into, SLOT.unpack_from
+
+
+Entry = tuple[int, int, int]  # key hash, commit-log offset, store time (ms)
 
 
 def key_hash(key: str) -> int:
+    """Never 0, so a zeroed (lost) entry is never mistaken for one (see repair)."""
     return _crc32(key.encode("utf-8")) or 1
 
 
-def message_key(topic: str, key: str) -> str:
-    return f"{topic}#{key}"
+def message_key_hash(topic: str, key: str) -> int:
+    return key_hash(f"{topic}#{key}")
 
 
-def unique_id_key(unique_id: str) -> str:
-    # Topics are never empty, so this never equals a message_key.
-    return f"#{unique_id}"
+def unique_id_hash(unique_id: str) -> int:
+    # Topics are never empty, so this never hashes the same string as a message key.
+    return key_hash(f"#{unique_id}")
 
 
 @dataclass(slots=True, eq=False)
@@ -62,6 +69,7 @@ class IndexFile:
     end_ms: int
     begin_offset: int
     end_offset: int
+    dirty: bool = False  # changed since the last take_dirty
 
     @property
     def entries_base(self) -> int:
@@ -99,22 +107,28 @@ class IndexFile:
             self.begin_ms, self.end_ms, self.begin_offset, self.end_offset,
         )  # fmt: skip
 
-    def fits(self, store_timestamp_ms: int) -> bool:
-        return self.count < self.capacity and store_timestamp_ms - self.begin_ms <= MAX_TIME_DIFF_MS
-
-    def put(self, h: int, commit_log_offset: int, store_timestamp_ms: int) -> None:
-        slot_at = HEADER.size + (h % self.slots) * SLOT.size
-        (prev,) = SLOT.unpack_from(self.mm, slot_at)
-        n = self.count + 1
-        ENTRY.pack_into(
-            self.mm, self.entries_base + n * ENTRY.size,
-            h, commit_log_offset, max(0, store_timestamp_ms - self.begin_ms), prev,
-        )  # fmt: skip
-        SLOT.pack_into(self.mm, slot_at, n)
-        self.count = n
-        self.end_offset = commit_log_offset
-        if store_timestamp_ms > self.end_ms:
-            self.end_ms = store_timestamp_ms
+    def put(self, entries: list[Entry], start: int) -> int:
+        """Append ``entries[start:]`` while they fit; returns the index of the first
+        entry not taken."""
+        mm, slots, n, capacity, begin_ms = self.mm, self.slots, self.count, self.capacity, self.begin_ms
+        base = self.entries_base
+        i = start
+        for h, commit_log_offset, store_timestamp_ms in itertools.islice(entries, start, None):
+            diff = store_timestamp_ms - begin_ms
+            if n >= capacity or diff > MAX_TIME_DIFF_MS:
+                break
+            slot_at = _HEADER_SIZE + (h % slots) * _SLOT_SIZE
+            n += 1
+            _pack_entry(mm, base + n * _ENTRY_SIZE, h, commit_log_offset, max(0, diff), _unpack_slot(mm, slot_at)[0])
+            _pack_slot(mm, slot_at, n)
+            if store_timestamp_ms > self.end_ms:
+                self.end_ms = store_timestamp_ms
+            self.end_offset = commit_log_offset
+            i += 1
+        if i > start:
+            self.count = n
+            self.dirty = True
+        return i
 
     def lookup(self, h: int, begin_ms: int, end_ms: int) -> Iterator[int]:
         """Commit-log offsets of entries with hash ``h`` stored in [begin_ms, end_ms],
@@ -141,7 +155,7 @@ class IndexFile:
                 break
             keep, last_offset = n, offset
         self.mm[base + (keep + 1) * ENTRY.size :] = bytes(len(self.mm) - base - (keep + 1) * ENTRY.size)
-        self.mm[HEADER.size:base] = bytes(base - HEADER.size)
+        self.mm[HEADER.size : base] = bytes(base - HEADER.size)
         end_ms = self.begin_ms
         for n in range(1, keep + 1):
             h, _, diff, _ = ENTRY.unpack_from(self.mm, base + n * ENTRY.size)
@@ -162,7 +176,6 @@ class IndexService:
         self.slots = slots
         self.capacity = capacity
         self._files: list[IndexFile] = []
-        self._dirty: set[IndexFile] = set()
         self._dir_dirty = False
 
     @classmethod
@@ -189,20 +202,16 @@ class IndexService:
             self._dir_dirty = True
         if self._files:
             self._files[-1].repair(checkpoint)
-            self._dirty.add(self._files[-1])
+            self._files[-1].dirty = True
 
-    def put(self, keys: list[str], commit_log_offset: int, store_timestamp_ms: int) -> None:
-        f = self._files[-1] if self._files else None
-        for key in keys:
-            if f is None or not f.fits(store_timestamp_ms):
-                f = self._roll(commit_log_offset, store_timestamp_ms)
-            f.put(key_hash(key), commit_log_offset, store_timestamp_ms)
-        if f is not None:
-            self._dirty.add(f)
+    def put(self, entries: list[Entry]) -> None:
+        """Index (key hash, commit-log offset, store time) entries, in commit-log order."""
+        i = self._files[-1].put(entries, 0) if self._files else 0
+        while i < len(entries):
+            _, offset, ts = entries[i]
+            i = self._roll(offset, ts).put(entries, i)
 
     def _roll(self, begin_offset: int, begin_ms: int) -> IndexFile:
-        if self._files:
-            self._dirty.add(self._files[-1])
         f = IndexFile.create(
             self.directory / f"{begin_offset:020d}",
             slots=self.slots, capacity=self.capacity, begin_offset=begin_offset, begin_ms=begin_ms,
@@ -211,9 +220,9 @@ class IndexService:
         self._dir_dirty = True
         return f
 
-    def lookup(self, key: str, *, begin_ms: int, end_ms: int) -> Iterator[int]:
-        """Candidate commit-log offsets for ``key``, newest first, without repeats."""
-        h = key_hash(key)
+    def lookup(self, h: int, *, begin_ms: int, end_ms: int) -> Iterator[int]:
+        """Candidate commit-log offsets for key hash ``h``, newest first, without
+        repeats."""
         seen: set[int] = set()
         for f in reversed(self._files):
             if f.end_ms < begin_ms or f.begin_ms > end_ms:
@@ -226,11 +235,13 @@ class IndexService:
     def take_dirty(self) -> tuple[list[Path], bool]:
         """Write the headers of changed files; returns their paths (to fsync) and
         whether the directory changed."""
-        for f in self._dirty:
-            f.write_header()
-        paths = [f.path for f in self._dirty]
+        paths = []
+        for f in self._files:
+            if f.dirty:
+                f.write_header()
+                f.dirty = False
+                paths.append(f.path)
         dir_dirty, self._dir_dirty = self._dir_dirty, False
-        self._dirty = set()
         return paths, dir_dirty
 
     def delete_below(self, commit_log_min_offset: int) -> int:
@@ -238,7 +249,6 @@ class IndexService:
         deleted = 0
         while len(self._files) > 1 and self._files[1].begin_offset <= commit_log_min_offset:
             f = self._files.pop(0)
-            self._dirty.discard(f)
             f.close()
             f.path.unlink()
             self._dir_dirty = True

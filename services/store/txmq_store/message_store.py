@@ -17,7 +17,7 @@ import socket
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
@@ -25,7 +25,16 @@ from txmq.v1 import errors_pb2
 from txmq_runtime.settings import describe
 
 from .arrivals import ArrivalHub, ArrivalWatcher
-from .codec import HEADER_SIZE, UNKNOWN_HOST, PreparedRecord, decode_record, encode_host, read_store_timestamp, split_host_port
+from .codec import (
+    HEADER_SIZE,
+    UNKNOWN_HOST,
+    CorruptRecord,
+    PreparedRecord,
+    decode_record,
+    encode_host,
+    read_store_timestamp,
+    split_host_port,
+)
 from .commitlog import CommitLog, Fsync
 from .configs import (
     DEFAULT_PERM,
@@ -42,7 +51,7 @@ from .dispatch import Dispatcher
 from .fileio import fsync_path
 from .filters import MessageFilter
 from .flush import GroupCommit, PeriodicFlusher
-from .index import message_key, unique_id_key
+from .index import message_key_hash, unique_id_hash
 from .model import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
@@ -63,11 +72,11 @@ from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
 from .settings import StoreSettings
 from .validation import (
+    MessageEncoder,
     MessageLimits,
     check_group_name,
     check_topic_name,
     check_writable_topic_name,
-    prepare_message,
 )
 
 log = logging.getLogger("txmq.store")
@@ -161,6 +170,7 @@ class MessageStore:
         settings' advertised_address, else host:port. ``set_advertised_address`` may
         change it later (e.g. once a server bound port 0). ``fsync`` syncs one file
         descriptor (tests count calls)."""
+        host, port = _resolve(advertised_address or settings.advertised_address or f"{settings.host}:{settings.port}")
         paths = StorePaths(Path(settings.data_dir))
         lock_fd = lock_data_dir(paths)
         try:
@@ -168,21 +178,27 @@ class MessageStore:
         except BaseException:
             os.close(lock_fd)
             raise
-        store.set_advertised_address(
-            advertised_address or settings.advertised_address or f"{settings.host}:{settings.port}"
-        )
+        store._set_store_host(host, port)
         store._start()
         return store
 
     @classmethod
-    def _load(cls, settings: StoreSettings, paths: StorePaths, lock_fd: int, clock: Clock, fsync: Fsync) -> "MessageStore":
+    def _load(
+        cls, settings: StoreSettings, paths: StorePaths, lock_fd: int, clock: Clock, fsync: Fsync
+    ) -> "MessageStore":
         crashed = paths.abort.exists()
         paths.config.mkdir(parents=True, exist_ok=True)
         topics = TopicConfigTable.load(paths.config / "topics.json")
         groups = SubscriptionGroupTable.load(paths.config / "subscription_groups.json")
         offsets = ConsumeOffsetTable.load(paths.config / "consumer_offsets.json")
         hub = ArrivalHub(buffer_limit=settings.arrival_watcher_buffer)
-        commitlog = CommitLog.open(paths.commitlog, segment_bytes=settings.commitlog_segment_bytes, fsync=fsync)
+        commitlog = CommitLog.open(
+            paths.commitlog,
+            segment_bytes=settings.commitlog_segment_bytes,
+            fsync=fsync,
+            preallocate=settings.commitlog_preallocate,
+        )
+        dispatcher: Dispatcher | None = None
         try:
             dispatcher = recover(
                 paths,
@@ -194,17 +210,21 @@ class MessageStore:
                 index_entries=settings.index_entries_per_file,
                 crashed=crashed,
             )
+            store = cls(
+                settings, paths=paths, lock_fd=lock_fd, clock=clock, commitlog=commitlog, dispatcher=dispatcher,
+                topics=topics, groups=groups, offsets=offsets, hub=hub, crashed=crashed,
+            )  # fmt: skip
+            # Make the recovered state the new baseline before accepting writes.
+            store._sync_paths(store._take_dirty())
+            write_checkpoint(paths, dispatcher.dispatched_offset, now_ms=clock())
+            mark_running(paths)
         except BaseException:
+            if dispatcher is not None:
+                dispatcher.close()
+                dispatcher.index.close()
             commitlog.close()
             raise
-        store = cls(
-            settings, paths=paths, lock_fd=lock_fd, clock=clock, commitlog=commitlog, dispatcher=dispatcher,
-            topics=topics, groups=groups, offsets=offsets, hub=hub, crashed=crashed,
-        )  # fmt: skip
-        # Make the recovered state the new baseline before accepting writes.
-        store._sync_paths(store._take_dirty())
-        write_checkpoint(paths, dispatcher.dispatched_offset, now_ms=clock())
-        mark_running(paths)
+        commitlog.preallocate_next()
         return store
 
     def _start(self) -> None:
@@ -223,7 +243,7 @@ class MessageStore:
         ):
             self._tasks.append(loop.create_task(self._every(interval_ms, job)))
 
-    async def _every(self, interval_ms: int, job: Callable[[], object]) -> None:
+    async def _every(self, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
         while True:
             try:
                 await asyncio.wait_for(self._stop.wait(), interval_ms / 1000)
@@ -231,9 +251,7 @@ class MessageStore:
             except TimeoutError:
                 pass
             try:
-                result = job()
-                if asyncio.iscoroutine(result):
-                    await result
+                await job()
             except Exception:
                 log.exception("periodic store job %s failed", getattr(job, "__name__", job))
 
@@ -258,17 +276,15 @@ class MessageStore:
         os.close(self._lock_fd)
 
     def set_advertised_address(self, address: str) -> None:
-        """Where clients reach this store (host:port); a host name is resolved once, as
-        records hold an IP address."""
-        host, port = split_host_port(address)
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            host = socket.gethostbyname(host)
+        """Where clients reach this store (host:port) from now on; a host name is
+        resolved once, as records hold an IP address."""
+        self._set_store_host(*_resolve(address))
+
+    def _set_store_host(self, host: str, port: int) -> None:
         self._store_host = encode_host(host, port)
         # offsetMsgId = address | port | offset (16 hex digits, last): computed once.
         self._offset_msg_id_prefix = encode_offset_msg_id(host, port, 0)[:-16]
-        self.advertised_address = address
+        self.advertised_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def add_topic_listener(self, callback: Callable[[], None]) -> None:
         """``callback()`` runs after any topic is created, updated or deleted."""
@@ -308,44 +324,47 @@ class MessageStore:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no messages to send")
         if len(messages) > s.max_batch_messages:
             raise error(
-                errors_pb2.CODE_BATCH_TOO_LARGE, f"{len(messages)} messages in one batch, at most {s.max_batch_messages}"
+                errors_pb2.CODE_BATCH_TOO_LARGE,
+                f"{len(messages)} messages in one batch, at most {s.max_batch_messages}",
             )
         total = sum(len(m.body) for m in messages)
         if total > s.max_batch_bytes:
-            raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"batch bodies total {total} bytes, at most {s.max_batch_bytes}")
+            raise error(
+                errors_pb2.CODE_BATCH_TOO_LARGE, f"batch bodies total {total} bytes, at most {s.max_batch_bytes}"
+            )
         if transaction_prepared:
             if not s.transaction_message_enable:
-                raise error(errors_pb2.CODE_TRANSACTION_NOT_ALLOWED, "transactional messages are disabled on this store")
+                raise error(
+                    errors_pb2.CODE_TRANSACTION_NOT_ALLOWED, "transactional messages are disabled on this store"
+                )
             check_group_name(producer_group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
         now = self._clock()
         try:
             born = encode_host(*split_host_port(born_host)) if born_host else UNKNOWN_HOST
         except ValueError:
             born = UNKNOWN_HOST
+        encoder = MessageEncoder(limits=self._limits, born_host=born, now_ms=now, system=system)
+        prepare = encoder.prepare
         new_topics: dict[str, TopicConfig] = {}
         records: list[PreparedRecord] = []
-        real_queues: list[tuple[str, int]] = []
+        real_queues: list[tuple[str, int]] = []  # half messages: the queue it is meant for
+        cfg: TopicConfig | None = None
         for i, msg in enumerate(messages):
-            cfg = self._topic_for_send(msg.topic, i, system=system, new_topics=new_topics)
+            if cfg is None or cfg.name != msg.topic:  # batches mostly share one topic
+                cfg = self._topic_for_send(msg.topic, i, system=system, new_topics=new_topics)
             queue_id = self._queue_for_send(cfg, msg.queue_id, i)
-            real_queues.append((cfg.name, queue_id))
             sys_flag = msg.sys_flag if system else 0
             if transaction_prepared:
+                real_queues.append((cfg.name, queue_id))
                 extra = {
                     PROPERTY_REAL_TOPIC: cfg.name,
                     PROPERTY_REAL_QUEUE_ID: str(queue_id),
                     PROPERTY_PRODUCER_GROUP: producer_group,
                     PROPERTY_TRANSACTION_PREPARED: "true",
                 }
-                topic, queue_id, sys_flag = TRANS_HALF_TOPIC, 0, sys_flag & ~TRANSACTION_TYPE_MASK
+                records.append(prepare(msg, i, TRANS_HALF_TOPIC, 0, extra, sys_flag & ~TRANSACTION_TYPE_MASK))
             else:
-                extra, topic = None, cfg.name
-            records.append(
-                prepare_message(
-                    msg, index=i, limits=self._limits, topic=topic, queue_id=queue_id, extra_properties=extra,
-                    sys_flag=sys_flag, born_host=born, now_ms=now, system=system,
-                )  # fmt: skip
-            )
+                records.append(prepare(msg, i, cfg.name, queue_id, None, sys_flag))
         # Valid: from here on the request changes the store.
         for cfg in new_topics.values():
             self._topics.put(cfg)
@@ -353,9 +372,7 @@ class MessageStore:
             self._topics_changed()
         queue_offsets = self._assign_queue_offsets(records)
         try:
-            offsets = self.commitlog.append(
-                records, queue_offsets, store_timestamp_ms=now, store_host=self._store_host
-            )
+            offsets = self.commitlog.append(records, queue_offsets, store_timestamp_ms=now, store_host=self._store_host)
         except OSError as exc:
             self._writable = False
             log.exception("commit log append failed; the store stops accepting writes")
@@ -368,18 +385,14 @@ class MessageStore:
         else:
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
         prefix = self._offset_msg_id_prefix
+        if transaction_prepared:
+            return [
+                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, rec.unique_id)
+                for rec, offset, qoff, (topic, qid) in zip(records, offsets, queue_offsets, real_queues)
+            ]
         return [
-            SendResult(
-                status=status,
-                msg_id=rec.unique_id,
-                offset_msg_id=f"{prefix}{offset:016X}",
-                topic=real_topic,
-                queue_id=real_qid,
-                queue_offset=qoff,
-                commit_log_offset=offset,
-                transaction_id=rec.unique_id if transaction_prepared else "",
-            )
-            for rec, offset, qoff, (real_topic, real_qid) in zip(records, offsets, queue_offsets, real_queues)
+            SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", rec.topic, rec.queue_id, qoff, offset)
+            for rec, offset, qoff in zip(records, offsets, queue_offsets)
         ]
 
     def _topic_for_send(
@@ -397,7 +410,9 @@ class MessageStore:
         elif not system and cfg.is_system:
             raise error(errors_pb2.CODE_SYSTEM_TOPIC, f"{name} is a system topic", topic=name, index=str(index))
         if not cfg.writable:
-            raise error(errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {name} is not writable", topic=name, index=str(index))
+            raise error(
+                errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {name} is not writable", topic=name, index=str(index)
+            )
         return cfg
 
     def _queue_for_send(self, cfg: TopicConfig, queue_id: int | None, index: int) -> int:
@@ -435,7 +450,10 @@ class MessageStore:
         assert self._group_commit is not None
         fut = self._group_commit.request(end)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), self.settings.sync_flush_timeout_ms / 1000)
+            # On timeout ``fut`` is cancelled; the group commit skips cancelled waiters
+            # and still flushes and dispatches the records.
+            async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
+                await fut
         except TimeoutError:
             return SendStatus.FLUSH_DISK_TIMEOUT
         except OSError as exc:
@@ -524,7 +542,11 @@ class MessageStore:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_file_start = cl.roll_next_file(phys)
                 continue
-            msg = decode_record(buf)
+            try:
+                msg = decode_record(buf)
+            except CorruptRecord as exc:  # damaged on disk since recovery validated it
+                log.error("skipping unreadable record at commit-log offset %d: %s", phys, exc)
+                continue
             if predicate is not None and not predicate(msg.all_properties()):
                 if total_bytes == 0:
                     status = GetMessageStatus.NO_MATCHED_MESSAGE
@@ -596,10 +618,10 @@ class MessageStore:
         limit = min(max_results or DEFAULT_MAX_MESSAGES, MAX_QUERY_RESULTS)
         begin = begin_timestamp_ms
         end = end_timestamp_ms or END_OF_TIME_MS
-        index_key = message_key(topic, key) if key else unique_id_key(unique_id)
+        index_hash = message_key_hash(topic, key) if key else unique_id_hash(unique_id)
         found: list[StoredMessage] = []
         dispatched = self._dispatcher.dispatched_offset
-        for offset in self._dispatcher.index.lookup(index_key, begin_ms=begin, end_ms=end):
+        for offset in self._dispatcher.index.lookup(index_hash, begin_ms=begin, end_ms=end):
             msg = self.commitlog.read_record(offset) if offset < dispatched else None
             if msg is None or not begin <= msg.store_timestamp_ms <= end:
                 continue
@@ -676,13 +698,15 @@ class MessageStore:
     def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
         check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         cfg = self._require_topic(topic)
-        if not 0 <= queue_id < max(cfg.read_queue_nums, 1):
+        if not 0 <= queue_id < cfg.read_queue_nums:
             raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no readable queue {queue_id}")
         if offset < 0:
             raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
         if self._groups.get(group) is None:
             if not self.settings.auto_create_subscription_group:
-                raise _not_found(errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {group}", group=group)
+                raise _not_found(
+                    errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {group}", group=group
+                )
             self._groups.put(SubscriptionGroupConfig(group))
         self._offsets.commit(group, topic, queue_id, offset, now_ms=self._clock())
 
@@ -881,6 +905,16 @@ class MessageStore:
         )
 
 
+def _resolve(address: str) -> tuple[str, int]:
+    """host:port -> (IP address, port)."""
+    host, port = split_host_port(address)
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        host = socket.gethostbyname(host)
+    return host, port
+
+
 def _queue_nums(n: int, what: str) -> int:
     if not 1 <= n <= MAX_QUEUE_NUMS:
         raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"{what} queue nums {n} not in 1..{MAX_QUEUE_NUMS}")
@@ -889,7 +923,9 @@ def _queue_nums(n: int, what: str) -> int:
 
 def _perm(perm: int) -> int:
     if not 0 < perm <= PERM_ALL:
-        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"perm {perm} is not a combination of 4 (read), 2 (write), 1 (inherit)")
+        raise error(
+            errors_pb2.CODE_ILLEGAL_ARGUMENT, f"perm {perm} is not a combination of 4 (read), 2 (write), 1 (inherit)"
+        )
     return perm
 
 

@@ -39,6 +39,11 @@ def takes_queue_slot(sys_flag: int) -> bool:
     return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT_TYPE
 
 
+def is_indexed(sys_flag: int) -> bool:
+    """RocketMQ indexes every record but rolled-back ones."""
+    return sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_ROLLBACK_TYPE
+
+
 class SendStatus(enum.IntEnum):
     OK = 1
     FLUSH_DISK_TIMEOUT = 2
@@ -121,14 +126,18 @@ class StoredMessage:
 
     def all_properties(self) -> dict[str, str]:
         """Every property as stored, the field-backed ones included (for filters)."""
-        props = dict(self.properties)
-        if self.tags:
-            props[PROPERTY_TAGS] = self.tags
-        if self.keys:
-            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(self.keys)
-        if self.unique_id:
-            props[PROPERTY_UNIQ_KEY] = self.unique_id
-        return props
+        return with_field_properties(dict(self.properties), tags=self.tags, keys=self.keys, unique_id=self.unique_id)
+
+
+def with_field_properties(props: dict[str, str], *, tags: str, keys: tuple[str, ...], unique_id: str) -> dict[str, str]:
+    """Add the properties that messages carry as fields (TAGS, KEYS, UNIQ_KEY) to ``props``."""
+    if tags:
+        props[PROPERTY_TAGS] = tags
+    if keys:
+        props[PROPERTY_KEYS] = KEY_SEPARATOR.join(keys)
+    if unique_id:
+        props[PROPERTY_UNIQ_KEY] = unique_id
+    return props
 
 
 # A property predicate evaluated at the commit-log stage (SQL92 filters).

@@ -44,9 +44,7 @@ class ConsumeOffsetTable:
 
     def entries(self, *, group: str = "", topic: str = "") -> list[tuple[OffsetKey, CommittedOffset]]:
         return sorted(
-            (k, v)
-            for k, v in self._offsets.items()
-            if (not group or k[0] == group) and (not topic or k[1] == topic)
+            (k, v) for k, v in self._offsets.items() if (not group or k[0] == group) and (not topic or k[1] == topic)
         )
 
     def remove(self, *, group: str = "", topic: str = "") -> None:

@@ -132,9 +132,7 @@ def recover(
     index = IndexService.load(paths.index, slots=index_slots, capacity=index_entries)
     if crashed and not rebuild_index:
         index.repair_after_crash(cp)
-    dispatcher = Dispatcher.load(
-        paths.consumequeue, units_per_file=units_per_file, index=index, hub=hub, topics=topics
-    )
+    dispatcher = Dispatcher.load(paths.consumequeue, units_per_file=units_per_file, index=index, hub=hub, topics=topics)
 
     def on_record(msg: StoredMessage) -> None:
         dispatcher.redispatch(

@@ -3,8 +3,10 @@ Errors are typed by the core and mapped to statuses by ``@rpc``."""
 
 from __future__ import annotations
 
-import grpc
+import types
+from typing import Any, Iterator, Mapping
 
+import grpc
 from txmq.errors import error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.grpc_errors import rpc
@@ -18,17 +20,22 @@ from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
 MAX_ARRIVALS_PER_BATCH = 1000
 
 
+_NO_PROPERTIES: Mapping[str, str] = types.MappingProxyType({})
+
+
 def to_outgoing(m: common_pb2.Message) -> OutgoingMessage:
+    # Positional and without empty copies: this runs once per message sent.
+    keys, props = m.keys, m.properties
     return OutgoingMessage(
-        topic=m.topic,
-        body=m.body,
-        tags=m.tags,
-        keys=tuple(m.keys),
-        properties=dict(m.properties),
-        unique_id=m.unique_id,
-        flag=m.flag,
-        queue_id=m.queue_id if m.HasField("queue_id") else None,
-        born_timestamp_ms=m.born_timestamp_ms,
+        m.topic,
+        m.body,
+        m.tags,
+        tuple(keys) if keys else (),
+        dict(props) if props else _NO_PROPERTIES,
+        m.unique_id,
+        m.flag,
+        m.queue_id if m.HasField("queue_id") else None,
+        m.born_timestamp_ms,
     )
 
 
@@ -43,29 +50,39 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     def __init__(self, store: MessageStore) -> None:
         self._store = store
 
-    def _result(self, r: SendResult) -> store_pb2.SendResult:
-        return store_pb2.SendResult(
-            status=r.status,
-            msg_id=r.msg_id,
-            offset_msg_id=r.offset_msg_id,
-            queue=common_pb2.MessageQueue(topic=r.topic, store_id=self._store.store_id, queue_id=r.queue_id),
-            queue_offset=r.queue_offset,
-            commit_log_offset=r.commit_log_offset,
-            transaction_id=r.transaction_id,
-        )
+    def _result_fields(self, results: list[SendResult]) -> Iterator[dict[str, Any]]:
+        """SendResult fields per result; one shared MessageQueue per queue of a batch."""
+        queues: dict[tuple[str, int], common_pb2.MessageQueue] = {}
+        store_id = self._store.store_id
+        for r in results:
+            mq = queues.get((r.topic, r.queue_id))
+            if mq is None:
+                mq = queues[(r.topic, r.queue_id)] = common_pb2.MessageQueue(
+                    topic=r.topic, store_id=store_id, queue_id=r.queue_id
+                )
+            yield dict(
+                status=r.status,
+                msg_id=r.msg_id,
+                offset_msg_id=r.offset_msg_id,
+                queue=mq,
+                queue_offset=r.queue_offset,
+                commit_log_offset=r.commit_log_offset,
+                transaction_id=r.transaction_id,
+            )
 
     def _view(self, m: StoredMessage) -> common_pb2.MessageView:
         return message_view(m, store_id=self._store.store_id)
 
     @rpc
     async def SendMessage(self, request: store_pb2.SendMessageRequest, context: grpc.aio.ServicerContext):
-        (result,) = await self._store.send(
+        results = await self._store.send(
             [to_outgoing(request.message)],
             producer_group=request.producer_group,
             transaction_prepared=request.transaction_prepared,
             born_host=peer_address(context),
         )
-        return store_pb2.SendMessageResponse(result=self._result(result))
+        (fields,) = self._result_fields(results)
+        return store_pb2.SendMessageResponse(result=store_pb2.SendResult(**fields))
 
     @rpc
     async def SendBatch(self, request: store_pb2.SendBatchRequest, context: grpc.aio.ServicerContext):
@@ -74,7 +91,11 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             producer_group=request.producer_group,
             born_host=peer_address(context),
         )
-        return store_pb2.SendBatchResponse(results=[self._result(r) for r in results])
+        resp = store_pb2.SendBatchResponse()
+        add = resp.results.add  # faster than building SendResult objects and a list
+        for fields in self._result_fields(results):
+            add(**fields)
+        return resp
 
     @rpc
     async def GetMessage(self, request: store_pb2.GetMessageRequest, context: grpc.aio.ServicerContext):
@@ -106,6 +127,9 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         # Ends when the store closes (next_batch -> None); a client that goes away
         # cancels this generator, and the context manager drops the watcher.
         with self._store.watch_arrivals(request.topics) as watcher:
+            # Initial metadata right away tells the client the watch is in place: every
+            # dispatch from now on reaches it, so it can re-read what came before.
+            await context.send_initial_metadata(())
             while (batch := await watcher.next_batch(max_arrivals=MAX_ARRIVALS_PER_BATCH)) is not None:
                 yield self._arrival_batch(batch)
 
@@ -152,9 +176,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def GetQueueOffsets(self, request: store_pb2.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext):
-        queues = self._store.queue_offsets(
-            request.topic, request.queue_id if request.HasField("queue_id") else None
-        )
+        queues = self._store.queue_offsets(request.topic, request.queue_id if request.HasField("queue_id") else None)
         return store_pb2.GetQueueOffsetsResponse(
             topic=request.topic,
             queues=[
@@ -272,7 +294,9 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
     async def GetSubscriptionGroup(
         self, request: store_pb2.GetSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
-        return store_pb2.SubscriptionGroupResponse(group=group_pb(self._store.get_subscription_group(request.group_name)))
+        return store_pb2.SubscriptionGroupResponse(
+            group=group_pb(self._store.get_subscription_group(request.group_name))
+        )
 
     @rpc
     async def ListSubscriptionGroups(

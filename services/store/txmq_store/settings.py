@@ -6,7 +6,6 @@ import os
 from typing import Literal
 
 from pydantic import Field
-
 from txmq_runtime.settings import ServiceSettings, service_config
 
 KIB = 1024
@@ -22,9 +21,12 @@ class StoreSettings(ServiceSettings):
     commitlog_segment_bytes: int = Field(
         128 * MIB, ge=64 * KIB, description="Size of one commit-log segment file; a record never spans two."
     )
-    consume_queue_units_per_file: int = Field(
-        300_000, ge=1, description="20-byte units per consume-queue file."
+    commitlog_preallocate: Literal["zero", "fallocate", "none"] = Field(
+        "zero",
+        description="Prepare the next commit-log segment in the background: zero-fill it (fastest appends and "
+        "fsyncs, writes the segment twice), fallocate it, or not at all (sparse files).",
     )
+    consume_queue_units_per_file: int = Field(300_000, ge=1, description="20-byte units per consume-queue file.")
     index_slots_per_file: int = Field(1_000_000, ge=1, description="Hash slots per index file.")
     index_entries_per_file: int = Field(4_000_000, ge=2, description="Entries per index file before it rolls.")
 

@@ -7,9 +7,11 @@ Errors carry ``index`` metadata naming the offending message of a batch.
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Mapping
 
+from txmq._validation import RESERVED_PROPERTIES
 from txmq.errors import TxmqError, error
 from txmq.ids import new_unique_id
 from txmq.v1 import errors_pb2
@@ -20,7 +22,7 @@ from .codec import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     PreparedRecord,
-    prepare_record,
+    encode_tail,
 )
 from .configs import is_system_topic
 from .model import (
@@ -29,7 +31,9 @@ from .model import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    TRANSACTION_TYPE_MASK,
     OutgoingMessage,
+    is_indexed,
     takes_queue_slot,
 )
 
@@ -37,6 +41,9 @@ NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_TOPIC_LENGTH = 127
 MAX_GROUP_LENGTH = 255
 INT32_MAX = 2**31 - 1
+_crc32 = zlib.crc32
+# (takes a queue slot, indexed) per sysflag transaction type, looked up once per message.
+_TRAITS = {t: (takes_queue_slot(t), is_indexed(t)) for t in range(0, TRANSACTION_TYPE_MASK + 1, 4)}
 
 _tag_codes: dict[str, int] = {}
 
@@ -88,96 +95,109 @@ def _bad(code: int, message: str, index: int) -> TxmqError:
     return error(code, message, index=str(index))
 
 
-def prepare_message(
-    msg: OutgoingMessage,
-    *,
-    index: int,
-    limits: MessageLimits,
-    topic: str,
-    queue_id: int,
-    extra_properties: Mapping[str, str] | None,
-    sys_flag: int,
-    born_host: bytes,
-    now_ms: int,
-    system: bool,
-) -> PreparedRecord:
-    """Check one message's content and encode it for ``topic``/``queue_id`` (which the
-    caller resolved, e.g. rewritten for a half message). ``extra_properties`` are system
-    properties added by the store."""
-    body = msg.body
-    if not body:
-        raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "message body is empty", index)
-    if len(body) > limits.max_body_bytes:
-        raise _bad(
-            errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
-            f"body of {len(body)} bytes exceeds {limits.max_body_bytes}", index,
-        )  # fmt: skip
-    if not -(2**31) <= msg.flag <= INT32_MAX:
-        raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"flag {msg.flag} is not a 32-bit integer", index)
-    unique_id = msg.unique_id or new_unique_id()
-    parts: list[str] = []
-    if msg.tags:
-        parts.append(f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{msg.tags}{PROPERTY_SEPARATOR}")
-    if msg.keys:
-        for key in msg.keys:
-            if not key or KEY_SEPARATOR in key:
-                raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"key {key!r} is empty or contains a space", index)
-        joined = KEY_SEPARATOR.join(msg.keys)
-        parts.append(f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{joined}{PROPERTY_SEPARATOR}")
-    parts.append(f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}{unique_id}{PROPERTY_SEPARATOR}")
-    props = msg.properties
-    for name, value in props.items():
-        if not name:
-            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "property with an empty name", index)
-        if name in FIELD_PROPERTIES:
+class MessageEncoder:
+    """Checks messages' content and encodes them as records, for one request (born
+    host, receive time and whether it is a system send are per request)."""
+
+    __slots__ = ("_limits", "_born_host", "_now_ms", "_system", "_reserved")
+
+    def __init__(self, *, limits: MessageLimits, born_host: bytes, now_ms: int, system: bool) -> None:
+        self._limits = limits
+        self._born_host = born_host
+        self._now_ms = now_ms
+        self._system = system
+        # Producers may not set what the system sets or obeys (e.g. the check counter of
+        # a half message); system sends carry such properties on purpose.
+        self._reserved = FIELD_PROPERTIES if system else RESERVED_PROPERTIES
+
+    def prepare(
+        self,
+        msg: OutgoingMessage,
+        index: int,
+        topic: str,
+        queue_id: int,
+        extra_properties: Mapping[str, str] | None,
+        sys_flag: int,
+    ) -> PreparedRecord:
+        """Encode ``msg`` for ``topic``/``queue_id`` (resolved by the caller, e.g.
+        rewritten for a half message); ``extra_properties`` are system properties the
+        store adds. Positional: this runs once per message."""
+        limits = self._limits
+        body = msg.body
+        if not body:
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "message body is empty", index)
+        if len(body) > limits.max_body_bytes:
+            raise _bad(
+                errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
+                f"body of {len(body)} bytes exceeds {limits.max_body_bytes}", index,
+            )  # fmt: skip
+        if not -(2**31) <= msg.flag <= INT32_MAX:
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"flag {msg.flag} is not a 32-bit integer", index)
+        unique_id = msg.unique_id or new_unique_id()
+        tags, keys, props = msg.tags, msg.keys, msg.properties
+        parts = [f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}{unique_id}{PROPERTY_SEPARATOR}"]
+        if tags:
+            parts.append(f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{tags}{PROPERTY_SEPARATOR}")
+        if keys:
+            for key in keys:
+                if not key or KEY_SEPARATOR in key:
+                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"key {key!r} is empty or contains a space", index)
+            joined = KEY_SEPARATOR.join(keys)
+            parts.append(f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{joined}{PROPERTY_SEPARATOR}")
+        if props:
+            for name, value in props.items():
+                if not name:
+                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "property with an empty name", index)
+                if name in self._reserved:
+                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"property name {name} is reserved", index)
+                if extra_properties is not None and name in extra_properties:
+                    continue  # the store's value wins (e.g. REAL_TOPIC of a half message)
+                parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
+        if extra_properties:
+            for name, value in extra_properties.items():
+                parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
+        text = "".join(parts)
+        # Each part holds exactly one separator of each kind unless a tag, key, id, name
+        # or value smuggled one in: two C-speed counts instead of a scan per string.
+        if text.count(NAME_VALUE_SEPARATOR) != len(parts) or text.count(PROPERTY_SEPARATOR) != len(parts):
             raise _bad(
                 errors_pb2.CODE_ILLEGAL_MESSAGE,
-                f"property {name} is reserved (set it through the message's own field)", index,
+                "tags, keys, unique id and properties must not contain \\x01 or \\x02", index,
             )  # fmt: skip
-        if extra_properties is not None and name in extra_properties:
-            continue  # the store's value wins (e.g. REAL_TOPIC of a half message)
-        parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
-    if extra_properties:
-        for name, value in extra_properties.items():
-            parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
-    text = "".join(parts)
-    # Each part holds exactly one separator of each kind unless a tag, key, id, name or
-    # value smuggled one in: two C-speed counts instead of a scan per string.
-    if text.count(NAME_VALUE_SEPARATOR) != len(parts) or text.count(PROPERTY_SEPARATOR) != len(parts):
-        raise _bad(
-            errors_pb2.CODE_ILLEGAL_MESSAGE,
-            "tags, keys, unique id and properties must not contain \\x01 or \\x02", index,
-        )  # fmt: skip
-    encoded = text.encode("utf-8")
-    if len(encoded) > limits.max_properties_bytes:
-        raise _bad(
-            errors_pb2.CODE_MESSAGE_PROPERTIES_TOO_LARGE,
-            f"properties take {len(encoded)} bytes encoded, at most {limits.max_properties_bytes}", index,
-        )  # fmt: skip
-    size = HEADER_SIZE + len(body) + 1 + len(topic) + 2 + len(encoded)
-    if size > limits.max_record_bytes:
-        raise _bad(
-            errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
-            f"message of {size} bytes does not fit a commit-log segment ({limits.max_record_bytes})", index,
-        )  # fmt: skip
-    if system and not (0 <= msg.reconsume_times <= INT32_MAX and 0 <= sys_flag <= 0xFFFFFFFF):
-        raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "reconsume times / sysflag out of range", index)
-    return prepare_record(
-        topic=topic,
-        queue_id=queue_id,
-        flag=msg.flag,
-        sys_flag=sys_flag,
-        born_timestamp_ms=msg.born_timestamp_ms or now_ms,
-        born_host=born_host,
-        reconsume_times=msg.reconsume_times if system else 0,
-        prepared_transaction_offset=msg.prepared_transaction_offset if system else 0,
-        body=body,
-        properties_bytes=encoded,
-        tag_code=cached_tag_code(msg.tags) if msg.tags else 0,
-        tags=msg.tags,
-        keys=msg.keys,
-        unique_id=unique_id,
-        user_properties=props,
-        extra_properties=extra_properties,
-        takes_queue_slot=takes_queue_slot(sys_flag),
-    )
+        encoded = text.encode("utf-8")
+        if len(encoded) > limits.max_properties_bytes:
+            raise _bad(
+                errors_pb2.CODE_MESSAGE_PROPERTIES_TOO_LARGE,
+                f"properties take {len(encoded)} bytes encoded, at most {limits.max_properties_bytes}", index,
+            )  # fmt: skip
+        tail = encode_tail(topic, encoded)
+        size = HEADER_SIZE + len(body) + len(tail)
+        if size > limits.max_record_bytes:
+            raise _bad(
+                errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
+                f"message of {size} bytes does not fit a commit-log segment ({limits.max_record_bytes})", index,
+            )  # fmt: skip
+        system = self._system
+        if system and not (0 <= msg.reconsume_times <= INT32_MAX and 0 <= sys_flag <= 0xFFFFFFFF):
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "reconsume times / sysflag out of range", index)
+        return PreparedRecord(
+            topic,
+            queue_id,
+            msg.flag,
+            sys_flag,
+            msg.born_timestamp_ms or self._now_ms,
+            self._born_host,
+            msg.reconsume_times if system else 0,
+            msg.prepared_transaction_offset if system else 0,
+            body,
+            _crc32(body),
+            tail,
+            size,
+            cached_tag_code(tags) if tags else 0,
+            tags,
+            keys,
+            unique_id,
+            props,
+            extra_properties,
+            *_TRAITS[sys_flag & TRANSACTION_TYPE_MASK],
+        )

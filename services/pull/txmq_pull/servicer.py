@@ -1,0 +1,60 @@
+"""The txmq.v1.Pull servicer: adapts each call to the core (processor, membership).
+Errors are typed by the core and mapped to statuses by ``@rpc``; a client that goes
+away cancels its call, which removes its held pull."""
+
+from __future__ import annotations
+
+import grpc
+from txmq.v1 import pull_pb2, pull_pb2_grpc
+from txmq_runtime.grpc_errors import rpc
+
+from txmq_pull.clock import Clock
+from txmq_pull.membership import ConsumerGroups
+from txmq_pull.processor import PullProcessor
+
+SERVICE_NAME = pull_pb2.DESCRIPTOR.services_by_name["Pull"].full_name
+
+
+class PullServicer(pull_pb2_grpc.PullServicer):
+    def __init__(
+        self, processor: PullProcessor, groups: ConsumerGroups, *, clock: Clock, deadline_margin_ms: int
+    ) -> None:
+        self._processor = processor
+        self._groups = groups
+        self._clock = clock
+        self._margin_ms = deadline_margin_ms
+
+    @rpc
+    async def PullMessage(
+        self, request: pull_pb2.PullMessageRequest, context: grpc.aio.ServicerContext
+    ) -> pull_pb2.PullMessageResponse:
+        remaining_s = context.time_remaining()
+        answer_by_ms = None
+        if remaining_s is not None:
+            answer_by_ms = self._clock.now_ms() + int(remaining_s * 1000) - self._margin_ms
+        return await self._processor.pull(request, answer_by_ms=answer_by_ms)
+
+    @rpc
+    async def UpdateConsumerOffset(
+        self, request: pull_pb2.UpdateConsumerOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> pull_pb2.UpdateConsumerOffsetResponse:
+        await self._processor.update_offset(request)
+        return pull_pb2.UpdateConsumerOffsetResponse()
+
+    @rpc
+    async def QueryConsumerOffset(
+        self, request: pull_pb2.QueryConsumerOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> pull_pb2.QueryConsumerOffsetResponse:
+        return await self._processor.query_offset(request)
+
+    @rpc
+    async def ConsumerHeartbeat(
+        self, request: pull_pb2.ConsumerHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pull_pb2.ConsumerHeartbeatResponse:
+        ids = self._groups.heartbeat(request.consumer_group, request.client_id, list(request.topics))
+        return pull_pb2.ConsumerHeartbeatResponse(consumer_ids=ids)
+
+
+def add_pull_servicer(server: grpc.aio.Server, servicer: PullServicer) -> str:
+    pull_pb2_grpc.add_PullServicer_to_server(servicer, server)
+    return SERVICE_NAME
