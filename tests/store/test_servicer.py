@@ -248,3 +248,28 @@ async def test_watch_arrivals(grpc_store: GrpcStore) -> None:
 
 async def test_service_names(grpc_store: GrpcStore) -> None:
     assert grpc_store.service_names == ["txmq.v1.Store", "txmq.v1.StoreAdmin"]
+
+
+async def test_put_system_messages_writes_system_topics_with_system_fields(grpc_store: GrpcStore) -> None:
+    stub = grpc_store.stub
+    op = store_pb2.SystemMessage(
+        message=pb_msg(b"0,1", topic="RMQ_SYS_TRANS_OP_HALF_TOPIC", tags="d", queue_id=0),
+        sys_flag=0,
+    )
+    commit = store_pb2.SystemMessage(
+        message=pb_msg(b"real", topic="TopicA", queue_id=1, unique_id="AB" * 16),
+        sys_flag=8,  # TRANSACTION_COMMIT_TYPE
+        reconsume_times=2,
+        prepared_transaction_offset=1234,
+    )
+    resp = await stub.PutSystemMessages(store_pb2.PutSystemMessagesRequest(messages=[op, commit]))
+    assert [r.queue.topic for r in resp.results] == ["RMQ_SYS_TRANS_OP_HALF_TOPIC", "TopicA"]
+    view = (await stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=resp.results[1].commit_log_offset))).message
+    assert (view.sys_flag, view.reconsume_times, view.prepared_transaction_offset) == (8, 2, 1234)
+    assert view.message.unique_id == "AB" * 16
+
+    # The producer-facing RPCs still refuse system topics and ignore nothing silently.
+    await expect_error(
+        stub.SendMessage(store_pb2.SendMessageRequest(message=pb_msg(topic="RMQ_SYS_TRANS_OP_HALF_TOPIC"))),
+        errors_pb2.CODE_SYSTEM_TOPIC,
+    )

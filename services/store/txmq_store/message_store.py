@@ -143,7 +143,8 @@ class MessageStore:
         self._undispatched: deque[tuple[int, list[PreparedRecord], list[int], list[int], int]] = deque()
         self._flusher: PeriodicFlusher | None = None
         self._group_commit: GroupCommit | None = None
-        self._topic_listeners: list[Callable[[], None]] = []
+        self._topic_listeners: list[Callable[[], Awaitable[None] | None]] = []
+        self._topics_propagating: list[asyncio.Future[None]] = []
         self._store_host = UNKNOWN_HOST
         self._offset_msg_id_prefix = ""
         self.advertised_address = ""
@@ -286,16 +287,29 @@ class MessageStore:
         self._offset_msg_id_prefix = encode_offset_msg_id(host, port, 0)[:-16]
         self.advertised_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    def add_topic_listener(self, callback: Callable[[], None]) -> None:
-        """``callback()`` runs after any topic is created, updated or deleted."""
+    def add_topic_listener(self, callback: Callable[[], Awaitable[None] | None]) -> None:
+        """``callback()`` runs after any topic is created, updated or deleted. It may
+        return an awaitable that completes once the change has propagated (published to
+        etcd); ``await topics_propagated()`` waits for those."""
         self._topic_listeners.append(callback)
 
     def _topics_changed(self) -> None:
         for cb in self._topic_listeners:
             try:
-                cb()
+                pending = cb()
             except Exception:
                 log.exception("topic listener failed")
+                continue
+            if pending is not None:
+                self._topics_propagating.append(asyncio.ensure_future(pending))
+
+    async def topics_propagated(self) -> None:
+        """Wait until the topic changes made so far have propagated, so an admin call
+        that answers after this is visible to route look-ups at once. Call it right
+        after the change (no await in between), so it waits for that change."""
+        pending, self._topics_propagating = self._topics_propagating, []
+        if pending:
+            await asyncio.gather(*pending)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -21,7 +21,9 @@ class TopicPublisher:
     """Keeps ``<prefix>/stores/<store_id>/topics/*`` equal to the store's topics.
 
     Topic changes only mark the set dirty; one task writes the latest set, so a burst
-    of changes costs one etcd transaction, and writes never overtake each other.
+    of changes costs one etcd transaction, and writes never overtake each other. Each
+    change gets a future that completes once a publish that began after it is done: the
+    admin RPC awaits it, so a route look-up after CreateTopic answers finds the topic.
     """
 
     def __init__(self, store: MessageStore, *, store_id: str, keys: EtcdKeys, registration: Registration) -> None:
@@ -30,17 +32,26 @@ class TopicPublisher:
         self._keys = keys
         self._registration = registration
         self._dirty = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.publish()
-        self._store.add_topic_listener(self._dirty.set)
+        self._store.add_topic_listener(self._changed)
         self._task = asyncio.create_task(self._run(), name="topic-publisher")
+
+    def _changed(self) -> asyncio.Future[None]:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._dirty.set()
+        return waiter
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        for waiter in self._waiters:
+            waiter.cancel()
 
     async def publish(self) -> None:
         values = {
@@ -61,7 +72,15 @@ class TopicPublisher:
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            await self.publish()
+            waiters, self._waiters = self._waiters, []
+            try:
+                # Registration records the keys even when etcd is unreachable and writes
+                # them with its next lease, so a publish never fails the admin call.
+                await self.publish()
+            finally:
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
 
 
 async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:

@@ -4,7 +4,7 @@ Errors are typed by the core and mapped to statuses by ``@rpc``."""
 from __future__ import annotations
 
 import types
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import grpc
 from txmq.errors import error
@@ -91,6 +91,25 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             producer_group=request.producer_group,
             born_host=peer_address(context),
         )
+        return self._batch_response(results)
+
+    @rpc
+    async def PutSystemMessages(
+        self, request: store_pb2.PutSystemMessagesRequest, context: grpc.aio.ServicerContext
+    ):
+        outgoing = []
+        for sm in request.messages:
+            o = to_outgoing(sm.message)
+            o.sys_flag = sm.sys_flag
+            o.reconsume_times = sm.reconsume_times
+            o.prepared_transaction_offset = sm.prepared_transaction_offset
+            outgoing.append(o)
+        results = await self._store.send(
+            outgoing, producer_group=request.producer_group, born_host=peer_address(context), system=True
+        )
+        return self._batch_response(results)
+
+    def _batch_response(self, results: Sequence[SendResult]) -> store_pb2.SendBatchResponse:
         resp = store_pb2.SendBatchResponse()
         add = resp.results.add  # faster than building SendResult objects and a list
         for fields in self._result_fields(results):
@@ -244,6 +263,7 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
             t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm,
             attributes=dict(t.attributes),
         )  # fmt: skip
+        await self._store.topics_propagated()
         return store_pb2.TopicResponse(topic=topic_pb(cfg))
 
     @rpc
@@ -253,11 +273,13 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
             t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm,
             attributes=dict(t.attributes),
         )  # fmt: skip
+        await self._store.topics_propagated()
         return store_pb2.TopicResponse(topic=topic_pb(cfg))
 
     @rpc
     async def DeleteTopic(self, request: store_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext):
         self._store.delete_topic(request.name)
+        await self._store.topics_propagated()
         return store_pb2.DeleteTopicResponse()
 
     @rpc

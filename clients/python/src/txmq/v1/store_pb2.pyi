@@ -82,6 +82,26 @@ class SendBatchRequest(_message.Message):
     producer_group: str
     def __init__(self, messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ...) -> None: ...
 
+class SystemMessage(_message.Message):
+    __slots__ = ("message", "sys_flag", "reconsume_times", "prepared_transaction_offset")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAG_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_TRANSACTION_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    message: _common_pb2.Message
+    sys_flag: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    def __init__(self, message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., sys_flag: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., prepared_transaction_offset: _Optional[int] = ...) -> None: ...
+
+class PutSystemMessagesRequest(_message.Message):
+    __slots__ = ("messages", "producer_group")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[SystemMessage]
+    producer_group: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[SystemMessage, _Mapping]]] = ..., producer_group: _Optional[str] = ...) -> None: ...
+
 class SendBatchResponse(_message.Message):
     __slots__ = ("results",)
     RESULTS_FIELD_NUMBER: _ClassVar[int]

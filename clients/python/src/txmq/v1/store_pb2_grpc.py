@@ -89,6 +89,11 @@ class StoreStub:
                 request_serializer=txmq_dot_v1_dot_store__pb2.ListConsumeOffsetsRequest.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_store__pb2.ListConsumeOffsetsResponse.FromString,
                 _registered_method=True)
+        self.PutSystemMessages = channel.unary_unary(
+                '/txmq.v1.Store/PutSystemMessages',
+                request_serializer=txmq_dot_v1_dot_store__pb2.PutSystemMessagesRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.SendBatchResponse.FromString,
+                _registered_method=True)
 
 
 class StoreServicer:
@@ -171,6 +176,16 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutSystemMessages(self, request, context):
+        """Internal, for the transaction service: store messages that may name system topics
+        and carry sysflag, reconsume times and the prepared-transaction offset (op
+        messages, put-back half messages, committed copies, discarded transactions).
+        All or nothing, as SendBatch. Producers must not call it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -228,6 +243,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.ListConsumeOffsets,
                     request_deserializer=txmq_dot_v1_dot_store__pb2.ListConsumeOffsetsRequest.FromString,
                     response_serializer=txmq_dot_v1_dot_store__pb2.ListConsumeOffsetsResponse.SerializeToString,
+            ),
+            'PutSystemMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutSystemMessages,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.PutSystemMessagesRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.SendBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -527,6 +547,33 @@ class Store:
             '/txmq.v1.Store/ListConsumeOffsets',
             txmq_dot_v1_dot_store__pb2.ListConsumeOffsetsRequest.SerializeToString,
             txmq_dot_v1_dot_store__pb2.ListConsumeOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutSystemMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.Store/PutSystemMessages',
+            txmq_dot_v1_dot_store__pb2.PutSystemMessagesRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.SendBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
