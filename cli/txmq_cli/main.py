@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from txmq_cli import admin_cmds, cluster_cmds
+from txmq_cli import tx_cmds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,6 +18,7 @@ def cli() -> None:
 
 cluster_cmds.register(cli)
 admin_cmds.register(cli)
+tx_cmds.register(cli)
 
 if __name__ == "__main__":
     cli()

@@ -207,6 +207,37 @@ async def test_overflow_rechecks_the_pulls_of_that_store_only(env: Env) -> None:
     assert await result(there) is WakeReason.RECHECK
 
 
+async def test_recheck_asks_the_store_first_so_pulls_that_are_level_stay_held(env: Env) -> None:
+    """An overflow / re-opened stream does not make every held pull re-read: only those
+    the store's max offset is past (one offsets look-up per topic)."""
+    level = env.park(KEY, offset=5)
+    behind = env.park(OTHER_QUEUE, offset=5)
+    await settle()
+    env.max_offsets.update({KEY: 5, OTHER_QUEUE: 7})
+    env.hold.recheck_store("s1")
+    assert await result(behind) is WakeReason.RECHECK
+    await settle()
+    assert not level.done()
+
+
+async def test_recheck_rereads_everything_when_the_store_cannot_say() -> None:
+    clock = ManualClock()
+
+    async def broken(keys):
+        raise ConnectionError("store down")
+
+    hold = HoldService(clock=clock, check_interval_ms=CHECK_MS, max_held=10, max_offsets=broken)
+    hold.start()
+    try:
+        watch = hold.watch(KEY)
+        task = asyncio.ensure_future(hold.park(watch, offset=0, matcher=EVERYTHING, deadline_ms=clock.now_ms() + 1))
+        await settle()
+        hold.recheck_store("s1")
+        assert await result(task) is WakeReason.RECHECK
+    finally:
+        await hold.close()
+
+
 async def test_a_read_that_saw_too_many_arrivals_rechecks(env: Env) -> None:
     watch = env.hold.watch(KEY)
     env.hold.on_arrivals([arrival(KEY, i, "B") for i in range(READ_WATCH_BUFFER + 1)])
@@ -274,9 +305,8 @@ async def test_admission_is_bounded() -> None:
     try:
         with env.hold.admit(), env.hold.admit():
             assert env.hold.admitted_count == 2
-            with pytest.raises(TxmqError) as info:
-                with env.hold.admit():
-                    pass
+            with pytest.raises(TxmqError) as info, env.hold.admit():
+                pass
             assert info.value.code == errors_pb2.CODE_TOO_MANY_REQUESTS
             assert info.value.retriable
         assert env.hold.admitted_count == 0
@@ -304,7 +334,9 @@ async def test_cancelled_pull_leaves_nothing_behind(env: Env) -> None:
 
 async def test_deadline_already_passed_times_out_at_once(env: Env) -> None:
     watch = env.hold.watch(KEY)
-    assert await env.hold.park(watch, offset=0, matcher=EVERYTHING, deadline_ms=env.clock.now_ms()) is WakeReason.TIMEOUT
+    assert (
+        await env.hold.park(watch, offset=0, matcher=EVERYTHING, deadline_ms=env.clock.now_ms()) is WakeReason.TIMEOUT
+    )
     assert env.hold.held_count == 0
 
 

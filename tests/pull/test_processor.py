@@ -47,7 +47,9 @@ async def test_each_validation_error(make_core: MakeCore, store_access: StoreAcc
     await store_access.create_group(disabled, consume_enable=False)
     assert await code_of(pull(pull_request(q, group=disabled))) == errors_pb2.CODE_CONSUME_DISABLED
 
-    assert await code_of(pull(pull_request(store_access.queue(unique("NoSuchTopic"))))) == errors_pb2.CODE_TOPIC_NOT_FOUND
+    assert (
+        await code_of(pull(pull_request(store_access.queue(unique("NoSuchTopic"))))) == errors_pb2.CODE_TOPIC_NOT_FOUND
+    )
 
     write_only = unique("WriteOnly")
     await store_access.create_topic(write_only, perm=2)
@@ -111,7 +113,9 @@ async def test_earlier_checks_win(make_core: MakeCore, store_access: StoreAccess
         errors_pb2.CODE_TOPIC_NOT_READABLE
     )
     # queue id < filter
-    assert await code_of(pull(pull_request(store_access.queue(topic, 5), sql="a >"))) == errors_pb2.CODE_ILLEGAL_QUEUE_ID
+    assert (
+        await code_of(pull(pull_request(store_access.queue(topic, 5), sql="a >"))) == errors_pb2.CODE_ILLEGAL_QUEUE_ID
+    )
     # topic exists < filter
     assert await code_of(pull(pull_request(store_access.queue(unique("Nope")), sql="a >"))) == (
         errors_pb2.CODE_TOPIC_NOT_FOUND
@@ -150,9 +154,7 @@ async def private_stores(service_factory, etcd) -> AsyncIterator[Callable[..., A
         n = len(channels)
         process = service_factory.store(*flags)
         store_id = f"store-{n}"
-        await eventually(
-            lambda: any(e.instance_id == store_id for e in view.endpoints(common_pb2.SERVICE_KIND_STORE))
-        )
+        await eventually(lambda: any(e.instance_id == store_id for e in view.endpoints(common_pb2.SERVICE_KIND_STORE)))
         channel = grpc.aio.insecure_channel(process.address)
         channels.append(channel)
         access = StoreAccess(
@@ -168,7 +170,9 @@ async def private_stores(service_factory, etcd) -> AsyncIterator[Callable[..., A
         await close_view()
 
 
-async def test_unknown_group_is_refused_when_the_store_does_not_create_groups(private_stores, make_core: MakeCore) -> None:
+async def test_unknown_group_is_refused_when_the_store_does_not_create_groups(
+    private_stores, make_core: MakeCore
+) -> None:
     private = await private_stores("--auto_create_subscription_group", "false")
     access = private.access
     await access.create_topic("T1")
@@ -212,7 +216,9 @@ async def test_found_no_new_and_offset_illegal(make_core: MakeCore, store_access
     assert (badly.status, badly.next_begin_offset) == (P.PULL_STATUS_OFFSET_ILLEGAL, 0)
 
 
-async def test_commit_offset_is_stored_before_reading(make_core: MakeCore, store_access: StoreAccess, topic: str) -> None:
+async def test_commit_offset_is_stored_before_reading(
+    make_core: MakeCore, store_access: StoreAccess, topic: str
+) -> None:
     core = await make_core()
     group = unique("Committer")
     await store_access.send(topic, b"x")
@@ -331,7 +337,9 @@ async def test_backstop_sweep_answers_a_pull_whose_arrival_was_missed(
     offset = await arrivals_live(core, store_access, topic)
     monkeypatch.setattr(core.hold, "on_arrivals", lambda events: None)  # the stream loses everything
     task = asyncio.ensure_future(
-        core.processor.pull(pull_request(store_access.queue(topic), offset=offset, suspend=True, suspend_timeout_ms=60_000))
+        core.processor.pull(
+            pull_request(store_access.queue(topic), offset=offset, suspend=True, suspend_timeout_ms=60_000)
+        )
     )
     await eventually(lambda: core.hold.held_count == 1)
     await store_access.send(topic, b"missed")
@@ -433,8 +441,8 @@ async def test_reopened_arrival_stream_rechecks_held_pulls(private_stores, make_
         core.processor.pull(pull_request(access.queue("Restarted"), offset=offset, suspend=True))
     )
     await eventually(lambda: core.hold.held_count == 1)
-    private.process.kill()
-    private.process.restart()
+    await asyncio.to_thread(private.process.kill)
+    await asyncio.to_thread(private.process.restart)
     await access.send("Restarted", b"after restart")
     resp = await asyncio.wait_for(task, GUARD_S)
     assert resp.status == P.PULL_STATUS_FOUND

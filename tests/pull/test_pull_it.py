@@ -42,7 +42,10 @@ async def private(service_factory) -> AsyncIterator[Pulling]:
     pull_channel = grpc.aio.insecure_channel(pull.address)
     try:
         access = StoreAccess(
-            store.address, store_pb2_grpc.StoreStub(store_channel), store_pb2_grpc.StoreAdminStub(store_channel), "store-0"
+            store.address,
+            store_pb2_grpc.StoreStub(store_channel),
+            store_pb2_grpc.StoreAdminStub(store_channel),
+            "store-0",
         )
         yield Pulling(pull_pb2_grpc.PullStub(pull_channel), access)
     finally:
@@ -157,3 +160,14 @@ async def test_long_poll_is_not_woken_by_a_non_matching_send(private: Pulling) -
     # Woken by the arrival it would re-read at once and answer NO_MATCHED_MSG; timed out,
     # it answers NO_NEW_MSG, past the message it does not want.
     assert (resp.status, len(resp.messages), resp.next_begin_offset) == (P.PULL_STATUS_NO_NEW_MSG, 0, 1)
+
+
+async def test_held_pull_answers_before_the_callers_deadline(shared: Pulling) -> None:
+    """Asked to hold 20 s under a 2 s gRPC deadline, the pull answers NO_NEW_MSG before
+    the deadline (deadline_margin_ms) instead of letting the call fail."""
+    topic = unique("Deadline")
+    await shared.store.create_topic(topic)
+    resp = await shared.pull.PullMessage(
+        pull_request(shared.store.queue(topic), suspend=True, suspend_timeout_ms=20_000), timeout=2
+    )
+    assert (resp.status, resp.next_begin_offset) == (P.PULL_STATUS_NO_NEW_MSG, 0)

@@ -5,9 +5,9 @@ A pull that found nothing *parks* here, keyed by (store, topic, queue), until on
 - ARRIVAL: the store reported a message on that queue at or past the pull's offset whose
   tag code and properties pass the pull's filter. The pull re-reads once, without
   suspension, and answers whatever it finds.
-- RECHECK: something may have arrived unseen: the arrival stream overflowed or
-  (re)connected, or the backstop sweep found the queue's max offset past the pull's
-  offset. The pull re-reads; if it still finds nothing it parks again.
+- RECHECK: something may have arrived unseen (the arrival stream overflowed or was
+  re-opened, or it is time for the backstop sweep) and the store's max offset of the
+  queue is past the pull's offset. The pull re-reads; if nothing matched it parks again.
 - TIMEOUT: its deadline passed. The pull re-reads once and answers.
 
 No lost wake-ups: a pull registers a ``ReadWatch`` on its queue *before* it reads; every
@@ -30,7 +30,7 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Self
 
 from txmq.errors import error
 from txmq.v1 import errors_pb2
@@ -82,7 +82,7 @@ class ReadWatch:
     """Arrivals on one queue while a read of it is in flight. Open it before the read,
     hand it to ``park`` (which closes it) or close it (``with`` does)."""
 
-    __slots__ = ("key", "arrivals", "overflowed", "_hold", "_open")
+    __slots__ = ("_hold", "_open", "arrivals", "key", "overflowed")
 
     def __init__(self, hold: HoldService, key: QueueKey) -> None:
         self.key = key
@@ -109,7 +109,7 @@ class ReadWatch:
             self._open = False
             self._hold._unwatch(self)
 
-    def __enter__(self) -> ReadWatch:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -117,7 +117,7 @@ class ReadWatch:
 
 
 class _Held:
-    __slots__ = ("key", "offset", "matcher", "deadline_ms", "future", "done")
+    __slots__ = ("deadline_ms", "done", "future", "key", "matcher", "offset")
 
     def __init__(
         self, key: QueueKey, offset: int, matcher: ArrivalMatcher, deadline_ms: int, future: asyncio.Future[WakeReason]
@@ -154,6 +154,7 @@ class HoldService:
         self._poke = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
+        self._rechecks: set[asyncio.Task[None]] = set()
         self._closed = False
         #: Completed backstop sweeps (for tests and metrics).
         self.sweeps = 0
@@ -167,10 +168,10 @@ class HoldService:
     async def close(self) -> None:
         """Stop the timer and answer every held pull (as timed out)."""
         self._closed = True
-        for task in (self._task, self._sweep_task):
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(*(t for t in (self._task, self._sweep_task) if t is not None), return_exceptions=True)
+        tasks = [t for t in (self._task, self._sweep_task, *self._rechecks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._task = self._sweep_task = None
         for bucket in list(self._held.values()):
             for held in list(bucket):
@@ -269,7 +270,8 @@ class HoldService:
 
     def recheck_store(self, store_id: str) -> None:
         """Arrivals of ``store_id`` may have been missed (overflow, stream re-opened):
-        every pull held on it re-checks, every read in flight on it will."""
+        reads in flight on it will re-check; held pulls re-check if the store's max
+        offset of their queue is past them (one look-up per topic, not a read per pull)."""
         self._recheck(lambda key: key.store_id == store_id)
 
     def recheck_all(self) -> None:
@@ -280,28 +282,46 @@ class HoldService:
             if which(key):
                 for w in watches:
                     w._overflow()
-        for key in [k for k in self._held if which(k)]:
-            for held in list(self._held.get(key, ())):
+        keys = [k for k in self._held if which(k)]
+        if not keys:
+            return
+        if self._max_offsets is None:
+            for key in keys:
+                for held in list(self._held.get(key, ())):
+                    self._resolve(held, WakeReason.RECHECK)
+            return
+        task = asyncio.create_task(self._recheck_behind(keys, fail_safe=True), name="pull-hold-recheck")
+        self._rechecks.add(task)
+        task.add_done_callback(self._rechecks.discard)
+
+    async def _recheck_behind(self, keys: list[QueueKey], *, fail_safe: bool) -> None:
+        """Re-check the held pulls on ``keys`` that the store's max offset is past. When the
+        store cannot say: all of them (``fail_safe``), or none (the periodic sweep)."""
+        assert self._max_offsets is not None
+        try:
+            max_offsets = await self._max_offsets(keys)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("hold: could not read max offsets of %d queue(s): %s", len(keys), exc)
+            max_offsets = {}
+        for key in keys:
+            max_offset = max_offsets.get(key)
+            if max_offset is None and not fail_safe:
+                continue
+            for held in [h for h in self._held.get(key, ()) if max_offset is None or max_offset > h.offset]:
                 self._resolve(held, WakeReason.RECHECK)
 
     # -- timer and backstop ----------------------------------------------------------------
 
     async def sweep(self) -> None:
         """The backstop: ask the store for the max offset of every queue with held pulls;
-        those behind it re-check (RocketMQ's checkHoldRequest, but without a read per pull)."""
+        those behind it re-check (RocketMQ's checkHoldRequest, but without a read per pull).
+        A store that cannot answer is asked again at the next sweep."""
         if self._max_offsets is None or not self._held:
             return
-        keys = list(self._held)
         try:
-            max_offsets = await self._max_offsets(keys)
-        except Exception as exc:  # noqa: BLE001 - the next sweep tries again
-            log.warning("hold backstop: could not read max offsets of %d queue(s): %s", len(keys), exc)
-            return
+            await self._recheck_behind(list(self._held), fail_safe=False)
         finally:
             self.sweeps += 1
-        for key, max_offset in max_offsets.items():
-            for held in [h for h in self._held.get(key, ()) if max_offset > h.offset]:
-                self._resolve(held, WakeReason.RECHECK)
 
     async def _run(self) -> None:
         while True:

@@ -20,7 +20,7 @@ from txmq.v1 import common_pb2, errors_pb2, pull_pb2, store_pb2
 from txmq_pull.arrivals import ArrivalFeed
 from txmq_pull.clock import Clock
 from txmq_pull.filters import PullFilter, parse_filter
-from txmq_pull.hold import HoldService, QueueKey, WakeReason
+from txmq_pull.hold import HoldService, QueueKey, ReadWatch, WakeReason
 from txmq_pull.settings import PullSettings
 from txmq_pull.store_client import StoreClient, StoreClients
 
@@ -208,7 +208,9 @@ class PullProcessor:
 
     # -- pulling -------------------------------------------------------------------------
 
-    async def pull(self, req: pull_pb2.PullMessageRequest, *, answer_by_ms: int | None = None) -> pull_pb2.PullMessageResponse:
+    async def pull(
+        self, req: pull_pb2.PullMessageRequest, *, answer_by_ms: int | None = None
+    ) -> pull_pb2.PullMessageResponse:
         """Validate, store the consumer's committed offset, read; when nothing is there and
         the pull allows suspension, hold it (long polling). ``answer_by_ms`` (on this
         processor's clock): the caller's deadline, less a margin; the hold ends by then."""
@@ -246,7 +248,9 @@ class PullProcessor:
             return s.short_polling_time_ms
         return min(req.suspend_timeout_ms or s.suspend_timeout_default_ms, s.suspend_timeout_max_ms)
 
-    async def _held(self, v: ValidPull, offset: int, watch, deadline_ms: int) -> pull_pb2.PullMessageResponse:
+    async def _held(
+        self, v: ValidPull, offset: int, watch: ReadWatch, deadline_ms: int
+    ) -> pull_pb2.PullMessageResponse:
         hold = self._hold
         try:
             while True:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pydantic import Field
-
 from txmq_runtime.settings import ServiceSettings, service_config
 
 LONG_POLLING_CHECK_INTERVAL_MS = 5_000
@@ -38,9 +37,7 @@ class PullSettings(ServiceSettings):
     max_held_requests: int = Field(
         10_000, ge=0, description="Most pulls held at once; past it an empty pull fails with TOO_MANY_REQUESTS."
     )
-    property_filter_enable: bool = Field(
-        True, description="Accept SQL92 filters (RocketMQ enablePropertyFilter)."
-    )
+    property_filter_enable: bool = Field(True, description="Accept SQL92 filters (RocketMQ enablePropertyFilter).")
     config_cache_ttl_ms: int = Field(
         3_000, ge=0, description="How long topic / subscription-group configs read from a store are reused."
     )

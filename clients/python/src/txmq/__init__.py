@@ -32,6 +32,13 @@ from txmq.models import (
     TopicRoute,
 )
 from txmq.producer import Producer
+from txmq.transaction import (
+    LocalTransactionState,
+    TransactionInfo,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "Admin",
@@ -41,6 +48,7 @@ __all__ = [
     "Endpoint",
     "ForbiddenError",
     "InternalError",
+    "LocalTransactionState",
     "Message",
     "MessageExt",
     "MessageQueue",
@@ -59,6 +67,10 @@ __all__ = [
     "TooManyRequestsError",
     "TopicConfig",
     "TopicRoute",
+    "TransactionInfo",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "TxmqError",
     "UnavailableError",
     "UpstreamTimeoutError",

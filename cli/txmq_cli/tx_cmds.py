@@ -1,0 +1,110 @@
+"""``txmq transaction show <id>`` (its timeline, from QueryTransaction) and
+``txmq transaction resume <id>`` (check a discarded transaction again)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime
+
+import click
+from google.protobuf import json_format
+
+from txmq import ServiceKind, TxmqError
+from txmq._client import ClientCore, call
+from txmq.errors import NotFoundError
+from txmq.v1 import errors_pb2, txcheck_pb2, txcheck_pb2_grpc
+
+DEFAULT_ENDPOINT = "127.0.0.1:10911"
+
+
+def register(group: click.Group) -> None:
+    group.add_command(transaction)
+
+
+def _endpoint_option(fn):
+    return click.option(
+        "--endpoint", envvar="TXMQ_ENDPOINT", default=DEFAULT_ENDPOINT, show_default=True,
+        help="Any txmq service, host:port.",
+    )(fn)  # fmt: skip
+
+
+def _fail(err: TxmqError) -> None:
+    click.echo(f"error: {err}", err=True)
+    raise click.exceptions.Exit(1)
+
+
+@click.group()
+def transaction() -> None:
+    """Transactional messages: look-up and admin."""
+
+
+@transaction.command()
+@click.argument("transaction_id")
+@_endpoint_option
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def show(transaction_id: str, endpoint: str, output: str) -> None:
+    """A transaction's state and timeline."""
+    core = ClientCore(endpoint, route_refresh_interval=30)
+    try:
+        addresses = [e.address for e in core.routes.endpoints(ServiceKind.TXCHECK, timeout=5)]
+        if not addresses:
+            raise NotFoundError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
+        stub = core.stub(addresses[0], txcheck_pb2_grpc.TransactionStub)
+        resp = call(stub.QueryTransaction, txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id), timeout=10)
+    except TxmqError as err:
+        _fail(err)
+    finally:
+        core.close()
+    if output == "json":
+        click.echo(json.dumps(json_format.MessageToDict(resp, preserving_proto_field_name=True), indent=2))
+        return
+    state = txcheck_pb2.TransactionResolution.Name(resp.resolution).removeprefix("TRANSACTION_RESOLUTION_")
+    click.echo(f"transaction {resp.transaction_id}  group {resp.producer_group}  state {state}")
+    if resp.HasField("committed"):
+        c = resp.committed
+        click.echo(f"committed copy: {c.message.topic} queue {c.message.queue_id} offset {c.queue_offset} "
+                   f"(offsetMsgId {c.offset_msg_id}, store {c.store_id})")  # fmt: skip
+    for e in resp.timeline:
+        at = datetime.fromtimestamp(e.at_ms / 1000, UTC).isoformat(timespec="milliseconds")
+        click.echo(f"  {at}  {e.kind:<18} {e.detail}")
+
+
+@transaction.command()
+@click.argument("transaction_id")
+@_endpoint_option
+def resume(transaction_id: str, endpoint: str) -> None:
+    """Check a transaction discarded to TRANS_CHECK_MAX_TIME_TOPIC again (count reset)."""
+    from txmq_txcheck.checkloop import resume as resume_on
+    from txmq_txcheck.ledger import Ledger
+    from txmq_txcheck.store_client import StoreClient
+
+    core = ClientCore(endpoint, route_refresh_interval=30)
+    try:
+        stores = core.routes.endpoints(ServiceKind.STORE, timeout=5)
+    except TxmqError as err:
+        _fail(err)
+    finally:
+        core.close()
+
+    async def run() -> str:
+        last: TxmqError | None = None
+        for s in stores:
+            client = StoreClient.dial(s.address, store_id=s.instance_id)
+            try:
+                ledger = Ledger(client, clock=lambda: time.time_ns() // 10**6, transaction_timeout_ms=6000)
+                view = await resume_on(client, transaction_id, ledger)
+                return f"resumed {transaction_id} on {s.instance_id}: half queue offset {view.queue_offset}"
+            except TxmqError as err:
+                if err.code != errors_pb2.CODE_TRANSACTION_NOT_FOUND:
+                    raise
+                last = err
+            finally:
+                await client.close()
+        raise last or NotFoundError(f"transaction {transaction_id} not found", code=errors_pb2.CODE_TRANSACTION_NOT_FOUND)
+
+    try:
+        click.echo(asyncio.run(run()))
+    except TxmqError as err:
+        _fail(err)

@@ -1,0 +1,130 @@
+"""The transactional producer's channel to the transaction service: a long-lived
+ProducerChannel stream the producer opens (so it can be checked from behind NAT),
+reconnected with backoff when it breaks, to a txcheck instance found through the route
+service (``txcheck`` endpoints)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from typing import Callable, Iterator
+
+import grpc
+
+from txmq._client import ClientCore
+from txmq.models import ServiceKind
+from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
+
+log = logging.getLogger("txmq.transaction.channel")
+
+_MIN_BACKOFF_S = 0.1
+_MAX_BACKOFF_S = 2.0
+_STOP = object()
+
+
+class ProducerChannel:
+    def __init__(
+        self,
+        core: ClientCore,
+        *,
+        group: str,
+        client_id: str,
+        on_check: Callable[[txcheck_pb2.CheckTransactionState], None],
+    ) -> None:
+        self._core = core
+        self._group = group
+        self._client_id = client_id
+        self._on_check = on_check
+        self._stopped = threading.Event()
+        self.connected = threading.Event()
+        self._lock = threading.Lock()
+        self._outgoing: queue.Queue | None = None
+        self._call = None
+        self.address: str | None = None
+        self._thread = threading.Thread(target=self._run, name=f"txmq-channel-{group}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            out, call = self._outgoing, self._call
+        if out is not None:
+            out.put(_STOP)
+        if call is not None:
+            call.cancel()
+        self._thread.join(timeout=5)
+
+    def send(self, command: txcheck_pb2.ProducerCommand) -> bool:
+        """Queue a command on the open stream; False when none is open."""
+        with self._lock:
+            out = self._outgoing if self.connected.is_set() else None
+        if out is None:
+            return False
+        out.put(command)
+        return True
+
+    def _requests(self, out: queue.Queue) -> Iterator[txcheck_pb2.ProducerCommand]:
+        yield txcheck_pb2.ProducerCommand(
+            hello=txcheck_pb2.ProducerHello(producer_group=self._group, client_id=self._client_id)
+        )
+        while True:
+            item = out.get()
+            if item is _STOP:
+                return
+            yield item
+
+    def _addresses(self) -> list[str]:
+        endpoints = self._core.routes.endpoints(ServiceKind.TXCHECK, timeout=3.0)
+        addresses = [e.address for e in endpoints]
+        random.shuffle(addresses)  # spread the producers of a group over the replicas
+        return addresses
+
+    def _run(self) -> None:
+        backoff = _MIN_BACKOFF_S
+        while not self._stopped.is_set():
+            try:
+                addresses = self._addresses()
+            except Exception as exc:  # noqa: BLE001 - retried with backoff
+                log.debug("no txcheck endpoint yet: %s", exc)
+                addresses = []
+            for address in addresses:
+                if self._stopped.is_set():
+                    return
+                if self._serve(address):
+                    backoff = _MIN_BACKOFF_S
+                    break
+            self._stopped.wait(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def _serve(self, address: str) -> bool:
+        """Run one stream to ``address`` until it breaks; True if it was open."""
+        out: queue.Queue = queue.Queue()
+        stub = self._core.stub(address, txcheck_pb2_grpc.TransactionStub)
+        call = stub.ProducerChannel(self._requests(out))
+        with self._lock:
+            self._outgoing, self._call = out, call
+        opened = False
+        try:
+            call.initial_metadata()  # the service answers once the channel is registered
+            opened = True
+            self.address = address
+            self.connected.set()
+            log.info("producer channel of %s open to %s", self._group, address)
+            for command in call:
+                if command.WhichOneof("command") == "check":
+                    self._on_check(command.check)
+        except grpc.RpcError as exc:
+            if not self._stopped.is_set():
+                log.info("producer channel to %s broke: %s", address, getattr(exc, "code", lambda: exc)())
+        finally:
+            self.connected.clear()
+            with self._lock:
+                self._outgoing, self._call = None, None
+            out.put(_STOP)
+            call.cancel()
+        return opened

@@ -1,0 +1,300 @@
+"""Transactional messages (RocketMQ TransactionMQProducer / TransactionListener).
+
+    class Orders(TransactionListener):
+        def execute_local_transaction(self, msg, arg):
+            db.insert(arg)
+            return LocalTransactionState.COMMIT
+        def check_local_transaction(self, msg):
+            return LocalTransactionState.COMMIT if db.has(msg.unique_id) else LocalTransactionState.UNKNOWN
+
+    with TransactionProducer(group="orders", endpoint="host:port", listener=Orders()) as p:
+        result = p.send_message_in_transaction(Message("Orders", b"..."), arg=order)
+
+The half message is stored invisibly; the listener runs the local transaction; its
+answer (COMMIT / ROLLBACK / UNKNOWN; an exception counts as UNKNOWN) is sent as
+END_TRANSACTION. When no answer arrives, the transaction service checks a live producer
+of the group through its channel: ``check_local_transaction`` runs on a bounded
+executor and its answer goes back as END_TRANSACTION flagged from-check.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from txmq._channel import ProducerChannel
+from txmq._client import call
+from txmq._convert import message_ext_from_proto, send_result_from_proto
+from txmq.errors import TxmqError, UnavailableError
+from txmq.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
+from txmq.models import ServiceKind
+from txmq.producer import Producer
+from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
+
+log = logging.getLogger("txmq.transaction")
+
+
+class LocalTransactionState(enum.Enum):
+    COMMIT = txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT
+    ROLLBACK = txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK
+    UNKNOWN = txcheck_pb2.TRANSACTION_RESOLUTION_UNKNOWN
+    # RocketMQ's names, for its users.
+    COMMIT_MESSAGE = txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT
+    ROLLBACK_MESSAGE = txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK
+    UNKNOW = txcheck_pb2.TRANSACTION_RESOLUTION_UNKNOWN
+
+
+class TransactionListener(abc.ABC):
+    """The application's side of a transaction (RocketMQ TransactionListener)."""
+
+    @abc.abstractmethod
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        """Run the local transaction for a stored half message."""
+
+    @abc.abstractmethod
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        """Answer a check: the state of the local transaction of ``msg``
+        (``msg.unique_id`` is the transaction id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionSendResult(SendResult):
+    """The half message's send result plus the local transaction's state
+    (RocketMQ TransactionSendResult). ``transaction_id`` is the message's unique id."""
+
+    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOWN
+    #: An error the listener raised (its state then counts as UNKNOWN).
+    local_exception: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionInfo:
+    """A transaction as QueryTransaction reports it."""
+
+    transaction_id: str
+    producer_group: str
+    resolution: LocalTransactionState | None
+    timeline: tuple[tuple[int, str, str], ...]  # (at_ms, kind, detail)
+    half: MessageExt | None
+    committed: MessageExt | None
+
+
+class TransactionProducer(Producer):
+    """A producer that also sends transactional messages (RocketMQ TransactionMQProducer).
+
+    ``check_threads`` run checks; at most ``check_queue_size`` wait for a thread (more
+    are dropped and asked again in a later check round)."""
+
+    def __init__(
+        self,
+        group: str,
+        endpoint: str,
+        *,
+        listener: TransactionListener | None = None,
+        check_threads: int = 1,
+        check_queue_size: int = 2000,
+        end_transaction_timeout: float = 3.0,
+        client_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(group, endpoint, **kwargs)
+        if check_threads < 1 or check_queue_size < 1:
+            raise ValueError("check_threads and check_queue_size must be >= 1")
+        self.listener = listener
+        self.client_id = client_id or f"{group}@{uuid.uuid4().hex[:12]}"
+        self._check_threads = check_threads
+        self._check_slots = threading.BoundedSemaphore(check_queue_size + check_threads)
+        self._end_timeout = end_transaction_timeout
+        self._executor: ThreadPoolExecutor | None = None
+        self._channel: ProducerChannel | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self, *, wait_channel: float = 0.0) -> None:
+        """Open the client and the channel for checks; ``wait_channel`` > 0 waits that
+        long for the channel to open (returns either way; it keeps reconnecting)."""
+        super().start()
+        with self._lock:
+            if self._channel is None:
+                self._executor = ThreadPoolExecutor(self._check_threads, thread_name_prefix=f"txmq-check-{self.group}")
+                self._channel = ProducerChannel(
+                    self._started_core(), group=self.group, client_id=self.client_id, on_check=self._on_check
+                )
+                self._channel.start()
+            channel = self._channel
+        if wait_channel > 0:
+            channel.connected.wait(wait_channel)
+
+    @property
+    def channel_open(self) -> bool:
+        return self._channel is not None and self._channel.connected.is_set()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            channel, self._channel = self._channel, None
+            executor, self._executor = self._executor, None
+        if channel is not None:
+            channel.stop()
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        super().shutdown()
+
+    def __enter__(self) -> "TransactionProducer":
+        self.start()
+        return self
+
+    # -- transactions ----------------------------------------------------------------
+
+    def send_message_in_transaction(self, msg: Message, arg: Any = None, *, timeout: float | None = None) -> TransactionSendResult:
+        """Store ``msg`` as a half message, run the local transaction, end it."""
+        if self.listener is None:
+            raise TxmqError("a TransactionListener is required", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
+        pb = self._prepare(msg)
+
+        def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float) -> SendResult:
+            pb.queue_id = mq.queue_id
+            request = store_pb2.SendMessageRequest(message=pb, producer_group=self.group, transaction_prepared=True)
+            return send_result_from_proto(call(store.SendMessage, request, timeout=remaining).result)
+
+        sent = self._send_with_retry(msg.topic, msg.queue_id, attempt, timeout=timeout)
+        state = LocalTransactionState.UNKNOWN
+        failure: BaseException | None = None
+        if sent.status == SendStatus.OK:
+            try:
+                state = self.listener.execute_local_transaction(msg, arg)
+                if not isinstance(state, LocalTransactionState):
+                    log.warning("execute_local_transaction returned %r; counted as UNKNOWN", state)
+                    state = LocalTransactionState.UNKNOWN
+            except Exception as exc:  # noqa: BLE001 - the check will ask again
+                log.warning("local transaction of %s raised; state UNKNOWN: %s", sent.transaction_id, exc)
+                failure = exc
+        else:
+            state = LocalTransactionState.ROLLBACK  # RocketMQ: a half not stored OK is rolled back
+        self._end(sent, state)
+        return TransactionSendResult(
+            status=sent.status,
+            msg_id=sent.msg_id,
+            offset_msg_id=sent.offset_msg_id,
+            message_queue=sent.message_queue,
+            queue_offset=sent.queue_offset,
+            commit_log_offset=sent.commit_log_offset,
+            transaction_id=sent.transaction_id or sent.msg_id,
+            local_transaction_state=state,
+            local_exception=failure,
+        )
+
+    def end_transaction(self, result: SendResult, state: LocalTransactionState, *, from_check: bool = False) -> None:
+        """END_TRANSACTION for a half message sent earlier (raises on refusal)."""
+        request = txcheck_pb2.EndTransactionRequest(
+            producer_group=self.group,
+            transaction_id=result.transaction_id or result.msg_id,
+            commit_log_offset=result.commit_log_offset,
+            tran_state_table_offset=result.queue_offset,
+            resolution=state.value,
+            from_transaction_check=from_check,
+            store_id=result.message_queue.store_id,
+        )
+        self._call_end(request)
+
+    def query_transaction(self, transaction_id: str, *, timeout: float = 5.0) -> TransactionInfo:
+        resp = call(self._transaction_stub().QueryTransaction, txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id), timeout=timeout)
+        return transaction_info_from_proto(resp)
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _end(self, sent: SendResult, state: LocalTransactionState) -> None:
+        try:
+            self.end_transaction(sent, state)
+        except TxmqError as err:
+            # RocketMQ sends it one-way: a lost or refused END is settled by the check.
+            log.warning("END_TRANSACTION of %s (%s) failed: %s", sent.transaction_id, state.name, err)
+
+    def _txcheck_addresses(self) -> list[str]:
+        channel = self._channel
+        first = [channel.address] if channel is not None and channel.address else []
+        try:
+            rest = [e.address for e in self._started_core().routes.endpoints(ServiceKind.TXCHECK, timeout=self._end_timeout)]
+        except TxmqError:
+            rest = []
+        return list(dict.fromkeys(first + rest))
+
+    def _transaction_stub(self) -> txcheck_pb2_grpc.TransactionStub:
+        addresses = self._txcheck_addresses()
+        if not addresses:
+            raise UnavailableError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
+        return self._started_core().stub(addresses[0], txcheck_pb2_grpc.TransactionStub)
+
+    def _call_end(self, request: txcheck_pb2.EndTransactionRequest) -> None:
+        deadline = time.monotonic() + self._end_timeout
+        last: TxmqError | None = None
+        for address in self._txcheck_addresses():
+            stub = self._started_core().stub(address, txcheck_pb2_grpc.TransactionStub)
+            try:
+                call(stub.EndTransaction, request, timeout=max(0.1, deadline - time.monotonic()))
+                return
+            except TxmqError as err:
+                if not err.retriable:
+                    raise
+                last = err
+        raise last or UnavailableError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
+
+    def _on_check(self, check: txcheck_pb2.CheckTransactionState) -> None:
+        executor = self._executor
+        if executor is None or not self._check_slots.acquire(blocking=False):
+            log.warning("check of %s dropped: the check queue is full", check.transaction_id)
+            return
+        try:
+            executor.submit(self._run_check, check)
+        except RuntimeError:  # shut down meanwhile
+            self._check_slots.release()
+
+    def _run_check(self, check: txcheck_pb2.CheckTransactionState) -> None:
+        try:
+            msg = message_ext_from_proto(check.message)
+            state = LocalTransactionState.UNKNOWN
+            try:
+                if self.listener is not None:
+                    state = self.listener.check_local_transaction(msg)
+                if not isinstance(state, LocalTransactionState):
+                    state = LocalTransactionState.UNKNOWN
+            except Exception as exc:  # noqa: BLE001 - an exception counts as UNKNOWN
+                log.warning("check_local_transaction of %s raised: %s", check.transaction_id, exc)
+            request = txcheck_pb2.EndTransactionRequest(
+                producer_group=self.group,
+                transaction_id=check.transaction_id,
+                commit_log_offset=check.commit_log_offset,
+                tran_state_table_offset=check.tran_state_table_offset,
+                resolution=state.value,
+                from_transaction_check=True,
+                store_id=check.store_id,
+            )
+            channel = self._channel
+            if channel is None or not channel.send(txcheck_pb2.ProducerCommand(end_transaction=request)):
+                try:
+                    self._call_end(request)
+                except TxmqError as err:
+                    log.warning("answer to the check of %s failed: %s", check.transaction_id, err)
+        finally:
+            self._check_slots.release()
+
+
+def transaction_info_from_proto(resp: txcheck_pb2.QueryTransactionResponse) -> TransactionInfo:
+    try:
+        resolution: LocalTransactionState | None = LocalTransactionState(resp.resolution)
+    except ValueError:
+        resolution = None
+    return TransactionInfo(
+        transaction_id=resp.transaction_id,
+        producer_group=resp.producer_group,
+        resolution=resolution,
+        timeline=tuple((e.at_ms, e.kind, e.detail) for e in resp.timeline),
+        half=message_ext_from_proto(resp.half) if resp.HasField("half") else None,
+        committed=message_ext_from_proto(resp.committed) if resp.HasField("committed") else None,
+    )

@@ -1,0 +1,207 @@
+"""Producer channels: which live stream reaches which producer group, kept in etcd.
+
+A transactional producer opens ``ProducerChannel`` (a stream it starts, so a producer
+behind NAT can still be checked) to any txcheck replica. That replica writes
+
+    <prefix>/txcheck/producers/<group>/<instance_id>/<client_id> -> {"address", "instance_id", "since_ms"}
+
+under its registration lease and deletes it when the stream ends; if the replica dies,
+its lease expires and the keys go with it. Every replica mirrors that prefix (watch),
+so a check for group G picks a live channel of G round-robin: a local one is written
+to its stream at once, one held by another replica is forwarded to it with the
+internal ``txmq.internal.TxcheckPeer/DeliverCheck`` RPC (payload: ServerCommand; the
+channel key in the ``txmq-channel-key`` metadata), which writes it to the stream there.
+A channel that fails is skipped and the next one tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import grpc
+from google.protobuf import empty_pb2
+from txmq.v1 import txcheck_pb2
+from txmq_runtime.etcd import EtcdMirror
+
+log = logging.getLogger("txmq.txcheck.channels")
+
+PEER_SERVICE = "txmq.internal.TxcheckPeer"
+DELIVER_METHOD = f"/{PEER_SERVICE}/DeliverCheck"
+CHANNEL_KEY_METADATA = "txmq-channel-key"
+_FORWARD_TIMEOUT_S = 3.0
+MAX_QUEUED_CHECKS = 2_000
+
+
+@dataclass(eq=False)
+class LocalChannel:
+    key: str
+    group: str
+    client_id: str
+    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(MAX_QUEUED_CHECKS))
+    closed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelEntry:
+    key: str
+    group: str
+    instance_id: str
+    client_id: str
+    address: str
+
+
+def producers_prefix(etcd_prefix: str) -> str:
+    return f"{etcd_prefix}/txcheck/producers/"
+
+
+class ChannelDirectory:
+    """The mirrored ``producers`` prefix: group -> live channels (MirrorSink)."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._by_key: dict[str, ChannelEntry] = {}
+
+    def reset(self, items: Iterable[tuple[str, bytes]]) -> None:
+        self._by_key.clear()
+        for k, v in items:
+            self.put(k, v)
+
+    def put(self, key: str, value: bytes) -> None:
+        parts = key.removeprefix(self._prefix).split("/")
+        if len(parts) != 3:
+            return
+        try:
+            data = json.loads(value)
+        except ValueError:
+            return
+        self._by_key[key] = ChannelEntry(key, parts[0], parts[1], parts[2], data.get("address", ""))
+
+    def delete(self, key: str) -> None:
+        self._by_key.pop(key, None)
+
+    def of_group(self, group: str) -> list[ChannelEntry]:
+        return sorted((e for e in self._by_key.values() if e.group == group), key=lambda e: e.key)
+
+
+class ProducerChannels:
+    """Local streams of this replica, the etcd directory of all of them, and the check
+    dispatch over both (the check loop's ``CheckSender``)."""
+
+    def __init__(self, *, etcd, registration, etcd_prefix: str, instance_id: str, address: str) -> None:
+        self._etcd = etcd
+        self._registration = registration
+        self._prefix = producers_prefix(etcd_prefix)
+        self.instance_id = instance_id
+        self.address = address
+        self.directory = ChannelDirectory(self._prefix)
+        self._mirror = EtcdMirror(etcd, prefix=self._prefix, sink=self.directory) if etcd is not None else None
+        self.local: dict[str, LocalChannel] = {}
+        self._turn: dict[str, itertools.count] = {}
+        self._peers: dict[str, grpc.aio.Channel] = {}
+
+    async def start(self) -> None:
+        if self._mirror is not None:
+            await self._mirror.start(timeout_s=30)
+
+    async def close(self) -> None:
+        if self._mirror is not None:
+            await self._mirror.close()
+        for ch in self._peers.values():
+            await ch.close()
+        self._peers.clear()
+
+    def key(self, group: str, client_id: str) -> str:
+        return f"{self._prefix}{group}/{self.instance_id}/{client_id}"
+
+    async def open(self, group: str, client_id: str) -> LocalChannel:
+        key = self.key(group, client_id)
+        old = self.local.get(key)
+        if old is not None:
+            old.closed = True
+        ch = self.local[key] = LocalChannel(key, group, client_id)
+        value = json.dumps({"address": self.address, "instance_id": self.instance_id, "since_ms": time.time_ns() // 10**6})
+        await self._registration.put(key, value.encode())
+        log.info("producer channel open: group %s client %s", group, client_id)
+        return ch
+
+    async def close_channel(self, ch: LocalChannel) -> None:
+        ch.closed = True
+        if self.local.get(ch.key) is ch:
+            del self.local[ch.key]
+            await self._registration.replace({}, prefix=ch.key)
+            log.info("producer channel closed: group %s client %s", ch.group, ch.client_id)
+
+    def has_live_producer(self, group: str) -> bool:
+        return bool(self.directory.of_group(group)) or any(c.group == group for c in self.local.values())
+
+    def deliver_local(self, key: str, command: txcheck_pb2.ServerCommand) -> bool:
+        ch = self.local.get(key)
+        if ch is None or ch.closed:
+            return False
+        try:
+            ch.queue.put_nowait(command)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+    async def send_check(self, group: str, command: txcheck_pb2.ServerCommand) -> bool:
+        """Send to one live channel of ``group``, round-robin, skipping dead ones."""
+        entries = self.directory.of_group(group)
+        local_only = [
+            ChannelEntry(c.key, c.group, self.instance_id, c.client_id, self.address)
+            for c in self.local.values()
+            if c.group == group and c.key not in {e.key for e in entries}
+        ]
+        entries += local_only
+        if not entries:
+            return False
+        start = next(self._turn.setdefault(group, itertools.count()))
+        for n in range(len(entries)):
+            e = entries[(start + n) % len(entries)]
+            if e.instance_id == self.instance_id:
+                if self.deliver_local(e.key, command):
+                    return True
+                continue
+            if await self._forward(e, command):
+                return True
+        return False
+
+    async def _forward(self, e: ChannelEntry, command: txcheck_pb2.ServerCommand) -> bool:
+        channel = self._peers.get(e.address)
+        if channel is None:
+            channel = self._peers[e.address] = grpc.aio.insecure_channel(e.address)
+        call = channel.unary_unary(
+            DELIVER_METHOD,
+            request_serializer=txcheck_pb2.ServerCommand.SerializeToString,
+            response_deserializer=empty_pb2.Empty.FromString,
+        )
+        try:
+            await call(command, timeout=_FORWARD_TIMEOUT_S, metadata=((CHANNEL_KEY_METADATA, e.key),))
+            return True
+        except grpc.aio.AioRpcError as exc:
+            log.info("forwarding a check to %s via %s failed: %s", e.client_id, e.address, exc.code())
+            return False
+
+    def peer_handler(self) -> grpc.GenericRpcHandler:
+        async def deliver(request: txcheck_pb2.ServerCommand, context: grpc.aio.ServicerContext) -> empty_pb2.Empty:
+            key = dict(context.invocation_metadata() or ()).get(CHANNEL_KEY_METADATA, "")
+            if not self.deliver_local(key, request):
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"no live producer channel {key}")
+            return empty_pb2.Empty()
+
+        return grpc.method_handlers_generic_handler(
+            PEER_SERVICE,
+            {
+                "DeliverCheck": grpc.unary_unary_rpc_method_handler(
+                    deliver,
+                    request_deserializer=txcheck_pb2.ServerCommand.FromString,
+                    response_serializer=empty_pb2.Empty.SerializeToString,
+                )
+            },
+        )

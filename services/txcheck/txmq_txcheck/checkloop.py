@@ -1,0 +1,458 @@
+"""The transaction check loop (RocketMQ TransactionalMessageServiceImpl.check and
+TransactionalMessageCheckService), for one store, with an injectable clock.
+
+One round walks the half queue from the check group's progress (CID_SYS_RMQ_TRANS):
+
+- a half offset named by an op message (the removeMap) is resolved: skip;
+- checked ``check_max`` times already, or older than the file retention: discard to
+  TRANS_CHECK_MAX_TIME_TOPIC (nothing vanishes; ``resume`` brings it back);
+- stored after the round began: stop;
+- younger than its immunity: stop, unless it set its own immunity (then skip if its
+  original offset is resolved, else put it back unchanged, check count kept);
+- otherwise, if the op queue cannot prove it resolved: put it back at the tail with
+  TRANSACTION_CHECK_TIMES + 1 and send a check to a live producer of its group.
+
+Differences from RocketMQ (docs/transactions.md): an immunity put-back does not use up a
+check (#8311); rounds never overlap (#9322); a failure mid-queue saves the progress made
+so far instead of freezing it (#9500); no live producer of the group -> the put-back
+keeps the count (a wait is counted in TXMQ_CHECK_WAITS); a transaction the store proves
+decided (committed copy or op by id) is settled, not checked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from txmq.v1 import common_pb2, store_pb2, txcheck_pb2
+
+from txmq_txcheck.constants import (
+    CHECK_MAX_TIME_TOPIC,
+    HALF_QUEUE_ID,
+    HALF_TOPIC,
+    OP_TOPIC,
+    PROPERTY_CHECK_TIMES,
+    PROPERTY_CHECK_WAITS,
+    PROPERTY_DISCARD_REASON,
+    PROPERTY_PREPARED_QUEUE_OFFSET,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    TRANSACTION_TYPE_MASK,
+)
+from txmq_txcheck.ledger import Ledger, immunity_ms, parse_op_entries
+from txmq_txcheck.store_client import StoreClient
+
+log = logging.getLogger("txmq.txcheck.loop")
+
+Clock = Callable[[], int]
+PULL_BATCH = 32
+# RocketMQ MAX_RETRY_COUNT_WHEN_HALF_NULL / OP pulls: small bounds per round.
+_MAX_EMPTY_OP_PULLS = 1
+
+FOUND = 1
+OFFSET_TOO_SMALL = 7
+_END = {4, 5, 6, 9}  # found null, overflow badly / one, no message in queue
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSettings:
+    transaction_timeout_ms: int = 6_000
+    check_max: int = 15
+    max_process_time_per_queue_ms: int = 60_000
+    file_reserved_time_ms: int = 72 * 3600 * 1000
+
+
+class CheckSender(Protocol):
+    def has_live_producer(self, group: str) -> bool: ...
+
+    async def send_check(self, group: str, command: txcheck_pb2.ServerCommand) -> bool: ...
+
+
+@dataclass(slots=True)
+class RoundReport:
+    """What one round did, per kind (for logs and tests)."""
+
+    half_offset_before: int = 0
+    half_offset_after: int = 0
+    op_offset_before: int = 0
+    op_offset_after: int = 0
+    checked: list[str] = field(default_factory=list)  # transaction ids
+    waited: list[str] = field(default_factory=list)  # no live producer
+    immunity_put_back: list[str] = field(default_factory=list)
+    discarded: list[str] = field(default_factory=list)
+    skipped_resolved: list[int] = field(default_factory=list)  # half offsets
+    settled: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def check_times(view: common_pb2.MessageView) -> int:
+    try:
+        return int(view.message.properties.get(PROPERTY_CHECK_TIMES, "0"))
+    except ValueError:
+        return 0
+
+
+def renewed_half(
+    view: common_pb2.MessageView, *, set_props: dict[str, str] | None = None, topic: str = HALF_TOPIC
+) -> store_pb2.SystemMessage:
+    """A copy of a half record for the tail of the half queue (or another topic): same
+    body, properties, unique id and born time; transaction bits cleared."""
+    m = view.message
+    props = dict(m.properties)
+    props.update(set_props or {})
+    return store_pb2.SystemMessage(
+        message=common_pb2.Message(
+            topic=topic,
+            queue_id=0,
+            body=m.body,
+            tags=m.tags,
+            keys=list(m.keys),
+            properties=props,
+            unique_id=m.unique_id,
+            flag=m.flag,
+            born_timestamp_ms=m.born_timestamp_ms,
+        ),
+        sys_flag=view.sys_flag & ~TRANSACTION_TYPE_MASK,
+        reconsume_times=view.reconsume_times,
+    )
+
+
+def check_command(view: common_pb2.MessageView, store_id: str) -> txcheck_pb2.ServerCommand:
+    """A check for ``view``: the message as its producer sent it (real topic and queue,
+    as RocketMQ's sendCheckMessage restores them), with the offsets of this half record."""
+    msg = common_pb2.MessageView()
+    msg.CopyFrom(view)
+    props = msg.message.properties
+    if PROPERTY_REAL_TOPIC in props:
+        msg.message.topic = props[PROPERTY_REAL_TOPIC]
+    try:
+        msg.message.queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
+    except ValueError:
+        pass
+    return txcheck_pb2.ServerCommand(
+        check=txcheck_pb2.CheckTransactionState(
+            message=msg,
+            transaction_id=view.message.unique_id,
+            commit_log_offset=view.commit_log_offset,
+            tran_state_table_offset=view.queue_offset,
+            store_id=store_id,
+        )
+    )
+
+
+class _OpState:
+    """removeMap and the op offsets fully consumed (RocketMQ fillOpRemoveMap)."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.next = start
+        self.remove: dict[int, int] = {}  # half offset -> op queue offset
+        self.remaining: dict[int, set[int]] = {}  # op queue offset -> half offsets left
+        self.done: set[int] = set()
+        self.last_born_ms: int | None = None
+        self.exhausted = False
+
+    def mark(self, half_offset: int) -> None:
+        op = self.remove.pop(half_offset)
+        left = self.remaining.get(op)
+        if left is not None:
+            left.discard(half_offset)
+            if not left:
+                del self.remaining[op]
+                self.done.add(op)
+
+    def new_offset(self) -> int:
+        """The first op offset not fully done (RocketMQ calculateOpOffset)."""
+        off = self.start
+        while off in self.done:
+            off += 1
+        return off
+
+
+class CheckLoop:
+    def __init__(
+        self,
+        store: StoreClient,
+        ledger: Ledger,
+        sender: CheckSender,
+        *,
+        clock: Clock,
+        settings: CheckSettings = CheckSettings(),
+        store_id: str = "",
+    ) -> None:
+        self.store = store
+        self.ledger = ledger
+        self.sender = sender
+        self._clock = clock
+        self.settings = settings
+        self.store_id = store_id or store.store_id
+        self._running = False
+        self.rounds = 0
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    async def check_once(self) -> RoundReport | None:
+        """One round over the half queue; None when a round is already running (rounds
+        never overlap, RocketMQ #9322)."""
+        if self._running:
+            return None
+        self._running = True
+        try:
+            self.rounds += 1
+            return await self._round(HALF_QUEUE_ID)
+        finally:
+            self._running = False
+
+    async def run(self, interval_ms: int, stop: asyncio.Event) -> None:
+        """Every ``interval_ms``: a round (RocketMQ waits first, then checks)."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), interval_ms / 1000)
+                return
+            except TimeoutError:
+                pass
+            try:
+                report = await self.check_once()
+                if report is not None and (report.checked or report.discarded or report.error):
+                    log.info(
+                        "check round on %s: checked %d, waited %d, discarded %d%s",
+                        self.store_id, len(report.checked), len(report.waited), len(report.discarded),
+                        f", stopped early: {report.error}" if report.error else "",
+                    )  # fmt: skip
+            except Exception:
+                log.exception("check round on %s failed", self.store_id)
+
+    async def _progress(self, topic: str, queue_id: int) -> int:
+        found = await self.store.query_offset(topic, queue_id)
+        return 0 if found is None else found
+
+    async def _round(self, queue_id: int) -> RoundReport:
+        s = self.settings
+        start = self._clock()
+        half_offset = await self._progress(HALF_TOPIC, queue_id)
+        op_offset = await self._progress(OP_TOPIC, queue_id)
+        report = RoundReport(half_offset, half_offset, op_offset, op_offset)
+        ops = _OpState(op_offset)
+        new_offset = half_offset
+        try:
+            ops.exhausted = not await self._fill(ops, queue_id, half_offset)
+            cache: dict[int, common_pb2.MessageView] = {}
+            i = half_offset
+            while True:
+                if self._clock() - start > s.max_process_time_per_queue_ms:
+                    break
+                if i in ops.remove:
+                    ops.mark(i)
+                    report.skipped_resolved.append(i)
+                    new_offset = i = i + 1
+                    continue
+                msg = cache.get(i)
+                if msg is None:
+                    r = await self.store.get(HALF_TOPIC, queue_id, i, PULL_BATCH)
+                    if r.status == FOUND and r.messages:
+                        cache = {m.queue_offset: m for m in r.messages}
+                        msg = cache.get(i)
+                        if msg is None and min(cache) > i:
+                            new_offset = i = min(cache)  # removed records: jump
+                            continue
+                    if msg is None:
+                        if r.status == FOUND or r.status in _END or r.next_begin_offset <= i:
+                            break
+                        new_offset = i = r.next_begin_offset  # removed / too small: jump
+                        continue
+                now = self._clock()
+                if msg.store_timestamp_ms >= start:
+                    # Before the discard test (RocketMQ tests it after): the copy put back
+                    # by this round's last check is not discarded before its answer can come.
+                    break
+                if check_times(msg) >= s.check_max or now - msg.store_timestamp_ms > s.file_reserved_time_ms:
+                    reason = "check max" if check_times(msg) >= s.check_max else "file reserved time"
+                    await self._discard(msg, reason)
+                    report.discarded.append(msg.message.unique_id)
+                    new_offset = i = i + 1
+                    continue
+                age = now - msg.message.born_timestamp_ms
+                immunity, own = immunity_ms(msg, s.transaction_timeout_ms)
+                if 0 <= age < immunity:
+                    if not own:
+                        break
+                    original = _prepared_offset(msg)
+                    if original in ops.remove:
+                        ops.mark(original)
+                        report.skipped_resolved.append(i)
+                    elif await self.ledger.decision_of(msg.message.unique_id) is not None:
+                        # Its op names an offset below the progress, which the removeMap
+                        # never holds (RocketMQ re-puts it until the immunity passes).
+                        report.skipped_resolved.append(i)
+                    else:
+                        # Kept checkable past the progress; the count is unchanged (#8311).
+                        await self.store.put(
+                            [renewed_half(msg, set_props={PROPERTY_PREPARED_QUEUE_OFFSET: str(original)})],
+                            producer_group=_group(msg),
+                        )
+                        report.immunity_put_back.append(msg.message.unique_id)
+                    new_offset = i = i + 1
+                    continue
+                last = ops.last_born_ms
+                need_check = (
+                    (ops.exhausted and age > immunity)
+                    or (last is not None and last - start > s.transaction_timeout_ms)
+                    or age <= -1
+                )
+                if not need_check:
+                    if not await self._fill(ops, queue_id, half_offset):
+                        ops.exhausted = True
+                    continue  # look at offset i again with more of the op queue
+                await self._check(msg, report)
+                new_offset = i = i + 1
+        except Exception as exc:  # noqa: BLE001 - isolate: save what was done (#9500)
+            log.warning("check round on %s stopped at half offset %d: %s", self.store_id, new_offset, exc)
+            report.error = f"{type(exc).__name__}: {exc}"
+        await self._save(report, queue_id, half_offset, new_offset, ops)
+        return report
+
+    async def _save(self, report: RoundReport, queue_id: int, half_before: int, half_after: int, ops: _OpState) -> None:
+        try:
+            if half_after != half_before:
+                await self.store.commit_offset(HALF_TOPIC, queue_id, half_after)
+            report.half_offset_after = half_after
+            op_after = ops.new_offset()
+            if op_after != ops.start:
+                await self.store.commit_offset(OP_TOPIC, queue_id, op_after)
+            report.op_offset_after = op_after
+        except Exception as exc:  # noqa: BLE001 - next round starts from the saved offsets
+            log.warning("saving check progress on %s failed: %s", self.store_id, exc)
+            report.error = report.error or f"{type(exc).__name__}: {exc}"
+
+    async def _fill(self, ops: _OpState, queue_id: int, half_offset: int) -> bool:
+        """Load up to 32 more op messages into the removeMap; False when none came."""
+        r = await self.store.get(OP_TOPIC, queue_id, ops.next, PULL_BATCH)
+        if r.status == OFFSET_TOO_SMALL and r.next_begin_offset > ops.next:
+            ops.next = ops.start = r.next_begin_offset
+            r = await self.store.get(OP_TOPIC, queue_id, ops.next, PULL_BATCH)
+        if r.status != FOUND or not r.messages:
+            return False
+        for m in r.messages:
+            entries = [e.half_offset for e in parse_op_entries(m)]
+            left = {h for h in entries if h >= half_offset}
+            if not left:
+                ops.done.add(m.queue_offset)
+            else:
+                ops.remaining[m.queue_offset] = left
+                for h in left:
+                    ops.remove[h] = m.queue_offset
+            ops.last_born_ms = m.message.born_timestamp_ms or m.store_timestamp_ms
+        ops.next = r.next_begin_offset
+        return True
+
+    async def _check(self, msg: common_pb2.MessageView, report: RoundReport) -> None:
+        txid = msg.message.unique_id
+        group = _group(msg)
+        decided = await self.ledger.decision_of(txid) if txid else None
+        if decided is not None:
+            # Decided, but the op queue did not say so for this record (a put-back copy
+            # committed later, or a crash between committed copy and op): settle it.
+            await self.ledger.settle(msg, decided)
+            report.settled.append(txid)
+            return
+        if not self.sender.has_live_producer(group):
+            waits = _int(msg.message.properties.get(PROPERTY_CHECK_WAITS)) + 1
+            await self.store.put([renewed_half(msg, set_props={PROPERTY_CHECK_WAITS: str(waits)})], producer_group=group)
+            report.waited.append(txid)
+            self.ledger.timeline.record(txid, self._clock(), "check_waiting", f"no live producer of {group}")
+            return
+        times = check_times(msg) + 1
+        results = await self.store.put([renewed_half(msg, set_props={PROPERTY_CHECK_TIMES: str(times)})], producer_group=group)
+        fresh = common_pb2.MessageView()
+        fresh.CopyFrom(msg)
+        fresh.message.properties[PROPERTY_CHECK_TIMES] = str(times)
+        fresh.queue_offset = results[0].queue_offset
+        fresh.commit_log_offset = results[0].commit_log_offset
+        report.checked.append(txid)
+        self.ledger.timeline.record(txid, self._clock(), "check_sent", f"check {times} to group {group}")
+        task = asyncio.create_task(self._send(group, fresh))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    async def _send(self, group: str, fresh: common_pb2.MessageView) -> None:
+        try:
+            if not await self.sender.send_check(group, check_command(fresh, self.store_id)):
+                log.info("check of %s found no live producer of %s", fresh.message.unique_id, group)
+        except Exception:
+            log.exception("sending the check of %s failed", fresh.message.unique_id)
+
+    async def _discard(self, msg: common_pb2.MessageView, reason: str) -> None:
+        """RocketMQ 5 resolveDiscardMsg: keep it in TRANS_CHECK_MAX_TIME_TOPIC."""
+        await self.store.put(
+            [renewed_half(msg, set_props={PROPERTY_DISCARD_REASON: reason}, topic=CHECK_MAX_TIME_TOPIC)],
+            producer_group=_group(msg),
+        )
+        self.ledger.timeline.record(msg.message.unique_id, self._clock(), "discarded", reason)
+        log.warning(
+            "transaction %s (group %s) discarded to %s: %s",
+            msg.message.unique_id, _group(msg), CHECK_MAX_TIME_TOPIC, reason,
+        )  # fmt: skip
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+def _group(msg: common_pb2.MessageView) -> str:
+    return msg.message.properties.get(PROPERTY_PRODUCER_GROUP, "")
+
+
+def _int(raw: str | None) -> int:
+    try:
+        return int(raw or "0")
+    except ValueError:
+        return 0
+
+
+def _prepared_offset(msg: common_pb2.MessageView) -> int:
+    raw = msg.message.properties.get(PROPERTY_PREPARED_QUEUE_OFFSET)
+    return msg.queue_offset if raw is None else _int(raw)
+
+
+async def resume(store: StoreClient, transaction_id: str, ledger: Ledger) -> common_pb2.MessageView:
+    """Bring a discarded transaction back to the half queue with its check count reset,
+    so the check loop asks its producers again. Refused when it is decided or not
+    discarded."""
+    from txmq.errors import error
+    from txmq.v1 import errors_pb2
+
+    decided = await ledger.decision_of(transaction_id)
+    if decided is not None:
+        raise error(
+            errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED,
+            f"transaction {transaction_id} is already resolved",
+            transaction_id=transaction_id,
+        )
+    found = [
+        v for v in await store.by_unique_id(transaction_id, topic=CHECK_MAX_TIME_TOPIC)
+        if v.message.topic == CHECK_MAX_TIME_TOPIC
+    ]  # fmt: skip
+    if not found:
+        raise error(
+            errors_pb2.CODE_TRANSACTION_NOT_FOUND,
+            f"transaction {transaction_id} is not among the discarded transactions",
+            transaction_id=transaction_id,
+        )
+    last = found[-1]
+    props = dict(last.message.properties)
+    props.pop(PROPERTY_DISCARD_REASON, None)
+    props[PROPERTY_CHECK_TIMES] = "0"
+    view = common_pb2.MessageView()
+    view.CopyFrom(last)
+    view.message.properties.clear()
+    view.message.properties.update(props)
+    results = await store.put([renewed_half(view)], producer_group=props.get(PROPERTY_PRODUCER_GROUP, ""))
+    stored = await store.view(results[0].commit_log_offset)
+    at = stored.store_timestamp_ms if stored is not None else 0
+    ledger.timeline.record(transaction_id, at, "resumed", "checks resumed by an admin")
+    return stored or view

@@ -1,0 +1,358 @@
+"""END_TRANSACTION (RocketMQ EndTransactionProcessor + TransactionalMessageBridge) and
+the durable record of each transaction's decision.
+
+A decision is proven by the store, never only by memory:
+
+- COMMIT: the committed copy on the real topic (sysflag COMMIT_TYPE, same unique id,
+  prepared-transaction offset = the half record committed), and/or an op message;
+- ROLLBACK: an op message. Op messages carry the transaction ids as keys (indexed by
+  the store) and a ``TXMQ_OP_DECISIONS`` property naming the decision per half offset.
+
+The committed copy is written before the op message, so a crash between the two leaves
+a copy without an op: the next END_TRANSACTION or check of that transaction finds the
+copy, writes the missing op and delivers nothing twice. Decisions of one transaction are
+serialized by a per-transaction lock in this process; across txcheck replicas, every
+END_TRANSACTION for a store is forwarded to the leader of that store (service.py), so
+one process decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from txmq.errors import TxmqError, error
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
+
+from txmq_txcheck.constants import (
+    HALF_TOPIC,
+    OP_TAG,
+    OP_TOPIC,
+    PROPERTY_CHECK_IMMUNITY,
+    PROPERTY_OP_DECISIONS,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from txmq_txcheck.store_client import StoreClient
+from txmq_txcheck.timeline import Timeline
+
+log = logging.getLogger("txmq.txcheck.ledger")
+
+Clock = Callable[[], int]
+COMMIT = "C"
+ROLLBACK = "R"
+_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
+_RESOLUTION = {
+    txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT: COMMIT,
+    txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK: ROLLBACK,
+}
+_WORD = {COMMIT: "commit", ROLLBACK: "rollback"}
+_CACHE_SIZE = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class OpEntry:
+    half_offset: int
+    transaction_id: str
+    decision: str  # COMMIT / ROLLBACK
+
+
+@dataclass(slots=True)
+class Decision:
+    decision: str
+    committed: common_pb2.MessageView | None = None
+    at_ms: int = 0
+    op_offsets: tuple[int, ...] = ()  # half queue offsets an op message names
+
+
+def immunity_ms(half: common_pb2.MessageView, transaction_timeout_ms: int) -> tuple[int, bool]:
+    """(check immunity of the half message, whether it set its own): its
+    CHECK_IMMUNITY_TIME_IN_SECONDS, never below the transaction timeout (RocketMQ
+    TransactionalMessageUtil.getImmunityTime); a bad value counts as unset."""
+    raw = half.message.properties.get(PROPERTY_CHECK_IMMUNITY)
+    if raw:
+        try:
+            return max(int(raw) * 1000, transaction_timeout_ms), True
+        except ValueError:
+            pass
+    return transaction_timeout_ms, False
+
+
+def parse_op_entries(view: common_pb2.MessageView) -> list[OpEntry]:
+    """The entries of one op message. Without TXMQ_OP_DECISIONS (written by another
+    tool), the body's offsets with unknown transaction and decision."""
+    raw = view.message.properties.get(PROPERTY_OP_DECISIONS)
+    out = []
+    if raw:
+        for part in raw.split(","):
+            off, _, rest = part.partition(":")
+            txid, _, dec = rest.rpartition(":")
+            try:
+                out.append(OpEntry(int(off), txid, dec))
+            except ValueError:
+                continue
+        return out
+    for part in view.message.body.decode("ascii", "replace").split(","):
+        try:
+            out.append(OpEntry(int(part), "", ""))
+        except ValueError:
+            continue
+    return out
+
+
+def op_message(entries: list[OpEntry], *, queue_id: int = 0) -> store_pb2.SystemMessage:
+    """One op message for a batch of decisions (RocketMQ 5: offsets joined by ',')."""
+    return store_pb2.SystemMessage(
+        message=common_pb2.Message(
+            topic=OP_TOPIC,
+            queue_id=queue_id,
+            body=",".join(str(e.half_offset) for e in entries).encode(),
+            tags=OP_TAG,
+            keys=list(dict.fromkeys(e.transaction_id for e in entries if e.transaction_id)),
+            properties={
+                PROPERTY_OP_DECISIONS: ",".join(f"{e.half_offset}:{e.transaction_id}:{e.decision}" for e in entries)
+            },
+        )
+    )
+
+
+class OpWriter:
+    """Writes op messages, batching decisions that arrive while a write is in flight
+    into one message (at most ``max_entries``). A caller returns once its entry is
+    stored, so an answered END_TRANSACTION is durable."""
+
+    def __init__(self, store: StoreClient, *, max_entries: int = 64) -> None:
+        self._store = store
+        self._max = max_entries
+        self._pending: list[tuple[OpEntry, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def write(self, entry: OpEntry) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((entry, fut))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._flush())
+        await asyncio.shield(fut)
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[: self._max], self._pending[self._max :]
+            try:
+                await self._store.put([op_message([e for e, _ in batch])])
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc if isinstance(exc, Exception) else TxmqError(str(exc)))
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_result(None)
+
+
+def committed_copy(half: common_pb2.MessageView) -> store_pb2.SystemMessage:
+    """The message a commit stores on the real topic/queue: same body, tags, keys,
+    properties and unique id (REAL_TOPIC/REAL_QID removed), sysflag COMMIT_TYPE,
+    prepared-transaction offset = the half record's commit-log offset."""
+    m = half.message
+    props = dict(m.properties)
+    topic = props.pop(PROPERTY_REAL_TOPIC)
+    queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID))
+    msg = common_pb2.Message(
+        topic=topic,
+        body=m.body,
+        tags=m.tags,
+        keys=list(m.keys),
+        properties=props,
+        unique_id=m.unique_id,
+        flag=m.flag,
+        queue_id=queue_id,
+        born_timestamp_ms=m.born_timestamp_ms,
+    )
+    return store_pb2.SystemMessage(
+        message=msg,
+        sys_flag=(half.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE,
+        reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=half.commit_log_offset,
+    )
+
+
+def is_committed_copy(view: common_pb2.MessageView, transaction_id: str) -> bool:
+    return (
+        view.message.unique_id == transaction_id
+        and view.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
+        and view.message.topic != HALF_TOPIC
+    )
+
+
+def check_group(group: str) -> None:
+    if not _NAME.fullmatch(group or ""):
+        raise error(errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP, f"producer group {group!r} is not a legal group name")
+
+
+class Ledger:
+    """END_TRANSACTION and decision look-ups for one store."""
+
+    def __init__(
+        self,
+        store: StoreClient,
+        *,
+        clock: Clock,
+        transaction_timeout_ms: int,
+        timeline: Timeline | None = None,
+        op_batch_max_entries: int = 64,
+    ) -> None:
+        self.store = store
+        self._clock = clock
+        self._timeout_ms = transaction_timeout_ms
+        self.timeline = timeline or Timeline()
+        self.ops = OpWriter(store, max_entries=op_batch_max_entries)
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._decided: OrderedDict[str, Decision] = OrderedDict()
+
+    def lock(self, transaction_id: str) -> asyncio.Lock:
+        found = self._locks.get(transaction_id)
+        if found is None:
+            found = self._locks[transaction_id] = asyncio.Lock()
+        return found
+
+    def _remember(self, transaction_id: str, decision: Decision) -> None:
+        self._decided[transaction_id] = decision
+        self._decided.move_to_end(transaction_id)
+        while len(self._decided) > _CACHE_SIZE:
+            self._decided.popitem(last=False)
+
+    async def decision_of(self, transaction_id: str) -> Decision | None:
+        """The durable decision of a transaction (cached once known)."""
+        known = self._decided.get(transaction_id)
+        if known is not None:
+            return known
+        found = await self._decision_from_store(transaction_id)
+        if found is not None:
+            self._remember(transaction_id, found)
+        return found
+
+    async def _decision_from_store(self, transaction_id: str) -> Decision | None:
+        copies = [v for v in await self.store.by_unique_id(transaction_id) if is_committed_copy(v, transaction_id)]
+        ops = await self.store.by_key(OP_TOPIC, transaction_id)
+        entries = [(e, v) for v in ops for e in parse_op_entries(v) if e.transaction_id == transaction_id]
+        if copies:
+            copy = copies[0]
+            return Decision(
+                COMMIT,
+                copy,
+                copy.store_timestamp_ms,
+                tuple(e.half_offset for e, _ in entries),
+            )
+        if entries:
+            first, view = entries[0]
+            return Decision(first.decision, None, view.store_timestamp_ms, tuple(e.half_offset for e, _ in entries))
+        return None
+
+    async def end(self, req: txcheck_pb2.EndTransactionRequest) -> txcheck_pb2.EndTransactionResponse:
+        """END_TRANSACTION: validate against the stored half message, then commit or
+        roll back exactly once (module docstring)."""
+        check_group(req.producer_group)
+        txid = req.transaction_id
+        if not txid:
+            raise error(errors_pb2.CODE_ILLEGAL_TRANSACTION_ID, "transaction id is empty")
+        now = self._clock()
+        source = "check" if req.from_transaction_check else "producer"
+        if req.resolution == txcheck_pb2.TRANSACTION_RESOLUTION_UNKNOWN:
+            self.timeline.record(txid, now, "check_answered" if req.from_transaction_check else "unknown", f"unknown ({source})")
+            return txcheck_pb2.EndTransactionResponse()
+        decision = _RESOLUTION.get(req.resolution)
+        if decision is None:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"resolution {req.resolution} is not commit, rollback or unknown")
+        half = await self.store.view(req.commit_log_offset) if req.commit_log_offset >= 0 else None
+        if half is None or half.message.topic != HALF_TOPIC:
+            raise error(
+                errors_pb2.CODE_TRANSACTION_NOT_FOUND,
+                f"no half message at commit-log offset {req.commit_log_offset}",
+                transaction_id=txid,
+            )
+        self._validate(req, half)
+        if req.from_transaction_check:
+            self.timeline.record(txid, now, "check_answered", f"{_WORD[decision]} (check)")
+        async with self.lock(txid):
+            prior = await self.decision_of(txid)
+            if prior is not None:
+                return await self._again(req, half, decision, prior)
+            if self._reject_late(req, half, now):
+                raise error(
+                    errors_pb2.CODE_TRANSACTION_EXPIRED,
+                    "the half message is past its check immunity time; its state is decided by the transaction check",
+                    transaction_id=txid,
+                )
+            committed = None
+            if decision == COMMIT:
+                results = await self.store.put([committed_copy(half)], producer_group=req.producer_group)
+                committed = await self.store.view(results[0].commit_log_offset)
+            await self.ops.write(OpEntry(half.queue_offset, txid, decision))
+            at = self._clock()
+            self._remember(txid, Decision(decision, committed, at, (half.queue_offset,)))
+            self.timeline.record(
+                txid, at, "committed" if decision == COMMIT else "rolled_back", f"by {source}"
+            )
+            return txcheck_pb2.EndTransactionResponse(committed=committed)
+
+    async def _again(
+        self, req: txcheck_pb2.EndTransactionRequest, half: common_pb2.MessageView, decision: str, prior: Decision
+    ) -> txcheck_pb2.EndTransactionResponse:
+        txid = req.transaction_id
+        if prior.decision != decision:
+            raise error(
+                errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED,
+                f"transaction {txid} was already resolved: {_WORD.get(prior.decision, prior.decision)}",
+                transaction_id=txid,
+                resolution=_WORD.get(prior.decision, prior.decision),
+            )
+        # The same decision again (retried call, a commit after a put-back, a copy
+        # whose op message was lost in a crash): deliver nothing new, but make sure the
+        # op queue names this half record so the check loop skips it.
+        if half.queue_offset not in prior.op_offsets:
+            await self.ops.write(OpEntry(half.queue_offset, txid, decision))
+            prior.op_offsets = (*prior.op_offsets, half.queue_offset)
+        return txcheck_pb2.EndTransactionResponse(committed=prior.committed)
+
+    async def settle(self, half: common_pb2.MessageView, prior: Decision) -> None:
+        """Write the op message a decided transaction's half record lacks (check loop)."""
+        async with self.lock(half.message.unique_id):
+            if half.queue_offset not in prior.op_offsets:
+                await self.ops.write(OpEntry(half.queue_offset, half.message.unique_id, prior.decision))
+                prior.op_offsets = (*prior.op_offsets, half.queue_offset)
+
+    @staticmethod
+    def _validate(req: txcheck_pb2.EndTransactionRequest, half: common_pb2.MessageView) -> None:
+        wrong = []
+        if half.message.unique_id != req.transaction_id:
+            wrong.append("transaction id")
+        if half.message.properties.get(PROPERTY_PRODUCER_GROUP) != req.producer_group:
+            wrong.append("producer group")
+        if half.queue_offset != req.tran_state_table_offset:
+            wrong.append("transaction state table offset")
+        if half.commit_log_offset != req.commit_log_offset:
+            wrong.append("commit log offset")
+        if wrong:
+            raise error(
+                errors_pb2.CODE_TRANSACTION_MISMATCH,
+                f"END_TRANSACTION does not match the half message: wrong {', '.join(wrong)}",
+                transaction_id=req.transaction_id,
+            )
+
+    def _reject_late(self, req: txcheck_pb2.EndTransactionRequest, half: common_pb2.MessageView, now: int) -> bool:
+        """RocketMQ 5 rejectCommitOrRollback: a decision not from a check, for a half
+        message that set CHECK_IMMUNITY_TIME_IN_SECONDS, after that immunity passed."""
+        if req.from_transaction_check:
+            return False
+        window, own = immunity_ms(half, self._timeout_ms)
+        return own and now - half.message.born_timestamp_ms > window

@@ -1,0 +1,89 @@
+"""QueryTransaction: a transaction's timeline, rebuilt from what the store holds (half
+record and its put-back copies, op messages, the committed copy, discards) plus the
+answers to checks this replica saw (kept in memory only)."""
+
+from __future__ import annotations
+
+from txmq.v1 import common_pb2, txcheck_pb2
+
+from txmq_txcheck.constants import (
+    CHECK_MAX_TIME_TOPIC,
+    HALF_TOPIC,
+    OP_TOPIC,
+    PROPERTY_CHECK_TIMES,
+    PROPERTY_CHECK_WAITS,
+    PROPERTY_DISCARD_REASON,
+    PROPERTY_PREPARED_QUEUE_OFFSET,
+    PROPERTY_PRODUCER_GROUP,
+)
+from txmq_txcheck.ledger import COMMIT, ROLLBACK, Ledger, is_committed_copy, parse_op_entries
+
+_MEMORY_ONLY = {"check_answered", "unknown"}
+
+
+def _props(v: common_pb2.MessageView) -> dict[str, str]:
+    return dict(v.message.properties)
+
+
+async def query_transaction(ledger: Ledger, txid: str) -> txcheck_pb2.QueryTransactionResponse | None:
+    views = await ledger.store.by_unique_id(txid)
+    halves = [v for v in views if v.message.topic == HALF_TOPIC]
+    discards = [v for v in views if v.message.topic == CHECK_MAX_TIME_TOPIC]
+    copies = [v for v in views if is_committed_copy(v, txid)]
+    if not halves and not copies:
+        return None
+    halves.sort(key=lambda v: v.commit_log_offset)
+    events: list[txcheck_pb2.TransactionEvent] = []
+
+    def add(at: int, kind: str, detail: str) -> None:
+        events.append(txcheck_pb2.TransactionEvent(at_ms=at, kind=kind, detail=detail))
+
+    prev_times, prev_waits = 0, 0
+    for n, h in enumerate(halves):
+        p = _props(h)
+        times, waits = int(p.get(PROPERTY_CHECK_TIMES, "0") or 0), int(p.get(PROPERTY_CHECK_WAITS, "0") or 0)
+        where = f"half queue offset {h.queue_offset}, commit-log offset {h.commit_log_offset}"
+        if n == 0:
+            add(h.store_timestamp_ms, "half_stored", where)
+        elif times > prev_times:
+            add(h.store_timestamp_ms, "check_sent", f"check {times}; put back at {where}")
+        elif times < prev_times:
+            add(h.store_timestamp_ms, "resumed", f"checks resumed; {where}")
+        elif waits > prev_waits:
+            add(h.store_timestamp_ms, "check_waiting", f"no live producer (wait {waits}); put back at {where}")
+        elif PROPERTY_PREPARED_QUEUE_OFFSET in p:
+            add(h.store_timestamp_ms, "immunity_put_back", f"still immune; put back at {where}")
+        prev_times, prev_waits = times, waits
+    for d in discards:
+        add(d.store_timestamp_ms, "discarded", f"{_props(d).get(PROPERTY_DISCARD_REASON, '')}: kept in {CHECK_MAX_TIME_TOPIC}")
+    for op in await ledger.store.by_key(OP_TOPIC, txid):
+        for e in parse_op_entries(op):
+            if e.transaction_id == txid:
+                kind = "committed" if e.decision == COMMIT else "rolled_back"
+                add(op.store_timestamp_ms, kind, f"op message at op offset {op.queue_offset} for half offset {e.half_offset}")
+    for c in copies:
+        add(
+            c.store_timestamp_ms,
+            "committed",
+            f"committed copy on {c.message.topic} queue {c.message.queue_id} offset {c.queue_offset}, commit-log offset {c.commit_log_offset}",
+        )
+    for e in ledger.timeline.events(txid):
+        if e.kind in _MEMORY_ONLY:
+            add(e.at_ms, e.kind, e.detail)
+    events.sort(key=lambda e: e.at_ms)
+    decision = await ledger.decision_of(txid)
+    resolution = {
+        COMMIT: txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT,
+        ROLLBACK: txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK,
+    }.get(decision.decision if decision else "", txcheck_pb2.TRANSACTION_RESOLUTION_UNKNOWN)
+    resp = txcheck_pb2.QueryTransactionResponse(
+        transaction_id=txid,
+        producer_group=_props(halves[0]).get(PROPERTY_PRODUCER_GROUP, "") if halves else "",
+        resolution=resolution,
+        timeline=events,
+    )
+    if halves:
+        resp.half.CopyFrom(halves[0])
+    if copies:
+        resp.committed.CopyFrom(copies[0])
+    return resp

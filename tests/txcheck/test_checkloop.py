@@ -1,0 +1,246 @@
+"""The check loop against a real store, time driven by a fake clock (no sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from txmq.errors import TxmqError
+from txmq.v1 import errors_pb2, txcheck_pb2
+from txmq_txcheck.checkloop import resume
+from txmq_txcheck.constants import (
+    CHECK_MAX_TIME_TOPIC,
+    HALF_TOPIC,
+    OP_TOPIC,
+    PROPERTY_CHECK_TIMES,
+    PROPERTY_CHECK_WAITS,
+)
+from txmq_txcheck.store_client import StoreClient
+
+from .conftest import GROUP, Env
+
+COMMIT = txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT
+ROLLBACK = txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK
+
+
+async def progress(env: Env, topic: str) -> int | None:
+    return await env.client.query_offset(topic, 0)
+
+
+async def test_young_half_is_not_checked_then_is(env: Env) -> None:
+    r = await env.half()
+    env.clock.advance(1_000)
+    rep = await env.loop.check_once()
+    assert rep.checked == [] and env.sender.checks == []
+    env.clock.advance(6_000)
+    rep = await env.loop.check_once()
+    assert rep.checked == [r.transaction_id]
+    check = env.sender.checks[0]
+    assert check.transaction_id == r.transaction_id
+    assert check.message.message.topic == "TxTopic"  # as the producer sent it
+    # The check names the put-back copy, with the count raised.
+    copy = await env.client.view(check.commit_log_offset)
+    assert copy.message.topic == HALF_TOPIC and copy.queue_offset == check.tran_state_table_offset
+    assert copy.message.properties[PROPERTY_CHECK_TIMES] == "1"
+    assert await progress(env, HALF_TOPIC) == r.queue_offset + 1
+
+
+async def test_check_answer_commits_put_back_copy(env: Env) -> None:
+    r = await env.half()
+    env.clock.advance(7_000)
+    await env.loop.check_once()
+    c = env.sender.checks[0]
+    req = txcheck_pb2.EndTransactionRequest(
+        producer_group=GROUP, transaction_id=c.transaction_id, commit_log_offset=c.commit_log_offset,
+        tran_state_table_offset=c.tran_state_table_offset, resolution=COMMIT, from_transaction_check=True,
+    )  # fmt: skip
+    await env.ledger.end(req)
+    # The original producer's commit arrives late (after the put-back): delivered once.
+    await env.ledger.end(env.end_request(r, COMMIT))
+    assert len(await env.real_messages()) == 1
+    env.clock.advance(7_000)
+    rep = await env.loop.check_once()
+    assert rep.checked == [] and c.tran_state_table_offset in rep.skipped_resolved
+    assert await progress(env, HALF_TOPIC) == c.tran_state_table_offset + 1
+
+
+async def test_remove_map_skips_resolved_and_saves_op_progress(env: Env) -> None:
+    a, b, c = await env.half(b"a"), await env.half(b"b"), await env.half(b"c")
+    await env.ledger.end(env.end_request(a, COMMIT))
+    await env.ledger.end(env.end_request(c, ROLLBACK))
+    env.clock.advance(7_000)
+    rep = await env.loop.check_once()
+    assert rep.skipped_resolved == [a.queue_offset, c.queue_offset]
+    assert rep.checked == [b.transaction_id]
+    assert await progress(env, HALF_TOPIC) == c.queue_offset + 1
+    assert await progress(env, OP_TOPIC) == len(await env.topic_messages(OP_TOPIC))
+
+
+async def test_unanswered_checks_until_max_then_discarded_and_resumed(env: Env) -> None:
+    r = await env.half()
+    for _ in range(15):
+        env.clock.advance(7_000)
+        rep = await env.loop.check_once()
+        assert rep.checked == [r.transaction_id]
+    env.clock.advance(7_000)
+    rep = await env.loop.check_once()
+    assert rep.discarded == [r.transaction_id] and rep.checked == []
+    assert len(env.sender.checks) == 15
+    kept = await env.topic_messages(CHECK_MAX_TIME_TOPIC)
+    assert [m.message.unique_id for m in kept] == [r.transaction_id]
+    assert kept[0].message.properties[PROPERTY_CHECK_TIMES] == "15"
+    env.clock.advance(7_000)
+    assert (await env.loop.check_once()).checked == []
+    # An admin resumes it: checked again from count 0.
+    await resume(env.client, r.transaction_id, env.ledger)
+    env.clock.advance(7_000)
+    rep = await env.loop.check_once()
+    assert rep.checked == [r.transaction_id]
+    assert env.sender.checks[-1].message.message.properties[PROPERTY_CHECK_TIMES] == "1"
+
+
+async def test_resume_refused_for_decided_or_unknown(env: Env) -> None:
+    r = await env.half()
+    try:
+        await resume(env.client, r.transaction_id, env.ledger)
+        raise AssertionError("resumed a transaction that was never discarded")
+    except TxmqError as err:
+        assert err.code == errors_pb2.CODE_TRANSACTION_NOT_FOUND
+    await env.ledger.end(env.end_request(r, COMMIT))
+    try:
+        await resume(env.client, r.transaction_id, env.ledger)
+        raise AssertionError("resumed a committed transaction")
+    except TxmqError as err:
+        assert err.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+
+
+async def test_immunity_put_backs_do_not_use_up_checks(env: Env) -> None:
+    """RocketMQ #8311: an immunity re-put used to carry an incremented check count."""
+    r = await env.half(props={"CHECK_IMMUNITY_TIME_IN_SECONDS": "60"})
+    for _ in range(10):
+        env.clock.advance(5_000)
+        rep = await env.loop.check_once()
+        assert rep.immunity_put_back == [r.transaction_id] and rep.checked == []
+    env.clock.advance(20_000)  # past 60 s
+    rep = await env.loop.check_once()
+    assert rep.checked == [r.transaction_id]
+    assert env.sender.checks[0].message.message.properties[PROPERTY_CHECK_TIMES] == "1"
+
+
+async def test_immunity_copy_resolved_by_original_offset(env: Env) -> None:
+    r = await env.half(props={"CHECK_IMMUNITY_TIME_IN_SECONDS": "60"})
+    env.clock.advance(5_000)
+    await env.loop.check_once()  # put back, pointing at its original offset
+    await env.ledger.end(env.end_request(r, ROLLBACK))
+    env.clock.advance(5_000)
+    rep = await env.loop.check_once()
+    assert rep.immunity_put_back == [] and rep.checked == []
+    env.clock.advance(120_000)
+    assert (await env.loop.check_once()).checked == []
+
+
+async def test_no_live_producer_waits_without_counting(env: Env) -> None:
+    r = await env.half()
+    env.sender.live.clear()
+    for _ in range(20):  # more rounds than check_max: nothing is discarded
+        env.clock.advance(7_000)
+        rep = await env.loop.check_once()
+        assert rep.waited == [r.transaction_id] and rep.discarded == []
+    env.sender.live.add(GROUP)
+    env.clock.advance(7_000)
+    rep = await env.loop.check_once()
+    assert rep.checked == [r.transaction_id]
+    props = env.sender.checks[0].message.message.properties
+    assert props[PROPERTY_CHECK_TIMES] == "1" and props[PROPERTY_CHECK_WAITS] == "20"
+
+
+async def test_decided_transaction_is_settled_not_checked(env: Env) -> None:
+    """A committed copy without its op message (crash) is settled by the loop."""
+    from txmq_txcheck.ledger import committed_copy
+
+    r = await env.half()
+    await env.client.put([committed_copy(await env.client.view(r.commit_log_offset))])
+    env.clock.advance(7_000)
+    rep = await env.loop.check_once()
+    assert rep.settled == [r.transaction_id] and env.sender.checks == []
+    assert len(await env.topic_messages(OP_TOPIC)) == 1
+    assert len(await env.real_messages()) == 1
+
+
+class GatedStore(StoreClient):
+    """Fault injection: PutSystemMessages waits on a gate, or fails on chosen calls."""
+
+    def __init__(self, inner: StoreClient) -> None:
+        super().__init__(inner._channel, store_id=inner.store_id)
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.entered = asyncio.Event()
+        self.fail_on: set[int] = set()
+        self.puts = 0
+
+    async def put(self, messages, *, producer_group: str = ""):
+        self.puts += 1
+        self.entered.set()
+        await self.gate.wait()
+        if self.puts in self.fail_on:
+            raise TxmqError("injected store failure", code=errors_pb2.CODE_STORAGE_ERROR)
+        return await super().put(messages, producer_group=producer_group)
+
+
+async def test_rounds_do_not_overlap(env: Env) -> None:
+    """RocketMQ #9322: a second round while one runs is skipped, not run beside it."""
+    gated = GatedStore(env.client)
+    loop = env.new_loop(gated)
+    r = await env.half()
+    env.clock.advance(7_000)
+    gated.gate.clear()
+    first = asyncio.create_task(loop.check_once())
+    await gated.entered.wait()
+    assert loop.running
+    assert await loop.check_once() is None
+    gated.gate.set()
+    rep = await first
+    assert rep.checked == [r.transaction_id]
+    assert len(env.sender.checks) == 1
+    halves = await env.topic_messages(HALF_TOPIC)
+    assert len(halves) == 2  # the original and one put-back, not two
+
+
+async def test_failure_mid_queue_saves_progress(env: Env) -> None:
+    """RocketMQ #9500: a failure on a queue used to freeze its offsets."""
+    gated = GatedStore(env.client)
+    loop = env.new_loop(gated)
+    rs = [await env.half(str(i).encode()) for i in range(4)]
+    env.clock.advance(7_000)
+    gated.fail_on = {3}  # the put-back of the third half message fails
+    rep = await loop.check_once()
+    assert rep.error is not None
+    assert rep.checked == [rs[0].transaction_id, rs[1].transaction_id]
+    assert await progress(env, HALF_TOPIC) == rs[2].queue_offset
+    env.clock.advance(7_000)
+    rep = await loop.check_once()
+    assert rep.error is None
+    assert rep.checked[:2] == [rs[2].transaction_id, rs[3].transaction_id]
+
+
+async def test_round_time_limit_per_queue(env: Env) -> None:
+    """A round stops at the per-queue time limit and the next one goes on from there."""
+
+    class SlowClock:
+        pass
+
+    rs = [await env.half(str(i).encode()) for i in range(3)]
+    env.clock.advance(7_000)
+    loop = env.new_loop(max_process_time_per_queue_ms=1_000)
+    orig_put = env.client.put
+
+    async def slow_put(messages, *, producer_group: str = ""):
+        env.clock.advance(600)  # each put-back "takes" 0.6 s
+        return await orig_put(messages, producer_group=producer_group)
+
+    env.client.put = slow_put  # type: ignore[method-assign]
+    try:
+        rep = await loop.check_once()
+    finally:
+        del env.client.put
+    assert rep.checked == [rs[0].transaction_id, rs[1].transaction_id]
+    assert await progress(env, HALF_TOPIC) == rs[2].queue_offset
