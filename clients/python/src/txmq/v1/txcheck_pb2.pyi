@@ -19,8 +19,34 @@ TRANSACTION_RESOLUTION_COMMIT: TransactionResolution
 TRANSACTION_RESOLUTION_ROLLBACK: TransactionResolution
 TRANSACTION_RESOLUTION_UNKNOWN: TransactionResolution
 
+class DeliverCheckRequest(_message.Message):
+    __slots__ = ("channel_key", "check")
+    CHANNEL_KEY_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIELD_NUMBER: _ClassVar[int]
+    channel_key: str
+    check: CheckTransactionState
+    def __init__(self, channel_key: _Optional[str] = ..., check: _Optional[_Union[CheckTransactionState, _Mapping]] = ...) -> None: ...
+
+class DeliverCheckResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ResumeTransactionRequest(_message.Message):
+    __slots__ = ("transaction_id", "store_id")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    store_id: str
+    def __init__(self, transaction_id: _Optional[str] = ..., store_id: _Optional[str] = ...) -> None: ...
+
+class ResumeTransactionResponse(_message.Message):
+    __slots__ = ("half",)
+    HALF_FIELD_NUMBER: _ClassVar[int]
+    half: _common_pb2.MessageView
+    def __init__(self, half: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...
+
 class EndTransactionRequest(_message.Message):
-    __slots__ = ("producer_group", "transaction_id", "commit_log_offset", "tran_state_table_offset", "resolution", "from_transaction_check", "store_id")
+    __slots__ = ("producer_group", "transaction_id", "commit_log_offset", "tran_state_table_offset", "resolution", "from_transaction_check", "store_id", "forwarded")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +54,7 @@ class EndTransactionRequest(_message.Message):
     RESOLUTION_FIELD_NUMBER: _ClassVar[int]
     FROM_TRANSACTION_CHECK_FIELD_NUMBER: _ClassVar[int]
     STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    FORWARDED_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     transaction_id: str
     commit_log_offset: int
@@ -35,7 +62,8 @@ class EndTransactionRequest(_message.Message):
     resolution: TransactionResolution
     from_transaction_check: bool
     store_id: str
-    def __init__(self, producer_group: _Optional[str] = ..., transaction_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., from_transaction_check: _Optional[bool] = ..., store_id: _Optional[str] = ...) -> None: ...
+    forwarded: bool
+    def __init__(self, producer_group: _Optional[str] = ..., transaction_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., from_transaction_check: _Optional[bool] = ..., store_id: _Optional[str] = ..., forwarded: _Optional[bool] = ...) -> None: ...
 
 class EndTransactionResponse(_message.Message):
     __slots__ = ("committed",)
@@ -96,17 +124,19 @@ class TransactionEvent(_message.Message):
     def __init__(self, at_ms: _Optional[int] = ..., kind: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class QueryTransactionResponse(_message.Message):
-    __slots__ = ("transaction_id", "producer_group", "resolution", "timeline", "half", "committed")
+    __slots__ = ("transaction_id", "producer_group", "resolution", "timeline", "half", "committed", "discarded")
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     RESOLUTION_FIELD_NUMBER: _ClassVar[int]
     TIMELINE_FIELD_NUMBER: _ClassVar[int]
     HALF_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    DISCARDED_FIELD_NUMBER: _ClassVar[int]
     transaction_id: str
     producer_group: str
     resolution: TransactionResolution
     timeline: _containers.RepeatedCompositeFieldContainer[TransactionEvent]
     half: _common_pb2.MessageView
     committed: _common_pb2.MessageView
-    def __init__(self, transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., timeline: _Optional[_Iterable[_Union[TransactionEvent, _Mapping]]] = ..., half: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ..., committed: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...
+    discarded: bool
+    def __init__(self, transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., timeline: _Optional[_Iterable[_Union[TransactionEvent, _Mapping]]] = ..., half: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ..., committed: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ..., discarded: _Optional[bool] = ...) -> None: ...

@@ -49,6 +49,11 @@ class TransactionStub:
                 request_serializer=txmq_dot_v1_dot_txcheck__pb2.QueryTransactionRequest.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_txcheck__pb2.QueryTransactionResponse.FromString,
                 _registered_method=True)
+        self.ResumeTransaction = channel.unary_unary(
+                '/txmq.v1.Transaction/ResumeTransaction',
+                request_serializer=txmq_dot_v1_dot_txcheck__pb2.ResumeTransactionRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_txcheck__pb2.ResumeTransactionResponse.FromString,
+                _registered_method=True)
 
 
 class TransactionServicer:
@@ -74,6 +79,14 @@ class TransactionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResumeTransaction(self, request, context):
+        """Admin: check a discarded transaction again. Its copy in TRANS_CHECK_MAX_TIME_TOPIC
+        goes back to the half queue with a fresh check count.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TransactionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +104,11 @@ def add_TransactionServicer_to_server(servicer, server):
                     servicer.QueryTransaction,
                     request_deserializer=txmq_dot_v1_dot_txcheck__pb2.QueryTransactionRequest.FromString,
                     response_serializer=txmq_dot_v1_dot_txcheck__pb2.QueryTransactionResponse.SerializeToString,
+            ),
+            'ResumeTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeTransaction,
+                    request_deserializer=txmq_dot_v1_dot_txcheck__pb2.ResumeTransactionRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_txcheck__pb2.ResumeTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +192,111 @@ class Transaction:
             '/txmq.v1.Transaction/QueryTransaction',
             txmq_dot_v1_dot_txcheck__pb2.QueryTransactionRequest.SerializeToString,
             txmq_dot_v1_dot_txcheck__pb2.QueryTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.Transaction/ResumeTransaction',
+            txmq_dot_v1_dot_txcheck__pb2.ResumeTransactionRequest.SerializeToString,
+            txmq_dot_v1_dot_txcheck__pb2.ResumeTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class TransactionPeerStub:
+    """Between txcheck replicas only: deliver a check to a producer channel that this
+    replica holds (the channel key comes from etcd, see docs/transactions.md).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.DeliverCheck = channel.unary_unary(
+                '/txmq.v1.TransactionPeer/DeliverCheck',
+                request_serializer=txmq_dot_v1_dot_txcheck__pb2.DeliverCheckRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_txcheck__pb2.DeliverCheckResponse.FromString,
+                _registered_method=True)
+
+
+class TransactionPeerServicer:
+    """Between txcheck replicas only: deliver a check to a producer channel that this
+    replica holds (the channel key comes from etcd, see docs/transactions.md).
+    """
+
+    def DeliverCheck(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TransactionPeerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'DeliverCheck': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeliverCheck,
+                    request_deserializer=txmq_dot_v1_dot_txcheck__pb2.DeliverCheckRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_txcheck__pb2.DeliverCheckResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'txmq.v1.TransactionPeer', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('txmq.v1.TransactionPeer', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class TransactionPeer:
+    """Between txcheck replicas only: deliver a check to a producer channel that this
+    replica holds (the channel key comes from etcd, see docs/transactions.md).
+    """
+
+    @staticmethod
+    def DeliverCheck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.TransactionPeer/DeliverCheck',
+            txmq_dot_v1_dot_txcheck__pb2.DeliverCheckRequest.SerializeToString,
+            txmq_dot_v1_dot_txcheck__pb2.DeliverCheckResponse.FromString,
             options,
             channel_credentials,
             insecure,
