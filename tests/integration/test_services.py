@@ -142,3 +142,47 @@ async def test_sigterm_during_startup_stops_at_once(tmp_path: Path) -> None:
         assert "stopped during start-up" in waiting.process.log_tail()
     finally:
         waiting.kill()
+
+
+async def test_stop_ends_arrival_streams_and_held_pulls_instead_of_waiting_out_the_grace(
+    service_factory: ServiceFactory,
+) -> None:
+    """With a grace far longer than the stop allows (SIGKILL after 30 s), a clean exit
+    (code 0) shows the `stopping` hook ended the long-lived calls: the arrival stream
+    finishes normally and the held pull is answered."""
+    import threading
+
+    from txmq.v1 import pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
+
+    grace = ("--shutdown_grace_ms", "600000")
+    store = service_factory.store(*grace)
+    pull = service_factory.start("pull", *grace)
+    with grpc.insecure_channel(store.address) as channel:
+        store_pb2_grpc.StoreAdminStub(channel).CreateTopic(
+            store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(name="Held", read_queue_nums=1, write_queue_nums=1)),
+            timeout=10,
+        )
+
+    pulled: list[pull_pb2.PullMessageResponse] = []
+
+    def long_poll() -> None:
+        with grpc.insecure_channel(pull.address) as channel:
+            request = pull_pb2.PullMessageRequest(
+                consumer_group="g",
+                queue=common_pb2.MessageQueue(topic="Held", store_id="store-0", queue_id=0),
+                queue_offset=0,
+                suspend=True,
+                suspend_timeout_ms=600_000,
+            )
+            pulled.append(pull_pb2_grpc.PullStub(channel).PullMessage(request, timeout=120))
+
+    poller = threading.Thread(target=long_poll)
+    poller.start()
+    with grpc.insecure_channel(store.address) as channel:
+        stream = store_pb2_grpc.StoreStub(channel).WatchArrivals(store_pb2.WatchArrivalsRequest(), timeout=120)
+        stream.initial_metadata()  # the watch is in place
+        assert pull.stop(timeout_s=30) == 0
+        poller.join(timeout=60)
+        assert [p.status for p in pulled] == [pull_pb2.PULL_STATUS_NO_NEW_MSG]
+        assert store.stop(timeout_s=30) == 0
+        assert list(stream) == []  # ended normally (an error would raise here)

@@ -39,11 +39,15 @@ class PullCore:
         if self.feed is not None:
             self.feed.ensure_all()
 
-    async def close(self) -> None:
-        """Stop watching arrivals, answer held pulls, close the store channels."""
+    async def stopping(self) -> None:
+        """Stop watching arrivals and answer held pulls (new ones are refused)."""
         if self.feed is not None:
             await self.feed.close()
         await self.hold.close()
+
+    async def close(self) -> None:
+        """``stopping`` (idempotent), then close the store channels."""
+        await self.stopping()
         await self.clients.close()
 
 
@@ -84,4 +88,4 @@ async def setup(ctx: ServiceContext[PullSettings]) -> ServiceParts:
         ctx.settings.effective_hold_check_interval_ms,
         ctx.settings.max_held_requests,
     )
-    return ServiceParts(service_names=[name], close=core.close)
+    return ServiceParts(service_names=[name], close=core.close, stopping=core.stopping)

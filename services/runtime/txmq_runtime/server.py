@@ -80,6 +80,9 @@ class ServiceParts:
     service_names: Sequence[str]
     #: Called on stop, after the server stopped serving.
     close: Callable[[], Awaitable[None]] | None = None
+    #: Called on stop before the server's grace period: end long-lived calls (streams,
+    #: held pulls) so they answer now instead of holding the stop for the whole grace.
+    stopping: Callable[[], Awaitable[None]] | None = None
     #: Overrides the instance id from the settings (a store registers under its store id).
     instance_id: str | None = None
 
@@ -180,6 +183,8 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         )
         await server.start()
         stack.push_async_callback(_stop_server, server, grace_s=settings.shutdown_grace_ms / 1000)
+        if parts.stopping is not None:
+            stack.push_async_callback(parts.stopping)  # LIFO: runs before _stop_server
 
         instance_id = parts.instance_id or settings.instance_id or f"{name}-{socket.gethostname()}-{os.getpid()}"
         endpoint = common_pb2.Endpoint(

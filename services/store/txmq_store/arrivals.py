@@ -81,6 +81,7 @@ class ArrivalHub:
     def __init__(self, *, buffer_limit: int) -> None:
         self._buffer_limit = buffer_limit
         self._watchers: set[ArrivalWatcher] = set()
+        self._closed = False
 
     @property
     def active(self) -> bool:
@@ -88,7 +89,10 @@ class ArrivalHub:
 
     def watch(self, topics: Iterable[str] = ()) -> ArrivalWatcher:
         w = ArrivalWatcher(self, frozenset(topics), buffer_limit=self._buffer_limit)
-        self._watchers.add(w)
+        if self._closed:
+            w.close()  # the store is stopping: the watch ends at once
+        else:
+            self._watchers.add(w)
         return w
 
     def remove(self, watcher: ArrivalWatcher) -> None:
@@ -99,5 +103,7 @@ class ArrivalHub:
             w.offer(arrivals)
 
     def close(self) -> None:
+        """End every watch, now and from now on (idempotent)."""
+        self._closed = True
         for w in list(self._watchers):
             w.close()

@@ -256,6 +256,11 @@ class MessageStore:
             except Exception:
                 log.exception("periodic store job %s failed", getattr(job, "__name__", job))
 
+    def end_arrival_streams(self) -> None:
+        """End every arrival watch (the process is stopping): streams answer now instead
+        of holding the server's grace period. Sends and reads still work."""
+        self._hub.close()
+
     async def close(self) -> None:
         """Flush everything, persist offsets and configs, remove the abort marker."""
         if self._closed:

@@ -97,4 +97,7 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
         await publisher.close()
         await store.close()
 
-    return ServiceParts(service_names=service_names, close=close, instance_id=store.store_id)
+    async def stopping() -> None:
+        store.end_arrival_streams()
+
+    return ServiceParts(service_names=service_names, close=close, stopping=stopping, instance_id=store.store_id)
