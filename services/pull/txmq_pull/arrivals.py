@@ -2,10 +2,9 @@
 hold service (RocketMQ's NotifyMessageArrivingListener, across a process boundary).
 
 Whenever the stream may have missed arrivals, held pulls on that store re-check:
-- when a stream is opened (the first time, or again after a failure) and its request
-  reached the store;
-- when its first batch comes in (the store's watcher is surely registered by then; a store
-  that sends an empty batch as soon as it registers the watcher makes this exact);
+- when a stream is opened (the first time, or again after a failure) and the store has
+  registered its watch (it sends the response headers right after registering, so from
+  then on no arrival is missed: the re-check covers everything before);
 - when a batch is flagged ``overflowed`` (the store dropped arrivals for this watcher).
 A stream that fails is re-opened with backoff, at the store's current address.
 """
@@ -73,9 +72,8 @@ class ArrivalFeed:
                 continue
             log.debug("opening the arrival stream of store %s at %s (attempt %d)", store_id, address, failures + 1)
             call = self._clients.for_address(address).watch_arrivals()
-            first = True
             try:
-                # Once the request reached the store, arrivals missed while there was no
+                # Once the store registered the watch, arrivals missed while there was no
                 # stream are visible to a read: re-check (not before, or every attempt
                 # against a store that is down would re-read every held pull).
                 try:
@@ -88,9 +86,6 @@ class ArrivalFeed:
                 failures = 0
                 self._hold.recheck_store(store_id)
                 async for batch in iterate(call):
-                    if first:
-                        first = False
-                        self._hold.recheck_store(store_id)
                     self.batches[store_id] = self.batches.get(store_id, 0) + 1
                     self._on_batch(store_id, batch)
                 log.info("arrival stream of store %s ended (store stopping); re-opening", store_id)

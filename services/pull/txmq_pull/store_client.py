@@ -171,9 +171,14 @@ class StoreClients:
 
 
 async def connected(call: grpc.aio.UnaryStreamCall) -> None:
-    """Return once the stream's request went out on a connected channel."""
+    """Return once the store registered the watch: it sends the response headers
+    (initial metadata) right after, so every arrival dispatched later reaches the stream."""
     try:
-        await call.wait_for_connection()
+        await call.wait_for_connection()  # raises when the store cannot be reached
+        await call.initial_metadata()
+        if call.done() and await call.code() != grpc.StatusCode.OK:
+            # Ended before the watch was in place (a failed call can yield empty headers).
+            raise error(errors_pb2.CODE_UNAVAILABLE, f"arrival stream ended: {await call.details()}")
     except grpc.aio.AioRpcError as exc:
         raise TxmqError.from_rpc_error(exc) from None
 
