@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from datetime import UTC, datetime
 
 import click
@@ -14,6 +12,7 @@ from google.protobuf import json_format
 from txmq import ServiceKind, TxmqError
 from txmq._client import ClientCore, call
 from txmq.errors import NotFoundError
+from txmq.transaction import resume_transaction
 from txmq.v1 import errors_pb2, txcheck_pb2, txcheck_pb2_grpc
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
@@ -61,6 +60,8 @@ def show(transaction_id: str, endpoint: str, output: str) -> None:
         click.echo(json.dumps(json_format.MessageToDict(resp, preserving_proto_field_name=True), indent=2))
         return
     state = txcheck_pb2.TransactionResolution.Name(resp.resolution).removeprefix("TRANSACTION_RESOLUTION_")
+    if resp.discarded:
+        state += " (discarded: `txmq transaction resume` checks it again)"
     click.echo(f"transaction {resp.transaction_id}  group {resp.producer_group}  state {state}")
     if resp.HasField("committed"):
         c = resp.committed
@@ -74,37 +75,17 @@ def show(transaction_id: str, endpoint: str, output: str) -> None:
 @transaction.command()
 @click.argument("transaction_id")
 @_endpoint_option
-def resume(transaction_id: str, endpoint: str) -> None:
+@click.option("--store-id", default="", help="The store holding it (default: every store that has it).")
+def resume(transaction_id: str, endpoint: str, store_id: str) -> None:
     """Check a transaction discarded to TRANS_CHECK_MAX_TIME_TOPIC again (count reset)."""
-    from txmq_txcheck.checkloop import resume as resume_on
-    from txmq_txcheck.ledger import Ledger
-    from txmq_txcheck.store_client import StoreClient
-
     core = ClientCore(endpoint, route_refresh_interval=30)
     try:
-        stores = core.routes.endpoints(ServiceKind.STORE, timeout=5)
+        half = resume_transaction(core, transaction_id, store_id=store_id, timeout=10)
     except TxmqError as err:
         _fail(err)
     finally:
         core.close()
-
-    async def run() -> str:
-        last: TxmqError | None = None
-        for s in stores:
-            client = StoreClient.dial(s.address, store_id=s.instance_id)
-            try:
-                ledger = Ledger(client, clock=lambda: time.time_ns() // 10**6, transaction_timeout_ms=6000)
-                view = await resume_on(client, transaction_id, ledger)
-                return f"resumed {transaction_id} on {s.instance_id}: half queue offset {view.queue_offset}"
-            except TxmqError as err:
-                if err.code != errors_pb2.CODE_TRANSACTION_NOT_FOUND:
-                    raise
-                last = err
-            finally:
-                await client.close()
-        raise last or NotFoundError(f"transaction {transaction_id} not found", code=errors_pb2.CODE_TRANSACTION_NOT_FOUND)
-
-    try:
-        click.echo(asyncio.run(run()))
-    except TxmqError as err:
-        _fail(err)
+    click.echo(
+        f"resumed {transaction_id} on {half.store_id}: half queue offset {half.queue_offset}, "
+        f"commit-log offset {half.commit_log_offset}"
+    )

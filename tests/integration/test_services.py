@@ -156,7 +156,8 @@ async def test_stop_ends_arrival_streams_and_held_pulls_instead_of_waiting_out_t
 
     grace = ("--shutdown_grace_ms", "600000")
     store = service_factory.store(*grace)
-    pull = service_factory.start("pull", *grace)
+    metrics_port = free_port()
+    pull = service_factory.start("pull", *grace, "--metrics_port", str(metrics_port))
     with grpc.insecure_channel(store.address) as channel:
         store_pb2_grpc.StoreAdminStub(channel).CreateTopic(
             store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(name="Held", read_queue_nums=1, write_queue_nums=1)),
@@ -178,6 +179,7 @@ async def test_stop_ends_arrival_streams_and_held_pulls_instead_of_waiting_out_t
 
     poller = threading.Thread(target=long_poll)
     poller.start()
+    _wait_for_metric(f"http://127.0.0.1:{metrics_port}/metrics", "txmq_pull_held_requests 1.0")
     with grpc.insecure_channel(store.address) as channel:
         stream = store_pb2_grpc.StoreStub(channel).WatchArrivals(store_pb2.WatchArrivalsRequest(), timeout=120)
         stream.initial_metadata()  # the watch is in place
@@ -186,3 +188,15 @@ async def test_stop_ends_arrival_streams_and_held_pulls_instead_of_waiting_out_t
         assert [p.status for p in pulled] == [pull_pb2.PULL_STATUS_NO_NEW_MSG]
         assert store.stop(timeout_s=30) == 0
         assert list(stream) == []  # ended normally (an error would raise here)
+
+
+def _wait_for_metric(url: str, line: str, *, timeout_s: float = 30.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            if line in reply.read().decode().splitlines():
+                return
+        assert time.monotonic() < deadline, f"{url} never showed {line!r}"
+        time.sleep(0.05)

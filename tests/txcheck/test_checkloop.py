@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2, txcheck_pb2
 from txmq_txcheck.checkloop import resume
@@ -15,6 +16,7 @@ from txmq_txcheck.constants import (
     PROPERTY_CHECK_WAITS,
 )
 from txmq_txcheck.store_client import StoreClient
+from txmq_txcheck.txquery import query_transaction
 
 from .conftest import GROUP, Env
 
@@ -90,12 +92,32 @@ async def test_unanswered_checks_until_max_then_discarded_and_resumed(env: Env) 
     assert kept[0].message.properties[PROPERTY_CHECK_TIMES] == "15"
     env.clock.advance(7_000)
     assert (await env.loop.check_once()).checked == []
+    assert (await query_transaction(env.ledger, r.transaction_id)).discarded
     # An admin resumes it: checked again from count 0.
     await resume(env.client, r.transaction_id, env.ledger)
+    found = await query_transaction(env.ledger, r.transaction_id)
+    assert not found.discarded and [e.kind for e in found.timeline][-1] == "resumed"
+    with pytest.raises(TxmqError) as again:  # resumed already: its checks are under way
+        await resume(env.client, r.transaction_id, env.ledger)
+    assert again.value.code == errors_pb2.CODE_TRANSACTION_NOT_FOUND
     env.clock.advance(7_000)
     rep = await env.loop.check_once()
     assert rep.checked == [r.transaction_id]
     assert env.sender.checks[-1].message.message.properties[PROPERTY_CHECK_TIMES] == "1"
+    # The answer to that check decides it.
+    check = env.sender.checks[-1]
+    await env.ledger.end(
+        txcheck_pb2.EndTransactionRequest(
+            producer_group=GROUP,
+            transaction_id=check.transaction_id,
+            commit_log_offset=check.commit_log_offset,
+            tran_state_table_offset=check.tran_state_table_offset,
+            resolution=ROLLBACK,
+            from_transaction_check=True,
+        )
+    )
+    found = await query_transaction(env.ledger, r.transaction_id)
+    assert found.resolution == txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK and not found.discarded
 
 
 async def test_resume_refused_for_decided_or_unknown(env: Env) -> None:

@@ -195,3 +195,18 @@ async def test_op_messages_batch_concurrent_decisions(env: Env) -> None:
     offsets = sorted(int(x) for o in ops for x in o.message.body.decode().split(","))
     assert offsets == sorted(r.queue_offset for r in rs)
     assert len(ops) < len(rs)  # several offsets share an op message
+
+
+async def test_fence_refuses_a_new_decision_without_writing(env: Env) -> None:
+    r = await env.half(b"fenced")
+    for resolution in (COMMIT, ROLLBACK):
+        with pytest.raises(TxmqError) as info:
+            await env.ledger.end(env.end_request(r, resolution), fence=lambda: False)
+        assert info.value.code == errors_pb2.CODE_UNAVAILABLE and info.value.retriable
+        assert info.value.metadata["reason"] == "no_leader"
+    assert await env.real_messages() == [] and await env.topic_messages(OP_TOPIC) == []
+    assert await env.ledger.decision_of(r.transaction_id) is None
+    # Once decided, the same decision again is only an answer: no fence needed.
+    await env.ledger.end(env.end_request(r, COMMIT), fence=lambda: True)
+    await env.ledger.end(env.end_request(r, COMMIT), fence=lambda: False)
+    assert [m.message.body for m in await env.real_messages()] == [b"fenced"]

@@ -6,80 +6,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-import time
-import uuid
 from pathlib import Path
-from typing import Callable
 
-import aetcd
-import grpc
 import pytest
 from support import ServiceFactory, ServiceProcess
 
-from txmq import Admin, LocalTransactionState, Message, TransactionListener, TransactionProducer
-from txmq.v1 import store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
+from txmq import LocalTransactionState, Message, TransactionProducer
+from txmq.v1 import txcheck_pb2
 
-FAST = (
-    "--transaction_check_interval_ms", "200",
-    "--transaction_timeout_ms", "300",
-    "--leader_ttl_ms", "1000",
-    "--registration_ttl_ms", "1000",
-)  # fmt: skip
-WAIT_S = 30.0
-
-
-def wait_for(what: str, predicate: Callable[[], object], timeout_s: float = WAIT_S) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-class Listener(TransactionListener):
-    def __init__(self, execute: LocalTransactionState, checks: list[LocalTransactionState] | None = None) -> None:
-        self.execute = execute
-        self.answers = list(checks or [])
-        self.checked: list[str] = []
-        self.lock = threading.Lock()
-
-    def execute_local_transaction(self, msg, arg):
-        if arg == "raise":
-            raise RuntimeError("local transaction failed")
-        return self.execute
-
-    def check_local_transaction(self, msg):
-        with self.lock:
-            self.checked.append(msg.unique_id)
-            return self.answers.pop(0) if self.answers else LocalTransactionState.UNKNOWN
-
-
-def visible(store_address: str, topic: str) -> list[bytes]:
-    with grpc.insecure_channel(store_address) as ch:
-        stub = store_pb2_grpc.StoreStub(ch)
-        out = []
-        for q in range(4):
-            r = stub.GetMessage(store_pb2.GetMessageRequest(topic=topic, queue_id=q, offset=0), timeout=5)
-            out += [m.message.body for m in r.messages]
-        return out
-
-
-def query(address: str, txid: str) -> txcheck_pb2.QueryTransactionResponse:
-    with grpc.insecure_channel(address) as ch:
-        return txcheck_pb2_grpc.TransactionStub(ch).QueryTransaction(
-            txcheck_pb2.QueryTransactionRequest(transaction_id=txid), timeout=5
-        )
-
-
-def new_topic(store: ServiceProcess) -> str:
-    topic = f"Tx-{uuid.uuid4().hex[:8]}"
-    with Admin(store.address) as admin:
-        admin.create_topic(topic, read_queue_nums=4, write_queue_nums=4)
-    return topic
+from .helpers import FAST, Listener, leader_of, new_topic, query, visible, wait_for
 
 
 @pytest.fixture
@@ -164,24 +99,12 @@ def test_killed_producer_is_checked_through_another_of_its_group(cluster, tmp_pa
     assert visible(store.address, topic) == [b"from-the-killed-producer"]
 
 
-def _leader(etcd_endpoint: str, key: str) -> str | None:
-    import asyncio
-
-    async def get() -> str | None:
-        host, port = etcd_endpoint.rsplit(":", 1)
-        async with aetcd.Client(host=host, port=int(port)) as client:
-            got = await client.get(key.encode())
-            return None if got is None else got.value.decode()
-
-    return asyncio.run(get())
-
-
 def test_two_replicas_one_leads_the_other_takes_over(service_factory: ServiceFactory) -> None:
     store = service_factory.store()
     a = service_factory.start("txcheck", *FAST, "--instance_id", "txcheck-a")
     b = service_factory.start("txcheck", *FAST, "--instance_id", "txcheck-b")
     key = f"{service_factory.etcd_prefix}/txcheck/leaders/store-0"
-    first = wait_for("a leader", lambda: _leader(service_factory.etcd_endpoints, key))
+    first = wait_for("a leader", lambda: leader_of(service_factory.etcd_endpoints, key))
     assert first in ("txcheck-a", "txcheck-b")
     topic = new_topic(store)
     listener = Listener(LocalTransactionState.COMMIT)
@@ -190,7 +113,7 @@ def test_two_replicas_one_leads_the_other_takes_over(service_factory: ServiceFac
         assert p.send_message_in_transaction(Message(topic, b"before")).local_transaction_state is LocalTransactionState.COMMIT
         (a if first == "txcheck-a" else b).kill()
         second = "txcheck-b" if first == "txcheck-a" else "txcheck-a"
-        wait_for("the takeover", lambda: _leader(service_factory.etcd_endpoints, key) == second)
+        wait_for("the takeover", lambda: leader_of(service_factory.etcd_endpoints, key) == second)
         listener.execute = LocalTransactionState.UNKNOWN
         listener.answers = [LocalTransactionState.COMMIT] * 100
         # The producer's channel may have been on the killed replica: it reconnects.
@@ -214,3 +137,41 @@ def test_cli_show_and_resume(cluster) -> None:
     assert "state COMMIT" in shown.output and "half_stored" in shown.output and f"committed copy: {topic}" in shown.output
     refused = runner.invoke(cli, ["transaction", "resume", r.transaction_id, "--endpoint", store.address])
     assert refused.exit_code == 1 and "ALREADY_RESOLVED" in refused.output
+
+
+def test_discarded_transaction_is_shown_and_resumed(service_factory: ServiceFactory) -> None:
+    from click.testing import CliRunner
+    from txmq_cli.main import cli
+
+    store = service_factory.store()
+    service_factory.start("txcheck", *FAST, "--transaction_check_max", "1")
+    topic = new_topic(store)
+    listener = Listener(LocalTransactionState.UNKNOWN)  # checks answer UNKNOWN until told otherwise
+    runner = CliRunner()
+    with TransactionProducer(group="PG_RESUME", endpoint=store.address, listener=listener) as p:
+        p.start(wait_channel=10)
+        r = p.send_message_in_transaction(Message(topic, b"resumed"))
+        not_yet = runner.invoke(cli, ["transaction", "resume", r.transaction_id, "--endpoint", store.address])
+        assert not_yet.exit_code == 1 and "TRANSACTION_NOT_FOUND" in not_yet.output  # never discarded
+        wait_for("the discard", lambda: p.query_transaction(r.transaction_id).discarded)
+        info = p.query_transaction(r.transaction_id)
+        assert info.resolution is LocalTransactionState.UNKNOWN
+        assert "discarded" in [k for _, k, _ in info.timeline]
+        shown = runner.invoke(cli, ["transaction", "show", r.transaction_id, "--endpoint", store.address])
+        assert shown.exit_code == 0 and "state UNKNOWN (discarded" in shown.output, shown.output
+        assert visible(store.address, topic) == []
+
+        listener.answers = [LocalTransactionState.COMMIT] * 100
+        resumed = runner.invoke(
+            cli, ["transaction", "resume", r.transaction_id, "--endpoint", store.address, "--store-id", "store-0"]
+        )
+        assert resumed.exit_code == 0, resumed.output
+        assert resumed.output.startswith(f"resumed {r.transaction_id} on store-0: half queue offset")
+        wait_for("the commit after the resume", lambda: visible(store.address, topic) == [b"resumed"])
+        info = p.query_transaction(r.transaction_id)
+        assert info.resolution is LocalTransactionState.COMMIT and not info.discarded
+        assert "resumed" in [k for _, k, _ in info.timeline]
+        with pytest.raises(Exception) as refused:
+            p.resume_transaction(r.transaction_id)
+        assert "ALREADY_RESOLVED" in str(refused.value)
+    assert visible(store.address, topic) == [b"resumed"]

@@ -12,6 +12,7 @@ from txmq_pull.arrivals import ArrivalFeed
 from txmq_pull.clock import Clock, MonotonicClock
 from txmq_pull.hold import HoldService
 from txmq_pull.membership import ConsumerGroups
+from txmq_pull.metrics import HELD_PULLS
 from txmq_pull.processor import PullProcessor, store_max_offsets
 from txmq_pull.servicer import PullServicer, add_pull_servicer
 from txmq_pull.settings import PullSettings
@@ -82,6 +83,7 @@ async def setup(ctx: ServiceContext[PullSettings]) -> ServiceParts:
     core = build_core(ctx.settings, ClusterLocator(ctx.cluster))
     name = add_pull_servicer(ctx.server, core.servicer)
     core.start()
+    HELD_PULLS.set_function(lambda: core.hold.held_count)
     log.info(
         "pull service: long polling %s, hold check every %d ms, at most %d held pulls",
         "on" if ctx.settings.long_polling_enable else "off (short polling)",

@@ -30,6 +30,7 @@ from typing import Generic, TypeVar
 
 import aetcd
 import grpc
+import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from txmq.v1 import common_pb2
@@ -186,12 +187,18 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         if parts.stopping is not None:
             stack.push_async_callback(parts.stopping)  # LIFO: runs before _stop_server
 
+        labels = {}
+        if settings.metrics_port >= 0:
+            metrics_server, _ = prometheus_client.start_http_server(settings.metrics_port, addr=settings.host)
+            stack.callback(metrics_server.shutdown)
+            labels["metrics"] = join_host_port(_advertised_host(settings.host), metrics_server.server_port)
         instance_id = parts.instance_id or settings.instance_id or f"{name}-{socket.gethostname()}-{os.getpid()}"
         endpoint = common_pb2.Endpoint(
             kind=kind,
             instance_id=instance_id,
             address=address,
             started_at_ms=time.time_ns() // 1_000_000,
+            labels=labels,
         )
         await registration.put(keys.service(kind, instance_id), encode(endpoint))
         await registration.start(give_up_after_s=ETCD_STARTUP_TIMEOUT_S)

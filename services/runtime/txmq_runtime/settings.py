@@ -58,3 +58,6 @@ class ServiceSettings(BaseSettings):
     )
     shutdown_grace_ms: int = Field(5_000, ge=0, description="How long in-flight RPCs may run on stop.")
     log_level: str = Field("INFO", description="Python logging level.")
+    metrics_port: int = Field(
+        -1, ge=-1, le=65535, description="Prometheus /metrics HTTP port on host; 0 picks a free port, -1 turns it off."
+    )

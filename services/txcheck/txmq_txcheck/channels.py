@@ -8,10 +8,10 @@ behind NAT can still be checked) to any txcheck replica. That replica writes
 under its registration lease and deletes it when the stream ends; if the replica dies,
 its lease expires and the keys go with it. Every replica mirrors that prefix (watch),
 so a check for group G picks a live channel of G round-robin: a local one is written
-to its stream at once, one held by another replica is forwarded to it with the
-internal ``txmq.internal.TxcheckPeer/DeliverCheck`` RPC (payload: ServerCommand; the
-channel key in the ``txmq-channel-key`` metadata), which writes it to the stream there.
-A channel that fails is skipped and the next one tried.
+to its stream at once, one held by another replica is forwarded to it with
+``txmq.v1.TransactionPeer/DeliverCheck`` (``DeliverCheckRequest{channel_key, check}``),
+which writes it to the stream there (NOT_FOUND when that channel is gone). A channel
+that fails is skipped and the next one tried.
 """
 
 from __future__ import annotations
@@ -25,15 +25,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import grpc
-from google.protobuf import empty_pb2
-from txmq.v1 import txcheck_pb2
+from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
 from txmq_runtime.etcd import EtcdMirror
 
 log = logging.getLogger("txmq.txcheck.channels")
 
-PEER_SERVICE = "txmq.internal.TxcheckPeer"
-DELIVER_METHOD = f"/{PEER_SERVICE}/DeliverCheck"
-CHANNEL_KEY_METADATA = "txmq-channel-key"
 _FORWARD_TIMEOUT_S = 3.0
 MAX_QUEUED_CHECKS = 2_000
 
@@ -176,32 +172,10 @@ class ProducerChannels:
         channel = self._peers.get(e.address)
         if channel is None:
             channel = self._peers[e.address] = grpc.aio.insecure_channel(e.address)
-        call = channel.unary_unary(
-            DELIVER_METHOD,
-            request_serializer=txcheck_pb2.ServerCommand.SerializeToString,
-            response_deserializer=empty_pb2.Empty.FromString,
-        )
+        request = txcheck_pb2.DeliverCheckRequest(channel_key=e.key, check=command.check)
         try:
-            await call(command, timeout=_FORWARD_TIMEOUT_S, metadata=((CHANNEL_KEY_METADATA, e.key),))
+            await txcheck_pb2_grpc.TransactionPeerStub(channel).DeliverCheck(request, timeout=_FORWARD_TIMEOUT_S)
             return True
         except grpc.aio.AioRpcError as exc:
             log.info("forwarding a check to %s via %s failed: %s", e.client_id, e.address, exc.code())
             return False
-
-    def peer_handler(self) -> grpc.GenericRpcHandler:
-        async def deliver(request: txcheck_pb2.ServerCommand, context: grpc.aio.ServicerContext) -> empty_pb2.Empty:
-            key = dict(context.invocation_metadata() or ()).get(CHANNEL_KEY_METADATA, "")
-            if not self.deliver_local(key, request):
-                await context.abort(grpc.StatusCode.NOT_FOUND, f"no live producer channel {key}")
-            return empty_pb2.Empty()
-
-        return grpc.method_handlers_generic_handler(
-            PEER_SERVICE,
-            {
-                "DeliverCheck": grpc.unary_unary_rpc_method_handler(
-                    deliver,
-                    request_deserializer=txcheck_pb2.ServerCommand.FromString,
-                    response_serializer=empty_pb2.Empty.SerializeToString,
-                )
-            },
-        )

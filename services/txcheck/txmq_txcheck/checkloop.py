@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from txmq.v1 import common_pb2, store_pb2, txcheck_pb2
+from txmq.errors import TxmqError, error
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
 
 from txmq_txcheck.constants import (
     CHECK_MAX_TIME_TOPIC,
@@ -225,6 +226,11 @@ class CheckLoop:
                         self.store_id, len(report.checked), len(report.waited), len(report.discarded),
                         f", stopped early: {report.error}" if report.error else "",
                     )  # fmt: skip
+            except TxmqError as err:
+                if not err.retriable:
+                    log.exception("check round on %s failed", self.store_id)
+                else:  # the store is restarting or unreachable: the next round tries again
+                    log.warning("check round on %s failed: %s", self.store_id, err)
             except Exception:
                 log.exception("check round on %s failed", self.store_id)
 
@@ -419,40 +425,49 @@ def _prepared_offset(msg: common_pb2.MessageView) -> int:
     return msg.queue_offset if raw is None else _int(raw)
 
 
-async def resume(store: StoreClient, transaction_id: str, ledger: Ledger) -> common_pb2.MessageView:
-    """Bring a discarded transaction back to the half queue with its check count reset,
-    so the check loop asks its producers again. Refused when it is decided or not
-    discarded."""
-    from txmq.errors import error
-    from txmq.v1 import errors_pb2
+def discarded_copy(views: list[common_pb2.MessageView]) -> common_pb2.MessageView | None:
+    """The copy in TRANS_CHECK_MAX_TIME_TOPIC when that is where the transaction is now:
+    its latest discard was stored after its latest half record (a resumed transaction
+    has a newer half record and is not discarded until discarded again). ``views``: all
+    records of the transaction id on one store."""
+    discards = [v for v in views if v.message.topic == CHECK_MAX_TIME_TOPIC]
+    if not discards:
+        return None
+    last = max(discards, key=lambda v: v.commit_log_offset)
+    halves = [v.commit_log_offset for v in views if v.message.topic == HALF_TOPIC]
+    if halves and max(halves) > last.commit_log_offset:
+        return None
+    return last
 
-    decided = await ledger.decision_of(transaction_id)
-    if decided is not None:
-        raise error(
-            errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED,
-            f"transaction {transaction_id} is already resolved",
-            transaction_id=transaction_id,
-        )
-    found = [
-        v for v in await store.by_unique_id(transaction_id, topic=CHECK_MAX_TIME_TOPIC)
-        if v.message.topic == CHECK_MAX_TIME_TOPIC
-    ]  # fmt: skip
-    if not found:
-        raise error(
-            errors_pb2.CODE_TRANSACTION_NOT_FOUND,
-            f"transaction {transaction_id} is not among the discarded transactions",
-            transaction_id=transaction_id,
-        )
-    last = found[-1]
-    props = dict(last.message.properties)
-    props.pop(PROPERTY_DISCARD_REASON, None)
-    props[PROPERTY_CHECK_TIMES] = "0"
-    view = common_pb2.MessageView()
-    view.CopyFrom(last)
-    view.message.properties.clear()
-    view.message.properties.update(props)
-    results = await store.put([renewed_half(view)], producer_group=props.get(PROPERTY_PRODUCER_GROUP, ""))
-    stored = await store.view(results[0].commit_log_offset)
+
+async def resume(store: StoreClient, transaction_id: str, ledger: Ledger) -> common_pb2.MessageView:
+    """Bring a discarded transaction back to the half queue with its check count reset, so the check loop asks its producers again. Refused when it is
+    decided (TRANSACTION_ALREADY_RESOLVED) or not discarded now (TRANSACTION_NOT_FOUND)."""
+    async with ledger.lock(transaction_id):
+        decided = await ledger.decision_of(transaction_id)
+        if decided is not None:
+            raise error(
+                errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED,
+                f"transaction {transaction_id} is already resolved",
+                transaction_id=transaction_id,
+            )
+        last = discarded_copy(await store.by_unique_id(transaction_id))
+        if last is None:
+            raise error(
+                errors_pb2.CODE_TRANSACTION_NOT_FOUND,
+                f"transaction {transaction_id} is not among the discarded transactions"
+                + (f" of store {store.store_id}" if store.store_id else ""),
+                transaction_id=transaction_id,
+            )
+        props = dict(last.message.properties)
+        props.pop(PROPERTY_DISCARD_REASON, None)
+        props[PROPERTY_CHECK_TIMES] = "0"
+        view = common_pb2.MessageView()
+        view.CopyFrom(last)
+        view.message.properties.clear()
+        view.message.properties.update(props)
+        results = await store.put([renewed_half(view)], producer_group=props.get(PROPERTY_PRODUCER_GROUP, ""))
+        stored = await store.view(results[0].commit_log_offset)
     at = stored.store_timestamp_ms if stored is not None else 0
     ledger.timeline.record(transaction_id, at, "resumed", "checks resumed by an admin")
     return stored or view

@@ -11,9 +11,11 @@ A decision is proven by the store, never only by memory:
 The committed copy is written before the op message, so a crash between the two leaves
 a copy without an op: the next END_TRANSACTION or check of that transaction finds the
 copy, writes the missing op and delivers nothing twice. Decisions of one transaction are
-serialized by a per-transaction lock in this process; across txcheck replicas, every
-END_TRANSACTION for a store is forwarded to the leader of that store (service.py), so
-one process decides.
+serialized by a per-transaction lock in this process; across txcheck replicas, only the
+leader of the store decides (service.py forwards END_TRANSACTION there): ``end`` takes a
+``fence`` (the leader's ``leads``) that must still hold right before the first write of a
+new decision, else the call is refused with a retriable UNAVAILABLE and nothing is
+written.
 """
 
 from __future__ import annotations
@@ -194,6 +196,18 @@ def is_committed_copy(view: common_pb2.MessageView, transaction_id: str) -> bool
     )
 
 
+def not_leader(store_id: str, detail: str = "") -> TxmqError:
+    """The retriable refusal of a decision this replica may not take (no leader of the
+    store reachable, or its leadership lapsed): nothing was written; ask again."""
+    text = f"no check-loop leader of store {store_id!r} can decide right now"
+    return error(
+        errors_pb2.CODE_UNAVAILABLE,
+        f"{text}: {detail}" if detail else f"{text}; retry",
+        store_id=store_id,
+        reason="no_leader",
+    )
+
+
 def check_group(group: str) -> None:
     if not _NAME.fullmatch(group or ""):
         raise error(errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP, f"producer group {group!r} is not a legal group name")
@@ -258,9 +272,12 @@ class Ledger:
             return Decision(first.decision, None, view.store_timestamp_ms, tuple(e.half_offset for e, _ in entries))
         return None
 
-    async def end(self, req: txcheck_pb2.EndTransactionRequest) -> txcheck_pb2.EndTransactionResponse:
+    async def end(
+        self, req: txcheck_pb2.EndTransactionRequest, *, fence: Callable[[], bool] | None = None
+    ) -> txcheck_pb2.EndTransactionResponse:
         """END_TRANSACTION: validate against the stored half message, then commit or
-        roll back exactly once (module docstring)."""
+        roll back exactly once (module docstring). ``fence``: checked right before a new
+        decision's first write; False -> retriable UNAVAILABLE, nothing written."""
         check_group(req.producer_group)
         txid = req.transaction_id
         if not txid:
@@ -293,6 +310,8 @@ class Ledger:
                     "the half message is past its check immunity time; its state is decided by the transaction check",
                     transaction_id=txid,
                 )
+            if fence is not None and not fence():
+                raise not_leader(self.store.store_id)
             committed = None
             if decision == COMMIT:
                 results = await self.store.put([committed_copy(half)], producer_group=req.producer_group)

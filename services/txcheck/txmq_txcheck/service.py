@@ -1,10 +1,12 @@
 """The txcheck process: the Transaction service (END_TRANSACTION, producer channels,
-QueryTransaction), the check loop of every store it leads, and the internal peer RPC
-that delivers checks to channels held by this replica.
+QueryTransaction, ResumeTransaction), the check loop of every store it leads, and the
+TransactionPeer service that delivers checks to channels held by this replica.
 
-END_TRANSACTION for a store is decided by the replica that leads that store's check
-loop: another replica forwards it there (marked with ``txmq-forwarded`` so it is never
-forwarded twice), so one process serializes the decisions of a store.
+Only the leader of a store decides its transactions (docs/transactions.md, "One
+decider"): a replica that does not lead the store forwards END_TRANSACTION to the
+leader (``forwarded`` set, so it is never forwarded twice); with no reachable leader it
+waits up to ``--leader_wait_ms`` for one, then answers UNAVAILABLE (retriable). It never
+decides on its own.
 """
 
 from __future__ import annotations
@@ -14,17 +16,19 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 
 import grpc
-from txmq.errors import TxmqError, error
+from txmq.errors import ERROR_DETAIL_KEY, TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2, txcheck_pb2_grpc
-from txmq_runtime.grpc_errors import rpc
+from txmq_runtime.etcd import EtcdMirror
+from txmq_runtime.grpc_errors import abort, rpc
 from txmq_runtime.server import ServiceContext, ServiceParts
 
 from txmq_txcheck.channels import ProducerChannels
-from txmq_txcheck.checkloop import CheckLoop, CheckSettings
-from txmq_txcheck.leader import LeaderElector
-from txmq_txcheck.ledger import Ledger, check_group
+from txmq_txcheck.checkloop import CheckLoop, CheckSettings, resume
+from txmq_txcheck.leader import LeaderDirectory, LeaderElector, leaders_prefix
+from txmq_txcheck.ledger import Ledger, check_group, not_leader
 from txmq_txcheck.settings import TxcheckSettings
 from txmq_txcheck.store_client import StoreClient
 from txmq_txcheck.timeline import Timeline
@@ -32,21 +36,37 @@ from txmq_txcheck.txquery import query_transaction
 
 log = logging.getLogger("txmq.txcheck")
 
-FORWARDED_METADATA = "txmq-forwarded"
+_FORWARD_TIMEOUT_S = 10.0
+_MAX_RETRY_DELAY_S = 0.2
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _LeaderUnreachable(Exception):
+    """Forwarding found no leader to decide (transport failure, or it no longer leads)."""
+
+
+def _has_error_detail(exc: grpc.aio.AioRpcError) -> bool:
+    return any(k == ERROR_DETAIL_KEY for k, _ in exc.trailing_metadata() or ())
+
+
 class TxcheckNode:
     """Everything one txcheck replica runs, per store it knows."""
 
-    def __init__(self, ctx: ServiceContext[TxcheckSettings], instance_id: str) -> None:
+    def __init__(
+        self,
+        ctx: ServiceContext[TxcheckSettings],
+        instance_id: str,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         s = ctx.settings
         self.ctx = ctx
         self.settings = s
         self.instance_id = instance_id
+        self._monotonic = monotonic
         self.timeline = Timeline()
         self.channels = ProducerChannels(
             etcd=ctx.etcd,
@@ -55,10 +75,17 @@ class TxcheckNode:
             instance_id=instance_id,
             address=ctx.address,
         )
+        self.leaders = LeaderDirectory(leaders_prefix(s.etcd_prefix))
+        self._leader_mirror = (
+            EtcdMirror(ctx.etcd, prefix=leaders_prefix(s.etcd_prefix), sink=self.leaders)
+            if ctx.etcd is not None
+            else None
+        )
         self._clients: dict[str, StoreClient] = {}
         self._ledgers: dict[str, Ledger] = {}
         self._loops: dict[str, tuple[CheckLoop, asyncio.Event, asyncio.Task[None]]] = {}
         self._peers: dict[str, grpc.aio.Channel] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self.elector = LeaderElector(
             ctx.etcd,
             etcd_prefix=s.etcd_prefix,
@@ -67,7 +94,21 @@ class TxcheckNode:
             stores=self.store_ids,
             on_elected=self._start_loop,
             on_lost=self._stop_loop,
+            monotonic=monotonic,
         )
+
+    async def start(self) -> None:
+        await self.channels.start()
+        if self._leader_mirror is not None:
+            await self._leader_mirror.start(timeout_s=30)
+        if self.settings.check_loop_enable:
+            self.elector.start()
+
+    def spawn(self, coro) -> None:
+        """Run ``coro`` in the background until it ends or the node closes."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def store_ids(self) -> list[str]:
         return [e.instance_id for e in self.ctx.cluster.endpoints(common_pb2.SERVICE_KIND_STORE)]
@@ -76,7 +117,9 @@ class TxcheckNode:
         for e in self.ctx.cluster.endpoints(common_pb2.SERVICE_KIND_STORE):
             if e.instance_id == store_id:
                 return e.address
-        raise error(errors_pb2.CODE_STORE_NOT_FOUND, f"store {store_id!r} is not live", store_id=store_id)
+        err = error(errors_pb2.CODE_STORE_NOT_FOUND, f"store {store_id!r} is not live", store_id=store_id)
+        err.retriable = True  # it may be restarting
+        raise err
 
     def ledger(self, store_id: str) -> Ledger:
         address = self._store_address(store_id)
@@ -129,47 +172,120 @@ class TxcheckNode:
             await asyncio.gather(task, return_exceptions=True)
             log.info("%s stopped the check loop of store %s", self.instance_id, store_id)
 
-    async def end_transaction(
-        self, request: txcheck_pb2.EndTransactionRequest, *, forwarded: bool
-    ) -> txcheck_pb2.EndTransactionResponse:
-        check_group(request.producer_group)
-        store_id = self.resolve_store(request.store_id)
-        if not forwarded and store_id not in self.elector.led:
-            address = await self._leader_address(store_id)
-            if address is not None and address != self.ctx.address:
-                return await self._forward_end(address, request, store_id)
-        return await self.ledger(store_id).end(request)
+    # -- END_TRANSACTION -----------------------------------------------------------------
 
-    async def _leader_address(self, store_id: str) -> str | None:
-        try:
-            leader = await self.elector.leader_of(store_id)
-        except Exception:  # noqa: BLE001 - decide here rather than fail
-            return None
+    async def end_transaction(
+        self, request: txcheck_pb2.EndTransactionRequest, *, time_remaining_s: float | None = None
+    ) -> txcheck_pb2.EndTransactionResponse:
+        """Decide here if this replica leads the store, else forward to the leader; with
+        no reachable leader wait up to ``leader_wait_ms`` (within the caller's deadline),
+        then refuse with a retriable UNAVAILABLE. A forwarded request is never forwarded
+        again and does not wait: the forwarding replica does."""
+        check_group(request.producer_group)
+        if not request.transaction_id:
+            raise error(errors_pb2.CODE_ILLEGAL_TRANSACTION_ID, "transaction id is empty")
+        store_id = self.resolve_store(request.store_id)
+        if request.resolution == txcheck_pb2.TRANSACTION_RESOLUTION_UNKNOWN:
+            return await self.ledger(store_id).end(request)  # decides nothing: no leader needed
+        wait_s = 0.0 if request.forwarded else self.settings.leader_wait_ms / 1000
+        if time_remaining_s is not None:
+            wait_s = min(wait_s, max(0.0, time_remaining_s - 0.5))
+        deadline = self._monotonic() + wait_s
+        delay = 0.02
+        while True:
+            if self.elector.leads(store_id):
+                return await self.ledger(store_id).end(request, fence=lambda: self.elector.leads(store_id))
+            if request.forwarded:
+                reason = f"forwarded to {self.instance_id}, which does not lead the store"
+            else:
+                holder = self.leaders.holder(store_id)
+                if holder is None:
+                    reason = "no leader is elected"
+                elif holder == self.instance_id:
+                    reason = "this replica's leadership is not confirmed"
+                else:
+                    address = self._txcheck_address(holder)
+                    if address is None or address == self.ctx.address:  # gone (or our own past life)
+                        reason = f"leader {holder} is not live"
+                    else:
+                        try:
+                            return await self._forward_end(address, request, store_id, time_remaining_s)
+                        except _LeaderUnreachable as exc:
+                            reason = str(exc)
+            remaining = deadline - self._monotonic()
+            if remaining <= 0:
+                raise not_leader(store_id, reason)
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, _MAX_RETRY_DELAY_S)
+
+    def _txcheck_address(self, instance_id: str) -> str | None:
         for e in self.ctx.cluster.endpoints(common_pb2.SERVICE_KIND_TXCHECK):
-            if e.instance_id == leader:
+            if e.instance_id == instance_id:
                 return e.address
         return None
 
-    async def _forward_end(self, address: str, request, store_id: str) -> txcheck_pb2.EndTransactionResponse:
+    def _peer(self, address: str) -> grpc.aio.Channel:
         channel = self._peers.get(address)
         if channel is None:
             channel = self._peers[address] = grpc.aio.insecure_channel(address)
+        return channel
+
+    async def _forward_end(
+        self, address: str, request: txcheck_pb2.EndTransactionRequest, store_id: str, time_remaining_s: float | None
+    ) -> txcheck_pb2.EndTransactionResponse:
         fwd = txcheck_pb2.EndTransactionRequest()
         fwd.CopyFrom(request)
         fwd.store_id = store_id
+        fwd.forwarded = True
+        timeout = _FORWARD_TIMEOUT_S if time_remaining_s is None else max(0.5, time_remaining_s - 0.2)
         try:
-            return await txcheck_pb2_grpc.TransactionStub(channel).EndTransaction(
-                fwd, timeout=10, metadata=((FORWARDED_METADATA, "1"),)
-            )
+            return await txcheck_pb2_grpc.TransactionStub(self._peer(address)).EndTransaction(fwd, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             err = TxmqError.from_rpc_error(exc)
-            if exc.code() == grpc.StatusCode.UNAVAILABLE:
-                log.info("leader %s unreachable; deciding here", address)
-                return await self.ledger(store_id).end(fwd)
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and (
+                not _has_error_detail(exc) or err.metadata.get("reason") == "no_leader"
+            ):
+                # Not decided there (unreachable, or it no longer leads): look again.
+                raise _LeaderUnreachable(f"leader at {address}: {err.message}") from None
             raise err from None
 
+    # -- ResumeTransaction ---------------------------------------------------------------
+
+    async def resume_transaction(self, request: txcheck_pb2.ResumeTransactionRequest) -> txcheck_pb2.ResumeTransactionResponse:
+        txid = request.transaction_id
+        if not txid:
+            raise error(errors_pb2.CODE_ILLEGAL_TRANSACTION_ID, "transaction id is empty")
+        if request.store_id:
+            self._store_address(request.store_id)  # STORE_NOT_FOUND
+            stores = [request.store_id]
+        else:
+            stores = self.store_ids()
+        resumed: common_pb2.MessageView | None = None
+        missing: TxmqError | None = None
+        for store_id in stores:
+            ledger = self.ledger(store_id)
+            try:
+                view = await resume(ledger.store, txid, ledger)
+            except TxmqError as err:
+                if err.code != errors_pb2.CODE_TRANSACTION_NOT_FOUND:
+                    raise
+                missing = err
+                continue
+            log.info("transaction %s resumed on store %s (half queue offset %d)", txid, store_id, view.queue_offset)
+            resumed = resumed or view
+        if resumed is None:
+            raise missing or error(
+                errors_pb2.CODE_TRANSACTION_NOT_FOUND, f"transaction {txid} not found", transaction_id=txid
+            )
+        return txcheck_pb2.ResumeTransactionResponse(half=resumed)
+
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.elector.close()
+        if self._leader_mirror is not None:
+            await self._leader_mirror.close()
         await self.channels.close()
         for c in self._clients.values():
             await c.close()
@@ -183,8 +299,7 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
 
     @rpc
     async def EndTransaction(self, request: txcheck_pb2.EndTransactionRequest, context: grpc.aio.ServicerContext):
-        forwarded = any(k == FORWARDED_METADATA for k, _ in (context.invocation_metadata() or ()))
-        return await self._node.end_transaction(request, forwarded=forwarded)
+        return await self._node.end_transaction(request, time_remaining_s=context.time_remaining())
 
     @rpc
     async def QueryTransaction(self, request: txcheck_pb2.QueryTransactionRequest, context: grpc.aio.ServicerContext):
@@ -201,6 +316,10 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
             transaction_id=request.transaction_id,
         )
 
+    @rpc
+    async def ResumeTransaction(self, request: txcheck_pb2.ResumeTransactionRequest, context: grpc.aio.ServicerContext):
+        return await self._node.resume_transaction(request)
+
     async def ProducerChannel(self, request_iterator, context: grpc.aio.ServicerContext):
         node = self._node
         try:
@@ -213,23 +332,26 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
         try:
             check_group(hello.producer_group)
         except TxmqError as err:
-            from txmq_runtime.grpc_errors import abort
-
             await abort(context, err)
         client_id = hello.client_id or context.peer()
         client_id = client_id.replace("/", "_")
         ch = await node.channels.open(hello.producer_group, client_id)
         await context.send_initial_metadata((("txmq-channel", "open"),))
 
+        async def answer(request: txcheck_pb2.EndTransactionRequest) -> None:
+            try:
+                await node.end_transaction(request)
+            except TxmqError as err:
+                # Lost answers are asked again by the next check.
+                log.info("END_TRANSACTION from %s refused: %s", client_id, err)
+            except Exception:
+                log.exception("END_TRANSACTION from %s failed", client_id)
+
         async def read() -> None:
             async for cmd in request_iterator:
                 if cmd.WhichOneof("command") == "end_transaction":
-                    try:
-                        await node.end_transaction(cmd.end_transaction, forwarded=False)
-                    except TxmqError as err:
-                        log.info("END_TRANSACTION from %s refused: %s", client_id, err)
-                    except Exception:
-                        log.exception("END_TRANSACTION from %s failed", client_id)
+                    # Each answer on its own: one waiting for a leader holds up no other.
+                    node.spawn(answer(cmd.end_transaction))
 
         reader = asyncio.create_task(read())
         try:
@@ -246,13 +368,30 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
             await node.channels.close_channel(ch)
 
 
+class TransactionPeerServicer(txcheck_pb2_grpc.TransactionPeerServicer):
+    """Between replicas: write a check to a producer channel this replica holds."""
+
+    def __init__(self, node: TxcheckNode) -> None:
+        self._node = node
+
+    @rpc
+    async def DeliverCheck(self, request: txcheck_pb2.DeliverCheckRequest, context: grpc.aio.ServicerContext):
+        command = txcheck_pb2.ServerCommand(check=request.check)
+        if not request.channel_key or not self._node.channels.deliver_local(request.channel_key, command):
+            raise error(
+                errors_pb2.CODE_NOT_FOUND,
+                f"no live producer channel {request.channel_key!r} on {self._node.instance_id}",
+                channel_key=request.channel_key,
+            )
+        return txcheck_pb2.DeliverCheckResponse()
+
+
 async def setup(ctx: ServiceContext[TxcheckSettings]) -> ServiceParts:
     instance_id = ctx.settings.instance_id or f"txcheck-{socket.gethostname()}-{os.getpid()}"
     node = TxcheckNode(ctx, instance_id)
-    await node.channels.start()
     txcheck_pb2_grpc.add_TransactionServicer_to_server(TransactionServicer(node), ctx.server)
-    ctx.server.add_generic_rpc_handlers((node.channels.peer_handler(),))
-    if ctx.settings.check_loop_enable:
-        node.elector.start()
-    name = txcheck_pb2.DESCRIPTOR.services_by_name["Transaction"].full_name
-    return ServiceParts(service_names=[name], close=node.close, instance_id=instance_id)
+    txcheck_pb2_grpc.add_TransactionPeerServicer_to_server(TransactionPeerServicer(node), ctx.server)
+    await node.start()
+    services = txcheck_pb2.DESCRIPTOR.services_by_name
+    names = [services["Transaction"].full_name, services["TransactionPeer"].full_name]
+    return ServiceParts(service_names=names, close=node.close, instance_id=instance_id)

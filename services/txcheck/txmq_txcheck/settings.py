@@ -28,5 +28,13 @@ class TxcheckSettings(ServiceSettings):
     leader_ttl_ms: int = Field(
         10_000, ge=1_000, description="TTL of the check-loop leadership lease; a dead leader is replaced after it."
     )
+    leader_wait_ms: int = Field(
+        2_000,
+        ge=0,
+        description=(
+            "How long END_TRANSACTION waits for a reachable check-loop leader of its store "
+            "(only the leader decides) before answering UNAVAILABLE, retriable."
+        ),
+    )
     op_batch_max_entries: int = Field(64, ge=1, description="Most decisions one op message carries.")
     check_loop_enable: bool = Field(True, description="Take part in the check-loop leader election.")

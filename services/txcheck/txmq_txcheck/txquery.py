@@ -1,6 +1,8 @@
 """QueryTransaction: a transaction's timeline, rebuilt from what the store holds (half
 record and its put-back copies, op messages, the committed copy, discards) plus the
-answers to checks this replica saw (kept in memory only)."""
+answers to checks this replica saw (kept in memory only). ``discarded``: the
+transaction is undecided and sits in TRANS_CHECK_MAX_TIME_TOPIC now (its latest discard
+is newer than its latest half record), waiting for ResumeTransaction."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from txmq_txcheck.constants import (
     PROPERTY_PREPARED_QUEUE_OFFSET,
     PROPERTY_PRODUCER_GROUP,
 )
+from txmq_txcheck.checkloop import discarded_copy
 from txmq_txcheck.ledger import COMMIT, ROLLBACK, Ledger, is_committed_copy, parse_op_entries
 
 _MEMORY_ONLY = {"check_answered", "unknown"}
@@ -81,6 +84,7 @@ async def query_transaction(ledger: Ledger, txid: str) -> txcheck_pb2.QueryTrans
         producer_group=_props(halves[0]).get(PROPERTY_PRODUCER_GROUP, "") if halves else "",
         resolution=resolution,
         timeline=events,
+        discarded=decision is None and discarded_copy(views) is not None,
     )
     if halves:
         resp.half.CopyFrom(halves[0])

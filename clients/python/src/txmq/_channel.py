@@ -9,7 +9,6 @@ import logging
 import queue
 import random
 import threading
-import time
 from typing import Callable, Iterator
 
 import grpc
@@ -120,7 +119,8 @@ class ProducerChannel:
                     self._on_check(command.check)
         except grpc.RpcError as exc:
             if not self._stopped.is_set():
-                log.info("producer channel to %s broke: %s", address, getattr(exc, "code", lambda: exc)())
+                code = exc.code() if isinstance(exc, grpc.Call) else exc
+                log.info("producer channel to %s broke: %s", address, code)
         finally:
             self.connected.clear()
             with self._lock:

@@ -15,6 +15,14 @@ answer (COMMIT / ROLLBACK / UNKNOWN; an exception counts as UNKNOWN) is sent as
 END_TRANSACTION. When no answer arrives, the transaction service checks a live producer
 of the group through its channel: ``check_local_transaction`` runs on a bounded
 executor and its answer goes back as END_TRANSACTION flagged from-check.
+
+END_TRANSACTION is retried, within ``end_transaction_timeout``, while the service
+answers a retriable error (UNAVAILABLE while a store's check-loop leader changes, a
+store restarting, a replica unreachable): only a leader decides, and a repeated
+decision is answered as the first one, so retries are safe.
+
+``query_transaction`` / ``resume_transaction`` here take a ``ClientCore``; the
+producer has methods of the same names.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from txmq._channel import ProducerChannel
-from txmq._client import call
+from txmq._client import ClientCore, call
 from txmq._convert import message_ext_from_proto, send_result_from_proto
 from txmq.errors import TxmqError, UnavailableError
 from txmq.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
@@ -84,6 +92,9 @@ class TransactionInfo:
     timeline: tuple[tuple[int, str, str], ...]  # (at_ms, kind, detail)
     half: MessageExt | None
     committed: MessageExt | None
+    #: Undecided and moved to TRANS_CHECK_MAX_TIME_TOPIC after the check limit;
+    #: ``resume_transaction`` checks it again.
+    discarded: bool = False
 
 
 class TransactionProducer(Producer):
@@ -204,8 +215,14 @@ class TransactionProducer(Producer):
         self._call_end(request)
 
     def query_transaction(self, transaction_id: str, *, timeout: float = 5.0) -> TransactionInfo:
-        resp = call(self._transaction_stub().QueryTransaction, txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id), timeout=timeout)
-        return transaction_info_from_proto(resp)
+        """A transaction's state and timeline (QueryTransaction)."""
+        return query_transaction(self._started_core(), transaction_id, timeout=timeout)
+
+    def resume_transaction(self, transaction_id: str, *, store_id: str = "", timeout: float = 10.0) -> MessageExt:
+        """Check a discarded transaction again (ResumeTransaction); returns the new half
+        message. Raises ``NotFoundError`` (TRANSACTION_NOT_FOUND) when it is not
+        discarded, ``ConflictError`` (TRANSACTION_ALREADY_RESOLVED) when it is decided."""
+        return resume_transaction(self._started_core(), transaction_id, store_id=store_id, timeout=timeout)
 
     # -- internals ---------------------------------------------------------------------
 
@@ -216,33 +233,37 @@ class TransactionProducer(Producer):
             # RocketMQ sends it one-way: a lost or refused END is settled by the check.
             log.warning("END_TRANSACTION of %s (%s) failed: %s", sent.transaction_id, state.name, err)
 
-    def _txcheck_addresses(self) -> list[str]:
+    def _txcheck_addresses(self, timeout: float) -> list[str]:
         channel = self._channel
         first = [channel.address] if channel is not None and channel.address else []
-        try:
-            rest = [e.address for e in self._started_core().routes.endpoints(ServiceKind.TXCHECK, timeout=self._end_timeout)]
-        except TxmqError:
-            rest = []
-        return list(dict.fromkeys(first + rest))
-
-    def _transaction_stub(self) -> txcheck_pb2_grpc.TransactionStub:
-        addresses = self._txcheck_addresses()
-        if not addresses:
-            raise UnavailableError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
-        return self._started_core().stub(addresses[0], txcheck_pb2_grpc.TransactionStub)
+        return list(dict.fromkeys(first + txcheck_addresses(self._started_core(), timeout=timeout)))
 
     def _call_end(self, request: txcheck_pb2.EndTransactionRequest) -> None:
+        """END_TRANSACTION, retried on retriable errors (each live replica in turn, then
+        again after a backoff) until ``end_transaction_timeout``; other errors raise."""
+        core = self._started_core()
         deadline = time.monotonic() + self._end_timeout
+        delay = _MIN_RETRY_DELAY_S
         last: TxmqError | None = None
-        for address in self._txcheck_addresses():
-            stub = self._started_core().stub(address, txcheck_pb2_grpc.TransactionStub)
-            try:
-                call(stub.EndTransaction, request, timeout=max(0.1, deadline - time.monotonic()))
-                return
-            except TxmqError as err:
-                if not err.retriable:
-                    raise
-                last = err
+        while True:
+            for address in self._txcheck_addresses(max(0.1, deadline - time.monotonic())):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                stub = core.stub(address, txcheck_pb2_grpc.TransactionStub)
+                try:
+                    call(stub.EndTransaction, request, timeout=remaining)
+                    return
+                except TxmqError as err:
+                    if not err.retriable:
+                        raise
+                    last = err
+                    log.info("END_TRANSACTION of %s via %s: %s; retrying", request.transaction_id, address, err)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, _MAX_RETRY_DELAY_S)
         raise last or UnavailableError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
 
     def _on_check(self, check: txcheck_pb2.CheckTransactionState) -> None:
@@ -285,6 +306,52 @@ class TransactionProducer(Producer):
             self._check_slots.release()
 
 
+_MIN_RETRY_DELAY_S = 0.05
+_MAX_RETRY_DELAY_S = 1.0
+
+
+def txcheck_addresses(core: ClientCore, *, timeout: float) -> list[str]:
+    """Addresses of the live txcheck replicas (empty when none is known)."""
+    try:
+        return [e.address for e in core.routes.endpoints(ServiceKind.TXCHECK, timeout=timeout)]
+    except TxmqError:
+        return []
+
+
+def _first_answer(core: ClientCore, rpc: str, request: Any, *, timeout: float) -> Any:
+    """Ask the txcheck replicas in turn until one answers; a retriable error moves on to
+    the next, any other error raises."""
+    deadline = time.monotonic() + timeout
+    last: TxmqError | None = None
+    for address in txcheck_addresses(core, timeout=timeout):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        stub = core.stub(address, txcheck_pb2_grpc.TransactionStub)
+        try:
+            return call(getattr(stub, rpc), request, timeout=remaining)
+        except TxmqError as err:
+            if not err.retriable:
+                raise
+            last = err
+    raise last or UnavailableError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
+
+
+def query_transaction(core: ClientCore, transaction_id: str, *, timeout: float = 5.0) -> TransactionInfo:
+    """QueryTransaction through any live txcheck replica."""
+    request = txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id)
+    return transaction_info_from_proto(_first_answer(core, "QueryTransaction", request, timeout=timeout))
+
+
+def resume_transaction(core: ClientCore, transaction_id: str, *, store_id: str = "", timeout: float = 10.0) -> MessageExt:
+    """ResumeTransaction through any live txcheck replica: a transaction discarded to
+    TRANS_CHECK_MAX_TIME_TOPIC goes back to the half queue with its check count reset.
+    Returns the new half message (``store_id`` empty: every store that has it)."""
+    request = txcheck_pb2.ResumeTransactionRequest(transaction_id=transaction_id, store_id=store_id)
+    resp = _first_answer(core, "ResumeTransaction", request, timeout=timeout)
+    return message_ext_from_proto(resp.half)
+
+
 def transaction_info_from_proto(resp: txcheck_pb2.QueryTransactionResponse) -> TransactionInfo:
     try:
         resolution: LocalTransactionState | None = LocalTransactionState(resp.resolution)
@@ -297,4 +364,5 @@ def transaction_info_from_proto(resp: txcheck_pb2.QueryTransactionResponse) -> T
         timeline=tuple((e.at_ms, e.kind, e.detail) for e in resp.timeline),
         half=message_ext_from_proto(resp.half) if resp.HasField("half") else None,
         committed=message_ext_from_proto(resp.committed) if resp.HasField("committed") else None,
+        discarded=resp.discarded,
     )

@@ -123,7 +123,9 @@ class StoreServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchArrivals(self, request, context):
-        """Arrival notifications as messages are dispatched to consume queues.
+        """Arrival notifications as messages are dispatched to consume queues. The store
+        sends the response headers as soon as the watch is registered: every arrival
+        dispatched after the client has them reaches the stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
