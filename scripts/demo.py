@@ -12,8 +12,48 @@ import shutil
 import time
 from pathlib import Path
 
-from txmq import Admin, Message, NotFoundError, Producer, TxmqError
+from txmq import (
+    Admin,
+    LocalTransactionState,
+    Message,
+    NotFoundError,
+    Producer,
+    TransactionListener,
+    TransactionProducer,
+    TxmqError,
+)
+from txmq.ids import encode_offset_msg_id
 from txmq_cli.cluster import LocalCluster
+
+# The demo shortens the check loop (RocketMQ's defaults: every 30 s, 6 s immunity) so an
+# unanswered transaction is checked within seconds.
+TXCHECK_ARGS = ["--transaction_check_interval_ms", "1000", "--transaction_timeout_ms", "1000"]
+
+
+class OrderService(TransactionListener):
+    """A local 'database' of orders: the local transaction of each half message."""
+
+    def __init__(self) -> None:
+        self.orders: dict[str, str] = {}  # transaction id -> what the database holds
+
+    def execute_local_transaction(self, msg: Message, arg: str) -> LocalTransactionState:
+        if arg == "pay":
+            self.orders[msg.unique_id] = "paid"
+            return LocalTransactionState.COMMIT
+        if arg == "cancel":
+            self.orders[msg.unique_id] = "cancelled"
+            return LocalTransactionState.ROLLBACK
+        # The outcome is not known yet (say, the payment provider is slow): UNKNOWN.
+        # The broker will ask check_local_transaction later; by then it has paid.
+        self.orders[msg.unique_id] = "paid"
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg) -> LocalTransactionState:
+        state = self.orders.get(msg.unique_id)
+        print(f"   (check) broker asks about {msg.unique_id}: database says {state!r}")
+        return {"paid": LocalTransactionState.COMMIT, "cancelled": LocalTransactionState.ROLLBACK}.get(
+            state, LocalTransactionState.UNKNOWN
+        )
 
 
 def banner(text: str) -> None:
@@ -69,14 +109,47 @@ def demo(bootstrap: str) -> None:
                     print(f"   UNEXPECTED: {bad.topic!r} accepted")
                 except TxmqError as err:
                     print(f"   {bad.topic!r}: {type(err).__name__} {err}")
+        host, port = admin.store_status()[0].address.rsplit(":", 1)
         try:
-            admin.view_message("00" * 16)
+            admin.view_message(encode_offset_msg_id(host, int(port), 1 << 40))
         except NotFoundError as err:
             print(f"   view of a missing message: {err}")
+
+        transactions(bootstrap, admin)
 
         status = admin.store_status()[0]
         banner(f"store {status.store_id}: commit log {status.commit_log_min_offset}.."
                f"{status.commit_log_max_offset}, flush mode {status.flush_mode}")
+
+
+def transactions(bootstrap: str, admin: Admin) -> None:
+    banner("transactional messages: commit, rollback, and an UNKNOWN resolved by a check")
+    admin.create_topic("DemoPayments", read_queue_nums=2, write_queue_nums=2)
+    listener = OrderService()
+    with TransactionProducer(group="demo-payments", endpoint=bootstrap, listener=listener) as producer:
+        results = {
+            arg: producer.send_message_in_transaction(Message("DemoPayments", f"order {arg}".encode()), arg)
+            for arg in ("pay", "cancel", "slow")
+        }
+        for arg, r in results.items():
+            print(f"   {arg:6} -> local state {r.local_transaction_state.name:8} transaction {r.transaction_id}")
+        slow = results["slow"].transaction_id
+        deadline = time.monotonic() + 60
+        while (info := producer.query_transaction(slow)).resolution is not LocalTransactionState.COMMIT:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"transaction {slow} was not resolved by a check in 60 s: {info}")
+            time.sleep(0.2)
+        print(f"   timeline of {slow}:")
+        for at_ms, kind, detail in info.timeline:
+            print(f"     {time.strftime('%H:%M:%S', time.localtime(at_ms / 1000))}.{at_ms % 1000:03d} {kind:15} {detail}")
+        for arg, r in results.items():
+            # The newest copy with this id: the committed one on DemoPayments, or else
+            # the (invisible) half message on the system topic.
+            copy = admin.query_message_by_unique_id(r.transaction_id, topic="DemoPayments")
+            if copy.topic == "DemoPayments":
+                print(f"   {arg:6}: visible on DemoPayments queue {copy.queue_id} offset {copy.queue_offset}")
+            else:
+                print(f"   {arg:6}: not visible to consumers (only the half message on {copy.topic})")
 
 
 def main() -> None:
@@ -88,7 +161,7 @@ def main() -> None:
     data_dir = Path(args.data_dir)
     if data_dir.exists() and not args.keep_data:
         shutil.rmtree(data_dir)
-    with LocalCluster(data_dir=data_dir) as cluster:
+    with LocalCluster(data_dir=data_dir, txcheck_args=TXCHECK_ARGS) as cluster:
         print(f"txmq cluster up; bootstrap address {cluster.bootstrap}; logs in {cluster.log_dir}")
         demo(cluster.bootstrap)
         if args.keep_running:

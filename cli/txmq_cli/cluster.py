@@ -271,7 +271,8 @@ class LocalCluster:
     """etcd + store + txcheck + pull, started in that order, stopped in reverse.
 
     ``etcd_endpoints``: use that etcd instead of starting one. ``store_args`` go to the
-    store only (e.g. ``["--flush_mode", "sync"]``), ``service_args`` to every service.
+    store only (e.g. ``["--flush_mode", "sync"]``), likewise ``txcheck_args`` and
+    ``pull_args``; ``service_args`` to every service.
     """
 
     def __init__(
@@ -287,6 +288,8 @@ class LocalCluster:
         etcd_endpoints: str | None = None,
         etcd_prefix: str = "/txmq",
         store_args: Sequence[str] = (),
+        txcheck_args: Sequence[str] = (),
+        pull_args: Sequence[str] = (),
         service_args: Sequence[str] = (),
         start_timeout_s: float = 60.0,
     ) -> None:
@@ -305,7 +308,11 @@ class LocalCluster:
         )
         self.etcd_endpoints = etcd_endpoints if self.etcd is None else self.etcd.endpoint
         ports = {"store": store_port, "txcheck": txcheck_port, "pull": pull_port}
-        extra = {"store": ["--data_dir", str(self.data_dir / "store"), *store_args]}
+        extra = {
+            "store": ["--data_dir", str(self.data_dir / "store"), *store_args],
+            "txcheck": list(txcheck_args),
+            "pull": list(pull_args),
+        }
         self.services = {
             name: ServiceProcess(
                 name,

@@ -34,6 +34,8 @@ log = logging.getLogger("txmq.txcheck.leader")
 
 #: ``leads`` holds for this fraction of the TTL after the refresh was sent.
 VALID_FRACTION = 2 / 3
+#: Between ticks, how often the (in-memory) cluster view is looked at for new stores.
+NEW_STORE_POLL_S = 0.1
 
 
 def leaders_prefix(etcd_prefix: str) -> str:
@@ -136,7 +138,17 @@ class LeaderElector:
                 await self.tick()
             except Exception:
                 log.exception("leader election failed")
-            await asyncio.sleep(self._ttl_s / 3)
+            await self._until_next_tick()
+
+    async def _until_next_tick(self) -> None:
+        """A third of the TTL, or less when a store appears: a new store must not wait a
+        whole tick for a leader (END_TRANSACTION of its transactions needs one)."""
+        deadline = self._monotonic() + self._ttl_s / 3
+        known = set(self._stores())
+        while (left := deadline - self._monotonic()) > 0:
+            await asyncio.sleep(min(left, NEW_STORE_POLL_S))
+            if not known.issuperset(self._stores()):
+                return
 
     async def tick(self) -> None:
         """One election step: keep (or get) the lease, then campaign."""
