@@ -9,6 +9,7 @@ import click
 
 from txmq_cli import admin_cmds, cluster_cmds
 from txmq_cli import tx_cmds
+from txmq_cli import consume_cmds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,6 +20,7 @@ def cli() -> None:
 cluster_cmds.register(cli)
 admin_cmds.register(cli)
 tx_cmds.register(cli)
+consume_cmds.register(cli)
 
 if __name__ == "__main__":
     cli()

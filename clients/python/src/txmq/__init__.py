@@ -5,6 +5,16 @@ txmq service), from which they learn where the stores are.
 """
 
 from txmq.admin import Admin
+from txmq.consumer import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    ExpressionType,
+    MessageListener,
+    PullConsumer,
+    PullResult,
+    PullStatus,
+    PushConsumer,
+)
 from txmq.errors import (
     BadRequestError,
     ConflictError,
@@ -44,12 +54,16 @@ __all__ = [
     "Admin",
     "BadRequestError",
     "ConflictError",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
     "ConsumeOffset",
     "Endpoint",
+    "ExpressionType",
     "ForbiddenError",
     "InternalError",
     "LocalTransactionState",
     "Message",
+    "MessageListener",
     "MessageExt",
     "MessageQueue",
     "NotFoundError",
@@ -57,6 +71,10 @@ __all__ = [
     "PayloadTooLargeError",
     "Perm",
     "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
     "QueueData",
     "QueueOffsets",
     "SendResult",

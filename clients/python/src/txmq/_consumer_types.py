@@ -1,0 +1,65 @@
+"""The consumers' value types (re-exported by ``txmq.consumer`` and ``txmq``).
+
+Kept apart from the consumers so the private modules they use can share them without
+importing ``txmq.consumer``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from txmq.message import MessageExt
+from txmq.v1 import common_pb2, pull_pb2
+
+
+class PullStatus(enum.Enum):
+    """The outcome of one pull (RocketMQ's PullStatus)."""
+
+    FOUND = pull_pb2.PULL_STATUS_FOUND
+    # Nothing new at the offset: pull again later (a suspended pull was held first).
+    NO_NEW_MSG = pull_pb2.PULL_STATUS_NO_NEW_MSG
+    # Messages were there but none matched the filter: pull again at once from
+    # ``next_begin_offset``.
+    NO_MATCHED_MSG = pull_pb2.PULL_STATUS_NO_MATCHED_MSG
+    # The offset is outside the queue: continue from ``next_begin_offset``.
+    OFFSET_ILLEGAL = pull_pb2.PULL_STATUS_OFFSET_ILLEGAL
+
+
+class ExpressionType(enum.Enum):
+    """How a subscription expression is read (RocketMQ's ExpressionType)."""
+
+    # ``*`` or ``TagA || TagB``.
+    TAG = common_pb2.FILTER_TYPE_TAG
+    # An SQL92 condition over message properties, e.g. ``region = 'eu' AND amount > 10``.
+    SQL92 = common_pb2.FILTER_TYPE_SQL92
+
+
+class ConsumeStatus(enum.Enum):
+    """What a push consumer's listener returns (RocketMQ's ConsumeConcurrentlyStatus)."""
+
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    # Deliver the message(s) again later; an exception in the listener means the same.
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class ConsumeFromWhere(enum.Enum):
+    """Where a push consumer starts on a queue its group has never committed an offset
+    for (RocketMQ's ConsumeFromWhere). Queues with a committed offset resume there."""
+
+    # The queue's max offset: only messages stored from now on (RocketMQ's default).
+    LAST_OFFSET = "LAST_OFFSET"
+    # The queue's first (min) offset: everything still stored.
+    FIRST_OFFSET = "FIRST_OFFSET"
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """One pull's answer. ``messages`` holds only messages that match the filter (the
+    client re-checked their tag strings); ``next_begin_offset`` is where to pull next."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)

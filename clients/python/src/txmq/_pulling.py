@@ -1,0 +1,210 @@
+"""The calls both consumers make: pulls, offsets, queue ranges, heartbeats.
+
+``PullClient`` sits on a ``ClientCore`` (channels + routes) and adds what a consumer
+needs: which pull instance serves a queue, building a PullMessage request from a
+``Subscription``, turning the answer into a ``PullResult`` (with the client's tag
+re-check), and the offset and membership RPCs.
+
+Which pull instance: the topic route lists the live pull instances; they are ordered
+by instance id, and a queue prefers the one at ``crc32(queue) % n``, so pulls spread
+over the instances and every client picks the same one for a queue. A failed attempt
+moves on to the next instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import Callable
+
+from txmq._client import ClientCore, call
+from txmq._consumer_types import PullResult, PullStatus
+from txmq._convert import message_ext_from_proto, message_queue_to_proto
+from txmq._subscription import Subscription
+from txmq._validation import check_group, check_topic
+from txmq.errors import InternalError, NotFoundError, TxmqError, UnavailableError
+from txmq.message import MessageQueue
+from txmq.models import ServiceKind, TopicRoute
+from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
+
+log = logging.getLogger("txmq.consumer")
+
+# The RPC deadline of a suspended pull is its hold time plus this much: the service
+# answers a held pull before the caller's deadline (docs/pull.md, deadline_margin_ms),
+# so a long poll ends with an answer, not DEADLINE_EXCEEDED.
+LONG_POLL_DEADLINE_MARGIN_S = 3.0
+
+
+class PullClient:
+    def __init__(self, core: ClientCore, group: str, *, timeout: float) -> None:
+        check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        self.core = core
+        self.group = group
+        self.timeout = timeout
+        # Set before the core closes: a call racing the close must not open a new
+        # channel (Channels would) for a long poll nobody ends.
+        self.closed = False
+
+    # -- routes ----------------------------------------------------------------------
+
+    def route(self, topic: str) -> TopicRoute:
+        check_topic(topic)
+        return self.core.routes.get(topic, timeout=self.timeout)
+
+    def message_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues on every store, ordered (store id, queue id)."""
+        route = self.route(topic)
+        if not route.queues:
+            raise NotFoundError(f"topic {topic!r} does not exist", code=errors_pb2.CODE_TOPIC_NOT_FOUND)
+        return route.read_queues()
+
+    def pull_addresses(self, topic: str) -> list[str]:
+        """The live pull instances (ordered by instance id) a consumer of ``topic`` uses."""
+        endpoints = list(self.route(topic).pull_endpoints)
+        if not endpoints:
+            endpoints = self.core.routes.endpoints(ServiceKind.PULL, timeout=self.timeout)
+        if not endpoints:
+            raise UnavailableError("no pull service is live", code=errors_pb2.CODE_SERVICE_NOT_READY)
+        return [e.address for e in sorted(endpoints, key=lambda e: e.instance_id)]
+
+    def pull_address(self, mq: MessageQueue, attempt: int = 0) -> str:
+        addresses = self.pull_addresses(mq.topic)
+        return addresses[(zlib.crc32(str(mq).encode()) + attempt) % len(addresses)]
+
+    def pull_stub(self, address: str) -> pull_pb2_grpc.PullStub:
+        if self.closed:
+            raise RuntimeError("the consumer is shut down")
+        return self.core.stub(address, pull_pb2_grpc.PullStub)
+
+    def close(self) -> None:
+        self.closed = True
+        self.core.close()
+
+    # -- pulling -----------------------------------------------------------------------
+
+    def pull_request(
+        self,
+        mq: MessageQueue,
+        sub: Subscription,
+        offset: int,
+        *,
+        max_nums: int,
+        suspend_timeout: float | None,
+        client_id: str = "",
+    ) -> pull_pb2.PullMessageRequest:
+        """``suspend_timeout`` None: answer at once; else hold up to that many seconds."""
+        request = pull_pb2.PullMessageRequest(
+            consumer_group=self.group,
+            queue=message_queue_to_proto(mq),
+            queue_offset=offset,
+            max_messages=max_nums,
+            suspend=suspend_timeout is not None,
+            suspend_timeout_ms=max(1, int(suspend_timeout * 1000)) if suspend_timeout is not None else 0,
+            client_id=client_id,
+        )
+        if not sub.matches_all:
+            request.filter.CopyFrom(sub.to_proto())
+        return request
+
+    def deadline(self, suspend_timeout: float | None) -> float:
+        return self.timeout if suspend_timeout is None else suspend_timeout + LONG_POLL_DEADLINE_MARGIN_S
+
+    def pull(
+        self, mq: MessageQueue, sub: Subscription, offset: int, *, max_nums: int, suspend_timeout: float | None
+    ) -> PullResult:
+        """One blocking pull. An instance that cannot be reached (UNAVAILABLE) is
+        skipped for the next one; every other error is raised."""
+        request = self.pull_request(mq, sub, offset, max_nums=max_nums, suspend_timeout=suspend_timeout)
+        addresses = self.pull_addresses(mq.topic)
+        first = zlib.crc32(str(mq).encode())
+        last_error: TxmqError | None = None
+        for attempt in range(len(addresses)):
+            stub = self.pull_stub(addresses[(first + attempt) % len(addresses)])
+            try:
+                response = call(stub.PullMessage, request, timeout=self.deadline(suspend_timeout))
+            except UnavailableError as err:
+                self.core.routes.mark_stale(mq.topic)
+                last_error = err
+                continue
+            return to_pull_result(response, sub)
+        assert last_error is not None
+        raise last_error
+
+    # -- offsets -----------------------------------------------------------------------
+
+    def _offset_call(self, mq: MessageQueue, rpc: Callable[[pull_pb2_grpc.PullStub], Callable], request: object):  # type: ignore[no-untyped-def, type-arg]
+        addresses = self.pull_addresses(mq.topic)
+        last_error: TxmqError | None = None
+        for address in addresses:
+            try:
+                return call(rpc(self.pull_stub(address)), request, timeout=self.timeout)
+            except UnavailableError as err:
+                self.core.routes.mark_stale(mq.topic)
+                last_error = err
+        assert last_error is not None
+        raise last_error
+
+    def commit_offset(self, mq: MessageQueue, offset: int) -> None:
+        request = pull_pb2.UpdateConsumerOffsetRequest(
+            consumer_group=self.group, queue=message_queue_to_proto(mq), offset=offset
+        )
+        self._offset_call(mq, lambda stub: stub.UpdateConsumerOffset, request)
+
+    def fetch_offset(self, mq: MessageQueue) -> int | None:
+        request = pull_pb2.QueryConsumerOffsetRequest(consumer_group=self.group, queue=message_queue_to_proto(mq))
+        response = self._offset_call(mq, lambda stub: stub.QueryConsumerOffset, request)
+        return response.offset if response.found else None
+
+    def queue_range(self, mq: MessageQueue) -> tuple[int, int]:
+        """(min offset, max offset) of the queue, from its store."""
+        route = self.route(mq.topic)
+        stub = self.core.stub(route.store_address(mq.store_id), store_pb2_grpc.StoreStub)
+        request = store_pb2.GetQueueOffsetsRequest(topic=mq.topic, queue_id=mq.queue_id)
+        for q in call(stub.GetQueueOffsets, request, timeout=self.timeout).queues:
+            if q.queue_id == mq.queue_id:
+                return q.min_offset, q.max_offset
+        raise NotFoundError(
+            f"store {mq.store_id!r} has no queue {mq.queue_id} of topic {mq.topic!r}",
+            code=errors_pb2.CODE_ILLEGAL_QUEUE_ID,
+        )
+
+    # -- membership ----------------------------------------------------------------------
+
+    def heartbeat(self, addresses: list[str], client_id: str, topics: list[str]) -> list[str] | None:
+        """Heartbeat every pull instance in ``addresses``; the union of the live consumer
+        ids they report (membership is per instance), or None when none answered."""
+        request = pull_pb2.ConsumerHeartbeatRequest(consumer_group=self.group, client_id=client_id, topics=topics)
+        members: set[str] = set()
+        answered = False
+        for address in addresses:
+            try:
+                response = call(self.pull_stub(address).ConsumerHeartbeat, request, timeout=self.timeout)
+            except TxmqError as err:
+                log.warning("heartbeat of %s to pull instance %s failed: %s", client_id, address, err)
+                continue
+            answered = True
+            members.update(response.consumer_ids)
+        return sorted(members) if answered else None
+
+
+def to_pull_result(response: pull_pb2.PullMessageResponse, sub: Subscription) -> PullResult:
+    """The service's answer with the client's tag re-check applied. FOUND whose every
+    message failed the re-check (tag hash collisions only) becomes NO_MATCHED_MSG."""
+    try:
+        status = PullStatus(response.status)
+    except ValueError:
+        raise InternalError(
+            f"the pull service answered status {response.status}", code=errors_pb2.CODE_INTERNAL_ERROR
+        ) from None
+    messages = [message_ext_from_proto(v) for v in response.messages]
+    if status is PullStatus.FOUND and not sub.matches_all:
+        messages = [m for m in messages if sub.accepts(m)]
+        if not messages:
+            status = PullStatus.NO_MATCHED_MSG
+    return PullResult(
+        status=status,
+        next_begin_offset=response.next_begin_offset,
+        min_offset=response.min_offset,
+        max_offset=response.max_offset,
+        messages=messages,
+    )

@@ -1,0 +1,729 @@
+"""Consumers: ``PullConsumer`` (you pull, per queue and offset; RocketMQ's pull / lite
+pull consumer) and ``PushConsumer`` (it pulls for you and calls your listener;
+RocketMQ's DefaultMQPushConsumer, clustering mode, concurrent consumption).
+
+Both talk to the pull service (docs/pull.md), found through the topic route, and read
+queue ranges from the stores. See docs/consumers.md.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from types import TracebackType
+from typing import Callable, Sequence, TypeVar
+
+import grpc
+
+from txmq._client import ClientCore, parse_endpoints
+from txmq._consumer_types import ConsumeFromWhere, ConsumeStatus, ExpressionType, PullResult, PullStatus
+from txmq._process_queue import ProcessQueue, Timer
+from txmq._pulling import PullClient, to_pull_result
+from txmq._rebalance import MembershipView, allocate_averagely
+from txmq._subscription import Subscription, build_subscription
+from txmq._validation import check_group
+from txmq.errors import BadRequestError, TxmqError
+from txmq.message import MessageExt, MessageQueue
+from txmq.v1 import errors_pb2
+
+__all__ = [
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "ExpressionType",
+    "MessageListener",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+]
+
+log = logging.getLogger("txmq.consumer")
+T = TypeVar("T")
+
+MessageListener = Callable[[list[MessageExt]], ConsumeStatus]
+
+DEFAULT_SUSPEND_TIMEOUT_S = 15.0  # RocketMQ's brokerSuspendMaxTimeMillis
+_FLOW_CONTROL_PAUSE_S = 0.05  # RocketMQ's PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
+# Heartbeat intervals without any answer after which a consumer gives its queues up
+# (the pull service forgets a consumer after 3 of the default 10 s intervals).
+_SILENT_HEARTBEATS = 3
+
+
+def _positive(**values: float) -> None:
+    for name, value in values.items():
+        if value <= 0:
+            raise ValueError(f"{name} must be > 0, not {value}")
+
+
+class PullConsumer:
+    """Pulls messages from queues you choose, at offsets you choose (RocketMQ's
+    DefaultMQPullConsumer / the assign mode of DefaultLitePullConsumer). Thread-safe.
+
+    ``group`` is the consumer group the offsets belong to; ``endpoint`` any txmq
+    service. ``timeout`` bounds every call except a suspended pull, which may be held
+    ``suspend_timeout`` seconds (its RPC deadline is a little longer).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        endpoint: str,
+        *,
+        timeout: float = 5.0,
+        suspend_timeout: float = DEFAULT_SUSPEND_TIMEOUT_S,
+        route_refresh_interval: float = 30.0,
+        interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+    ) -> None:
+        _positive(timeout=timeout, suspend_timeout=suspend_timeout, route_refresh_interval=route_refresh_interval)
+        self.group = group
+        self.endpoint = endpoint
+        self._timeout = timeout
+        self._suspend_timeout = suspend_timeout
+        self._route_refresh_interval = route_refresh_interval
+        self._interceptors = tuple(interceptors)
+        self._lock = threading.Lock()
+        self._client: PullClient | None = None
+        # Fail on a bad group name or endpoint now rather than on the first call.
+        check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        parse_endpoints(endpoint)
+
+    def start(self) -> None:
+        """Open the client (idempotent); nothing is dialled before the first call."""
+        with self._lock:
+            if self._client is None:
+                core = ClientCore(
+                    self.endpoint, route_refresh_interval=self._route_refresh_interval, interceptors=self._interceptors
+                )
+                self._client = PullClient(core, self.group, timeout=self._timeout)
+
+    def shutdown(self) -> None:
+        """Close every channel (a pull in progress fails); ``start()`` opens it again."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> "PullConsumer":
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+    def _started(self) -> PullClient:
+        client = self._client
+        if client is None:
+            raise RuntimeError("the consumer is not started: call start() or use it in a with block")
+        return client
+
+    def _run(self, fn: Callable[[PullClient], T]) -> T:
+        """``fn`` on the started client; a call cut off by a concurrent ``shutdown()``
+        (gRPC raises ValueError on a closed channel) raises RuntimeError."""
+        client = self._started()
+        try:
+            return fn(client)
+        except ValueError:
+            if self._client is not client:
+                raise RuntimeError("the consumer was shut down during the call") from None
+            raise
+
+    # -- queues and pulling ------------------------------------------------------------
+
+    def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's readable queues on every store (RocketMQ's
+        fetchSubscribeMessageQueues), ordered by store id and queue id."""
+        return self._run(lambda c: c.message_queues(topic))
+
+    def pull(
+        self,
+        mq: MessageQueue,
+        expression: str = "*",
+        offset: int = 0,
+        max_nums: int = 32,
+        *,
+        expression_type: ExpressionType = ExpressionType.TAG,
+        suspend: bool = True,
+        timeout: float | None = None,
+    ) -> PullResult:
+        """Pull up to ``max_nums`` messages of ``mq`` from ``offset`` that match
+        ``expression``. With ``suspend`` (the default) a pull that finds nothing new is
+        held by the service until a matching message arrives or ``timeout`` seconds
+        (default ``suspend_timeout``) pass: long polling. Without it, the answer is
+        immediate. Statuses: see ``PullStatus``; continue at ``next_begin_offset``."""
+        if offset < 0:
+            raise BadRequestError(f"offset {offset} is negative", code=errors_pb2.CODE_ILLEGAL_OFFSET)
+        if max_nums <= 0:
+            raise BadRequestError(f"max_nums must be > 0, not {max_nums}", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
+        hold = self._suspend_timeout if timeout is None else timeout
+        _positive(timeout=hold)
+        sub = build_subscription(mq.topic, expression, expression_type)
+        suspend_timeout = hold if suspend else None
+        return self._run(lambda c: c.pull(mq, sub, offset, max_nums=max_nums, suspend_timeout=suspend_timeout))
+
+    # -- offsets -----------------------------------------------------------------------
+
+    def commit_offset(self, mq: MessageQueue, offset: int) -> None:
+        """Store ``offset`` as the group's progress on ``mq`` (RocketMQ's
+        updateConsumeOffset; here it is stored at once, not batched)."""
+        if offset < 0:
+            raise BadRequestError(f"offset {offset} is negative", code=errors_pb2.CODE_ILLEGAL_OFFSET)
+        self._run(lambda c: c.commit_offset(mq, offset))
+
+    def fetch_offset(self, mq: MessageQueue) -> int | None:
+        """The group's committed offset on ``mq``; None if it never committed one."""
+        return self._run(lambda c: c.fetch_offset(mq))
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        """The queue's first stored offset."""
+        return self._run(lambda c: c.queue_range(mq))[0]
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        """The offset the queue's next message will get."""
+        return self._run(lambda c: c.queue_range(mq))[1]
+
+
+class PushConsumer:
+    """Consumes subscribed topics with a listener (RocketMQ's DefaultMQPushConsumer in
+    clustering mode, concurrent consumption).
+
+    The queues of each subscribed topic are spread over the group's live consumers
+    (``allocate_averagely`` over the sorted ids the pull service reports) and spread
+    again when one joins or leaves. Each owned queue is long-polled; messages go to
+    ``listener(list[MessageExt]) -> ConsumeStatus`` on up to ``consume_thread_max``
+    threads, ``consume_message_batch_max_size`` at a time. Offsets are committed every
+    ``commit_interval`` seconds, when a queue is released and on shutdown; the
+    committed offset is the lowest message not yet done.
+
+    A message whose listener returns ``RECONSUME_LATER`` (or raises) is delivered
+    again by this consumer after ``retry_backoff`` seconds (doubling up to
+    ``retry_backoff_max``), with ``reconsume_times`` counting up; while it waits, the
+    queue goes on but its commit point stays at that message, so a consumer that takes
+    the queue over delivers it again. After ``max_reconsume_times`` redeliveries it is
+    logged and skipped. (RocketMQ sends it back to a ``%RETRY%group`` topic and finally
+    to a dead-letter queue; txmq has neither yet.)
+
+    See ``_rebalance`` and docs/consumers.md for how queues change hands.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        endpoint: str,
+        *,
+        client_id: str | None = None,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_thread_max: int = 20,
+        consume_message_batch_max_size: int = 1,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = 16,
+        retry_backoff: float = 1.0,
+        retry_backoff_max: float = 60.0,
+        heartbeat_interval: float = 10.0,
+        rebalance_interval: float = 20.0,
+        takeover_delay: float | None = None,
+        commit_interval: float = 5.0,
+        suspend_timeout: float = DEFAULT_SUSPEND_TIMEOUT_S,
+        pull_error_backoff: float = 1.0,
+        timeout: float = 5.0,
+        route_refresh_interval: float = 30.0,
+        interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+    ) -> None:
+        check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        parse_endpoints(endpoint)
+        _positive(
+            consume_thread_max=consume_thread_max,
+            consume_message_batch_max_size=consume_message_batch_max_size,
+            pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            consume_concurrently_max_span=consume_concurrently_max_span,
+            retry_backoff=retry_backoff,
+            retry_backoff_max=retry_backoff_max,
+            heartbeat_interval=heartbeat_interval,
+            rebalance_interval=rebalance_interval,
+            commit_interval=commit_interval,
+            suspend_timeout=suspend_timeout,
+            pull_error_backoff=pull_error_backoff,
+            timeout=timeout,
+            route_refresh_interval=route_refresh_interval,
+        )
+        if not isinstance(consume_from, ConsumeFromWhere):
+            raise TypeError(f"consume_from must be a ConsumeFromWhere, not {consume_from!r}")
+        if max_reconsume_times < 0:
+            raise ValueError("max_reconsume_times must be >= 0")
+        if takeover_delay is None:
+            takeover_delay = heartbeat_interval + 2.0
+        if takeover_delay <= heartbeat_interval:
+            raise ValueError("takeover_delay must be longer than heartbeat_interval")
+        self.group = group
+        self.endpoint = endpoint
+        self.client_id = client_id or f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+        self._consume_from = consume_from
+        self._consume_thread_max = consume_thread_max
+        self._batch_size = consume_message_batch_max_size
+        self._pull_batch_size = pull_batch_size
+        self._pull_threshold = pull_threshold_for_queue
+        self._max_span = consume_concurrently_max_span
+        self._max_reconsume_times = max_reconsume_times
+        self._retry_backoff = retry_backoff
+        self._retry_backoff_max = retry_backoff_max
+        self._heartbeat_interval = heartbeat_interval
+        self._rebalance_interval = rebalance_interval
+        self._commit_interval = commit_interval
+        self._suspend_timeout = suspend_timeout
+        self._pull_error_backoff = pull_error_backoff
+        self._timeout = timeout
+        self._route_refresh_interval = route_refresh_interval
+        self._interceptors = tuple(interceptors)
+        # A released queue waits this long for its running listeners before its offset
+        # is committed (the new owner starts takeover_delay after the change).
+        self._release_timeout = takeover_delay
+
+        self._lock = threading.Lock()
+        self._subs: dict[str, Subscription] = {}
+        self._listener: MessageListener | None = None
+        self._queues: dict[MessageQueue, ProcessQueue] = {}
+        self._state = "created"  # -> running -> stopped
+        self._view = MembershipView(self.client_id, takeover_delay)
+        self._wake = threading.Event()
+        self._rebalance_now = False
+        self._client: PullClient | None = None
+        self._service: threading.Thread | None = None
+        self._timer: Timer | None = None
+        self._dispatcher: concurrent.futures.ThreadPoolExecutor | None = None
+        self._consumers: concurrent.futures.ThreadPoolExecutor | None = None
+
+    # -- configuration -----------------------------------------------------------------
+
+    def subscribe(
+        self, topic: str, expression: str = "*", expression_type: ExpressionType = ExpressionType.TAG
+    ) -> None:
+        """Consume ``topic`` (messages matching ``expression``). Subscribing again
+        replaces the expression; allowed before and after ``start``."""
+        sub = build_subscription(topic, expression, expression_type)
+        with self._lock:
+            self._subs[topic] = sub
+            self._rebalance_now = True
+        self._wake.set()
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic``; its queues are released at the next rebalance."""
+        with self._lock:
+            self._subs.pop(topic, None)
+            self._rebalance_now = True
+        self._wake.set()
+
+    def register_message_listener(self, listener: MessageListener) -> None:
+        """``listener(messages) -> ConsumeStatus``, called on consume threads. An
+        exception, or anything but ``CONSUME_SUCCESS``, means ``RECONSUME_LATER``."""
+        if not callable(listener):
+            raise TypeError("the listener must be callable")
+        self._listener = listener
+
+    def assignment(self) -> set[MessageQueue]:
+        """The queues this consumer consumes right now."""
+        with self._lock:
+            return set(self._queues)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start heartbeating, rebalancing and consuming. A consumer starts once."""
+        with self._lock:
+            if self._state != "created":
+                raise RuntimeError(f"the consumer is {self._state}; a consumer starts once")
+            if self._listener is None:
+                raise RuntimeError("register a message listener before start()")
+            if not self._subs:
+                raise RuntimeError("subscribe to a topic before start()")
+            core = ClientCore(
+                self.endpoint, route_refresh_interval=self._route_refresh_interval, interceptors=self._interceptors
+            )
+            self._client = PullClient(core, self.group, timeout=self._timeout)
+            self._timer = Timer(f"txmq-consumer-timer-{self.group}")
+            self._dispatcher = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="txmq-consumer-pull")
+            self._consumers = concurrent.futures.ThreadPoolExecutor(
+                self._consume_thread_max, thread_name_prefix=f"txmq-consume-{self.group}"
+            )
+            self._service = threading.Thread(
+                target=self._service_loop, name=f"txmq-consumer-{self.group}", daemon=True
+            )
+            self._state = "running"
+        self._timer.start()
+        self._service.start()
+
+    def shutdown(self) -> None:
+        """Stop pulling, let running listeners finish, commit every queue's offset and
+        close. Idempotent. The group sees this consumer leave when its membership entry
+        expires on the pull service (consumer_expiry_ms, 30 s by default)."""
+        with self._lock:
+            if self._state != "running":
+                self._state = "stopped"
+                return
+            self._state = "stopped"
+            queues = list(self._queues.values())
+        self._wake.set()
+        assert self._service and self._timer and self._dispatcher and self._consumers and self._client
+        if self._service is not threading.current_thread():
+            self._service.join()
+        for pq in queues:
+            self._drop(pq)
+        self._timer.stop()
+        self._dispatcher.shutdown(wait=True)
+        self._consumers.shutdown(wait=True, cancel_futures=True)
+        for pq in queues:
+            self._commit(pq)
+        with self._lock:
+            self._queues.clear()
+        self._client.close()
+
+    def __enter__(self) -> "PushConsumer":
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.shutdown()
+
+    @property
+    def _running(self) -> bool:
+        return self._state == "running"
+
+    # -- heartbeat, rebalance, commits (the service thread) -----------------------------
+
+    def _service_loop(self) -> None:
+        while self._running:
+            try:
+                self._serve()
+            except Exception:  # a bug here must not end heartbeats for good
+                log.exception("consumer %s: service loop failed; restarting it", self.client_id)
+                self._wake.wait(self._heartbeat_interval)
+
+    def _serve(self) -> None:
+        next_heartbeat = next_rebalance = 0.0
+        next_commit = time.monotonic() + self._commit_interval
+        last_heard = time.monotonic()
+        while self._running:
+            self._wake.clear()  # before reading the flags: a wake-up after this is kept
+            now = time.monotonic()
+            if now >= next_heartbeat:
+                changed = self._heartbeat(now)
+                if changed is not None:
+                    last_heard = now
+                    if changed:
+                        next_rebalance = now
+                elif now - last_heard > _SILENT_HEARTBEATS * self._heartbeat_interval and self._view.members:
+                    # The group has probably given our queues to others by now: stop
+                    # until a heartbeat gets through again (then the hand-over rule applies).
+                    log.warning(
+                        "consumer %s: no pull instance heard a heartbeat for %.1fs; releasing every queue",
+                        self.client_id, now - last_heard,
+                    )  # fmt: skip
+                    self._view.forget()
+                    with self._lock:
+                        owned = sorted(self._queues)
+                    for mq in owned:
+                        self._release(mq)
+                next_heartbeat = now + self._heartbeat_interval
+            with self._lock:
+                requested, self._rebalance_now = self._rebalance_now, False
+            if requested or now >= next_rebalance:
+                retry_at = self._rebalance(now)
+                next_rebalance = now + self._rebalance_interval
+                if retry_at is not None:
+                    next_rebalance = min(next_rebalance, retry_at)
+            if now >= next_commit:
+                self._commit_all()
+                next_commit = now + self._commit_interval
+            wait = min(next_heartbeat, next_rebalance, next_commit) - time.monotonic()
+            if wait > 0:
+                self._wake.wait(wait)
+
+    def _heartbeat(self, now: float) -> bool | None:
+        """Heartbeat every pull instance of the subscribed topics; whether the
+        membership changed, or None when no instance answered."""
+        assert self._client is not None
+        with self._lock:
+            topics = sorted(self._subs)
+        addresses: set[str] = set()
+        for topic in topics:
+            try:
+                addresses.update(self._client.pull_addresses(topic))
+            except TxmqError as err:
+                log.warning("consumer %s: no pull instance for topic %s: %s", self.client_id, topic, err)
+        if not addresses:
+            return None
+        members = self._client.heartbeat(sorted(addresses), self.client_id, topics)
+        if members is None:
+            return None
+        changed = self._view.update(members, now)
+        if changed:
+            log.info("consumer %s: group %s is now %s", self.client_id, self.group, members)
+        return changed
+
+    def _rebalance(self, now: float) -> float | None:
+        """Release queues no longer mine, take new ones when the hand-over rule allows;
+        returns when to try again for queues still waiting, if any."""
+        assert self._client is not None
+        view = self._view
+        if not view.known or view.members is None:
+            return None  # no heartbeat answered yet: keep what we have
+        with self._lock:
+            subs = dict(self._subs)
+            owned = set(self._queues)
+        retry_at: float | None = None
+        for mq in sorted(mq for mq in owned if mq.topic not in subs):
+            self._release(mq)
+        for topic in subs:
+            try:
+                queues = sorted(self._client.route(topic).read_queues())
+            except TxmqError as err:
+                log.warning("consumer %s: route of %s failed, rebalance later: %s", self.client_id, topic, err)
+                continue
+            mine = set(allocate_averagely(queues, list(view.members), self.client_id))
+            for mq in sorted(mq for mq in owned if mq.topic == topic and mq not in mine):
+                self._release(mq)
+            for mq in sorted(mine - owned):
+                if not self._running:
+                    return None
+                if not view.may_take_over(now):
+                    retry_at = view.takeover_at()
+                    continue
+                try:
+                    self._acquire(mq)
+                except TxmqError as err:
+                    log.warning("consumer %s: cannot start on %s yet: %s", self.client_id, mq, err)
+                    at = now + self._pull_error_backoff
+                    retry_at = at if retry_at is None else min(retry_at, at)
+        return retry_at
+
+    def _acquire(self, mq: MessageQueue) -> None:
+        assert self._client is not None
+        offset = self._client.fetch_offset(mq)
+        if offset is None:
+            low, high = self._client.queue_range(mq)
+            offset = low if self._consume_from is ConsumeFromWhere.FIRST_OFFSET else high
+            self._client.commit_offset(mq, offset)
+        pq = ProcessQueue(mq, offset)
+        pq.committed = offset
+        with self._lock:
+            if not self._running:
+                return
+            self._queues[mq] = pq
+        log.info("consumer %s: consuming %s from offset %d", self.client_id, mq, offset)
+        self._pull(pq)
+
+    def _release(self, mq: MessageQueue) -> None:
+        """Stop pulling ``mq``, wait (bounded) for its running listeners, commit."""
+        with self._lock:
+            pq = self._queues.pop(mq, None)
+        if pq is None:
+            return
+        self._drop(pq)
+        deadline = time.monotonic() + self._release_timeout
+        with pq.lock:
+            while pq.running and (remaining := deadline - time.monotonic()) > 0:
+                pq.lock.wait(remaining)
+            if pq.running:
+                log.warning("consumer %s: releasing %s with %d listener(s) still running", self.client_id, mq, pq.running)
+        self._commit(pq)
+        log.info("consumer %s: released %s at offset %s", self.client_id, mq, pq.committed)
+
+    def _drop(self, pq: ProcessQueue) -> None:
+        with pq.lock:
+            pq.dropped = True
+            call, pq.pull_call = pq.pull_call, None
+        if call is not None:
+            call.cancel()
+
+    def _commit_all(self) -> None:
+        with self._lock:
+            queues = list(self._queues.values())
+        for pq in queues:
+            if not pq.dropped:
+                self._commit(pq)
+
+    def _commit(self, pq: ProcessQueue) -> None:
+        """Commit ``pq``'s commit point if it moved. Only the service thread (and
+        shutdown, after it) commits, so commits of one queue never race."""
+        assert self._client is not None
+        with pq.lock:
+            point = pq.commit_point()
+            if point == pq.committed:
+                return
+        try:
+            self._client.commit_offset(pq.mq, point)
+        except TxmqError as err:
+            log.warning("consumer %s: committing %s at %d failed: %s", self.client_id, pq.mq, point, err)
+            return
+        with pq.lock:
+            pq.committed = point
+
+    # -- pulling (timer and dispatcher threads) ---------------------------------------------
+
+    def _pull(self, pq: ProcessQueue) -> None:
+        assert self._client is not None and self._timer is not None
+        with pq.lock:
+            if pq.dropped or not self._running:
+                return
+            if len(pq.pending) >= self._pull_threshold or pq.span() >= self._max_span:
+                if not pq.flow_controlled_logged:
+                    log.info(
+                        "consumer %s: %s paused (%d messages pending, span %d)",
+                        self.client_id, pq.mq, len(pq.pending), pq.span(),
+                    )  # fmt: skip
+                    pq.flow_controlled_logged = True
+                self._timer.call_later(_FLOW_CONTROL_PAUSE_S, self._pull, pq)
+                return
+            pq.flow_controlled_logged = False
+            offset, attempt = pq.next_offset, pq.failures
+        with self._lock:
+            sub = self._subs.get(pq.mq.topic)
+        if sub is None:
+            return  # unsubscribed: the next rebalance releases the queue
+        try:
+            address = self._client.pull_address(pq.mq, attempt)
+        except TxmqError as err:
+            self._pull_failed(pq, err)
+            return
+        request = self._client.pull_request(
+            pq.mq, sub, offset, max_nums=self._pull_batch_size, suspend_timeout=self._suspend_timeout,
+            client_id=self.client_id,
+        )  # fmt: skip
+        try:
+            future = self._client.pull_stub(address).PullMessage.future(
+                request, timeout=self._client.deadline(self._suspend_timeout)
+            )
+        except (RuntimeError, ValueError) as exc:  # closed meanwhile (shutdown)
+            log.debug("consumer %s: pull of %s not sent: %s", self.client_id, pq.mq, exc)
+            return
+        with pq.lock:
+            if pq.dropped:
+                future.cancel()
+                return
+            pq.pull_call = future
+        future.add_done_callback(lambda f: self._dispatch(pq, f, sub))
+
+    def _dispatch(self, pq: ProcessQueue, future: grpc.Future, sub: Subscription) -> None:
+        # Done-callbacks run on gRPC's thread: hand the work over at once.
+        dispatcher = self._dispatcher
+        if dispatcher is None or not self._running:
+            return
+        try:
+            dispatcher.submit(self._on_pulled_safely, pq, future, sub)
+        except RuntimeError:
+            pass  # shut down meanwhile
+
+    def _on_pulled_safely(self, pq: ProcessQueue, future: grpc.Future, sub: Subscription) -> None:
+        try:
+            self._on_pulled(pq, future, sub)
+        except Exception as exc:  # keep the queue going whatever happened
+            log.exception("consumer %s: handling a pull of %s failed", self.client_id, pq.mq)
+            self._pull_failed(pq, TxmqError(f"handling a pull failed: {exc!r}"))
+
+    def _pull_failed(self, pq: ProcessQueue, err: TxmqError) -> None:
+        assert self._client is not None and self._timer is not None
+        with pq.lock:
+            if pq.dropped:
+                return
+            pq.failures += 1
+        log.warning("consumer %s: pull of %s failed, retrying: %s", self.client_id, pq.mq, err)
+        self._client.core.routes.mark_stale(pq.mq.topic)
+        self._timer.call_later(self._pull_error_backoff, self._pull, pq)
+
+    def _on_pulled(self, pq: ProcessQueue, future: grpc.Future, sub: Subscription) -> None:
+        with pq.lock:
+            if pq.dropped or future.cancelled():
+                return
+            if pq.pull_call is future:
+                pq.pull_call = None
+        try:
+            response = future.result()
+        except grpc.RpcError as exc:
+            self._pull_failed(pq, TxmqError.from_rpc_error(exc))
+            return
+        except grpc.FutureCancelledError:
+            return
+        try:
+            result = to_pull_result(response, sub)
+        except TxmqError as err:
+            self._pull_failed(pq, err)
+            return
+        batches: list[list[MessageExt]] = []
+        with pq.lock:
+            if pq.dropped:
+                return
+            pq.failures = 0
+            if result.status is PullStatus.FOUND:
+                fresh = pq.take(result.messages, result.next_begin_offset)
+                batches = [fresh[i : i + self._batch_size] for i in range(0, len(fresh), self._batch_size)]
+            else:
+                if result.status is PullStatus.OFFSET_ILLEGAL:
+                    log.warning(
+                        "consumer %s: offset %d of %s is illegal (queue %d..%d); continuing at %d",
+                        self.client_id, pq.next_offset, pq.mq, result.min_offset, result.max_offset,
+                        result.next_begin_offset,
+                    )  # fmt: skip
+                    pq.next_offset = result.next_begin_offset
+                else:
+                    pq.next_offset = max(pq.next_offset, result.next_begin_offset)
+        for batch in batches:
+            self._submit(pq, batch)
+        self._pull(pq)
+
+    # -- consuming (consume threads) -------------------------------------------------------
+
+    def _submit(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        consumers = self._consumers
+        if consumers is None or not self._running:
+            return
+        try:
+            consumers.submit(self._consume, pq, messages)
+        except RuntimeError:
+            pass  # shut down meanwhile: the messages stay pending, the commit point before them
+
+    def _consume(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
+        assert self._listener is not None and self._timer is not None
+        with pq.lock:
+            if pq.dropped:
+                return  # the queue moved on; whoever has it now delivers these
+            pq.running += 1
+        status = ConsumeStatus.RECONSUME_LATER
+        try:
+            answer = self._listener(list(messages))
+            if isinstance(answer, ConsumeStatus):
+                status = answer
+            else:
+                log.warning("consumer %s: the listener returned %r; taken as RECONSUME_LATER", self.client_id, answer)
+        except Exception:  # a failing listener means "later", as in RocketMQ
+            log.exception("consumer %s: the listener failed on %s; reconsuming later", self.client_id, pq.mq)
+        retry: list[MessageExt] = []
+        with pq.lock:
+            pq.running -= 1
+            if status is ConsumeStatus.CONSUME_SUCCESS:
+                for m in messages:
+                    pq.pending.pop(m.queue_offset, None)
+            elif not pq.dropped:
+                for m in messages:
+                    if m.reconsume_times >= self._max_reconsume_times:
+                        log.error(
+                            "consumer %s: message %s (%s offset %d) failed %d times; skipped",
+                            self.client_id, m.msg_id, pq.mq, m.queue_offset, m.reconsume_times + 1,
+                        )  # fmt: skip
+                        pq.pending.pop(m.queue_offset, None)
+                    else:
+                        m.reconsume_times += 1
+                        retry.append(m)
+            pq.lock.notify_all()
+        for m in retry:
+            delay = min(self._retry_backoff * 2 ** (m.reconsume_times - 1), self._retry_backoff_max)
+            self._timer.call_later(delay, self._submit, pq, [m])

@@ -1,0 +1,150 @@
+"""Fixtures for the consumer tests.
+
+- ``bootstrap`` / ``admin`` / ``producer`` / ``new_topic``: on the session cluster
+  (``txmq_cluster``), topics with names of their own, deleted afterwards.
+- ``fast_cluster``: a store and a pull service of this directory's own (private etcd
+  prefix) whose pull service forgets a silent consumer after 2 s instead of 30 s, so
+  take-over tests see a consumer leave quickly. Started once, on first use.
+- ``Consumption``: a thread-safe log of who consumed which message when.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from support import ServiceFactory
+
+from txmq import Admin, Producer
+
+CONSUMER_EXPIRY_MS = 2000
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 30.0, what: str = "condition") -> None:
+    """Polls until ``predicate()`` holds (a liveness wait, not a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout_s}s"
+        time.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    bootstrap: str
+    pull_address: str
+
+
+@pytest.fixture(scope="session")
+def session_cluster(txmq_cluster) -> Cluster:  # type: ignore[no-untyped-def]
+    return Cluster(txmq_cluster.bootstrap, txmq_cluster.pull_address)
+
+
+@pytest.fixture(scope="session")
+def fast_cluster(etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:  # type: ignore[no-untyped-def]
+    factory = ServiceFactory(etcd_endpoints=etcd.endpoint, base_dir=tmp_path_factory.mktemp("consumer-cluster"))
+    try:
+        factory.store()
+        pull = factory.start("pull", "--consumer_expiry_ms", str(CONSUMER_EXPIRY_MS))
+        yield Cluster(pull.address, pull.address)
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def bootstrap(session_cluster: Cluster) -> str:
+    return session_cluster.bootstrap
+
+
+class Topics:
+    """Creates topics on one cluster and deletes them at the end of the test."""
+
+    def __init__(self, admin: Admin) -> None:
+        self.admin = admin
+        self.created: list[str] = []
+
+    def __call__(self, *, queues: int = 4) -> str:
+        name = unique("cons")
+        self.admin.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
+        self.created.append(name)
+        return name
+
+    def delete_all(self) -> None:
+        for name in self.created:
+            self.admin.delete_topic(name)
+
+
+@pytest.fixture
+def admin(bootstrap: str) -> Iterator[Admin]:
+    with Admin(bootstrap) as client:
+        yield client
+
+
+@pytest.fixture
+def new_topic(admin: Admin) -> Iterator[Topics]:
+    topics = Topics(admin)
+    yield topics
+    topics.delete_all()
+
+
+@pytest.fixture
+def producer(bootstrap: str) -> Iterator[Producer]:
+    with Producer("consumer-test-producer", bootstrap) as client:
+        yield client
+
+
+@dataclass
+class Delivery:
+    consumer: str
+    msg_id: str
+    queue: str
+    offset: int
+    reconsume_times: int
+    start: float  # time.monotonic(): one clock for every process of the machine
+    end: float | None = None
+
+
+@dataclass
+class Consumption:
+    """Who consumed what, when; ``record`` wraps a listener."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def begin(self, delivery: Delivery) -> None:
+        with self.lock:
+            self.deliveries.append(delivery)
+
+    def finish(self, delivery: Delivery) -> None:
+        with self.lock:
+            delivery.end = time.monotonic()
+
+    def consumed_ids(self) -> set[str]:
+        with self.lock:
+            return {d.msg_id for d in self.deliveries if d.end is not None}
+
+    def by(self, consumer: str) -> list[Delivery]:
+        with self.lock:
+            return [d for d in self.deliveries if d.consumer == consumer]
+
+
+def assert_no_concurrent_consumption(deliveries: list[Delivery], *, now: float) -> None:
+    """No message was being consumed by two consumers at the same time (a delivery
+    that never ended, e.g. its process was killed, lasts until ``now``)."""
+    by_msg: dict[str, list[Delivery]] = {}
+    for d in deliveries:
+        by_msg.setdefault(d.msg_id, []).append(d)
+    for msg_id, ds in by_msg.items():
+        for i, a in enumerate(ds):
+            for b in ds[i + 1 :]:
+                if a.consumer == b.consumer:
+                    continue
+                a_end, b_end = a.end or now, b.end or now
+                assert a_end <= b.start or b_end <= a.start, f"{msg_id} consumed by {a} and {b} at once"
