@@ -104,7 +104,7 @@ def test_two_consumers_share_then_one_shuts_down(fast: tuple[Cluster, Topics, Pr
         b_stopped = time.monotonic()
         assert not b.assignment()
         third = _send(producer, topic, 20, "third")
-        # b's membership expires on the pull service; a, alone, takes every queue.
+        # b told the pull service it left; a, alone, takes every queue.
         wait_until(lambda: len(a.assignment()) == 4, what="a takes b's queues over")
         wait_until(lambda: set(first + second + third) <= log.consumed_ids(), what="every message consumed")
     finally:

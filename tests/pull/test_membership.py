@@ -30,6 +30,16 @@ def test_live_members_sorted_and_expired_after_silence() -> None:
     assert groups.members("Other") == []
 
 
+def test_a_leaving_consumer_is_forgotten_at_once() -> None:
+    clock = ManualClock()
+    groups = ConsumerGroups(clock, expiry_ms=30_000)
+    groups.heartbeat("G", "c-a", ["T"])
+    groups.heartbeat("G", "c-b", ["T"])
+    assert groups.heartbeat("G", "c-b", ["T"], leaving=True) == ["c-a"]
+    assert groups.topics("G", "c-b") == ()
+    assert groups.heartbeat("G", "c-never-seen", leaving=True) == ["c-a"]  # harmless
+
+
 def test_heartbeat_needs_a_group_and_a_client_id() -> None:
     groups = ConsumerGroups(ManualClock(), expiry_ms=1_000)
     with pytest.raises(TxmqError) as info:

@@ -24,8 +24,9 @@ class ConsumerGroups:
         self._topics: dict[str, dict[str, tuple[str, ...]]] = {}
         self._beats = 0
 
-    def heartbeat(self, group: str, client_id: str, topics: Sequence[str] = ()) -> list[str]:
-        """Record ``client_id`` as alive in ``group``; the group's live ids, sorted."""
+    def heartbeat(self, group: str, client_id: str, topics: Sequence[str] = (), *, leaving: bool = False) -> list[str]:
+        """Record ``client_id`` as alive in ``group`` (or, ``leaving``, forget it); the
+        group's live ids, sorted."""
         check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         if not client_id:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "client_id is empty")
@@ -34,8 +35,12 @@ class ConsumerGroups:
         if self._beats % _PRUNE_EVERY == 0:
             for name in list(self._groups):
                 self._prune(name, now)
-        self._groups.setdefault(group, {})[client_id] = now
-        self._topics.setdefault(group, {})[client_id] = tuple(topics)
+        if leaving:
+            self._groups.get(group, {}).pop(client_id, None)
+            self._topics.get(group, {}).pop(client_id, None)
+        else:
+            self._groups.setdefault(group, {})[client_id] = now
+            self._topics.setdefault(group, {})[client_id] = tuple(topics)
         return self.members(group)
 
     def members(self, group: str) -> list[str]:

@@ -51,7 +51,9 @@ class PullServicer(pull_pb2_grpc.PullServicer):
     async def ConsumerHeartbeat(
         self, request: pull_pb2.ConsumerHeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> pull_pb2.ConsumerHeartbeatResponse:
-        ids = self._groups.heartbeat(request.consumer_group, request.client_id, list(request.topics))
+        ids = self._groups.heartbeat(
+            request.consumer_group, request.client_id, list(request.topics), leaving=request.leaving
+        )
         return pull_pb2.ConsumerHeartbeatResponse(consumer_ids=ids)
 
 

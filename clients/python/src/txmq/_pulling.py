@@ -170,10 +170,15 @@ class PullClient:
 
     # -- membership ----------------------------------------------------------------------
 
-    def heartbeat(self, addresses: list[str], client_id: str, topics: list[str]) -> list[str] | None:
-        """Heartbeat every pull instance in ``addresses``; the union of the live consumer
-        ids they report (membership is per instance), or None when none answered."""
-        request = pull_pb2.ConsumerHeartbeatRequest(consumer_group=self.group, client_id=client_id, topics=topics)
+    def heartbeat(
+        self, addresses: list[str], client_id: str, topics: list[str], *, leaving: bool = False
+    ) -> list[str] | None:
+        """Heartbeat every pull instance in ``addresses`` (``leaving``: tell them this
+        consumer is gone); the union of the live consumer ids they report (membership
+        is per instance), or None when none answered."""
+        request = pull_pb2.ConsumerHeartbeatRequest(
+            consumer_group=self.group, client_id=client_id, topics=topics, leaving=leaving
+        )
         members: set[str] = set()
         answered = False
         for address in addresses:

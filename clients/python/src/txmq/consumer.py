@@ -361,9 +361,9 @@ class PushConsumer:
         self._service.start()
 
     def shutdown(self) -> None:
-        """Stop pulling, let running listeners finish, commit every queue's offset and
-        close. Idempotent. The group sees this consumer leave when its membership entry
-        expires on the pull service (consumer_expiry_ms, 30 s by default)."""
+        """Stop pulling, let running listeners finish, commit every queue's offset, tell
+        the pull instances this consumer is leaving (the rest of the group takes its
+        queues at their next rebalance) and close. Idempotent."""
         with self._lock:
             if self._state != "running":
                 self._state = "stopped"
@@ -383,6 +383,8 @@ class PushConsumer:
             self._commit(pq)
         with self._lock:
             self._queues.clear()
+            topics = sorted(self._subs)
+        self._client.heartbeat(self._pull_addresses(topics), self.client_id, topics, leaving=True)
         self._client.close()
 
     def __enter__(self) -> "PushConsumer":
@@ -448,21 +450,27 @@ class PushConsumer:
             if wait > 0:
                 self._wake.wait(wait)
 
-    def _heartbeat(self, now: float) -> bool | None:
-        """Heartbeat every pull instance of the subscribed topics; whether the
-        membership changed, or None when no instance answered."""
+    def _pull_addresses(self, topics: list[str]) -> list[str]:
+        """The pull instances serving ``topics`` (membership is kept per instance)."""
         assert self._client is not None
-        with self._lock:
-            topics = sorted(self._subs)
         addresses: set[str] = set()
         for topic in topics:
             try:
                 addresses.update(self._client.pull_addresses(topic))
             except TxmqError as err:
                 log.warning("consumer %s: no pull instance for topic %s: %s", self.client_id, topic, err)
+        return sorted(addresses)
+
+    def _heartbeat(self, now: float) -> bool | None:
+        """Heartbeat every pull instance of the subscribed topics; whether the
+        membership changed, or None when no instance answered."""
+        assert self._client is not None
+        with self._lock:
+            topics = sorted(self._subs)
+        addresses = self._pull_addresses(topics)
         if not addresses:
             return None
-        members = self._client.heartbeat(sorted(addresses), self.client_id, topics)
+        members = self._client.heartbeat(addresses, self.client_id, topics)
         if members is None:
             return None
         changed = self._view.update(members, now)

@@ -88,14 +88,16 @@ class QueryConsumerOffsetResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ConsumerHeartbeatRequest(_message.Message):
-    __slots__ = ("consumer_group", "client_id", "topics")
+    __slots__ = ("consumer_group", "client_id", "topics", "leaving")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    LEAVING_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     client_id: str
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    leaving: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., leaving: _Optional[bool] = ...) -> None: ...
 
 class ConsumerHeartbeatResponse(_message.Message):
     __slots__ = ("consumer_ids",)
