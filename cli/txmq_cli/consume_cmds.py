@@ -1,4 +1,4 @@
-"""Consuming from the command line: ``txmq pull`` (one pull, as PullConsumer.pull),
+"""Consuming from the command line: ``txmq fetch`` (one pull, as PullConsumer.pull),
 ``txmq tail`` (long-poll every queue of a topic and print messages as they arrive)
 and ``txmq lag`` (a group's committed offsets against each queue's max).
 
@@ -64,10 +64,10 @@ _MESSAGE_COLUMNS: Sequence[tuple[str, Any]] = [
 ]
 
 
-# -- pull ------------------------------------------------------------------------------------
+# -- fetch -----------------------------------------------------------------------------------
 
 
-@click.command()
+@click.command("fetch")
 @click.argument("topic_name", metavar="TOPIC")
 @click.option("--queue", "queue_id", type=click.IntRange(min=0), required=True, help="The queue id.")
 @click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True, help="Where to start.")

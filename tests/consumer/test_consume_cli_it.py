@@ -1,4 +1,4 @@
-"""`txmq pull`, `txmq tail` and `txmq lag` through click's CliRunner, on the session
+"""`txmq fetch`, `txmq tail` and `txmq lag` through click's CliRunner, on the session
 cluster."""
 
 from __future__ import annotations
@@ -26,29 +26,29 @@ def test_pull_with_tag_and_sql_filters(bootstrap: str, new_topic: Topics, produc
     topic = new_topic()
     for i, (tag, region) in enumerate([("A", "eu"), ("B", "us"), ("A", "us")]):
         producer.send(Message(topic, f"m{i}".encode(), tags=tag, properties={"region": region}, queue_id=1))
-    code, out, _ = _run("pull", topic, "--queue", "1", "--offset", "0", "--endpoint", bootstrap, "-o", "json")
+    code, out, _ = _run("fetch", topic, "--queue", "1", "--offset", "0", "--endpoint", bootstrap, "-o", "json")
     assert code == 0
     answer = json.loads(out)
     assert answer["status"] == "FOUND"
     assert [m["body"] for m in answer["messages"]] == ["m0", "m1", "m2"]
     assert answer["next_begin_offset"] == 3 and answer["queue"]["queue_id"] == 1
 
-    code, out, _ = _run("pull", topic, "--queue", "1", "--tag-expr", "A", "--max", "1", "--endpoint", bootstrap, "-o", "json")
+    code, out, _ = _run("fetch", topic, "--queue", "1", "--tag-expr", "A", "--max", "1", "--endpoint", bootstrap, "-o", "json")
     assert code == 0
     assert [m["body"] for m in json.loads(out)["messages"]] == ["m0"]
 
-    code, out, _ = _run("pull", topic, "--queue", "1", "--sql", "region = 'us'", "--endpoint", bootstrap)
+    code, out, _ = _run("fetch", topic, "--queue", "1", "--sql", "region = 'us'", "--endpoint", bootstrap)
     assert code == 0
     assert "status FOUND" in out and "m1" in out and "m2" in out and "m0" not in out
 
-    code, out, _ = _run("pull", topic, "--queue", "1", "--offset", "3", "--endpoint", bootstrap)
+    code, out, _ = _run("fetch", topic, "--queue", "1", "--offset", "3", "--endpoint", bootstrap)
     assert code == 0 and "status NO_NEW_MSG" in out
 
-    code, _, err = _run("pull", topic, "--queue", "1", "--sql", "region =", "--endpoint", bootstrap)
+    code, _, err = _run("fetch", topic, "--queue", "1", "--sql", "region =", "--endpoint", bootstrap)
     assert code == 1 and "CODE_ILLEGAL_FILTER_EXPRESSION" in err
-    code, _, err = _run("pull", topic, "--queue", "9", "--endpoint", bootstrap)
+    code, _, err = _run("fetch", topic, "--queue", "9", "--endpoint", bootstrap)
     assert code == 2 and "no readable queue 9" in err
-    code, _, err = _run("pull", topic, "--queue", "1", "--tag-expr", "A", "--sql", "a = 1", "--endpoint", bootstrap)
+    code, _, err = _run("fetch", topic, "--queue", "1", "--tag-expr", "A", "--sql", "a = 1", "--endpoint", bootstrap)
     assert code == 2
 
 

@@ -1,0 +1,78 @@
+# syntax=docker/dockerfile:1
+#
+# One image for every txmq service, the CLI and the SDK; the command picks the service:
+#
+#   docker build -t txmq:0.1.0 .                                  # default target: runtime
+#   docker run --rm txmq:0.1.0 store --help                       # = `txmq store --help`
+#   docker build --target analytics -t txmq:0.1.0-analytics .     # + JRE and PySpark
+#
+# Why one image and how it is checked: docs/kubernetes.md. tests/helm/test_dockerfile.py
+# parses this file (stages, user, entrypoint, what the runtime stages contain).
+#
+# Stages: build (venv with txmq and its dependencies) -> build-analytics (+ the analytics
+# extra) -> base (python slim + a user) -> analytics (+ JRE) / runtime (the default, last).
+# The final stages copy the finished venv; they have no compiler, no build dependencies
+# and no source tree.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ---- build: a virtualenv at the path it will have at run time -------------------------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+# No pip or setuptools inside the venv: the image's own pip installs into it (--python).
+RUN python -m venv --without-pip /opt/txmq
+WORKDIR /src
+# The SDK first (it carries the generated stubs, committed in clients/python/src/txmq/v1:
+# nothing is generated here), then the services, the CLI and the analytics job.
+COPY clients/python/ clients/python/
+COPY pyproject.toml ./
+COPY services/ services/
+COPY cli/ cli/
+COPY analytics/ analytics/
+# Regular (not editable) installs: the venv must not refer back to /src.
+RUN python -m pip --python /opt/txmq/bin/python install ./clients/python . \
+    && /opt/txmq/bin/python -c "import txmq.v1.store_pb2_grpc, txmq_store.__main__, txmq_pull.__main__, txmq_txcheck.__main__, txmq_cli.main"
+
+# ---- build-analytics: the same venv plus the analytics extra (PySpark, pyarrow, ...) ----
+FROM build AS build-analytics
+RUN python -m pip --python /opt/txmq/bin/python install ".[analytics]" \
+    && /opt/txmq/bin/python -c "import pyspark, txmq_analytics.job"
+
+# ---- base: what both final images share -------------------------------------------------
+FROM ${PYTHON_IMAGE} AS base
+LABEL org.opencontainers.image.title="txmq" \
+      org.opencontainers.image.description="txmq: a transactional message broker with RocketMQ semantics (store, pull, txcheck, CLI, SDK)" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# A fixed numeric uid/gid, so Kubernetes can check runAsNonRoot without runAsUser.
+RUN groupadd --system --gid 10001 txmq \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/txmq --no-create-home \
+       --shell /usr/sbin/nologin txmq \
+    && mkdir -p /var/lib/txmq \
+    && chown 10001:10001 /var/lib/txmq
+# Nothing installs packages at run time: no pip, setuptools or wheel in the final images.
+RUN python -m pip uninstall --yes --quiet pip setuptools wheel
+ENV PATH=/opt/txmq/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /var/lib/txmq
+# store 10911, pull 10912, txcheck 10913 (the chart's and `txmq up`'s defaults)
+EXPOSE 10911 10912 10913
+
+# ---- analytics: base + a JRE + the venv with PySpark (`txmq analytics run`) --------------
+FROM base AS analytics
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build-analytics /opt/txmq /opt/txmq
+USER 10001:10001
+ENTRYPOINT ["txmq"]
+CMD ["analytics", "--help"]
+
+# ---- runtime (default): base + the venv; `txmq store|pull|txcheck|up|topic|...` ----------
+FROM base AS runtime
+COPY --from=build /opt/txmq /opt/txmq
+USER 10001:10001
+ENTRYPOINT ["txmq"]
+CMD ["--help"]

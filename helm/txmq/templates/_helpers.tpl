@@ -1,0 +1,250 @@
+{{/* Names ------------------------------------------------------------------------- */}}
+
+{{- define "txmq.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-scoped base name; components append -store, -etcd, ... (kept <= 52 chars so
+     StatefulSet pod names and their controller-revision labels stay within 63). */}}
+{{- define "txmq.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "txmq.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels: call with (dict "ctx" $ "component" "store") */}}
+{{- define "txmq.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "txmq.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "txmq.labels" -}}
+helm.sh/chart: {{ include "txmq.chart" .ctx }}
+{{ include "txmq.selectorLabels" . }}
+app.kubernetes.io/part-of: txmq
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "txmq.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "txmq.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "txmq.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "txmq.analyticsImage" -}}
+{{- $repo := default .Values.image.repository .Values.analytics.image.repository }}
+{{- $tag := default (printf "%s-analytics" (default .Chart.AppVersion .Values.image.tag)) .Values.analytics.image.tag }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+
+{{/* etcd --------------------------------------------------------------------------- */}}
+
+{{- define "txmq.etcd.headless" -}}
+{{- printf "%s-etcd-headless" (include "txmq.fullname" .) }}
+{{- end }}
+
+{{/* The etcd endpoints every service gets: the in-chart etcd's client Service (only
+     ready members), or the external list. */}}
+{{- define "txmq.etcd.endpoints" -}}
+{{- if .Values.etcd.enabled }}
+{{- printf "%s-etcd.%s.svc.%s:%d" (include "txmq.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.etcd.clientPort) }}
+{{- else }}
+{{- required "etcd.external.endpoints is required when etcd.enabled is false" .Values.etcd.external.endpoints }}
+{{- end }}
+{{- end }}
+
+{{- define "txmq.etcd.initialCluster" -}}
+{{- $full := include "txmq.fullname" . }}
+{{- $members := list }}
+{{- range $i := until (int .Values.etcd.replicas) }}
+{{- $members = append $members (printf "%s-etcd-%d=http://%s-etcd-%d.%s.%s.svc.%s:%d" $full $i $full $i (include "txmq.etcd.headless" $) $.Release.Namespace $.Values.clusterDomain (int $.Values.etcd.peerPort)) }}
+{{- end }}
+{{- join "," $members }}
+{{- end }}
+
+{{/* Settings -> env -------------------------------------------------------------------
+
+A value as the env var string the service parses: whole numbers without exponent (Helm
+reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
+{{- define "txmq.envValue" -}}
+{{- if kindIs "float64" . }}
+{{- if eq . (float64 (int64 .)) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- else if kindIs "bool" . }}
+{{- ternary "true" "false" . }}
+{{- else }}
+{{- . }}
+{{- end }}
+{{- end }}
+
+{{/* The downward-API variables the computed settings refer to ($(POD_NAME) ...); they come
+     first, since an env var can only refer to those before it. */}}
+{{- define "txmq.podEnv" -}}
+- name: POD_NAME
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
+- name: POD_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+- name: POD_IP
+  valueFrom: {fieldRef: {fieldPath: status.podIP}}
+{{- end }}
+
+{{/* Every setting of one service as TXMQ_<SERVICE>_<FIELD>, in field order of values.yaml
+     (sorted). Empty "chart computes" fields get their per-pod values.
+     Call with (dict "ctx" $ "service" "store"). */}}
+{{- define "txmq.settingsEnv" -}}
+{{- $ctx := .ctx }}
+{{- $service := .service }}
+{{- $values := index $ctx.Values $service }}
+{{- $settings := $values.settings }}
+{{- $prefix := printf "TXMQ_%s_" (upper $service) }}
+{{- $full := include "txmq.fullname" $ctx }}
+{{- $computed := dict }}
+{{- $_ := set $computed "instance_id" "$(POD_NAME)" }}
+{{- $_ := set $computed "etcd_endpoints" (include "txmq.etcd.endpoints" $ctx) }}
+{{- $_ := set $computed "etcd_prefix" $ctx.Values.etcd.prefix }}
+{{- if eq $service "store" }}
+{{- $_ := set $computed "store_id" "$(POD_NAME)" }}
+{{- if include "txmq.exportsShared" $ctx }}
+{{- $_ := set $computed "export_dir" (include "txmq.exportsDir" $ctx) }}
+{{- end }}
+{{- $_ := set $computed "advertised_address" (printf "$(POD_NAME).%s-store-headless.$(POD_NAMESPACE).svc.%s:%s" $full $ctx.Values.clusterDomain (include "txmq.envValue" $settings.port)) }}
+{{- else }}
+{{- $_ := set $computed "advertised_address" (printf "$(POD_IP):%s" (include "txmq.envValue" $settings.port)) }}
+{{- end }}
+{{- range $name := keys $settings | sortAlpha }}
+{{- $value := index $settings $name }}
+- name: {{ printf "%s%s" $prefix (upper $name) }}
+{{- if and (eq $service "store") (eq $name "physical_memory_bytes") (eq (include "txmq.envValue" $value) "0") }}
+  valueFrom:
+    resourceFieldRef: {containerName: store, resource: limits.memory, divisor: "1"}
+{{- else if and (hasKey $computed $name) (eq (toString $value) "") }}
+  value: {{ index $computed $name | quote }}
+{{- else }}
+  value: {{ include "txmq.envValue" $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Pod pieces ------------------------------------------------------------------------ */}}
+
+{{/* terminationGracePeriodSeconds covering preStop + shutdown_grace_ms + a margin. */}}
+{{- define "txmq.terminationGrace" -}}
+{{- $graceMs := int64 (include "txmq.envValue" .settings.shutdown_grace_ms) }}
+{{- add (int .ctx.Values.lifecycle.preStopSleepSeconds) (div (add $graceMs 999) 1000) (int .ctx.Values.lifecycle.stopMarginSeconds) }}
+{{- end }}
+
+{{/* The three gRPC probes on the service's port. Call with (dict "probes" .probes "port" N). */}}
+{{- define "txmq.grpcProbes" -}}
+startupProbe:
+  grpc: {port: {{ .port }}}
+  {{- toYaml .probes.startup | nindent 2 }}
+readinessProbe:
+  grpc: {port: {{ .port }}}
+  {{- toYaml .probes.readiness | nindent 2 }}
+livenessProbe:
+  grpc: {port: {{ .port }}}
+  {{- toYaml .probes.liveness | nindent 2 }}
+{{- end }}
+
+{{/* Soft anti-affinity: spread a component's pods over nodes unless affinity is given. */}}
+{{- define "txmq.affinity" -}}
+{{- if .affinity }}
+{{- toYaml .affinity }}
+{{- else }}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "txmq.selectorLabels" . | nindent 12 }}
+{{- end }}
+{{- end }}
+
+{{- define "txmq.tlsVolumeMount" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: {{ .Values.tls.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "txmq.tlsVolume" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ required "tls.secretName is required when tls.enabled is true" .Values.tls.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{/* Analytics exports ------------------------------------------------------------------ */}}
+
+{{- define "txmq.exportsClaim" -}}
+{{- default (printf "%s-exports" (include "txmq.fullname" .)) .Values.analytics.exports.existingClaim }}
+{{- end }}
+
+{{/* "true" when the stores export into the volume shared with the analytics job. */}}
+{{- define "txmq.exportsShared" -}}
+{{- if and .Values.analytics.enabled (eq .Values.analytics.exports.source "store") }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the analytics job mounts the exports volume (source store or remote). */}}
+{{- define "txmq.exportsVolume" -}}
+{{- if and .Values.analytics.enabled (ne .Values.analytics.exports.source "none") }}true{{ end }}
+{{- end }}
+
+{{- define "txmq.exportsDir" -}}
+{{- printf "%s/exports" (trimSuffix "/" .Values.analytics.exports.mountPath) }}
+{{- end }}
+
+{{- define "txmq.exportsAccessModes" -}}
+{{- $e := .Values.analytics.exports }}
+{{- if $e.accessModes }}
+{{- toYaml $e.accessModes }}
+{{- else if eq $e.source "store" }}
+- ReadWriteMany
+{{- else }}
+- ReadWriteOnce
+{{- end }}
+{{- end }}
+
+{{/* Metrics ------------------------------------------------------------------------------ */}}
+
+{{/* The metrics port of a service's settings, or "" when metrics are off (-1). */}}
+{{- define "txmq.metricsPort" -}}
+{{- if hasKey .settings "metrics_port" }}
+{{- $port := int (include "txmq.envValue" .settings.metrics_port) }}
+{{- if gt $port 0 }}{{ $port }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{- define "txmq.metricsAnnotations" -}}
+{{- with include "txmq.metricsPort" . }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ . | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end }}

@@ -1,0 +1,118 @@
+"""The `settings` parts of helm/txmq/values.schema.json, derived from the services'
+settings classes, so Helm checks every value the way the service itself would.
+
+    .venv/bin/python tests/helm/settings_schema.py          # check: exit 1 if stale
+    .venv/bin/python tests/helm/settings_schema.py --write  # rewrite the schema file
+
+Only `properties.<service>.properties.settings` is generated; the rest of the schema is
+hand-written. tests/helm/test_chart.py fails when the committed file differs from what
+this produces (a setting added, renamed, retyped or re-bounded in a settings class).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic_settings import BaseSettings
+from txmq_pull.settings import PullSettings
+from txmq_store.settings import StoreSettings
+from txmq_txcheck.settings import TxcheckSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "txmq"
+SCHEMA_PATH = CHART / "values.schema.json"
+
+#: service name (values key, env prefix TXMQ_<SERVICE>_) -> its settings class
+SERVICES: dict[str, type[BaseSettings]] = {
+    "store": StoreSettings,
+    "pull": PullSettings,
+    "txcheck": TxcheckSettings,
+}
+
+#: Settings the chart fills in per pod when their value is "" (see values.yaml).
+#: export_dir: with analytics.exports.source=store, the shared volume's exports/.
+COMPUTED_WHEN_EMPTY: dict[str, frozenset[str]] = {
+    "store": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix", "store_id"})
+    | ({"export_dir"} & set(StoreSettings.model_fields)),
+    "pull": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
+    "txcheck": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
+}
+
+# JSON-schema keywords that constrain a value (pydantic's output, minus titles/defaults).
+_KEEP = (
+    "type",
+    "enum",
+    "const",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "anyOf",
+    "items",
+)
+
+
+def _field_schema(prop: dict[str, Any]) -> dict[str, Any]:
+    out = {k: prop[k] for k in _KEEP if k in prop}
+    if "anyOf" in out:
+        out["anyOf"] = [_field_schema(p) for p in out["anyOf"]]
+    if "description" in prop:
+        out["description"] = prop["description"]
+    return out
+
+
+def settings_schema(service: str) -> dict[str, Any]:
+    """The JSON schema of `<service>.settings` in values.yaml."""
+    model = SERVICES[service].model_json_schema()
+    props: dict[str, Any] = {}
+    for name, prop in model["properties"].items():
+        field = _field_schema(prop)
+        if name == "port":
+            # Kubernetes needs a fixed port: containerPort, probes and Services use it.
+            field["minimum"] = 1
+        if name == "metrics_port":
+            # A declared containerPort for scraping: a fixed port, or -1 (off); not 0 (random).
+            field["not"] = {"const": 0}
+        if name in COMPUTED_WHEN_EMPTY[service]:
+            field["description"] = field.get("description", "") + ' "": computed by the chart per pod.'
+        props[name] = field
+    return {
+        "type": "object",
+        "description": f"Settings of the {service} service: each is the env var TXMQ_{service.upper()}_<FIELD>.",
+        "additionalProperties": False,
+        "properties": props,
+    }
+
+
+def load_schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def regenerated(schema: dict[str, Any]) -> dict[str, Any]:
+    new = json.loads(json.dumps(schema))
+    for service in SERVICES:
+        new["properties"][service]["properties"]["settings"] = settings_schema(service)
+    return new
+
+
+def main(argv: list[str]) -> int:
+    current = load_schema()
+    new = regenerated(current)
+    if "--write" in argv:
+        SCHEMA_PATH.write_text(json.dumps(new, indent=2) + "\n")
+        print(f"wrote {SCHEMA_PATH.relative_to(ROOT)}")
+        return 0
+    if new != current:
+        print(f"{SCHEMA_PATH.relative_to(ROOT)} is stale: run {Path(__file__).relative_to(ROOT)} --write")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,329 @@
+"""The chart's service settings are the services' settings: same names (imported from the
+settings classes, so a renamed or new field fails here), same defaults, same constraints,
+and the env the chart renders is read back by the settings classes and starts the real
+services."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from txmq_runtime.settings import load_settings
+
+from helm import chart, settings_schema
+from helm.chart import Doc, container, env_list, pod_spec
+
+SERVICES = settings_schema.SERVICES
+VALUES = yaml.safe_load((chart.CHART / "values.yaml").read_text())
+
+#: Settings whose chart default differs from the service's on purpose, and why.
+CHART_DEFAULTS: dict[str, dict[str, object]] = {
+    "store": {
+        "host": "0.0.0.0",  # listen on the pod IP, not loopback
+        "port": 10911,  # a fixed port for containerPort, probes and Services
+        "data_dir": "/var/lib/txmq/data/store",  # on the PVC
+        "metrics_port": 9090,  # Prometheus metrics on, on a port the pod declares
+    },
+    "pull": {"host": "0.0.0.0", "port": 10912, "metrics_port": 9090},
+    "txcheck": {"host": "0.0.0.0", "port": 10913, "metrics_port": 9090},
+}
+# The analytics job reads the stores' exports (analytics.exports.source=store): when the
+# store's export is off by default, the chart turns it on (once a minute).
+_export = SERVICES["store"].model_fields.get("export_interval_ms")
+if _export is not None and _export.default == 0:
+    CHART_DEFAULTS["store"]["export_interval_ms"] = 60_000
+#: "" in values.yaml: the chart computes them per pod.
+for _service, _names in settings_schema.COMPUTED_WHEN_EMPTY.items():
+    for _name in _names:
+        CHART_DEFAULTS[_service][_name] = ""
+
+
+def fields(service: str) -> list[str]:
+    return list(SERVICES[service].model_fields)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_values_yaml_has_every_setting_and_nothing_else(service: str) -> None:
+    in_values = set(VALUES[service]["settings"])
+    expected = set(fields(service))
+    assert not expected - in_values, f"add to helm/txmq/values.yaml {service}.settings: {sorted(expected - in_values)}"
+    assert not in_values - expected, f"not settings of {service} (renamed?): {sorted(in_values - expected)}"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_values_yaml_defaults_are_the_services_defaults(service: str) -> None:
+    differing = {}
+    for name, field in SERVICES[service].model_fields.items():
+        want = CHART_DEFAULTS[service].get(name, field.default)
+        got = VALUES[service]["settings"].get(name)
+        if got != want:
+            differing[name] = (got, want)
+    assert not differing, f"{service}.settings in values.yaml (got, want): {differing}"
+
+
+def test_values_schema_is_generated_from_the_settings_classes() -> None:
+    current = settings_schema.load_schema()
+    assert settings_schema.regenerated(current) == current, (
+        "helm/txmq/values.schema.json is stale: run .venv/bin/python tests/helm/settings_schema.py --write"
+    )
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_schema_bounds_are_the_settings_bounds(service: str) -> None:
+    """Spot check of the generator on what pydantic itself enforces."""
+    schema = settings_schema.load_schema()["properties"][service]["properties"]["settings"]
+    assert schema["additionalProperties"] is False
+    for name, field in SERVICES[service].model_fields.items():
+        prop = schema["properties"][name]
+        for meta in field.metadata:
+            if hasattr(meta, "ge"):
+                want = 1 if name == "port" else meta.ge
+                assert prop["minimum"] == want, name
+            if hasattr(meta, "le"):
+                assert prop["maximum"] == meta.le, name
+
+
+# ---- the rendered env ----------------------------------------------------------------------
+
+
+def service_container(docs: list[Doc], service: str) -> dict[str, Any]:
+    (w,) = [
+        d
+        for d in docs
+        if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["labels"]["app.kubernetes.io/component"] == service
+    ]
+    return container(w, service)
+
+
+@chart.needs_helm
+@pytest.mark.parametrize("service", SERVICES)
+def test_rendered_env_names_are_the_settings_fields(service: str, default_docs: list[Doc]) -> None:
+    c = service_container(default_docs, service)
+    names = [e["name"] for e in env_list(c)]
+    txmq_names = [n for n in names if n.startswith("TXMQ_")]
+    prefix = f"TXMQ_{service.upper()}_"
+    assert sorted(txmq_names) == sorted(prefix + f.upper() for f in fields(service))
+    assert len(txmq_names) == len(set(txmq_names))
+
+
+def resolve_env(
+    c: dict[str, Any], *, pod_name: str, namespace: str = chart.NAMESPACE, pod_ip: str = "10.1.2.3"
+) -> dict[str, str]:
+    """The environment Kubernetes would give the container: downward-API values and
+    $(VAR) expansion of variables defined earlier in the list."""
+    memory_limit = parse_quantity(c["resources"]["limits"]["memory"])
+    fields_ = {"metadata.name": pod_name, "metadata.namespace": namespace, "status.podIP": pod_ip}
+    env: dict[str, str] = {}
+    for e in env_list(c):
+        if "value" in e:
+            value = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), e["value"])
+        elif "fieldRef" in e["valueFrom"]:
+            value = fields_[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            ref = e["valueFrom"]["resourceFieldRef"]
+            assert ref["resource"] == "limits.memory"
+            value = str(memory_limit // parse_quantity(ref.get("divisor", "1")))
+        env[e["name"]] = value
+    return env
+
+
+def parse_quantity(q: str | int) -> int:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9}
+    text = str(q)
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return int(text[: -len(suffix)]) * factor
+    return int(text)
+
+
+@pytest.fixture
+def clean_txmq_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("TXMQ_"):
+            monkeypatch.delenv(name)
+
+
+@chart.needs_helm
+@pytest.mark.parametrize("service", SERVICES)
+def test_settings_classes_read_the_rendered_env(
+    service: str, default_docs: list[Doc], monkeypatch: pytest.MonkeyPatch, clean_txmq_env: None
+) -> None:
+    pod = {"store": "txmq-store-1", "pull": "txmq-pull-5d8f-x2x4z", "txcheck": "txmq-txcheck-77c9-k8m2p"}[service]
+    c = service_container(default_docs, service)
+    for name, value in resolve_env(c, pod_name=pod).items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(SERVICES[service], [])
+    values = VALUES[service]["settings"]
+    for name in fields(service):
+        if name in settings_schema.COMPUTED_WHEN_EMPTY[service] or name == "physical_memory_bytes":
+            continue
+        assert getattr(settings, name) == values[name], name
+    assert settings.instance_id == pod
+    assert settings.etcd_prefix == VALUES["etcd"]["prefix"]
+    assert settings.etcd_endpoints == f"txmq-etcd.{chart.NAMESPACE}.svc.cluster.local:2379"
+    if service == "store":
+        assert settings.store_id == pod
+        assert settings.advertised_address == f"{pod}.txmq-store-headless.{chart.NAMESPACE}.svc.cluster.local:10911"
+        assert settings.physical_memory_bytes == parse_quantity(VALUES["store"]["resources"]["limits"]["memory"])
+    else:
+        assert settings.advertised_address == f"10.1.2.3:{values['port']}"
+
+
+@chart.needs_helm
+def test_every_setting_reaches_the_service_when_changed(monkeypatch: pytest.MonkeyPatch, clean_txmq_env: None) -> None:
+    """Each setting set to another valid value in values.yaml comes out of the settings
+    class with that value (so no field is dropped or mangled on the way)."""
+    changed: dict[str, dict[str, Any]] = {}
+    for service, cls in SERVICES.items():
+        changed[service] = {}
+        for name, field in cls.model_fields.items():
+            changed[service][name] = other_value(name, field, VALUES[service]["settings"][name])
+    changed["store"]["data_dir"] = "/var/lib/txmq/data/elsewhere"  # still on the PVC
+    docs = chart.render({service: {"settings": s} for service, s in changed.items()})
+    for service, cls in SERVICES.items():
+        with monkeypatch.context() as m:
+            for name, value in resolve_env(service_container(docs, service), pod_name="p-0").items():
+                m.setenv(name, value)
+            settings = load_settings(cls, [])
+        for name, want in changed[service].items():
+            assert getattr(settings, name) == want, (service, name)
+
+
+def other_value(name: str, field: Any, current: Any) -> Any:
+    annotation = field.annotation
+    if annotation is bool:
+        return not current
+    if annotation is int:
+        low = next((m.ge for m in field.metadata if hasattr(m, "ge")), 0)
+        high = next((m.le for m in field.metadata if hasattr(m, "le")), None)
+        value = max(current, low) + 1 if name != "port" else 20000 + sum(map(ord, name))
+        return value if high is None or value <= high else high - 1
+    if annotation is str:
+        return {"host": "::", "log_level": "DEBUG", "etcd_endpoints": "10.0.0.1:2379", "etcd_prefix": "/other"}.get(
+            name, f"{name}-x"
+        )
+    choices = getattr(annotation, "__args__", ())
+    assert choices, f"unhandled setting type {annotation} of {name}"
+    return next(c for c in choices if c != current)
+
+
+# ---- the rendered env starts the real services ---------------------------------------------------
+
+
+def _health(address: str, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"{address} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5, wait_for_ready=True)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{address} not SERVING after {timeout_s} s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def pods(tmp_path: Path) -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
+    started: list[tuple[str, subprocess.Popen[bytes]]] = []
+    yield started
+    for _, proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@chart.needs_helm
+@pytest.mark.slow
+def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Path, pods: list) -> None:
+    """store, pull and txcheck started the way the pods start them: the image's entrypoint
+    (`txmq`) with the container's args and only the rendered env (pointed at a test etcd
+    and loopback ports). Each reports SERVING, registers under its pod name, and on
+    SIGTERM stops within terminationGracePeriodSeconds minus the preStop sleep."""
+    from support import free_port
+    from txmq import Admin, ServiceKind
+
+    ports = {service: free_port() for service in SERVICES}
+    metrics = {service: free_port() for service in SERVICES}  # one host here, one pod each there
+    mount = tmp_path / "pvc"
+    values = {
+        "etcd": {"enabled": False, "prefix": f"/txmq-helm-{uuid.uuid4().hex[:8]}", "external": {"endpoints": etcd.endpoint}},
+        "store": {
+            "settings": {
+                "host": "127.0.0.1",
+                "port": ports["store"],
+                # The default is the pod's DNS name, which only cluster DNS resolves.
+                "advertised_address": f"127.0.0.1:{ports['store']}",
+                "data_dir": str(mount / "store"),
+                "metrics_port": metrics["store"],
+            },
+            "persistence": {"mountPath": str(mount)},
+        },
+        "pull": {"settings": {"host": "127.0.0.1", "port": ports["pull"], "metrics_port": metrics["pull"]}},
+        "txcheck": {"settings": {"host": "127.0.0.1", "port": ports["txcheck"], "metrics_port": metrics["txcheck"]}},
+    }
+    docs = chart.render(values)
+    entrypoint = str(Path(sys.executable).parent / "txmq")
+    pod_names = {"store": "txmq-store-0", "pull": "txmq-pull-6b7c-abcde", "txcheck": "txmq-txcheck-6b7c-fghij"}
+    graces: dict[str, int] = {}
+    for service in SERVICES:
+        (w,) = [
+            d
+            for d in docs
+            if d["kind"] in ("Deployment", "StatefulSet")
+            and d["metadata"]["labels"]["app.kubernetes.io/component"] == service
+        ]
+        c = container(w, service)
+        env = resolve_env(c, pod_name=pod_names[service], pod_ip="127.0.0.1")
+        env.update(PATH=os.environ["PATH"], PYTHONUNBUFFERED="1")
+        pre_stop = int(c["lifecycle"]["preStop"]["exec"]["command"][1])
+        graces[service] = pod_spec(w)["terminationGracePeriodSeconds"] - pre_stop
+        log = tmp_path / f"{service}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([entrypoint, *c["args"]], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        pods.append((service, proc))
+        _health(f"127.0.0.1:{ports[service]}", 60, proc, log)
+
+    with Admin(f"127.0.0.1:{ports['pull']}") as admin:
+        deadline = time.monotonic() + 10
+        while True:
+            live = {(e.kind, e.instance_id, e.address) for e in admin.endpoints()}
+            want = {
+                (ServiceKind.STORE, "txmq-store-0", f"127.0.0.1:{ports['store']}"),
+                (ServiceKind.PULL, pod_names["pull"], f"127.0.0.1:{ports['pull']}"),
+                (ServiceKind.TXCHECK, pod_names["txcheck"], f"127.0.0.1:{ports['txcheck']}"),
+            }
+            if want <= live or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    assert want <= live
+    assert (mount / "store").is_dir() and any((mount / "store").iterdir())
+    for service in SERVICES:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics[service]}/metrics", timeout=5) as reply:
+            assert reply.status == 200, service
+
+    for service, proc in reversed(pods):
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=graces[service] + 5)
+        took = time.monotonic() - started
+        assert code == 0, (service, code, (tmp_path / f"{service}.log").read_text()[-2000:])
+        assert took < graces[service], (service, took, graces[service])
