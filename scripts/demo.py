@@ -12,12 +12,19 @@ import shutil
 import time
 from pathlib import Path
 
+import threading
+
 from txmq import (
     Admin,
+    ConsumeFromWhere,
+    ConsumeStatus,
+    ExpressionType,
     LocalTransactionState,
     Message,
     NotFoundError,
     Producer,
+    PullConsumer,
+    PushConsumer,
     TransactionListener,
     TransactionProducer,
     TxmqError,
@@ -116,6 +123,8 @@ def demo(bootstrap: str) -> None:
             print(f"   view of a missing message: {err}")
 
         transactions(bootstrap, admin)
+        long_polling(bootstrap, admin)
+        push_consumers(bootstrap, admin)
 
         status = admin.store_status()[0]
         banner(f"store {status.store_id}: commit log {status.commit_log_min_offset}.."
@@ -152,6 +161,83 @@ def transactions(bootstrap: str, admin: Admin) -> None:
                 print(f"   {arg:6}: not visible to consumers (only the half message on {copy.topic})")
 
 
+def long_polling(bootstrap: str, admin: Admin) -> None:
+    banner("long polling: a tag-filtered and an SQL92-filtered consumer, both already waiting")
+    admin.create_topic("DemoEvents", read_queue_nums=1, write_queue_nums=1)
+    with PullConsumer("demo-pollers", bootstrap, suspend_timeout=20.0) as consumer, \
+            Producer(group="demo-producer", endpoint=bootstrap) as producer:
+        (mq,) = consumer.fetch_message_queues("DemoEvents")
+        waiters = {
+            "tag 'shipped'": ("shipped", ExpressionType.TAG),
+            "sql \"region = 'eu' AND amount > 100\"": ("region = 'eu' AND amount > 100", ExpressionType.SQL92),
+        }
+        answers: dict[str, tuple[float, object]] = {}
+
+        def wait(name: str, expression: str, kind: ExpressionType) -> None:
+            result = consumer.pull(mq, expression, 0, 32, expression_type=kind)
+            answers[name] = (time.perf_counter(), result)
+
+        threads = [threading.Thread(target=wait, args=(n, e, k)) for n, (e, k) in waiters.items()]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # both are held by the pull service now
+        print("   send: tag 'created', region 'us', amount 500  (matches neither)")
+        producer.send(Message("DemoEvents", b"order 7 created", tags="created", properties={"region": "us", "amount": "500"}))
+        time.sleep(0.5)
+        print(f"   after 0.5 s, answered so far: {sorted(answers) or 'none'}")
+        sent = time.perf_counter()
+        print("   send: tag 'shipped', region 'eu', amount 250  (matches both)")
+        producer.send(Message("DemoEvents", b"order 8 shipped", tags="shipped", properties={"region": "eu", "amount": "250"}))
+        for t in threads:
+            t.join(30)
+        for name, (at, result) in sorted(answers.items()):
+            print(f"   {name}: {result.status.name} {[m.body for m in result.messages]}"
+                  f" {1000 * (at - sent):.1f} ms after the matching send; next offset {result.next_begin_offset}")
+
+
+def push_consumers(bootstrap: str, admin: Admin) -> None:
+    banner("push consumers: group demo-billing drains DemoOrders; demo-audit stops half way")
+    consumed: dict[str, int] = {"demo-billing": 0, "demo-audit": 0}
+    lock = threading.Lock()
+
+    def listener_of(group: str, limit: int | None):
+        def listener(messages) -> ConsumeStatus:
+            with lock:
+                if limit is not None and consumed[group] >= limit:
+                    return ConsumeStatus.RECONSUME_LATER  # a stuck consumer: its offset stops moving
+                consumed[group] += len(messages)
+            return ConsumeStatus.CONSUME_SUCCESS
+        return listener
+
+    consumers = []
+    for group, limit in (("demo-billing", None), ("demo-audit", 300)):
+        c = PushConsumer(group, bootstrap, commit_interval=0.5, consume_from=ConsumeFromWhere.FIRST_OFFSET)
+        c.subscribe("DemoOrders", "*")
+        c.register_message_listener(listener_of(group, limit))
+        c.start()
+        consumers.append(c)
+    deadline = time.monotonic() + 30
+    while consumed["demo-billing"] < 1001 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(6)  # a few export snapshots (every second) while demo-audit stays stuck
+    for c in consumers:
+        c.shutdown()
+    print(f"   consumed: {consumed}")
+    for group in consumed:
+        lag = sum(o.max_offset - o.offset for o in admin.consume_offsets(group, "DemoOrders"))
+        print(f"   {group}: total lag {lag}")
+
+
+def report(data_dir: Path) -> None:
+    banner("offline analytics on Spark (local mode) over the store's export")
+    try:
+        from txmq_analytics import run_report
+    except ImportError:
+        print("   skipped: the analytics extra (pyspark) is not installed")
+        return
+    run_report(data_dir / "store" / "export", data_dir / "analytics", rate_window_s=5, stall_window_s=5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data-dir", default="data/demo", help="where the cluster keeps its data")
@@ -161,7 +247,9 @@ def main() -> None:
     data_dir = Path(args.data_dir)
     if data_dir.exists() and not args.keep_data:
         shutil.rmtree(data_dir)
-    with LocalCluster(data_dir=data_dir, txcheck_args=TXCHECK_ARGS) as cluster:
+    # The store exports offset snapshots and transaction events every second (analytics).
+    store_args = ["--export_interval_ms", "1000"]
+    with LocalCluster(data_dir=data_dir, txcheck_args=TXCHECK_ARGS, store_args=store_args) as cluster:
         print(f"txmq cluster up; bootstrap address {cluster.bootstrap}; logs in {cluster.log_dir}")
         demo(cluster.bootstrap)
         if args.keep_running:
@@ -172,6 +260,7 @@ def main() -> None:
             except KeyboardInterrupt:
                 pass
     print("\ncluster stopped cleanly")
+    report(data_dir)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ stamp=.venv/.txmq-setup-stamp
 want="$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e clients/python -e ".[dev]"
+  # analytics: pyspark (needs Java 17+), pyarrow, matplotlib (docs/analytics.md)
+  .venv/bin/python -m pip install --quiet -e clients/python -e ".[dev,analytics]"
   echo "$want" > "$stamp"
 fi
 .venv/bin/etcd --version >/dev/null

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from txmq_cli import admin_cmds, cluster_cmds
+from txmq_cli import admin_cmds, analytics_cmds, cluster_cmds
 from txmq_cli import tx_cmds
 from txmq_cli import consume_cmds
 
@@ -20,6 +20,7 @@ def cli() -> None:
 cluster_cmds.register(cli)
 admin_cmds.register(cli)
 tx_cmds.register(cli)
+analytics_cmds.register(cli)
 consume_cmds.register(cli)
 
 if __name__ == "__main__":

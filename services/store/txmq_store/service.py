@@ -10,6 +10,7 @@ from txmq.v1 import common_pb2
 from txmq_runtime.registry import EtcdKeys, Registration, encode
 from txmq_runtime.server import ServiceContext, ServiceParts
 
+from txmq_store.export import StoreExporter
 from txmq_store.message_store import MessageStore
 from txmq_store.servicer import add_store_servicers
 from txmq_store.settings import StoreSettings
@@ -92,9 +93,14 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
     service_names = add_store_servicers(ctx.server, store)
     publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=ctx.registration)
     await publisher.start()
+    exporter = StoreExporter.from_settings(store, ctx.settings)  # None: export_interval_ms is 0
+    if exporter is not None:
+        exporter.start()
 
     async def close() -> None:
         await publisher.close()
+        if exporter is not None:
+            await exporter.stop()  # one last export, while the store is still open
         await store.close()
 
     async def stopping() -> None:

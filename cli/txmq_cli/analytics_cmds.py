@@ -1,0 +1,92 @@
+"""``txmq analytics run`` (the Spark job on an export directory) and ``txmq analytics
+export`` (an on-demand export from a running cluster over gRPC). Needs the optional
+``analytics`` dependencies (pyspark, pyarrow, matplotlib); docs/analytics.md."""
+
+from __future__ import annotations
+
+import click
+
+DEFAULT_ENDPOINT = "127.0.0.1:10911"
+_MISSING = "the analytics dependencies are not installed: pip install -e '.[analytics]' (pyspark, pyarrow, matplotlib)"
+
+
+def register(group: click.Group) -> None:
+    group.add_command(analytics)
+
+
+@click.group()
+def analytics() -> None:
+    """Consume-offset analytics on Spark: lag, rates, stalled consumers, transactions."""
+
+
+@analytics.command()
+@click.option("--input", "input_dir", required=True, help="Export directory (offsets/, queues/, tx_events/).")
+@click.option("--output", "output_dir", required=True, help="Where the Parquet tables and the report go.")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option("--rate-window-s", default=300.0, show_default=True, help="Window of the current rates, seconds.")
+@click.option("--stall-window-s", default=300.0, show_default=True,
+              help="Lag and no progress for this long: stalled, seconds.")  # fmt: skip
+@click.option("--include-system", is_flag=True, help="Include system topics and groups (the check loop's progress).")
+@click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
+@click.option("--no-progress", is_flag=True, help="No stage progress bar.")
+def run(
+    input_dir: str, output_dir: str, master: str, rate_window_s: float, stall_window_s: float,
+    include_system: bool, conf: tuple[str, ...], no_progress: bool,
+) -> None:  # fmt: skip
+    """Run the analytics job and write tables, report.html and summary.txt."""
+    try:
+        from txmq_analytics.job import build_session, options_from, parse_conf, run_job
+    except ImportError as exc:
+        raise click.ClickException(f"{_MISSING} ({exc})") from exc
+    try:
+        extra = parse_conf(conf)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--conf") from exc
+    from pyspark.sql import SparkSession
+
+    existing = SparkSession.getActiveSession()  # e.g. when called from a notebook or a test
+    spark = build_session(master, conf=extra)
+    try:
+        run_job(
+            spark, input_dir, output_dir,
+            options=options_from(rate_window_s, stall_window_s, include_system),
+            progress=not no_progress, echo=click.echo,
+        )  # fmt: skip
+    finally:
+        if existing is None:
+            spark.stop()
+
+
+@analytics.command()
+@click.option("--endpoint", envvar="TXMQ_ENDPOINT", default=DEFAULT_ENDPOINT, show_default=True,
+              help="Any txmq service, host:port; the stores are found through it.")  # fmt: skip
+@click.option("--store", "stores", multiple=True, metavar="HOST:PORT",
+              help="Export these store addresses instead of every live store (repeatable).")  # fmt: skip
+@click.option("--output", "output_dir", required=True, help="Export directory (not one a store exports into).")
+@click.option("--count", default=1, show_default=True, type=click.IntRange(min=1), help="Number of snapshots.")
+@click.option("--interval-s", default=10.0, show_default=True, help="Seconds between snapshots.")
+@click.option("--retention-hours", default=0.0, show_default=True, help="Delete older exported files; 0: keep.")
+def export(
+    endpoint: str, stores: tuple[str, ...], output_dir: str, count: int, interval_s: float, retention_hours: float
+) -> None:
+    """Snapshot consume and queue offsets and export transaction events now (gRPC)."""
+    from txmq import TxmqError
+
+    try:
+        from txmq_analytics.remote import export_from_endpoint
+    except ImportError as exc:
+        raise click.ClickException(f"{_MISSING} ({exc})") from exc
+
+    def show(store_id: str, r) -> None:  # noqa: ANN001
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(r.events_by_type.items())) or "none"
+        click.echo(f"{store_id}: {r.offsets} consume offsets, {r.queues} queues, {r.events} transaction events ({kinds})")
+
+    try:
+        export_from_endpoint(
+            endpoint, output_dir, stores=stores, count=count, interval_s=interval_s,
+            retention_ms=int(retention_hours * 3600 * 1000), on_result=show,
+        )  # fmt: skip
+    except TxmqError as err:
+        click.echo(f"error: {err}", err=True)
+        raise click.exceptions.Exit(1) from err
+    click.echo(f"exported to {output_dir}")
