@@ -20,7 +20,7 @@ def redis_version() -> str:
     exe = shutil.which("redis-server")
     if not exe:
         return "absent"
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
     for part in out.split():
         if part.startswith("v="):
             return part[2:]
@@ -31,7 +31,7 @@ def nats_version() -> str:
     exe = shutil.which("nats-server")
     if not exe:
         return "absent"
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10, check=False)
     return (out.stdout or out.stderr).strip().rsplit(" ", 1)[-1]
 
 
@@ -90,7 +90,7 @@ class RedisTarget(Target):
         if self.r is not None:
             try:
                 await self.r.aclose()
-            except Exception:
+            except Exception:  # noqa: BLE001, S110
                 pass
         await super().stop()
 
@@ -145,6 +145,6 @@ class NatsTarget(Target):
         if self.nc is not None:
             try:
                 await asyncio.wait_for(self.nc.close(), timeout=5)
-            except Exception:
+            except Exception:  # noqa: BLE001, S110
                 pass
         await super().stop()

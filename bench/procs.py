@@ -3,6 +3,7 @@ ready, stop (SIGTERM, then SIGKILL) by pid. Every wait is bounded in time."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -100,7 +101,17 @@ def wait_quiet(max_wait_s: float, threshold_pct: float = 15.0, window_s: float =
             return pct
 
 
-@dataclass
+_live: set[Child] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    """Safety net (e.g. after Ctrl-C): stop every child this process started."""
+    for c in list(_live):
+        c.stop(timeout_s=3)
+
+
+@dataclass(eq=False)
 class Child:
     """One child process with its own temp dir and log file."""
 
@@ -115,8 +126,8 @@ class Child:
     def __post_init__(self) -> None:
         self.log_path = self.workdir / f"{self.name}.log"
 
-    def start(self) -> "Child":
-        log = open(self.log_path, "wb")
+    def start(self) -> Child:
+        log = open(self.log_path, "wb")  # noqa: SIM115
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
@@ -130,6 +141,7 @@ class Child:
             start_new_session=True,
         )
         log.close()
+        _live.add(self)
         return self
 
     @property
@@ -147,6 +159,7 @@ class Child:
             return ""
 
     def stop(self, timeout_s: float = 10.0) -> None:
+        _live.discard(self)
         p = self.proc
         if p is None or p.poll() is not None:
             return
@@ -205,7 +218,7 @@ def start_redis(workdir: Path, *, aof_always: bool) -> Child:
     c = Child("redis", argv, workdir, port).start()
     try:
         wait_tcp(port, 10, c.proc)
-    except Exception:
+    except Exception:  # noqa: BLE001
         c.stop()
         raise RuntimeError(f"redis did not start:\n{c.log_tail()}")
     return c
@@ -223,7 +236,7 @@ def start_nats(workdir: Path) -> Child:
     c = Child("nats", argv, workdir, port).start()
     try:
         wait_tcp(port, 10, c.proc)
-    except Exception:
+    except Exception:  # noqa: BLE001
         c.stop()
         raise RuntimeError(f"nats-server did not start:\n{c.log_tail()}")
     return c
@@ -250,7 +263,7 @@ def start_etcd(workdir: Path) -> Child:
     c = Child("etcd", argv, workdir, cport).start()
     try:
         wait_tcp(cport, 15, c.proc)
-    except Exception:
+    except Exception:  # noqa: BLE001
         c.stop()
         raise RuntimeError(f"etcd did not start:\n{c.log_tail()}")
     return c

@@ -129,7 +129,7 @@ class TxmqTarget(Target):
                     self.producer = await self._open_sdk()
                     await self._sdk_one(b"probe")
                     self.probe_messages = 1
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001
                     await self._close_sdk()
                     self.client = "stubs"
                     self.fallback_note = f" (SDK failed: {type(e).__name__}: {str(e)[:120]})"
@@ -224,7 +224,7 @@ class TxmqTarget(Target):
         if self.producer is not None:
             try:
                 await asyncio.to_thread(self.producer.shutdown)
-            except Exception:
+            except Exception:  # noqa: BLE001, S110
                 pass
             self.producer = None
         if self._pool is not None:
