@@ -157,7 +157,21 @@ async def make_core(cluster_view: ClusterView) -> AsyncIterator[MakeCore]:
         yield make
     finally:
         for core in cores:
-            await core.close()
+            await _close_or_explain(core)
+
+
+async def _close_or_explain(core: PullCore) -> None:
+    """Close ``core``; if that hangs, fail naming the tasks still waiting (a hang seen
+    once in CI under heavy load, not reproduced since)."""
+    try:
+        await asyncio.wait_for(core.close(), 30)
+    except TimeoutError:
+        import io
+
+        out = io.StringIO()
+        for task in asyncio.all_tasks():
+            task.print_stack(file=out)
+        pytest.fail(f"PullCore.close() did not finish in 30 s; tasks:\n{out.getvalue()}")
 
 
 async def eventually(check: Callable[[], object], *, timeout_s: float = 10.0) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import grpc
+
 from txmq.errors import TxmqError, error
 from txmq.v1 import errors_pb2, store_pb2
 
@@ -34,6 +36,9 @@ class ArrivalFeed:
         self._backoff_s = reconnect_backoff_ms / 1000
         self._connect_timeout_s = connect_timeout_ms / 1000
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # Open stream calls: close() cancels them first, because a task cancelled while
+        # it awaits a call's headers may not return until the call itself ends.
+        self._calls: set[grpc.aio.UnaryStreamCall] = set()
         self._closed = False
         #: Batches received per store (tests, metrics).
         self.batches: dict[str, int] = {}
@@ -55,6 +60,8 @@ class ArrivalFeed:
 
     async def close(self) -> None:
         self._closed = True
+        for call in list(self._calls):
+            call.cancel()
         tasks, self._tasks = list(self._tasks.values()), {}
         for task in tasks:
             task.cancel()
@@ -72,6 +79,7 @@ class ArrivalFeed:
                 continue
             log.debug("opening the arrival stream of store %s at %s (attempt %d)", store_id, address, failures + 1)
             call = self._clients.for_address(address).watch_arrivals()
+            self._calls.add(call)
             try:
                 # Once the store registered the watch, arrivals missed while there was no
                 # stream are visible to a read: re-check (not before, or every attempt
@@ -93,6 +101,7 @@ class ArrivalFeed:
                 log.warning("arrival stream of store %s at %s failed: %s", store_id, address, exc)
             finally:
                 call.cancel()
+                self._calls.discard(call)
             failures += 1
             await self._back_off(failures)
 

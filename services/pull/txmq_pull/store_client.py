@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Protocol, TypeVar
@@ -13,6 +14,8 @@ from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.registry import ClusterView
 from txmq_runtime.server import MAX_MESSAGE_BYTES
+
+_CHANNEL_CLOSE_TIMEOUT_S = 5.0
 
 log = logging.getLogger("txmq.pull.store")
 
@@ -166,8 +169,12 @@ class StoreClients:
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
-        for client in clients.values():
-            await client._channel.close()
+        for address, client in clients.items():
+            # Shutdown must not hang on a channel whose calls do not finish cancelling.
+            try:
+                await asyncio.wait_for(client._channel.close(), _CHANNEL_CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("closing the channel to store %s took over %s s; left behind", address, _CHANNEL_CLOSE_TIMEOUT_S)
 
 
 async def connected(call: grpc.aio.UnaryStreamCall) -> None:
