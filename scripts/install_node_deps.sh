@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Idempotent: install the Node.js client's pinned dependencies (clients/node, from its
+# package-lock.json) with `npm ci`. Re-runs only when package-lock.json changed or
+# node_modules is missing. Without node/npm it says so and succeeds (the polyglot test
+# then skips with that reason).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dir="$root/clients/node"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "install_node_deps: node/npm not found; skipping clients/node (tests/polyglot will skip)" >&2
+  exit 0
+fi
+stamp="$dir/node_modules/.txmq-install-stamp"
+want="$(cat "$dir/package.json" "$dir/package-lock.json" | sha256sum | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -d "$dir/node_modules/@grpc/grpc-js" ]; then
+  exit 0
+fi
+(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+echo "$want" > "$stamp"
