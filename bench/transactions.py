@@ -1,0 +1,361 @@
+"""Transaction benchmark (issue 3): ``python -m bench.transactions [--quick]``.
+
+(a) throughput of transactional sends (half + a no-op local transaction + commit, the SDK
+    TransactionProducer) as a ratio to normal sends (SDK Producer.send) with the same
+    batching (one message per call) and the same threads in flight, same run, same store;
+(b) time for the check loop to resolve ``--pending`` half messages (sent with
+    Store.SendMessage transaction_prepared -- SendBatch takes no transaction_prepared --
+    and never ended) whose producer answers COMMIT, until every committed copy is stored;
+(c) time for a check round to pass over ``--resolved`` already-resolved half messages
+    (committed by END_TRANSACTION before the check loop looked) without sending a check:
+    until the check-loop progress (CID_SYS_RMQ_TRANS on the half queue) reaches the end.
+
+Real processes: etcd, a store (``--flush-mode``, default async), a txcheck; each part has
+its own store and etcd prefix. Prints a table and writes bench/results/transactions-*.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from txmq import (
+    LocalTransactionState,
+    Message,
+    Producer,
+    TransactionListener,
+    TransactionProducer,
+)
+from txmq.ids import new_unique_id
+from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
+
+from bench import procs
+from bench.txmq_target import GRPC_OPTIONS, wait_serving
+
+TOPIC = "BenchTx"
+GROUP = "bench_tx"
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+CHECK_GROUP = "CID_SYS_RMQ_TRANS"
+
+
+class Node:
+    """A store and a txcheck under one etcd prefix."""
+
+    def __init__(self, root: procs.TempRoot, name: str, etcd_port: int, flush_mode: str) -> None:
+        self.workdir = root.sub(name)
+        self.prefix = f"/bench-{name}-{os.getpid()}"
+        self.etcd_port = etcd_port
+        self.store = procs.start_store(
+            self.workdir, flush_mode=flush_mode, etcd_port=etcd_port, extra_args=["--etcd_prefix", self.prefix]
+        )
+        self.txcheck: procs.Child | None = None
+        self.n_txcheck = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.store.port}"
+
+    async def ready(self) -> None:
+        async with grpc.aio.insecure_channel(self.address) as ch:
+            await wait_serving(ch, self.store, timeout_s=60)
+            await store_pb2_grpc.StoreAdminStub(ch).CreateTopic(
+                store_pb2.CreateTopicRequest(
+                    topic=common_pb2.TopicConfig(name=TOPIC, read_queue_nums=4, write_queue_nums=4)
+                ),
+                timeout=10,
+            )
+
+    async def start_txcheck(self, *flags: str) -> float:
+        """(Re)start the txcheck with ``flags``; returns once SERVING."""
+        if self.txcheck is not None:
+            self.txcheck.stop()
+        port = procs.free_port()
+        self.n_txcheck += 1
+        argv = [
+            str(procs.VENV_PY), "-m", "txmq_txcheck", "--host", "127.0.0.1", "--port", str(port),
+            "--etcd_endpoints", f"127.0.0.1:{self.etcd_port}", "--etcd_prefix", self.prefix, *flags,
+        ]  # fmt: skip
+        self.txcheck = procs.Child(f"txcheck-{self.n_txcheck}", argv, self.workdir, port).start()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            await wait_serving(ch, self.txcheck, timeout_s=60)
+        return time.monotonic()
+
+    def stop(self) -> None:
+        for c in (self.txcheck, self.store):
+            if c is not None:
+                c.stop()
+
+
+class Noop(TransactionListener):
+    def __init__(self) -> None:
+        self.checks = 0
+        self.lock = threading.Lock()
+
+    def execute_local_transaction(self, msg, arg):
+        return LocalTransactionState.COMMIT
+
+    def check_local_transaction(self, msg):
+        with self.lock:
+            self.checks += 1
+        return LocalTransactionState.COMMIT
+
+
+def timed_sends(fn, threads: int, seconds: float) -> tuple[int, float]:
+    """``fn()`` in ``threads`` threads for ``seconds``; (calls, elapsed)."""
+    stop = time.monotonic() + seconds
+    counts = [0] * threads
+
+    def run(i: int) -> None:
+        while time.monotonic() < stop:
+            fn()
+            counts[i] += 1
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(run, range(threads)))
+    return sum(counts), time.monotonic() - t0
+
+
+def part_a(node: Node, threads: int, seconds: float, rounds: int, body: bytes) -> dict:
+    out: dict = {"threads": threads, "seconds_per_round": seconds, "rounds": []}
+    listener = Noop()
+    with Producer(group="bench_plain", endpoint=node.address, send_timeout=30.0) as plain, TransactionProducer(
+        group=GROUP, endpoint=node.address, listener=listener, end_transaction_timeout=30.0, send_timeout=30.0
+    ) as tx:
+        tx.start(wait_channel=10)
+        plain.send(Message(TOPIC, body))  # warm-up: routes, channels
+        tx.send_message_in_transaction(Message(TOPIC, body))
+
+        def one_plain() -> None:
+            plain.send(Message(TOPIC, body))
+
+        def one_tx() -> None:
+            r = tx.send_message_in_transaction(Message(TOPIC, body))
+            if r.local_transaction_state is not LocalTransactionState.COMMIT:
+                raise RuntimeError(f"transaction state {r.local_transaction_state}")
+
+        for rnd in range(rounds):  # alternate, so drift hits both alike
+            n_p, t_p = timed_sends(one_plain, threads, seconds)
+            n_t, t_t = timed_sends(one_tx, threads, seconds)
+            row = {"normal_per_s": n_p / t_p, "tx_per_s": n_t / t_t, "ratio": (n_t / t_t) / (n_p / t_p)}
+            out["rounds"].append(row)
+            print(f"  (a) round {rnd + 1}: normal {row['normal_per_s']:.0f}/s, transactional "
+                  f"{row['tx_per_s']:.0f}/s, ratio {row['ratio']:.2f}", flush=True)  # fmt: skip
+    out["ratio"] = max(r["ratio"] for r in out["rounds"])
+    out["ratio_median"] = sorted(r["ratio"] for r in out["rounds"])[len(out["rounds"]) // 2]
+    out["checks_answered"] = listener.checks
+    return out
+
+
+async def send_halves(address: str, n: int, body: bytes, *, in_flight: int, commit_via: str | None) -> float:
+    """``n`` half messages through Store.SendMessage(transaction_prepared), ``in_flight`` at
+    once; with ``commit_via`` (a txcheck address) each is then committed by EndTransaction.
+    Returns the elapsed seconds."""
+    async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as ch, grpc.aio.insecure_channel(
+        commit_via or address, options=GRPC_OPTIONS
+    ) as tch:
+        stub, tx = store_pb2_grpc.StoreStub(ch), txcheck_pb2_grpc.TransactionStub(tch)
+        left = iter(range(n))
+
+        async def worker() -> None:
+            for i in left:
+                m = common_pb2.Message(
+                    topic=TOPIC, body=body, unique_id=new_unique_id(), born_timestamp_ms=int(time.time() * 1000),
+                    queue_id=i % 4,
+                )  # fmt: skip
+                r = (await stub.SendMessage(
+                    store_pb2.SendMessageRequest(message=m, producer_group=GROUP, transaction_prepared=True), timeout=60
+                )).result  # fmt: skip
+                if r.status != store_pb2.SEND_STATUS_OK:
+                    raise RuntimeError(f"half send status {r.status}")
+                if commit_via:
+                    await tx.EndTransaction(
+                        txcheck_pb2.EndTransactionRequest(
+                            producer_group=GROUP, transaction_id=r.transaction_id, commit_log_offset=r.commit_log_offset,
+                            tran_state_table_offset=r.queue_offset, resolution=txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT,
+                            store_id=r.queue.store_id,
+                        ),
+                        timeout=60,
+                    )  # fmt: skip
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        return time.monotonic() - t0
+
+
+async def real_count(stub: store_pb2_grpc.StoreStub) -> int:
+    r = await stub.GetQueueOffsets(store_pb2.GetQueueOffsetsRequest(topic=TOPIC), timeout=10)
+    return sum(q.max_offset - q.min_offset for q in r.queues)
+
+
+async def wait_until(what: str, cond, timeout_s: float, poll_s: float = 0.1) -> float:
+    deadline = time.monotonic() + timeout_s
+    while not await cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not reached after {timeout_s:.0f}s")
+        await asyncio.sleep(poll_s)
+    return time.monotonic()
+
+
+CHECK_FLAGS = ("--transaction_timeout_ms", "1000", "--transaction_check_interval_ms", "2000",
+               "--max_process_time_per_queue_ms", "600000")  # fmt: skip
+
+
+async def part_b(node: Node, n: int, body: bytes, in_flight: int, timeout_s: float) -> dict:
+    send_s = await send_halves(node.address, n, body, in_flight=in_flight, commit_via=None)
+    print(f"  (b) {n} half messages sent in {send_s:.1f}s ({n / send_s:.0f}/s)", flush=True)
+    await node.start_txcheck(*CHECK_FLAGS)
+    listener = Noop()
+    producer = TransactionProducer(group=GROUP, endpoint=node.address, listener=listener,
+                                   check_threads=4, check_queue_size=n + 1000)  # fmt: skip
+    try:
+        producer.start(wait_channel=10)
+        if not producer.channel_open:
+            raise RuntimeError("the producer channel did not open")
+        t0 = time.monotonic()
+        async with grpc.aio.insecure_channel(node.address) as ch:
+            stub = store_pb2_grpc.StoreStub(ch)
+
+            async def all_committed() -> bool:
+                return await real_count(stub) >= n
+
+            t1 = await wait_until("all pending transactions committed", all_committed, timeout_s)
+            stored = await real_count(stub)
+    finally:
+        producer.shutdown()
+    return {"pending": n, "send_s": send_s, "resolve_s": t1 - t0, "checks_answered": listener.checks,
+            "committed_copies": stored, "check_interval_ms": 2000}  # fmt: skip
+
+
+async def part_c(node: Node, n: int, body: bytes, in_flight: int, timeout_s: float) -> dict:
+    # A txcheck whose loop never checks (every half is "young" for an hour) commits them.
+    await node.start_txcheck("--transaction_timeout_ms", "3600000", "--transaction_check_interval_ms", "2000")
+    setup_s = await send_halves(node.address, n, body, in_flight=in_flight, commit_via=f"127.0.0.1:{node.txcheck.port}")
+    print(f"  (c) {n} transactions sent and committed in {setup_s:.1f}s ({n / setup_s:.0f}/s)", flush=True)
+    async with grpc.aio.insecure_channel(node.address) as ch:
+        stub = store_pb2_grpc.StoreStub(ch)
+        half_end = (await stub.GetQueueOffsets(store_pb2.GetQueueOffsetsRequest(topic=HALF_TOPIC), timeout=10)).queues[0].max_offset
+
+        async def progress() -> int:
+            r = await stub.QueryConsumeOffset(
+                store_pb2.QueryConsumeOffsetRequest(consumer_group=CHECK_GROUP, topic=HALF_TOPIC, queue_id=0), timeout=10
+            )
+            return r.offset if r.found else 0
+
+        before = await progress()
+        await node.start_txcheck(*CHECK_FLAGS)  # now every half is old enough to be looked at
+        listener = Noop()
+        producer = TransactionProducer(group=GROUP, endpoint=node.address, listener=listener)
+        try:
+            producer.start(wait_channel=10)
+            t0 = time.monotonic()
+
+            async def passed() -> bool:
+                return await progress() >= half_end
+
+            t1 = await wait_until("the check loop passing every resolved half", passed, timeout_s, poll_s=0.2)
+        finally:
+            producer.shutdown()
+        committed = await real_count(stub)
+    return {"resolved": n, "setup_s": setup_s, "half_queue_end": half_end, "progress_before": before,
+            "pass_s": t1 - t0, "checks_sent": listener.checks, "committed_copies": committed,
+            "check_interval_ms": 2000}  # fmt: skip
+
+
+async def main_async(args: argparse.Namespace) -> dict:
+    root = procs.TempRoot(keep=args.keep)
+    etcd = procs.start_etcd(root.sub("etcd"))
+    body = b"x" * args.body_bytes
+    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "cpus": os.cpu_count(),
+                     "flush_mode": args.flush_mode, "args": vars(args)}  # fmt: skip
+    nodes: list[Node] = []
+    try:
+        if "a" in args.parts:
+            node = Node(root, "a", etcd.port, args.flush_mode)
+            nodes.append(node)
+            await node.ready()
+            await node.start_txcheck("--transaction_timeout_ms", "3600000")
+            results["a"] = await asyncio.to_thread(part_a, node, args.threads, args.seconds, args.rounds, body)
+            node.stop()
+        if "b" in args.parts:
+            node = Node(root, "b", etcd.port, args.flush_mode)
+            nodes.append(node)
+            await node.ready()
+            results["b"] = await part_b(node, args.pending, body, args.in_flight, args.timeout)
+            print(f"  (b) resolved {args.pending} in {results['b']['resolve_s']:.1f}s", flush=True)
+            node.stop()
+        if "c" in args.parts:
+            node = Node(root, "c", etcd.port, args.flush_mode)
+            nodes.append(node)
+            await node.ready()
+            results["c"] = await part_c(node, args.resolved, body, args.in_flight, args.timeout)
+            print(f"  (c) passed {args.resolved} in {results['c']['pass_s']:.1f}s, "
+                  f"{results['c']['checks_sent']} checks", flush=True)  # fmt: skip
+            node.stop()
+    finally:
+        for node in nodes:
+            node.stop()
+        etcd.stop()
+        root.close()
+    return results
+
+
+def report(r: dict, args: argparse.Namespace) -> str:
+    lines = [f"transactions benchmark {r['date']}, {r['cpus']} CPUs, store flush {r['flush_mode']}"]
+    if "a" in r:
+        a = r["a"]
+        best = max(a["rounds"], key=lambda x: x["ratio"])
+        lines.append(f"(a) {a['threads']} threads, {a['seconds_per_round']:.0f}s x {len(a['rounds'])} rounds: "
+                     f"normal {best['normal_per_s']:.0f}/s, transactional {best['tx_per_s']:.0f}/s, "
+                     f"ratio best {a['ratio']:.2f} median {a['ratio_median']:.2f} (target >= 0.33: "
+                     f"{'met' if a['ratio'] >= 1 / 3 else 'NOT met'})")  # fmt: skip
+    if "b" in r:
+        b = r["b"]
+        lines.append(f"(b) {b['pending']} pending -> committed by checks in {b['resolve_s']:.1f}s "
+                     f"(incl. <= {b['check_interval_ms'] / 1000:.0f}s until the first round; "
+                     f"{b['checks_answered']} checks answered; target <= 30s for 100000: "
+                     f"{'met' if b['resolve_s'] * 100_000 / b['pending'] <= 30 else 'NOT met'}"
+                     f"{'' if b['pending'] == 100_000 else ', scaled linearly'})")  # fmt: skip
+    if "c" in r:
+        c = r["c"]
+        lines.append(f"(c) {c['resolved']} resolved passed in {c['pass_s']:.1f}s "
+                     f"(incl. <= {c['check_interval_ms'] / 1000:.0f}s until the first round), "
+                     f"{c['checks_sent']} checks sent"
+                     f"{'' if c['resolved'] == 1_000_000 else ' (scaled down from 1000000)'}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small counts: 2 x 3s rounds, 10000 pending, 20000 resolved")
+    p.add_argument("--parts", default="abc", help="which parts to run (default abc)")
+    p.add_argument("--threads", type=int, default=8, help="(a) sender threads (default 8)")
+    p.add_argument("--seconds", type=float, default=10.0, help="(a) seconds per measurement (default 10)")
+    p.add_argument("--rounds", type=int, default=3, help="(a) alternating rounds (default 3)")
+    p.add_argument("--pending", type=int, default=100_000, help="(b) pending transactions (default 100000)")
+    p.add_argument("--resolved", type=int, default=1_000_000, help="(c) resolved transactions (default 1000000)")
+    p.add_argument("--in-flight", type=int, default=64, help="(b, c) set-up requests in flight (default 64)")
+    p.add_argument("--body-bytes", type=int, default=128)
+    p.add_argument("--flush-mode", default="async", choices=["async", "sync"])
+    p.add_argument("--timeout", type=float, default=1800.0, help="limit of each wait in (b) and (c), seconds")
+    p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, data)")
+    args = p.parse_args()
+    if args.quick:
+        args.seconds, args.rounds, args.pending, args.resolved = 3.0, 2, 10_000, 20_000
+    results = asyncio.run(main_async(args))
+    text = report(results, args)
+    print(text)
+    out = procs.ROOT / "bench" / "results" / f"transactions-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({**results, "report": text}, indent=2, default=str))
+    print(f"results: {out}")
+
+
+if __name__ == "__main__":
+    main()
