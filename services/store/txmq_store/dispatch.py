@@ -6,6 +6,7 @@ arrival watchers. Runs on the event loop, in commit-log order: right after an ap
 from __future__ import annotations
 
 import shutil
+import zlib
 from pathlib import Path
 
 from .arrivals import Arrival, ArrivalHub
@@ -17,6 +18,7 @@ from .model import StoredMessage, is_indexed, takes_queue_slot
 from .validation import cached_tag_code
 
 QueueKey = tuple[str, int]
+_crc32 = zlib.crc32
 
 
 class Dispatcher:
@@ -101,7 +103,8 @@ class Dispatcher:
                         )  # fmt: skip
                     )
             if rec.indexed:
-                entries.append((unique_id_hash(rec.unique_id), offset, store_timestamp_ms))
+                # unique_id_hash, inlined: this runs once per message
+                entries.append((_crc32(f"#{rec.unique_id}".encode("utf-8")) or 1, offset, store_timestamp_ms))
                 if rec.keys:
                     add_key_entries(entries, rec.topic, rec.keys, offset, store_timestamp_ms)
         self.index.put(entries)

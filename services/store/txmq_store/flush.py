@@ -3,7 +3,7 @@
 - Async mode (``PeriodicFlusher``): a background thread fsyncs whatever was appended,
   every ``interval_s``. Sends are acknowledged once written (page cache).
 - Sync mode (``GroupCommit``): a send waits until an fsync covers its bytes. One fsync
-  runs at a time in a worker thread, so the event loop keeps appending while it runs;
+  runs at a time in a dedicated thread, so the event loop keeps appending while it runs;
   everything appended meanwhile is covered by the next fsync (group commit). After each
   fsync, ``on_durable(offset)`` runs on the loop: the store dispatches the now-durable
   records, so consumers only ever see durable messages.
@@ -15,7 +15,6 @@ import asyncio
 import collections
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from .commitlog import CommitLog
@@ -48,52 +47,71 @@ class PeriodicFlusher:
 
 
 class GroupCommit:
+    """One fsync thread; each flush covers everything appended before it started, and
+    its completion reaches the loop as one ``call_soon_threadsafe`` that dispatches and
+    resolves every waiter it covers (no executor future per flush)."""
+
     def __init__(self, commitlog: CommitLog, *, on_durable: Callable[[int], None]) -> None:
         self._commitlog = commitlog
         self._on_durable = on_durable
         # (end offset, future); ends ascend because appends happen in loop order.
         self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
-        self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txmq-fsync")
-        self._task: asyncio.Task[None] | None = None
+        self._wanted = threading.Event()  # set: a waiter came after the last flush began
+        self._thread = threading.Thread(target=self._run, name="txmq-fsync", daemon=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="txmq-group-commit")
+        self._loop = asyncio.get_running_loop()
+        self._thread.start()
 
     def request(self, end_offset: int) -> asyncio.Future[None]:
         """A future resolved once ``[0, end_offset)`` is durable (and dispatched)."""
         # Always queued, even when already flushed: the records are dispatched by
         # on_durable, which must run before the send is acknowledged.
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future()
         self._waiters.append((end_offset, fut))
-        self._wakeup.set()
+        self._wanted.set()
         return fut
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _run(self) -> None:
+        """The fsync thread: flush whatever is appended, report, repeat while wanted."""
+        assert self._loop is not None
+        loop, commitlog, wanted = self._loop, self._commitlog, self._wanted
         while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            if not self._waiters:
-                if self._stopping:
-                    return
-                continue
-            target = self._commitlog.write_offset
+            wanted.wait()
+            wanted.clear()  # before reading the target: a later request flushes again
+            if self._stopping:
+                return  # stop() flushes and resolves what is left
+            target = commitlog.write_offset
             try:
-                await loop.run_in_executor(self._executor, self._commitlog.flush, target)
-                self._on_durable(target)
+                commitlog.flush(target)
             except Exception as exc:  # noqa: BLE001 - handed to the waiting sends
-                log.exception("commit log flush/dispatch failed")
-                self._fail_upto(target, exc)
-                continue
-            waiters = self._waiters
-            while waiters and waiters[0][0] <= target:
-                fut = waiters.popleft()[1]
-                if not fut.done():
-                    fut.set_result(None)
-            if waiters or self._stopping:
-                self._wakeup.set()
+                report: tuple[Callable[..., None], ...] = (self._failed, target, exc)
+            else:
+                report = (self._flushed, target)
+            try:
+                loop.call_soon_threadsafe(*report)
+            except RuntimeError:  # the loop is closed (the store was not stopped)
+                return
+
+    def _flushed(self, target: int) -> None:
+        """On the loop: ``[0, target)`` is durable."""
+        try:
+            self._on_durable(target)
+        except Exception as exc:  # noqa: BLE001 - handed to the waiting sends
+            self._failed(target, exc)
+            return
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= target:
+            fut = waiters.popleft()[1]
+            if not fut.done():
+                fut.set_result(None)
+
+    def _failed(self, target: int, exc: BaseException) -> None:
+        log.error("commit log flush/dispatch failed", exc_info=exc)
+        self._fail_upto(target, exc)
 
     def _fail_upto(self, target: int, exc: BaseException) -> None:
         while self._waiters and self._waiters[0][0] <= target:
@@ -101,15 +119,18 @@ class GroupCommit:
             if not fut.done():
                 fut.set_exception(exc)
         if self._waiters:
-            self._wakeup.set()
+            self._wanted.set()
 
     async def stop(self) -> None:
-        """Let pending flushes finish, then flush and dispatch what is left."""
+        """Let a running flush finish, then flush and dispatch what is left."""
         self._stopping = True
-        self._wakeup.set()
-        if self._task is not None:
-            await self._task
-        self._executor.shutdown(wait=True)
+        self._wanted.set()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join)
         end = self._commitlog.write_offset
         self._commitlog.flush(end)
         self._on_durable(end)
+        while self._waiters:
+            fut = self._waiters.popleft()[1]
+            if not fut.done():
+                fut.set_result(None)

@@ -55,6 +55,7 @@ def message_key_hash(topic: str, key: str) -> int:
 
 def unique_id_hash(unique_id: str) -> int:
     # Topics are never empty, so this never hashes the same string as a message key.
+    # Dispatcher.dispatch inlines this: change both together.
     return key_hash(f"#{unique_id}")
 
 

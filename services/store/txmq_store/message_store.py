@@ -335,6 +335,41 @@ class MessageStore:
         may write system topics and set sysflag, reconsume times and the
         prepared-transaction offset. A half message's result names its real queue and
         carries the half record's queue offset (RocketMQ tranStateTableOffset)."""
+        status, records, offsets, queue_offsets, real_queues = await self.send_records(
+            messages,
+            producer_group=producer_group,
+            transaction_prepared=transaction_prepared,
+            born_host=born_host,
+            system=system,
+        )
+        prefix = self._offset_msg_id_prefix
+        if transaction_prepared:
+            return [
+                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, rec.unique_id)
+                for rec, offset, qoff, (topic, qid) in zip(records, offsets, queue_offsets, real_queues)
+            ]
+        return [
+            SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", rec.topic, rec.queue_id, qoff, offset)
+            for rec, offset, qoff in zip(records, offsets, queue_offsets)
+        ]
+
+    @property
+    def offset_msg_id_prefix(self) -> str:
+        """offsetMsgId of commit-log offset N: this prefix + f"{N:016X}"."""
+        return self._offset_msg_id_prefix
+
+    async def send_records(
+        self,
+        messages: Sequence[OutgoingMessage],
+        *,
+        producer_group: str = "",
+        transaction_prepared: bool = False,
+        born_host: str = "",
+        system: bool = False,
+    ) -> tuple[SendStatus, list[PreparedRecord], list[int], list[int], list[tuple[str, int]]]:
+        """``send`` without building SendResults (the servicer builds its response from
+        these): status, the records, their commit-log offsets, their queue offsets and,
+        for half messages, the (topic, queue id) each is meant for."""
         self._check_open()
         if not self._writable:
             raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
@@ -371,7 +406,9 @@ class MessageStore:
         for i, msg in enumerate(messages):
             if cfg is None or cfg.name != msg.topic:  # batches mostly share one topic
                 cfg = self._topic_for_send(msg.topic, i, system=system, new_topics=new_topics)
-            queue_id = self._queue_for_send(cfg, msg.queue_id, i)
+            queue_id = msg.queue_id
+            if queue_id is None or not 0 <= queue_id < cfg.write_queue_nums:  # else: as _queue_for_send
+                queue_id = self._queue_for_send(cfg, queue_id, i)
             sys_flag = msg.sys_flag if system else 0
             if transaction_prepared:
                 real_queues.append((cfg.name, queue_id))
@@ -403,16 +440,7 @@ class MessageStore:
             status = await self._wait_durable(end)
         else:
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
-        prefix = self._offset_msg_id_prefix
-        if transaction_prepared:
-            return [
-                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, rec.unique_id)
-                for rec, offset, qoff, (topic, qid) in zip(records, offsets, queue_offsets, real_queues)
-            ]
-        return [
-            SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", rec.topic, rec.queue_id, qoff, offset)
-            for rec, offset, qoff in zip(records, offsets, queue_offsets)
-        ]
+        return status, records, offsets, queue_offsets, real_queues
 
     def _topic_for_send(
         self, name: str, index: int, *, system: bool, new_topics: dict[str, TopicConfig]

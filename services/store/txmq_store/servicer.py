@@ -12,6 +12,7 @@ from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.grpc_errors import rpc
 
 from .arrivals import ArrivalBatch
+from .codec import PreparedRecord
 from .configs import SubscriptionGroupConfig, TopicConfig
 from .filters import FilterType, build_message_filter
 from .message_store import MessageStore
@@ -86,12 +87,39 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def SendBatch(self, request: store_pb2.SendBatchRequest, context: grpc.aio.ServicerContext):
-        results = await self._store.send(
+        status, records, offsets, queue_offsets, _ = await self._store.send_records(
             [to_outgoing(m) for m in request.messages],
             producer_group=request.producer_group,
             born_host=peer_address(context),
         )
-        return self._batch_response(results)
+        return self._records_response(status, records, offsets, queue_offsets)
+
+    def _records_response(
+        self, status: int, records: Sequence[PreparedRecord], offsets: Sequence[int], queue_offsets: Sequence[int]
+    ) -> store_pb2.SendBatchResponse:
+        """The response to a send that is not transactional, with the fields of the
+        SendResults ``MessageStore.send`` would make, without making them. Each
+        result starts as a copy of its queue's template (status + queue), which costs a
+        fraction of setting every field by keyword."""
+        resp = store_pb2.SendBatchResponse()
+        add = resp.results.add
+        prefix = self._store.offset_msg_id_prefix
+        store_id = self._store.store_id
+        templates: dict[tuple[str, int], store_pb2.SendResult] = {}
+        for rec, offset, queue_offset in zip(records, offsets, queue_offsets):
+            key = (rec.topic, rec.queue_id)
+            template = templates.get(key)
+            if template is None:
+                template = templates[key] = store_pb2.SendResult(
+                    status=status, queue=common_pb2.MessageQueue(topic=key[0], store_id=store_id, queue_id=key[1])
+                )
+            r = add()
+            r.CopyFrom(template)
+            r.msg_id = rec.unique_id
+            r.offset_msg_id = f"{prefix}{offset:016X}"
+            r.queue_offset = queue_offset
+            r.commit_log_offset = offset
+        return resp
 
     @rpc
     async def PutSystemMessages(
@@ -104,17 +132,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             o.reconsume_times = sm.reconsume_times
             o.prepared_transaction_offset = sm.prepared_transaction_offset
             outgoing.append(o)
-        results = await self._store.send(
+        status, records, offsets, queue_offsets, _ = await self._store.send_records(
             outgoing, producer_group=request.producer_group, born_host=peer_address(context), system=True
         )
-        return self._batch_response(results)
-
-    def _batch_response(self, results: Sequence[SendResult]) -> store_pb2.SendBatchResponse:
-        resp = store_pb2.SendBatchResponse()
-        add = resp.results.add  # faster than building SendResult objects and a list
-        for fields in self._result_fields(results):
-            add(**fields)
-        return resp
+        return self._records_response(status, records, offsets, queue_offsets)
 
     @rpc
     async def GetMessage(self, request: store_pb2.GetMessageRequest, context: grpc.aio.ServicerContext):

@@ -91,6 +91,9 @@ class MessageLimits:
     max_record_bytes: int  # what fits a commit-log segment
 
 
+_UNIQ_PREFIX = f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}"
+
+
 def _bad(code: int, message: str, index: int) -> TxmqError:
     return error(code, message, index=str(index))
 
@@ -135,36 +138,16 @@ class MessageEncoder:
             raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"flag {msg.flag} is not a 32-bit integer", index)
         unique_id = msg.unique_id or new_unique_id()
         tags, keys, props = msg.tags, msg.keys, msg.properties
-        parts = [f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}{unique_id}{PROPERTY_SEPARATOR}"]
-        if tags:
-            parts.append(f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{tags}{PROPERTY_SEPARATOR}")
-        if keys:
-            for key in keys:
-                if not key or KEY_SEPARATOR in key:
-                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"key {key!r} is empty or contains a space", index)
-            joined = KEY_SEPARATOR.join(keys)
-            parts.append(f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{joined}{PROPERTY_SEPARATOR}")
-        if props:
-            for name, value in props.items():
-                if not name:
-                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "property with an empty name", index)
-                if name in self._reserved:
-                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"property name {name} is reserved", index)
-                if extra_properties is not None and name in extra_properties:
-                    continue  # the store's value wins (e.g. REAL_TOPIC of a half message)
-                parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
-        if extra_properties:
-            for name, value in extra_properties.items():
-                parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
-        text = "".join(parts)
-        # Each part holds exactly one separator of each kind unless a tag, key, id, name
-        # or value smuggled one in: two C-speed counts instead of a scan per string.
-        if text.count(NAME_VALUE_SEPARATOR) != len(parts) or text.count(PROPERTY_SEPARATOR) != len(parts):
-            raise _bad(
-                errors_pb2.CODE_ILLEGAL_MESSAGE,
-                "tags, keys, unique id and properties must not contain \\x01 or \\x02", index,
-            )  # fmt: skip
-        encoded = text.encode("utf-8")
+        if not (tags or keys or props or extra_properties):
+            # The common case, the unique id alone: what the general path below makes.
+            if NAME_VALUE_SEPARATOR in unique_id or PROPERTY_SEPARATOR in unique_id:
+                raise _bad(
+                    errors_pb2.CODE_ILLEGAL_MESSAGE,
+                    "tags, keys, unique id and properties must not contain \\x01 or \\x02", index,
+                )  # fmt: skip
+            encoded = f"{_UNIQ_PREFIX}{unique_id}{PROPERTY_SEPARATOR}".encode("utf-8")
+        else:
+            encoded = self._encode_properties(index, unique_id, tags, keys, props, extra_properties)
         if len(encoded) > limits.max_properties_bytes:
             raise _bad(
                 errors_pb2.CODE_MESSAGE_PROPERTIES_TOO_LARGE,
@@ -201,3 +184,45 @@ class MessageEncoder:
             extra_properties,
             *_TRAITS[sys_flag & TRANSACTION_TYPE_MASK],
         )
+
+    def _encode_properties(
+        self,
+        index: int,
+        unique_id: str,
+        tags: str,
+        keys: tuple[str, ...],
+        props: Mapping[str, str],
+        extra_properties: Mapping[str, str] | None,
+    ) -> bytes:
+        """The properties text of a message with tags, keys or properties, encoded."""
+        parts = [f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}{unique_id}{PROPERTY_SEPARATOR}"]
+        if tags:
+            parts.append(f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{tags}{PROPERTY_SEPARATOR}")
+        if keys:
+            for key in keys:
+                if not key or KEY_SEPARATOR in key:
+                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"key {key!r} is empty or contains a space", index)
+            joined = KEY_SEPARATOR.join(keys)
+            parts.append(f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{joined}{PROPERTY_SEPARATOR}")
+        if props:
+            for name, value in props.items():
+                if not name:
+                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "property with an empty name", index)
+                if name in self._reserved:
+                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"property name {name} is reserved", index)
+                if extra_properties is not None and name in extra_properties:
+                    continue  # the store's value wins (e.g. REAL_TOPIC of a half message)
+                parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
+        if extra_properties:
+            for name, value in extra_properties.items():
+                parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
+        text = "".join(parts)
+        # Each part holds exactly one separator of each kind unless a tag, key, id, name
+        # or value smuggled one in: two C-speed counts instead of a scan per string.
+        if text.count(NAME_VALUE_SEPARATOR) != len(parts) or text.count(PROPERTY_SEPARATOR) != len(parts):
+            raise _bad(
+                errors_pb2.CODE_ILLEGAL_MESSAGE,
+                "tags, keys, unique id and properties must not contain \\x01 or \\x02", index,
+            )  # fmt: skip
+        encoded = text.encode("utf-8")
+        return encoded

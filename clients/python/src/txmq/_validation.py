@@ -121,6 +121,12 @@ def check_message(
 ) -> None:
     """Raise BadRequestError / ForbiddenError / PayloadTooLargeError for a message the
     store would refuse."""
+    check_send_topic(topic)
+    check_message_content(body, tags, keys, properties, flag, max_body_bytes)
+
+
+def check_send_topic(topic: str) -> None:
+    """The topic part of ``check_message`` (once per batch: a batch shares its topic)."""
     check_topic(topic)
     if is_system_topic(topic):
         raise ForbiddenError(
@@ -128,6 +134,18 @@ def check_message(
             code=errors_pb2.CODE_SYSTEM_TOPIC,
             metadata={"topic": topic},
         )
+
+
+def check_message_content(
+    body: bytes,
+    tags: str | None,
+    keys: Iterable[str],
+    properties: Mapping[str, str],
+    flag: int,
+    max_body_bytes: int,
+) -> None:
+    """Everything ``check_message`` checks but the topic, in the same order.
+    Positional: this runs once per message sent."""
     if not body:
         raise BadRequestError("the message body is empty", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
     if len(body) > max_body_bytes:
@@ -135,21 +153,25 @@ def check_message(
             f"the message body has {len(body)} bytes, more than the limit of {max_body_bytes}",
             code=errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
         )
-    for name, value in properties.items():
-        if not name:
-            raise BadRequestError("a property name is empty", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
-        if name in RESERVED_PROPERTIES:
-            raise BadRequestError(
-                f"the property name {name!r} is reserved for the system; choose another",
-                code=errors_pb2.CODE_ILLEGAL_MESSAGE,
-                metadata={"property": name},
-            )
-        _check_no_separator(name, what="property name")
-        _check_no_separator(value, what=f"value of property {name!r}")
-    for key in keys:
-        if not key or KEY_SEPARATOR in key:
-            raise BadRequestError(f"the key {key!r} is empty or contains a space", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
-        _check_no_separator(key, what="key")
+    if properties:
+        for name, value in properties.items():
+            if not name:
+                raise BadRequestError("a property name is empty", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
+            if name in RESERVED_PROPERTIES:
+                raise BadRequestError(
+                    f"the property name {name!r} is reserved for the system; choose another",
+                    code=errors_pb2.CODE_ILLEGAL_MESSAGE,
+                    metadata={"property": name},
+                )
+            _check_no_separator(name, what="property name")
+            _check_no_separator(value, what=f"value of property {name!r}")
+    if keys:
+        for key in keys:
+            if not key or KEY_SEPARATOR in key:
+                raise BadRequestError(
+                    f"the key {key!r} is empty or contains a space", code=errors_pb2.CODE_ILLEGAL_MESSAGE
+                )
+            _check_no_separator(key, what="key")
     if flag not in _INT32:
         raise BadRequestError(f"the flag {flag} is not a 32-bit integer", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
     if tags is not None:

@@ -42,14 +42,18 @@ class Message:
     queue_id: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.body, (bytearray, memoryview)):
-            self.body = bytes(self.body)
-        elif not isinstance(self.body, bytes):
-            raise TypeError(f"message body must be bytes, not {type(self.body).__name__}")
+        # Exact-type fast paths first: this runs once per message sent.
+        if type(self.body) is not bytes:
+            if isinstance(self.body, (bytearray, memoryview)):
+                self.body = bytes(self.body)
+            elif not isinstance(self.body, bytes):
+                raise TypeError(f"message body must be bytes, not {type(self.body).__name__}")
         keys: str | Iterable[str] = self.keys
-        self.keys = (keys,) if isinstance(keys, str) else tuple(keys)
+        if type(keys) is not tuple:
+            self.keys = (keys,) if isinstance(keys, str) else tuple(keys)
         # A copy: the caller's dict must not change the message after validation.
-        self.properties = dict(self.properties or {})
+        props = self.properties
+        self.properties = dict(props) if props else {}
 
 
 @dataclass(slots=True, kw_only=True)

@@ -11,9 +11,9 @@ from typing import Callable, Sequence, TypeVar
 import grpc
 
 from txmq._client import ClientCore, call
-from txmq._convert import message_to_proto, send_result_from_proto
+from txmq._convert import add_messages_to_proto, message_to_proto, send_result_from_proto, send_results_from_proto
 from txmq._selector import QueueSelector
-from txmq._validation import check_group, check_message
+from txmq._validation import check_group, check_message, check_message_content, check_send_topic
 from txmq.errors import (
     BadRequestError,
     ForbiddenError,
@@ -21,7 +21,7 @@ from txmq.errors import (
     TooManyRequestsError,
     TxmqError,
 )
-from txmq.ids import new_unique_id
+from txmq.ids import new_unique_id, new_unique_ids
 from txmq.message import Message, MessageQueue, SendResult
 from txmq.models import TopicRoute
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
@@ -129,13 +129,21 @@ class Producer:
                 "the messages of a batch go to one queue; their queue_id must agree",
                 code=errors_pb2.CODE_ILLEGAL_QUEUE_ID,
             )
-        pbs = [self._prepare(m) for m in msgs]
+        self._prepare_batch(topic, msgs)
+        born_timestamp_ms = int(time.time() * 1000)
+        request: store_pb2.SendBatchRequest | None = None
 
         def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float) -> list[SendResult]:
-            for pb in pbs:
-                pb.queue_id = mq.queue_id
-            request = store_pb2.SendBatchRequest(messages=pbs, producer_group=self.group)
-            return [send_result_from_proto(r) for r in call(store.SendBatch, request, timeout=remaining).results]
+            nonlocal request
+            if request is None:  # built once the queue is known: no second pass to set it
+                request = store_pb2.SendBatchRequest(producer_group=self.group)
+                add_messages_to_proto(
+                    request.messages, msgs, queue_id=mq.queue_id, born_timestamp_ms=born_timestamp_ms
+                )
+            elif request.messages[0].queue_id != mq.queue_id:  # a retry on another queue
+                for pb in request.messages:
+                    pb.queue_id = mq.queue_id
+            return send_results_from_proto(call(store.SendBatch, request, timeout=remaining).results)
 
         return self._send_with_retry(topic, pinned.pop(), attempt, timeout=timeout)
 
@@ -156,6 +164,25 @@ class Producer:
         if msg.unique_id is None:
             msg.unique_id = new_unique_id()
         return message_to_proto(msg, born_timestamp_ms=int(time.time() * 1000))
+
+    def _prepare_batch(self, topic: str, msgs: Sequence[Message]) -> None:
+        """``_prepare`` for a batch of one topic, without building protobuf messages:
+        the topic is checked once, the missing unique ids are made together."""
+        check_send_topic(topic)
+        limit = self._max_message_size_bytes
+        for i, m in enumerate(msgs):
+            try:
+                check_message_content(m.body, m.tags, m.keys, m.properties, m.flag, limit)
+            except TxmqError:
+                # As one _prepare per message would have left them: ids on those before.
+                for earlier in msgs[:i]:
+                    if earlier.unique_id is None:
+                        earlier.unique_id = new_unique_id()
+                raise
+        missing = [m for m in msgs if m.unique_id is None]
+        if missing:
+            for m, unique_id in zip(missing, new_unique_ids(len(missing))):
+                m.unique_id = unique_id
 
     def _started_core(self) -> ClientCore:
         core = self._core
