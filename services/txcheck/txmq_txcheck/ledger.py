@@ -8,9 +8,11 @@ A decision is proven by the store, never only by memory:
 - ROLLBACK: an op message. Op messages carry the transaction ids as keys (indexed by
   the store) and a ``TXMQ_OP_DECISIONS`` property naming the decision per half offset.
 
-The committed copy is written before the op message, so a crash between the two leaves
-a copy without an op: the next END_TRANSACTION or check of that transaction finds the
-copy, writes the missing op and delivers nothing twice. Decisions of one transaction are
+The committed copy is written together with its op message in one all-or-nothing
+PutSystemMessages batch (copy first). A copy without an op (written by older code that
+stored the two separately and crashed in between, or a torn tail) is still repaired:
+the next END_TRANSACTION or check of that transaction finds the copy, writes the
+missing op and delivers nothing twice. Decisions of one transaction are
 serialized by a per-transaction lock in this process; across txcheck replicas, only the
 leader of the store decides (service.py forwards END_TRANSACTION there): ``end`` takes a
 ``fence`` (the leader's ``leads``) that must still hold right before the first write of a
@@ -145,6 +147,7 @@ class OpWriter:
         await asyncio.shield(fut)
 
     async def _flush(self) -> None:
+        await asyncio.sleep(0)  # let decisions ready in this same loop turn join the batch
         while self._pending:
             batch, self._pending = self._pending[: self._max], self._pending[self._max :]
             try:
@@ -256,8 +259,44 @@ class Ledger:
         return found
 
     async def _decision_from_store(self, transaction_id: str) -> Decision | None:
-        copies = [v for v in await self.store.by_unique_id(transaction_id) if is_committed_copy(v, transaction_id)]
-        ops = await self.store.by_key(OP_TOPIC, transaction_id)
+        return self._decision_from_views(transaction_id, *await self._look_up(transaction_id))
+
+    async def _look_up(self, transaction_id: str) -> tuple[list[common_pb2.MessageView], list[common_pb2.MessageView]]:
+        """(records with the transaction's unique id, op messages keyed by it): both
+        look-ups at once (one round trip of latency instead of two)."""
+        by_id, ops = await asyncio.gather(
+            self.store.by_unique_id(transaction_id), self.store.by_key(OP_TOPIC, transaction_id)
+        )
+        return by_id, ops
+
+    async def _half_and_decision(
+        self, transaction_id: str, commit_log_offset: int
+    ) -> tuple[common_pb2.MessageView | None, Decision | None]:
+        """The half record at ``commit_log_offset`` and the transaction's durable
+        decision. The look-up by unique id also returns the half records of the
+        transaction, so the half is taken from it when it is there (same record, same
+        view); else (another id, not indexed yet, a cached decision) ViewMessage."""
+        known = self._decided.get(transaction_id)
+        if known is not None:
+            return await self._half(commit_log_offset), known
+        by_id, ops = await self._look_up(transaction_id)
+        found = self._decision_from_views(transaction_id, by_id, ops)
+        if found is not None:
+            self._remember(transaction_id, found)
+        half = None
+        if commit_log_offset >= 0:
+            half = next(
+                (v for v in by_id if v.commit_log_offset == commit_log_offset and v.message.topic == HALF_TOPIC), None
+            )
+        if half is None:
+            half = await self._half(commit_log_offset)
+        return half, found
+
+    @staticmethod
+    def _decision_from_views(
+        transaction_id: str, by_id: list[common_pb2.MessageView], ops: list[common_pb2.MessageView]
+    ) -> Decision | None:
+        copies = [v for v in by_id if is_committed_copy(v, transaction_id)]
         entries = [(e, v) for v in ops for e in parse_op_entries(v) if e.transaction_id == transaction_id]
         if copies:
             copy = copies[0]
@@ -290,18 +329,19 @@ class Ledger:
         decision = _RESOLUTION.get(req.resolution)
         if decision is None:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"resolution {req.resolution} is not commit, rollback or unknown")
-        half = await self.store.view(req.commit_log_offset) if req.commit_log_offset >= 0 else None
-        if half is None or half.message.topic != HALF_TOPIC:
-            raise error(
-                errors_pb2.CODE_TRANSACTION_NOT_FOUND,
-                f"no half message at commit-log offset {req.commit_log_offset}",
-                transaction_id=txid,
-            )
-        self._validate(req, half)
-        if req.from_transaction_check:
-            self.timeline.record(txid, now, "check_answered", f"{_WORD[decision]} (check)")
         async with self.lock(txid):
-            prior = await self.decision_of(txid)
+            # The half record and the earlier decision are read together; the half is
+            # validated first, as before.
+            half, prior = await self._half_and_decision(txid, req.commit_log_offset)
+            if half is None or half.message.topic != HALF_TOPIC:
+                raise error(
+                    errors_pb2.CODE_TRANSACTION_NOT_FOUND,
+                    f"no half message at commit-log offset {req.commit_log_offset}",
+                    transaction_id=txid,
+                )
+            self._validate(req, half)
+            if req.from_transaction_check:
+                self.timeline.record(txid, now, "check_answered", f"{_WORD[decision]} (check)")
             if prior is not None:
                 return await self._again(req, half, decision, prior)
             if self._reject_late(req, half, now):
@@ -313,16 +353,28 @@ class Ledger:
             if fence is not None and not fence():
                 raise not_leader(self.store.store_id)
             committed = None
+            entry = OpEntry(half.queue_offset, txid, decision)
             if decision == COMMIT:
-                results = await self.store.put([committed_copy(half)], producer_group=req.producer_group)
+                # The committed copy and its op message in one PutSystemMessages call:
+                # the store appends a batch all or nothing (one request, one append, one
+                # fsync in sync mode), copy first. A copy without its op (written by
+                # older code, or a torn tail) is still settled by the next decision or
+                # the check loop.
+                results = await self.store.put(
+                    [committed_copy(half), op_message([entry])], producer_group=req.producer_group
+                )
                 committed = await self.store.view(results[0].commit_log_offset)
-            await self.ops.write(OpEntry(half.queue_offset, txid, decision))
+            else:
+                await self.ops.write(entry)
             at = self._clock()
             self._remember(txid, Decision(decision, committed, at, (half.queue_offset,)))
             self.timeline.record(
                 txid, at, "committed" if decision == COMMIT else "rolled_back", f"by {source}"
             )
             return txcheck_pb2.EndTransactionResponse(committed=committed)
+
+    async def _half(self, commit_log_offset: int) -> common_pb2.MessageView | None:
+        return await self.store.view(commit_log_offset) if commit_log_offset >= 0 else None
 
     async def _again(
         self, req: txcheck_pb2.EndTransactionRequest, half: common_pb2.MessageView, decision: str, prior: Decision

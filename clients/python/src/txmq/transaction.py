@@ -33,6 +33,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -233,10 +234,17 @@ class TransactionProducer(Producer):
             # RocketMQ sends it one-way: a lost or refused END is settled by the check.
             log.warning("END_TRANSACTION of %s (%s) failed: %s", sent.transaction_id, state.name, err)
 
-    def _txcheck_addresses(self, timeout: float) -> list[str]:
+    def _txcheck_addresses(self, timeout: float) -> Iterator[str]:
+        """The replica holding the channel first, then every live replica (each once).
+        The live list (a ListEndpoints round trip) is only asked for when the first
+        replica did not answer, so a healthy END_TRANSACTION costs one call."""
         channel = self._channel
-        first = [channel.address] if channel is not None and channel.address else []
-        return list(dict.fromkeys(first + txcheck_addresses(self._started_core(), timeout=timeout)))
+        first = channel.address if channel is not None and channel.address else ""
+        if first:
+            yield first
+        for address in txcheck_addresses(self._started_core(), timeout=timeout):
+            if address != first:
+                yield address
 
     def _call_end(self, request: txcheck_pb2.EndTransactionRequest) -> None:
         """END_TRANSACTION, retried on retriable errors (each live replica in turn, then
