@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from txmq._validation import RESERVED_PROPERTIES
+from txmq._validation import check_group as check_group_name  # one naming rule: SDK, store, pull, txcheck
 from txmq.errors import TxmqError, error
 from txmq.ids import new_unique_id
 from txmq.v1 import errors_pb2
@@ -39,7 +40,6 @@ from .model import (
 
 NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 MAX_TOPIC_LENGTH = 127
-MAX_GROUP_LENGTH = 255
 INT32_MAX = 2**31 - 1
 _crc32 = zlib.crc32
 # (takes a queue slot, indexed) per sysflag transaction type, looked up once per message.
@@ -70,11 +70,6 @@ def check_topic_name(name: str, **metadata: str) -> None:
             errors_pb2.CODE_ILLEGAL_TOPIC, f"topic {name!r} has characters outside [%|a-zA-Z0-9_-]",
             topic=name, **metadata,
         )  # fmt: skip
-
-
-def check_group_name(name: str, *, code: int) -> None:
-    if not name or len(name) > MAX_GROUP_LENGTH or not NAME_PATTERN.fullmatch(name):
-        raise error(code, f"group {name!r} must be 1-{MAX_GROUP_LENGTH} characters of [%|a-zA-Z0-9_-]")
 
 
 def check_writable_topic_name(name: str, **metadata: str) -> None:

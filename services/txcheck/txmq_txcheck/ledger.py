@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from txmq._validation import check_group as check_group_name
 from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
 
@@ -53,7 +53,6 @@ log = logging.getLogger("txmq.txcheck.ledger")
 Clock = Callable[[], int]
 COMMIT = "C"
 ROLLBACK = "R"
-_NAME = re.compile(r"[%|a-zA-Z0-9_-]{1,255}")
 _RESOLUTION = {
     txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT: COMMIT,
     txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK: ROLLBACK,
@@ -212,8 +211,8 @@ def not_leader(store_id: str, detail: str = "") -> TxmqError:
 
 
 def check_group(group: str) -> None:
-    if not _NAME.fullmatch(group or ""):
-        raise error(errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP, f"producer group {group!r} is not a legal group name")
+    """A legal producer group name (the one naming rule of txmq._validation)."""
+    check_group_name(group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
 
 
 class Ledger:
