@@ -25,8 +25,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from txmq_runtime.net import join_host_port
 
-SERVICES = ("store", "txcheck", "pull")
-DEFAULT_PORTS = {"store": 10911, "pull": 10912, "txcheck": 10913}
+SERVICES = ("store", "txcheck", "pull", "gateway")
+# 8081: the RocketMQ 5 proxy's gRPC port, where RocketMQ clients look for it.
+DEFAULT_PORTS = {"store": 10911, "pull": 10912, "txcheck": 10913, "gateway": 8081}
 _STOP_MARGIN_S = 10.0  # beyond a service's own shutdown grace before it is killed
 _HEALTH_CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 50),
@@ -268,11 +269,12 @@ class ServiceProcess:
 
 
 class LocalCluster:
-    """etcd + store + txcheck + pull, started in that order, stopped in reverse.
+    """etcd + store + txcheck + pull + gateway (RocketMQ 5 clients), started in that order,
+    stopped in reverse.
 
     ``etcd_endpoints``: use that etcd instead of starting one. ``store_args`` go to the
-    store only (e.g. ``["--flush_mode", "sync"]``), likewise ``txcheck_args`` and
-    ``pull_args``; ``service_args`` to every service.
+    store only (e.g. ``["--flush_mode", "sync"]``), likewise ``txcheck_args``,
+    ``pull_args`` and ``gateway_args``; ``service_args`` to every service.
     """
 
     def __init__(
@@ -283,6 +285,7 @@ class LocalCluster:
         store_port: int = DEFAULT_PORTS["store"],
         pull_port: int = DEFAULT_PORTS["pull"],
         txcheck_port: int = DEFAULT_PORTS["txcheck"],
+        gateway_port: int = DEFAULT_PORTS["gateway"],
         etcd_client_port: int = 2379,
         etcd_peer_port: int = 2380,
         etcd_endpoints: str | None = None,
@@ -290,6 +293,7 @@ class LocalCluster:
         store_args: Sequence[str] = (),
         txcheck_args: Sequence[str] = (),
         pull_args: Sequence[str] = (),
+        gateway_args: Sequence[str] = (),
         service_args: Sequence[str] = (),
         start_timeout_s: float = 60.0,
     ) -> None:
@@ -307,11 +311,12 @@ class LocalCluster:
             )
         )
         self.etcd_endpoints = etcd_endpoints if self.etcd is None else self.etcd.endpoint
-        ports = {"store": store_port, "txcheck": txcheck_port, "pull": pull_port}
+        ports = {"store": store_port, "txcheck": txcheck_port, "pull": pull_port, "gateway": gateway_port}
         extra = {
             "store": ["--data_dir", str(self.data_dir / "store"), *store_args],
             "txcheck": list(txcheck_args),
             "pull": list(pull_args),
+            "gateway": list(gateway_args),
         }
         self.services = {
             name: ServiceProcess(
@@ -338,6 +343,11 @@ class LocalCluster:
     @property
     def txcheck_address(self) -> str:
         return self.services["txcheck"].address
+
+    @property
+    def gateway_address(self) -> str:
+        """Where RocketMQ 5 clients connect (``apache.rocketmq.v2.MessagingService``)."""
+        return self.services["gateway"].address
 
     @property
     def bootstrap(self) -> str:

@@ -31,6 +31,8 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @click.option("--store_port", default=DEFAULT_PORTS["store"], show_default=True, type=int)
 @click.option("--pull_port", default=DEFAULT_PORTS["pull"], show_default=True, type=int)
 @click.option("--txcheck_port", default=DEFAULT_PORTS["txcheck"], show_default=True, type=int)
+@click.option("--gateway_port", default=DEFAULT_PORTS["gateway"], show_default=True, type=int,
+              help="RocketMQ 5 clients connect here.")
 @click.option("--etcd_client_port", default=2379, show_default=True, type=int)
 @click.option("--etcd_peer_port", default=2380, show_default=True, type=int)
 @click.option("--etcd_prefix", default="/txmq", show_default=True, help="Key prefix in etcd.")
@@ -38,7 +40,7 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
               help="How long each process may take to report SERVING.")
 @click.pass_context
 def up(ctx: click.Context, **options: object) -> None:
-    """Run etcd, store, txcheck and pull locally until Ctrl-C or SIGTERM.
+    """Run etcd, store, txcheck, pull and the RocketMQ gateway locally until Ctrl-C or SIGTERM.
 
     Other options go to the store, e.g. `txmq up --flush_mode sync`.
     """

@@ -36,6 +36,7 @@ def new_local_cluster(base_dir: Path, **options: object) -> LocalCluster:
         "store_port": free_port(),
         "pull_port": free_port(),
         "txcheck_port": free_port(),
+        "gateway_port": free_port(),
         "etcd_client_port": free_port(),
         "etcd_peer_port": free_port(),
     }

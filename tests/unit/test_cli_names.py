@@ -12,6 +12,7 @@ def test_service_commands_run_the_services() -> None:
         ("store", "--flush_mode"),
         ("pull", "--suspend_timeout_default_ms"),
         ("txcheck", "--transaction_check_interval_ms"),
+        ("gateway", "--max_body_size_bytes"),
     ):
         result = runner.invoke(cli, [service, "--help"])
         assert result.exit_code == 0, result.output

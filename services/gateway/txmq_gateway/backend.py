@@ -1,0 +1,195 @@
+"""The gateway's side of txmq: stores (send, offsets), pull instances (long polling with
+filters) and txcheck replicas (END_TRANSACTION, producer channels), found in the
+cluster view. Failures are raised as typed ``TxmqError``s (the callee's ErrorDetail)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+from txmq.errors import TxmqError, error
+from txmq.v1 import (
+    common_pb2,
+    errors_pb2,
+    pull_pb2,
+    pull_pb2_grpc,
+    route_pb2,
+    store_pb2,
+    store_pb2_grpc,
+    txcheck_pb2,
+    txcheck_pb2_grpc,
+)
+from txmq_runtime.registry import ClusterView
+from txmq_runtime.server import MAX_MESSAGE_BYTES
+
+log = logging.getLogger("txmq.gateway.backend")
+
+T = TypeVar("T")
+
+CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+)
+_CLOSE_TIMEOUT_S = 5.0
+# How long a held pull may outlive its hold on the pull service's side.
+_PULL_MARGIN_S = 5.0
+
+
+async def call(rpc: Callable[[], Awaitable[T]]) -> T:
+    """Await a gRPC call; a failure becomes the callee's typed TxmqError."""
+    try:
+        return await rpc()
+    except grpc.aio.AioRpcError as exc:
+        raise TxmqError.from_rpc_error(exc) from None
+
+
+class Backend:
+    """Channels (one per address) to the services the cluster view lists."""
+
+    def __init__(self, cluster: ClusterView, *, timeout_ms: int) -> None:
+        self.cluster = cluster
+        self.timeout_s = timeout_ms / 1000
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._round_robin = itertools.count()
+
+    # -- addressing ------------------------------------------------------------------
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return channel
+
+    def addresses(self, kind: int) -> list[str]:
+        """Addresses of the live instances of ``kind``, rotated one step per call."""
+        found = [e.address for e in self.cluster.endpoints(kind)]
+        if not found:
+            return []
+        start = next(self._round_robin) % len(found)
+        return found[start:] + found[:start]
+
+    def store_address(self, store_id: str) -> str:
+        for endpoint in self.cluster.endpoints(common_pb2.SERVICE_KIND_STORE):
+            if endpoint.instance_id == store_id:
+                return endpoint.address
+        raise error(errors_pb2.CODE_STORE_NOT_FOUND, f"no live store {store_id!r}", store_id=store_id)
+
+    async def queues(self, topic: str) -> list[route_pb2.QueueData]:
+        """The topic's queues on every live store serving it; TOPIC_NOT_FOUND when none."""
+        queues, _ = await self.cluster.route(topic)
+        if not queues:
+            raise error(errors_pb2.CODE_TOPIC_NOT_FOUND, f"no live store serves topic {topic!r}", topic=topic)
+        return list(queues)
+
+    def store(self, store_id: str) -> store_pb2_grpc.StoreStub:
+        return store_pb2_grpc.StoreStub(self.channel(self.store_address(store_id)))
+
+    def store_admin(self, store_id: str) -> store_pb2_grpc.StoreAdminStub:
+        return store_pb2_grpc.StoreAdminStub(self.channel(self.store_address(store_id)))
+
+    # -- store -----------------------------------------------------------------------
+
+    async def send(
+        self, store_id: str, message: common_pb2.Message, *, producer_group: str = "", prepared: bool = False
+    ) -> store_pb2.SendResult:
+        request = store_pb2.SendMessageRequest(
+            message=message, producer_group=producer_group, transaction_prepared=prepared
+        )
+        stub = self.store(store_id)
+        return (await call(lambda: stub.SendMessage(request, timeout=self.timeout_s))).result
+
+    async def commit_offset(self, store_id: str, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+        request = store_pb2.CommitConsumeOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id, offset=offset)
+        stub = self.store(store_id)
+        await call(lambda: stub.CommitConsumeOffset(request, timeout=self.timeout_s))
+
+    async def query_offset(self, store_id: str, *, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed offset of a queue; None when it has none."""
+        request = store_pb2.QueryConsumeOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id)
+        stub = self.store(store_id)
+        try:
+            reply = await call(lambda: stub.QueryConsumeOffset(request, timeout=self.timeout_s))
+        except TxmqError as err:
+            if err.code == errors_pb2.CODE_CONSUME_OFFSET_NOT_FOUND:
+                return None
+            raise
+        return reply.offset
+
+    async def queue_offsets(self, store_id: str, topic: str) -> dict[int, tuple[int, int]]:
+        """queue id -> (min offset, max offset) of the topic's queues on a store."""
+        request = store_pb2.GetQueueOffsetsRequest(topic=topic)
+        stub = self.store(store_id)
+        reply = await call(lambda: stub.GetQueueOffsets(request, timeout=self.timeout_s))
+        return {q.queue_id: (q.min_offset, q.max_offset) for q in reply.queues}
+
+    async def ensure_topic(self, store_id: str, topic: str, *, queue_nums: int = 1) -> None:
+        """Create ``topic`` on a store unless it exists (e.g. a %DLQ% topic)."""
+        admin = self.store_admin(store_id)
+        create = store_pb2.CreateTopicRequest(
+            topic=common_pb2.TopicConfig(name=topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
+        )
+        try:
+            await call(lambda: admin.CreateTopic(create, timeout=self.timeout_s))
+        except TxmqError as err:
+            if err.code != errors_pb2.CODE_TOPIC_ALREADY_EXISTS:
+                raise
+
+    # -- pull ------------------------------------------------------------------------
+
+    async def pull(self, request: pull_pb2.PullMessageRequest) -> pull_pb2.PullMessageResponse:
+        """One pull (held up to ``suspend_timeout_ms`` when ``suspend``) on any live pull instance."""
+        addresses = self.addresses(common_pb2.SERVICE_KIND_PULL)
+        if not addresses:
+            raise error(errors_pb2.CODE_UNAVAILABLE, "no pull instance is live")
+        timeout = self.timeout_s + (request.suspend_timeout_ms / 1000 if request.suspend else 0) + _PULL_MARGIN_S
+        last: TxmqError | None = None
+        for address in addresses:
+            stub = pull_pb2_grpc.PullStub(self.channel(address))
+            try:
+                return await call(lambda: stub.PullMessage(request, timeout=timeout))
+            except TxmqError as err:
+                if not err.retriable:
+                    raise
+                last = err
+        assert last is not None
+        raise last
+
+    # -- txcheck ---------------------------------------------------------------------
+
+    async def end_transaction(self, request: txcheck_pb2.EndTransactionRequest) -> txcheck_pb2.EndTransactionResponse:
+        """END_TRANSACTION on the live txcheck replicas in turn until one decides (a
+        retriable error moves on; a repeated decision is answered as the first)."""
+        addresses = self.addresses(common_pb2.SERVICE_KIND_TXCHECK)
+        if not addresses:
+            raise error(errors_pb2.CODE_UNAVAILABLE, "no txcheck instance is live")
+        last: TxmqError | None = None
+        for address in addresses:
+            stub = txcheck_pb2_grpc.TransactionStub(self.channel(address))
+            try:
+                return await call(lambda: stub.EndTransaction(request, timeout=self.timeout_s))
+            except TxmqError as err:
+                if not err.retriable:
+                    raise
+                last = err
+        assert last is not None
+        raise last
+
+    def producer_channel(self, address: str) -> grpc.aio.StreamStreamCall:
+        """Open ``Transaction/ProducerChannel`` on a txcheck replica (no deadline)."""
+        return txcheck_pb2_grpc.TransactionStub(self.channel(address)).ProducerChannel()
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for address, channel in channels.items():
+            try:
+                await asyncio.wait_for(channel.close(), _CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("closing the channel to %s took over %s s; left behind", address, _CLOSE_TIMEOUT_S)

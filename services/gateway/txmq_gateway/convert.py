@@ -1,0 +1,196 @@
+"""v2 messages <-> txmq messages, and the gateway's opaque ids (transaction ids).
+
+A v2 message's system properties map onto txmq's fields (tag, keys, message_id ->
+unique_id, born time); the ones txmq has no field for travel as RocketMQ-named
+properties (``__SHARDINGKEY`` for a FIFO message group, ``CHECK_IMMUNITY_TIME_IN_SECONDS``
+for a transaction's recovery duration) and are hidden again from consumers."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import zlib
+from dataclasses import dataclass
+
+from google.protobuf import duration_pb2, timestamp_pb2
+from txmq.v1 import common_pb2
+
+from txmq_gateway.status import GatewayError
+from txmq_gateway.v2 import Code, pb
+
+PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
+PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_MESSAGE_TYPE = "__RMQ_MESSAGE_TYPE"
+PROPERTY_BORN_HOST = "__RMQ_BORN_HOST"
+
+# Properties the store or txcheck add, or the gateway writes itself: not user properties.
+SYSTEM_PROPERTIES = frozenset(
+    {
+        "TAGS",
+        "KEYS",
+        "UNIQ_KEY",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "PGROUP",
+        "TRAN_MSG",
+        "TRANSACTION_CHECK_TIMES",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        PROPERTY_CHECK_IMMUNITY,
+        PROPERTY_MESSAGE_GROUP,
+        PROPERTY_MESSAGE_TYPE,
+        PROPERTY_BORN_HOST,
+    }
+)
+SYSTEM_PROPERTY_PREFIXES = ("TXMQ_", "__RMQ_")
+
+
+def is_system_property(name: str) -> bool:
+    return name in SYSTEM_PROPERTIES or name.startswith(SYSTEM_PROPERTY_PREFIXES)
+
+
+def to_ms(ts: timestamp_pb2.Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def from_ms(ms: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def duration_ms(d: duration_pb2.Duration) -> int:
+    return d.seconds * 1000 + d.nanos // 1_000_000
+
+
+def duration(ms: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def decoded_body(message: pb.Message) -> bytes:
+    """The body as the application wrote it (GZIP-encoded bodies are inflated)."""
+    if message.system_properties.body_encoding == pb.GZIP:
+        try:
+            return gzip.decompress(message.body)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise GatewayError(Code.MESSAGE_CORRUPTED, f"body is not valid gzip: {exc}") from None
+    return message.body
+
+
+def to_txmq_message(message: pb.Message, *, queue_id: int | None = None) -> common_pb2.Message:
+    """A v2 message as txmq stores it (user properties checked by the store)."""
+    sp = message.system_properties
+    out = common_pb2.Message(
+        topic=message.topic.name,
+        body=decoded_body(message),
+        tags=sp.tag,
+        keys=list(sp.keys),
+        unique_id=sp.message_id,
+        born_timestamp_ms=to_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0,
+    )
+    for name, value in message.user_properties.items():
+        if is_system_property(name):
+            raise GatewayError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property name {name!r} is reserved")
+        out.properties[name] = value
+    if sp.message_type:
+        out.properties[PROPERTY_MESSAGE_TYPE] = pb.MessageType.Name(sp.message_type)
+    if sp.born_host:
+        out.properties[PROPERTY_BORN_HOST] = sp.born_host
+    if sp.HasField("message_group"):
+        out.properties[PROPERTY_MESSAGE_GROUP] = sp.message_group
+    if sp.HasField("orphaned_transaction_recovery_duration"):
+        seconds = max(1, duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
+        out.properties[PROPERTY_CHECK_IMMUNITY] = str(seconds)
+    if queue_id is not None:
+        out.queue_id = queue_id
+    return out
+
+
+def to_v2_message(
+    view: common_pb2.MessageView,
+    *,
+    topic: str | None = None,
+    receipt_handle: str = "",
+    delivery_attempt: int = 0,
+    invisible_ms: int | None = None,
+) -> pb.Message:
+    """A stored message as a v2 client reads it; ``topic`` overrides the stored one
+    (a half message is stored under the half topic)."""
+    src = view.message
+    props = src.properties
+    message_type = props.get(PROPERTY_MESSAGE_TYPE, "")
+    sp = pb.SystemProperties(
+        tag=src.tags,
+        keys=list(src.keys),
+        message_id=src.unique_id,
+        body_digest=pb.Digest(type=pb.CRC32, checksum=format(zlib.crc32(src.body) & 0xFFFFFFFF, "08X")),
+        body_encoding=pb.IDENTITY,
+        message_type=pb.MessageType.Value(message_type) if message_type in pb.MessageType.keys() else pb.NORMAL,
+        born_timestamp=from_ms(src.born_timestamp_ms or view.store_timestamp_ms),
+        born_host=props.get(PROPERTY_BORN_HOST, view.born_host),
+        store_timestamp=from_ms(view.store_timestamp_ms),
+        store_host=view.store_host,
+        queue_id=src.queue_id if src.HasField("queue_id") else 0,
+        queue_offset=view.queue_offset,
+    )
+    if receipt_handle:
+        sp.receipt_handle = receipt_handle
+    if delivery_attempt:
+        sp.delivery_attempt = delivery_attempt
+    if invisible_ms is not None:
+        sp.invisible_duration.CopyFrom(duration(invisible_ms))
+    if PROPERTY_MESSAGE_GROUP in props:
+        sp.message_group = props[PROPERTY_MESSAGE_GROUP]
+    out = pb.Message(
+        topic=pb.Resource(name=topic or props.get("REAL_TOPIC") or src.topic),
+        system_properties=sp,
+        body=src.body,
+    )
+    for name, value in props.items():
+        if not is_system_property(name):
+            out.user_properties[name] = value
+    return out
+
+
+# -- opaque ids ------------------------------------------------------------------------
+
+
+def encode_token(fields: dict[str, object]) -> str:
+    """A compact, URL-safe opaque string for ``fields`` (decoded by ``decode_token``)."""
+    raw = json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def decode_token(token: str) -> dict[str, object]:
+    """``fields`` of ``encode_token``; ValueError when ``token`` is not one."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        fields = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not a gateway token: {exc}") from None
+    if not isinstance(fields, dict):
+        raise ValueError("not a gateway token")
+    return fields
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionHandle:
+    """What END_TRANSACTION needs of a half message, carried in the v2 transaction id
+    (the v2 request names only the topic, message id and transaction id)."""
+
+    store_id: str
+    commit_log_offset: int
+    queue_offset: int
+    transaction_id: str  # txmq's: the half message's unique id
+
+    def encode(self) -> str:
+        return encode_token(
+            {"s": self.store_id, "c": self.commit_log_offset, "q": self.queue_offset, "t": self.transaction_id}
+        )
+
+    @classmethod
+    def decode(cls, token: str) -> TransactionHandle:
+        """Raise GatewayError(INVALID_TRANSACTION_ID) when ``token`` is not one of ours."""
+        try:
+            f = decode_token(token)
+            return cls(str(f["s"]), int(f["c"]), int(f["q"]), str(f["t"]))  # type: ignore[call-overload]
+        except (ValueError, KeyError, TypeError):
+            raise GatewayError(Code.INVALID_TRANSACTION_ID, f"transaction id {token!r} was not issued by txmq") from None

@@ -1,0 +1,49 @@
+"""The gateway process: ``apache.rocketmq.v2.MessagingService`` over the stores, pull
+instances and txcheck replicas of the cluster view, besides Route, health and reflection."""
+
+from __future__ import annotations
+
+import logging
+
+from txmq_runtime.server import ServiceContext, ServiceParts
+
+from txmq_gateway.auth import Authenticator
+from txmq_gateway.backend import Backend
+from txmq_gateway.consumer import SimpleConsumerCore
+from txmq_gateway.producer import ProducerCore
+from txmq_gateway.servicer import MessagingServicer, add_messaging_servicer
+from txmq_gateway.settings import GatewaySettings
+from txmq_gateway.telemetry import ClientHub
+
+log = logging.getLogger("txmq.gateway.service")
+
+
+async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
+    settings = ctx.settings
+    backend = Backend(ctx.cluster, timeout_ms=settings.backend_rpc_timeout_ms)
+    consumer = SimpleConsumerCore(backend, settings)
+    clients = ClientHub(backend, settings)
+    servicer = MessagingServicer(
+        address=ctx.address,
+        auth=Authenticator(settings.access_key, settings.secret_key),
+        backend=backend,
+        producer=ProducerCore(backend, settings),
+        consumer=consumer,
+        clients=clients,
+    )
+    name = add_messaging_servicer(ctx.server, servicer)
+    log.info(
+        "gateway: RocketMQ 5 clients connect to %s (authentication %s)",
+        ctx.address,
+        "on" if servicer.auth.enabled else "off",
+    )
+
+    async def stopping() -> None:
+        await clients.close()
+        await consumer.close()
+
+    async def close() -> None:
+        await stopping()
+        await backend.close()
+
+    return ServiceParts(service_names=[name], close=close, stopping=stopping)

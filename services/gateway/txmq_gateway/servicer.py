@@ -1,0 +1,293 @@
+"""``apache.rocketmq.v2.MessagingService``: a thin layer over the gateway's cores.
+
+Every answer carries a v2 ``Status`` (the gRPC call itself succeeds, as RocketMQ's proxy
+does): authentication first, then the core, whose GatewayError / TxmqError becomes the
+status. RPCs txmq does not serve (PullMessage / UpdateOffset / GetOffset / QueryOffset,
+RecallMessage, SyncLiteSubscription) keep the base class's gRPC UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+from txmq.v1 import common_pb2
+
+from txmq_gateway.auth import Authenticator
+from txmq_gateway.backend import Backend
+from txmq_gateway.consumer import SimpleConsumerCore
+from txmq_gateway.convert import duration_ms, to_v2_message
+from txmq_gateway.producer import ProducerCore
+from txmq_gateway.status import GatewayError, from_exception, ok
+from txmq_gateway.telemetry import ClientHub
+from txmq_gateway.v2 import Code, pb, svc, svc_grpc
+
+log = logging.getLogger("txmq.gateway.servicer")
+
+R = TypeVar("R")
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+_READ, _WRITE = 4, 2  # RocketMQ permission bits
+
+
+def client_id_of(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key.lower() == CLIENT_ID_HEADER:
+            return value.decode() if isinstance(value, bytes) else value
+    return ""
+
+
+def endpoints_of(address: str) -> pb.Endpoints:
+    """v2 Endpoints for host:port (IPv4, IPv6 in brackets, or a DNS name)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if host.replace(".", "").isdigit() and host.count(".") == 3:
+        scheme = pb.IPv4
+    elif ":" in host:
+        scheme = pb.IPv6
+    else:
+        scheme = pb.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
+
+
+def queues_of(topic: str, queue_data: list, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
+    """One v2 MessageQueue per txmq queue: broker = store (id 0, a master), reached
+    through this gateway."""
+    out = []
+    for q in queue_data:
+        broker = pb.Broker(name=q.store_id, id=0, endpoints=endpoints)
+        for queue_id in range(max(q.read_queue_nums, q.write_queue_nums)):
+            readable = bool(q.perm & _READ) and queue_id < q.read_queue_nums
+            writable = bool(q.perm & _WRITE) and queue_id < q.write_queue_nums
+            permission = {
+                (True, True): pb.READ_WRITE,
+                (True, False): pb.READ,
+                (False, True): pb.WRITE,
+                (False, False): pb.NONE,
+            }[(readable, writable)]
+            out.append(
+                pb.MessageQueue(
+                    topic=pb.Resource(name=topic),
+                    id=queue_id,
+                    permission=permission,
+                    broker=broker,
+                    accept_message_types=[pb.NORMAL, pb.FIFO, pb.TRANSACTION],
+                )
+            )
+    return out
+
+
+def filter_of(expression: pb.FilterExpression) -> common_pb2.FilterExpression:
+    if expression.type == pb.SQL:
+        return common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_SQL92, expression=expression.expression)
+    return common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_TAG, expression=expression.expression or "*")
+
+
+class MessagingServicer(svc_grpc.MessagingServiceServicer):
+    def __init__(
+        self,
+        *,
+        address: str,
+        auth: Authenticator,
+        backend: Backend,
+        producer: ProducerCore,
+        consumer: SimpleConsumerCore,
+        clients: ClientHub,
+    ) -> None:
+        self.address = address
+        self.auth = auth
+        self.backend = backend
+        self.producer = producer
+        self.consumer = consumer
+        self.clients = clients
+
+    async def _answer(
+        self,
+        context: grpc.aio.ServicerContext,
+        response: Callable[[pb.Status], R],
+        work: Callable[[], Awaitable[R]],
+    ) -> R:
+        """Authenticate, run ``work``; a failure becomes ``response(status)``."""
+        try:
+            self.auth.check(context.invocation_metadata())
+            return await work()
+        except Exception as exc:  # noqa: BLE001 - answered as a v2 status
+            if not isinstance(exc, GatewayError):
+                log.info("%s failed: %s", type(response).__name__, exc)
+            return response(from_exception(exc))
+
+    # -- route, heartbeat ----------------------------------------------------------------
+
+    async def QueryRoute(self, request: svc.QueryRouteRequest, context: grpc.aio.ServicerContext) -> svc.QueryRouteResponse:
+        async def work() -> svc.QueryRouteResponse:
+            topic = request.topic.name
+            if not topic:
+                raise GatewayError(Code.ILLEGAL_TOPIC, "topic is required")
+            # Answer with the address the client used (a load balancer, a Kubernetes
+            # Service) when it sent one, else this gateway's advertised address.
+            endpoints = request.endpoints if request.endpoints.addresses else endpoints_of(self.address)
+            queues = queues_of(topic, await self.backend.queues(topic), endpoints)
+            return svc.QueryRouteResponse(status=ok(), message_queues=queues)
+
+        return await self._answer(context, lambda s: svc.QueryRouteResponse(status=s), work)
+
+    async def QueryAssignment(
+        self, request: svc.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+    ) -> svc.QueryAssignmentResponse:
+        async def work() -> svc.QueryAssignmentResponse:
+            # Push consumers receive from every readable queue; the gateway spreads
+            # messages over the group's consumers itself, so each gets every queue.
+            topic = request.topic.name
+            endpoints = request.endpoints if request.endpoints.addresses else endpoints_of(self.address)
+            queues = [
+                q for q in queues_of(topic, await self.backend.queues(topic), endpoints) if q.permission in (pb.READ, pb.READ_WRITE)
+            ]
+            return svc.QueryAssignmentResponse(status=ok(), assignments=[pb.Assignment(message_queue=q) for q in queues])
+
+        return await self._answer(context, lambda s: svc.QueryAssignmentResponse(status=s), work)
+
+    async def Heartbeat(self, request: svc.HeartbeatRequest, context: grpc.aio.ServicerContext) -> svc.HeartbeatResponse:
+        async def work() -> svc.HeartbeatResponse:
+            client_id = client_id_of(context)
+            if not client_id:
+                raise GatewayError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is required")
+            self.clients.heartbeat(client_id, request.client_type, request.group.name)
+            return svc.HeartbeatResponse(status=ok())
+
+        return await self._answer(context, lambda s: svc.HeartbeatResponse(status=s), work)
+
+    async def NotifyClientTermination(
+        self, request: svc.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
+    ) -> svc.NotifyClientTerminationResponse:
+        async def work() -> svc.NotifyClientTerminationResponse:
+            self.clients.terminate(client_id_of(context), request.group.name)
+            return svc.NotifyClientTerminationResponse(status=ok())
+
+        return await self._answer(context, lambda s: svc.NotifyClientTerminationResponse(status=s), work)
+
+    async def Telemetry(
+        self, request_iterator: AsyncIterator[svc.TelemetryCommand], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[svc.TelemetryCommand]:
+        try:
+            self.auth.check(context.invocation_metadata())
+            client_id = client_id_of(context)
+            if not client_id:
+                raise GatewayError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is required")
+        except GatewayError as exc:
+            yield svc.TelemetryCommand(status=from_exception(exc))
+            return
+        async for command in self.clients.session(client_id, request_iterator):
+            yield command
+
+    # -- producing -----------------------------------------------------------------------
+
+    async def SendMessage(self, request: svc.SendMessageRequest, context: grpc.aio.ServicerContext) -> svc.SendMessageResponse:
+        return await self._answer(context, lambda s: svc.SendMessageResponse(status=s), lambda: self.producer.send(request))
+
+    async def EndTransaction(
+        self, request: svc.EndTransactionRequest, context: grpc.aio.ServicerContext
+    ) -> svc.EndTransactionResponse:
+        async def work() -> svc.EndTransactionResponse:
+            await self.producer.end_transaction(request)
+            return svc.EndTransactionResponse(status=ok())
+
+        return await self._answer(context, lambda s: svc.EndTransactionResponse(status=s), work)
+
+    # -- consuming -----------------------------------------------------------------------
+
+    async def ReceiveMessage(
+        self, request: svc.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[svc.ReceiveMessageResponse]:
+        """The messages, one frame each, then a status frame (MESSAGE_NOT_FOUND when the
+        long poll ended empty)."""
+        try:
+            self.auth.check(context.invocation_metadata())
+            deliveries = await self.consumer.receive(
+                group=request.group.name,
+                topic=request.message_queue.topic.name,
+                filter=filter_of(request.filter_expression),
+                batch_size=request.batch_size,
+                invisible_ms=duration_ms(request.invisible_duration) if request.HasField("invisible_duration") else None,
+                long_polling_timeout_ms=(
+                    duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else None
+                ),
+                client_id=client_id_of(context),
+            )
+        except Exception as exc:  # noqa: BLE001 - answered as a v2 status
+            if not isinstance(exc, GatewayError):
+                log.info("receive for %s failed: %s", request.group.name, exc)
+            yield svc.ReceiveMessageResponse(status=from_exception(exc))
+            return
+        if not deliveries:
+            yield svc.ReceiveMessageResponse(status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message"))
+            return
+        for d in deliveries:
+            yield svc.ReceiveMessageResponse(
+                message=to_v2_message(
+                    d.view, receipt_handle=d.receipt_handle, delivery_attempt=d.delivery_attempt, invisible_ms=d.invisible_ms
+                )
+            )
+        yield svc.ReceiveMessageResponse(status=ok())
+
+    async def AckMessage(self, request: svc.AckMessageRequest, context: grpc.aio.ServicerContext) -> svc.AckMessageResponse:
+        async def work() -> svc.AckMessageResponse:
+            entries = []
+            for entry in request.entries:
+                try:
+                    await self.consumer.ack(
+                        group=request.group.name,
+                        topic=request.topic.name,
+                        receipt_handle=entry.receipt_handle,
+                        message_id=entry.message_id,
+                    )
+                    result = ok()
+                except Exception as exc:  # noqa: BLE001 - answered per entry
+                    result = from_exception(exc)
+                entries.append(
+                    svc.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result)
+                )
+            if len(entries) == 1:
+                overall = entries[0].status
+            elif all(e.status.code == Code.OK for e in entries):
+                overall = ok()
+            else:
+                overall = pb.Status(code=Code.MULTIPLE_RESULTS, message="some acks failed; see the entries")
+            return svc.AckMessageResponse(status=overall, entries=entries)
+
+        return await self._answer(context, lambda s: svc.AckMessageResponse(status=s), work)
+
+    async def ChangeInvisibleDuration(
+        self, request: svc.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
+    ) -> svc.ChangeInvisibleDurationResponse:
+        async def work() -> svc.ChangeInvisibleDurationResponse:
+            handle = await self.consumer.change_invisible_duration(
+                group=request.group.name,
+                topic=request.topic.name,
+                receipt_handle=request.receipt_handle,
+                message_id=request.message_id,
+                invisible_ms=duration_ms(request.invisible_duration),
+            )
+            return svc.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
+
+        return await self._answer(context, lambda s: svc.ChangeInvisibleDurationResponse(status=s), work)
+
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: svc.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
+    ) -> svc.ForwardMessageToDeadLetterQueueResponse:
+        async def work() -> svc.ForwardMessageToDeadLetterQueueResponse:
+            await self.consumer.forward_to_dead_letter_queue(
+                group=request.group.name,
+                topic=request.topic.name,
+                receipt_handle=request.receipt_handle,
+                message_id=request.message_id,
+            )
+            return svc.ForwardMessageToDeadLetterQueueResponse(status=ok())
+
+        return await self._answer(context, lambda s: svc.ForwardMessageToDeadLetterQueueResponse(status=s), work)
+
+
+def add_messaging_servicer(server: grpc.aio.Server, servicer: MessagingServicer) -> str:
+    svc_grpc.add_MessagingServiceServicer_to_server(servicer, server)
+    return svc.DESCRIPTOR.services_by_name["MessagingService"].full_name

@@ -1,0 +1,61 @@
+"""Settings of the gateway (flags --field_name, env TXMQ_GATEWAY_FIELD_NAME, Helm
+``gateway.field_name``). The RocketMQ 5 proxy's defaults are kept where one exists."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from txmq_runtime.settings import ServiceSettings, service_config
+
+
+class GatewaySettings(ServiceSettings):
+    model_config = service_config("gateway")
+
+    access_key: str = Field(
+        "",
+        description="Access key clients sign with (MQv2-HMAC-SHA1). Empty, or secret_key empty: no authentication.",
+    )
+    secret_key: str = Field(
+        "", description="Secret key of access_key; prefer the env var TXMQ_GATEWAY_SECRET_KEY to a flag."
+    )
+    max_body_size_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1,
+        description="Largest message body accepted; sent to clients as publishing.max_body_size (RocketMQ: 4 MiB).",
+    )
+    send_dedupe_window_ms: int = Field(
+        120_000,
+        ge=0,
+        description="A send that repeats a message_id seen this recently is answered with the first result "
+        "instead of being stored again (client retries); 0 turns it off.",
+    )
+    send_dedupe_max_entries: int = Field(
+        200_000, ge=1, description="Most message ids remembered for deduplication (oldest forgotten first)."
+    )
+    backend_rpc_timeout_ms: int = Field(
+        5_000, ge=1, description="Deadline of each unary call to a store, pull or txcheck instance."
+    )
+    client_expiry_ms: int = Field(
+        60_000,
+        ge=1_000,
+        description="A client that sent no heartbeat and holds no telemetry stream for this long is forgotten "
+        "(RocketMQ clients heartbeat every 10 s).",
+    )
+    min_invisible_duration_ms: int = Field(
+        10_000, ge=0, description="Shortest invisible duration a receive or change may ask for (RocketMQ: 10 s)."
+    )
+    max_invisible_duration_ms: int = Field(
+        12 * 3_600_000, ge=1, description="Longest invisible duration a receive or change may ask for (RocketMQ: 12 h)."
+    )
+    default_invisible_duration_ms: int = Field(
+        30_000, ge=1, description="Invisible duration of a receive that asks for none."
+    )
+    max_long_polling_timeout_ms: int = Field(
+        30_000, ge=0, description="Longest a receive is held waiting for messages; longer requests are cut."
+    )
+    max_receive_batch_size: int = Field(32, ge=1, description="Most messages one receive returns.")
+    max_delivery_attempts: int = Field(
+        17,
+        ge=1,
+        description="After this many deliveries without an ack a message goes to %DLQ%<group> "
+        "(RocketMQ: 16 retries + the first delivery).",
+    )
