@@ -31,9 +31,10 @@ COPY pyproject.toml ./
 COPY services/ services/
 COPY cli/ cli/
 COPY analytics/ analytics/
-# Regular (not editable) installs: the venv must not refer back to /src.
+# Regular (not editable) installs: the venv must not refer back to /src. The gateway's
+# apache.rocketmq.v2 modules come from the pinned rocketmq-python-client (a dependency).
 RUN python -m pip --python /opt/txmq/bin/python install ./clients/python . \
-    && /opt/txmq/bin/python -c "import txmq.v1.store_pb2_grpc, txmq_store.__main__, txmq_pull.__main__, txmq_txcheck.__main__, txmq_cli.main"
+    && /opt/txmq/bin/python -c "import txmq.v1.store_pb2_grpc, txmq_store.__main__, txmq_pull.__main__, txmq_txcheck.__main__, txmq_gateway.__main__, txmq_cli.main"
 
 # ---- build-analytics: the same venv plus the analytics extra (PySpark, pyarrow, ...) ----
 FROM build AS build-analytics
@@ -43,7 +44,7 @@ RUN python -m pip --python /opt/txmq/bin/python install ".[analytics]" \
 # ---- base: what both final images share -------------------------------------------------
 FROM ${PYTHON_IMAGE} AS base
 LABEL org.opencontainers.image.title="txmq" \
-      org.opencontainers.image.description="txmq: a transactional message broker with RocketMQ semantics (store, pull, txcheck, CLI, SDK)" \
+      org.opencontainers.image.description="txmq: a transactional message broker with RocketMQ semantics (store, pull, txcheck, RocketMQ 5 gateway, CLI, SDK)" \
       org.opencontainers.image.licenses="Apache-2.0"
 # A fixed numeric uid/gid, so Kubernetes can check runAsNonRoot without runAsUser.
 RUN groupadd --system --gid 10001 txmq \
@@ -57,8 +58,8 @@ ENV PATH=/opt/txmq/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /var/lib/txmq
-# store 10911, pull 10912, txcheck 10913 (the chart's and `txmq up`'s defaults)
-EXPOSE 10911 10912 10913
+# store 10911, pull 10912, txcheck 10913, gateway 8081 (the chart's and `txmq up`'s defaults)
+EXPOSE 10911 10912 10913 8081
 
 # ---- analytics: base + a JRE + the venv with PySpark (`txmq analytics run`) --------------
 FROM base AS analytics
@@ -70,7 +71,7 @@ USER 10001:10001
 ENTRYPOINT ["txmq"]
 CMD ["analytics", "--help"]
 
-# ---- runtime (default): base + the venv; `txmq store|pull|txcheck|up|topic|...` ----------
+# ---- runtime (default): base + the venv; `txmq store|pull|txcheck|gateway|up|...` --------
 FROM base AS runtime
 COPY --from=build /opt/txmq /opt/txmq
 USER 10001:10001

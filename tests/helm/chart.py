@@ -95,6 +95,35 @@ def render(values: Mapping[str, Any] | None = None, *files: Path, release: str =
     return [d for d in yaml.safe_load_all(out) if d]
 
 
+def notes(values: Mapping[str, Any] | None = None, *files: Path, release: str = RELEASE) -> str:
+    """templates/NOTES.txt as `helm install` would print it. `helm template` never renders
+    NOTES.txt and `helm install --dry-run` needs a cluster, so a copy of the chart gets one
+    more template that renders the same text into a manifest."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "chart"
+        shutil.copytree(CHART, copy)
+        text = (copy / "templates" / "NOTES.txt").read_text()
+        (copy / "templates" / "zz-notes.yaml").write_text(
+            '{{- define "txmq.test.notes" }}' + text + "{{- end }}\n"
+            "kind: Notes\n"
+            'text: {{ include "txmq.test.notes" . | toJson }}\n'
+        )
+        result = helm(
+            "template",
+            release,
+            str(copy),
+            "--namespace",
+            NAMESPACE,
+            "--show-only",
+            "templates/zz-notes.yaml",
+            *_values_args(values, files, tmp),
+            check=False,
+        )
+    if result.returncode != 0:
+        raise AssertionError(f"helm template (NOTES.txt) failed:\n{result.stderr}")
+    return str(yaml.safe_load(result.stdout)["text"])
+
+
 def lint(values: Mapping[str, Any] | None = None, *files: Path) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory() as tmp:
         return helm("lint", "--strict", str(CHART), *_values_args(values, files, tmp), check=False)

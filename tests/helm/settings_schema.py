@@ -4,9 +4,11 @@ settings classes, so Helm checks every value the way the service itself would.
     .venv/bin/python tests/helm/settings_schema.py          # check: exit 1 if stale
     .venv/bin/python tests/helm/settings_schema.py --write  # rewrite the schema file
 
-Only `properties.<service>.properties.settings` is generated; the rest of the schema is
-hand-written. tests/helm/test_chart.py fails when the committed file differs from what
-this produces (a setting added, renamed, retyped or re-bounded in a settings class).
+Only `properties.<service>.properties.settings` is generated (without the secret
+settings, SECRET_SETTINGS); the rest of the schema is hand-written, including the
+gateway's `auth`, where its secret key comes from. tests/helm/test_settings.py fails when
+the committed file differs from what this produces (a setting added, renamed, retyped or
+re-bounded in a settings class).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_settings import BaseSettings
+from txmq_gateway.settings import GatewaySettings
 from txmq_pull.settings import PullSettings
 from txmq_store.settings import StoreSettings
 from txmq_txcheck.settings import TxcheckSettings
@@ -30,6 +33,7 @@ SERVICES: dict[str, type[BaseSettings]] = {
     "store": StoreSettings,
     "pull": PullSettings,
     "txcheck": TxcheckSettings,
+    "gateway": GatewaySettings,
 }
 
 #: Settings the chart fills in per pod when their value is "" (see values.yaml).
@@ -39,7 +43,23 @@ COMPUTED_WHEN_EMPTY: dict[str, frozenset[str]] = {
     | ({"export_dir"} & set(StoreSettings.model_fields)),
     "pull": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
     "txcheck": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
+    "gateway": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
 }
+
+#: Settings that are secrets: not in values.yaml (a plain value would be stored in the
+#: release and shown by `helm get values`), refused there by the schema. The chart sets
+#: their env var from a Secret the user created: <service>.auth.existingSecret, key
+#: <service>.auth.existingSecretKey (templates/_helpers.tpl, txmq.secretEnv).
+SECRET_SETTINGS: dict[str, frozenset[str]] = {"gateway": frozenset({"secret_key"})}
+
+
+def secret_settings(service: str) -> frozenset[str]:
+    return SECRET_SETTINGS.get(service, frozenset())
+
+
+def value_settings(service: str) -> list[str]:
+    """The settings that are values under <service>.settings (all but the secrets)."""
+    return [name for name in SERVICES[service].model_fields if name not in secret_settings(service)]
 
 # JSON-schema keywords that constrain a value (pydantic's output, minus titles/defaults).
 _KEEP = (
@@ -72,6 +92,8 @@ def settings_schema(service: str) -> dict[str, Any]:
     model = SERVICES[service].model_json_schema()
     props: dict[str, Any] = {}
     for name, prop in model["properties"].items():
+        if name in secret_settings(service):
+            continue
         field = _field_schema(prop)
         if name == "port":
             # Kubernetes needs a fixed port: containerPort, probes and Services use it.

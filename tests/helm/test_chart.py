@@ -26,12 +26,16 @@ from helm.chart import (
 
 pytestmark = chart.needs_helm
 
-SERVICES = ("store", "pull", "txcheck")
+SERVICES = ("store", "pull", "txcheck", "gateway")
+#: The services that answer txmq's route look-ups (behind the bootstrap Service); the
+#: gateway speaks RocketMQ's protocol instead.
+ROUTE_SERVICES = ("store", "pull", "txcheck")
 FULL = chart.RELEASE  # release "txmq": resources are txmq-store, txmq-etcd, ...
 VALUES = yaml.safe_load((chart.CHART / "values.yaml").read_text())
 
 #: Values that change everything that can change: other ports, external etcd, TLS,
-#: Spark on Kubernetes, an HPA, sync flush, a longer shutdown grace, another name.
+#: Spark on Kubernetes, an HPA, sync flush, a longer shutdown grace, another name, the
+#: gateway with authentication behind a LoadBalancer.
 NONDEFAULT: dict[str, Any] = {
     "fullnameOverride": "mq",
     "clusterDomain": "corp.local",
@@ -57,6 +61,17 @@ NONDEFAULT: dict[str, Any] = {
         "autoscaling": {"enabled": True, "maxReplicas": 6},
     },
     "txcheck": {"replicas": 4, "settings": {"port": 20913, "check_loop_enable": False, "metrics_port": -1}},
+    "gateway": {
+        "replicas": 2,
+        "settings": {"port": 18081, "access_key": "txmq-ak", "max_receive_batch_size": 64, "metrics_port": 9191},
+        "auth": {"existingSecret": "txmq-gateway-auth", "existingSecretKey": "sk"},
+        "service": {
+            "type": "LoadBalancer",
+            "annotations": {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"},
+            "loadBalancerSourceRanges": ["10.0.0.0/8", "192.168.0.0/16"],
+            "externalTrafficPolicy": "Local",
+        },
+    },
     "analytics": {
         "spark": {
             "master": "k8s://https://kubernetes.default.svc:443",
@@ -70,6 +85,11 @@ SCENARIOS: dict[str, tuple[dict[str, Any] | None, tuple[Path, ...]]] = {
     "default": (None, ()),
     "nondefault": (NONDEFAULT, ()),
     "analytics-off": ({"analytics": {"enabled": False}, "networkPolicy": {"enabled": False}}, ()),
+    "gateway-off": ({"gateway": {"enabled": False}}, ()),
+    "gateway-nodeport": (
+        {"gateway": {"service": {"type": "NodePort", "nodePort": 30081, "externalTrafficPolicy": "Cluster"}}},
+        (),
+    ),
     **{f"example-{p.stem}": (None, (p,)) for p in chart.EXAMPLES},
 }
 
@@ -145,6 +165,9 @@ def test_default_release_has_every_part(default_docs: list[Doc]) -> None:
         ("StatefulSet", "txmq-store"),
         ("Deployment", "txmq-pull"),
         ("Deployment", "txmq-txcheck"),
+        ("Deployment", "txmq-gateway"),
+        ("Service", "txmq-gateway"),
+        ("PodDisruptionBudget", "txmq-gateway"),
         ("CronJob", "txmq-analytics"),
         ("Service", "txmq-store-headless"),
         ("Service", "txmq-etcd-headless"),
@@ -166,6 +189,10 @@ def test_replicas(default_docs: list[Doc], nondefault_docs: list[Doc]) -> None:
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 6)
     assert one(nondefault_docs, "Deployment", "mq-txcheck")["spec"]["replicas"] == 4
     assert one(nondefault_docs, "StatefulSet", "mq-store")["spec"]["replicas"] == 3
+    # The gateway keeps SimpleConsumer state in memory: one pod unless asked for more.
+    assert one(default_docs, "Deployment", "txmq-gateway")["spec"]["replicas"] == 1
+    assert one(nondefault_docs, "Deployment", "mq-gateway")["spec"]["replicas"] == 2
+    assert not [h for h in find(nondefault_docs, "HorizontalPodAutoscaler") if component_of(h) == "gateway"]
 
 
 # ---- the store: a PVC per pod, identity from the pod name ------------------------------------
@@ -345,8 +372,10 @@ def test_each_component_has_a_disruption_budget(component: str, default_docs: li
 def test_bootstrap_service_reaches_every_txmq_service(default_docs: list[Doc]) -> None:
     svc = one(default_docs, "Service", "txmq-bootstrap")
     selector = {"matchLabels": svc["spec"]["selector"]}
-    for service in SERVICES:
+    for service in ROUTE_SERVICES:
         assert matches(selector, pod_labels(workload(default_docs, service)))
+    # The gateway answers apache.rocketmq.v2, not txmq's route look-ups.
+    assert not matches(selector, pod_labels(workload(default_docs, "gateway")))
     assert not matches(selector, pod_labels(one(default_docs, "StatefulSet", "txmq-etcd")))
     assert not matches(selector, pod_labels(one(default_docs, "CronJob", "txmq-analytics")))
     assert svc["spec"]["ports"][0]["targetPort"] == "grpc"
@@ -545,6 +574,20 @@ def test_tls_secret_is_mounted_in_every_service(nondefault_docs: list[Doc], defa
         ({"analytics": {"spark": {"master": "k8s://https://api:6443"}}}, "executorImage"),
         ({"analytics": {"spark": {"master": "localhost"}}}, "master"),
         ({"store": {"probes": {"liveness": {"grpc": {"port": 1}}}}}, "grpc"),
+        ({"gateway": {"settings": {"max_receive_batch_size": 0}}}, "max_receive_batch_size"),
+        ({"gateway": {"settings": {"port": 0}}}, "port"),
+        # The secret key is never a value (it would be stored in the release).
+        ({"gateway": {"settings": {"secret_key": "s3cr3t"}}}, "secret_key"),
+        # One without the other would leave authentication silently off.
+        ({"gateway": {"settings": {"access_key": "ak"}}}, "existingSecret"),
+        ({"gateway": {"auth": {"existingSecret": "gw-auth"}}}, "access_key"),
+        (
+            {"gateway": {"auth": {"existingSecret": "gw-auth", "existingSecretKey": ""}, "settings": {"access_key": "ak"}}},
+            "existingSecretKey",
+        ),
+        ({"gateway": {"service": {"type": "Ingress"}}}, "type"),
+        ({"gateway": {"service": {"externalTrafficPolicy": "Nearest"}}}, "externalTrafficPolicy"),
+        ({"gateway": {"autoscaling": {"enabled": True}}}, "autoscaling"),
     ],
 )
 def test_schema_refuses_bad_values(values: dict[str, Any], message: str) -> None:
@@ -567,6 +610,11 @@ def test_nondefault_values_reach_the_manifests(nondefault_docs: list[Doc]) -> No
     txcheck = env_values(container(workload(nondefault_docs, "txcheck"), "txcheck"))
     assert txcheck["TXMQ_TXCHECK_CHECK_LOOP_ENABLE"] == "false"
     assert txcheck["TXMQ_TXCHECK_ADVERTISED_ADDRESS"] == "$(POD_IP):20913"
+    gateway = env_values(container(workload(nondefault_docs, "gateway"), "gateway"))
+    assert gateway["TXMQ_GATEWAY_PORT"] == "18081"
+    assert gateway["TXMQ_GATEWAY_ADVERTISED_ADDRESS"] == "$(POD_IP):18081"
+    assert gateway["TXMQ_GATEWAY_ACCESS_KEY"] == "txmq-ak"
+    assert gateway["TXMQ_GATEWAY_MAX_RECEIVE_BATCH_SIZE"] == "64"
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -611,6 +659,8 @@ def test_helm_test_pod_checks_every_service(default_docs: list[Doc]) -> None:
     ]
     script = container(pod)["args"][0]
     compile(script, "health-check", "exec")
+    (pod,) = find(chart.render({"gateway": {"enabled": False}}), "Pod")
+    assert not [t for t in container(pod)["args"][1:] if "gateway" in t]
 
 
 def test_long_release_names_stay_within_kubernetes_limits() -> None:
@@ -626,3 +676,96 @@ def test_long_release_names_stay_within_kubernetes_limits() -> None:
 def test_rendering_is_deterministic() -> None:
     assert chart.template().stdout == chart.template().stdout
 
+
+
+# ---- the RocketMQ 5 gateway ------------------------------------------------------------------
+
+
+def test_gateway_service_serves_the_rocketmq_port(default_docs: list[Doc]) -> None:
+    svc = one(default_docs, "Service", "txmq-gateway")
+    gateway = workload(default_docs, "gateway")
+    assert gateway["kind"] == "Deployment"
+    assert container(gateway, "gateway")["args"] == ["gateway"]
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert svc["spec"]["ports"] == [{"name": "grpc", "port": 8081, "targetPort": "grpc", "protocol": "TCP"}]
+    assert matches({"matchLabels": svc["spec"]["selector"]}, pod_labels(gateway))
+    # Only the gateway's pods: RocketMQ clients must not land on a txmq service.
+    for service in ROUTE_SERVICES:
+        assert not matches({"matchLabels": svc["spec"]["selector"]}, pod_labels(workload(default_docs, service)))
+    assert not {"externalTrafficPolicy", "loadBalancerSourceRanges"} & svc["spec"].keys()
+    # Routes name the address the client dialled (the Service), not the pod IP.
+    assert env_values(container(gateway, "gateway"))["TXMQ_GATEWAY_ROUTE_CLIENT_ENDPOINTS"] == "true"
+
+
+def test_gateway_can_be_exposed_outside_the_cluster(nondefault_docs: list[Doc]) -> None:
+    svc = one(nondefault_docs, "Service", "mq-gateway")
+    want = NONDEFAULT["gateway"]["service"]
+    assert svc["spec"]["type"] == "LoadBalancer"
+    assert svc["metadata"]["annotations"] == want["annotations"]
+    assert svc["spec"]["loadBalancerSourceRanges"] == want["loadBalancerSourceRanges"]
+    assert svc["spec"]["externalTrafficPolicy"] == "Local"
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(18081, "grpc")]
+    assert "nodePort" not in svc["spec"]["ports"][0]
+    # The other services stay inside the cluster.
+    for service in ROUTE_SERVICES:
+        assert one(nondefault_docs, "Service", f"mq-{service}")["spec"]["type"] == "ClusterIP"
+
+    values, files = SCENARIOS["gateway-nodeport"]
+    svc = one(chart.render(values, *files), "Service", "txmq-gateway")
+    assert svc["spec"]["type"] == "NodePort"
+    assert svc["spec"]["ports"][0]["nodePort"] == 30081
+    assert svc["spec"]["externalTrafficPolicy"] == "Cluster"
+    assert "loadBalancerSourceRanges" not in svc["spec"]
+
+
+def test_external_service_fields_are_left_out_of_a_cluster_ip_service() -> None:
+    """Kubernetes refuses externalTrafficPolicy and nodePort on a ClusterIP Service."""
+    gateway = {"service": {"type": "ClusterIP", "externalTrafficPolicy": "Local", "nodePort": 30081}}
+    svc = one(chart.render({"gateway": gateway}), "Service", "txmq-gateway")
+    assert "externalTrafficPolicy" not in svc["spec"] and "nodePort" not in svc["spec"]["ports"][0]
+
+
+def test_gateway_secret_key_comes_from_the_named_secret(default_docs: list[Doc], nondefault_docs: list[Doc]) -> None:
+    # No Secret named: no TXMQ_GATEWAY_SECRET_KEY at all (the service's "", no auth).
+    default = container(workload(default_docs, "gateway"), "gateway")
+    assert "TXMQ_GATEWAY_SECRET_KEY" not in env_values(default)
+    assert env_values(default)["TXMQ_GATEWAY_ACCESS_KEY"] == ""
+
+    c = container(workload(nondefault_docs, "gateway"), "gateway")
+    (var,) = [e for e in c["env"] if e["name"] == "TXMQ_GATEWAY_SECRET_KEY"]
+    assert var["valueFrom"] == {"secretKeyRef": {"name": "txmq-gateway-auth", "key": "sk"}}
+    assert "value" not in var
+    assert env_values(c)["TXMQ_GATEWAY_ACCESS_KEY"] == "txmq-ak"
+    # The chart creates no Secret and puts no key material anywhere else.
+    assert not find(nondefault_docs, "Secret")
+    # Only the gateway gets it.
+    for service in ROUTE_SERVICES:
+        env = container(workload(nondefault_docs, service), service)["env"]
+        assert not [e for e in env if "secretKeyRef" in e.get("valueFrom", {})], service
+
+
+def test_gateway_can_be_turned_off() -> None:
+    values, files = SCENARIOS["gateway-off"]
+    docs = chart.render(values, *files)
+    assert not [d for d in docs if component_of(d) == "gateway"]
+    assert "gateway" not in chart.notes(values, *files).lower()
+
+
+def test_notes_give_rocketmq_clients_the_gateway_address() -> None:
+    notes = chart.notes()
+    assert f"txmq-gateway.{chart.NAMESPACE}.svc.cluster.local:8081" in notes
+    assert "port-forward service/txmq-gateway 8081:8081" in notes
+    assert "enableSsl(false)" in notes
+    assert "Authentication is off" in notes
+    assert "rollout status deployment/txmq-gateway" in notes
+
+    notes = chart.notes(NONDEFAULT)
+    assert f"mq-gateway.{chart.NAMESPACE}.svc.corp.local:18081" in notes
+    assert "<the load balancer's address>:18081" in notes
+    assert f"kubectl -n {chart.NAMESPACE} get service mq-gateway -o jsonpath=" in notes
+    assert 'access key "txmq-ak"' in notes and "Secret txmq-gateway-auth (key sk)" in notes
+    assert "Authentication is off" not in notes
+
+    values, files = SCENARIOS["gateway-nodeport"]
+    assert "<any node's address>:30081" in chart.notes(values, *files)
+    assert "jsonpath='{.spec.ports[0].nodePort}'" in chart.notes({"gateway": {"service": {"type": "NodePort"}}})

@@ -169,12 +169,33 @@ def test_pyproject_declares_the_analytics_extra() -> None:
     assert any(dep.lower().startswith("pyspark") for dep in extras["analytics"])
 
 
+#: The services the image runs as `txmq <service>` (each a pod in the chart).
+SERVICES = ("store", "pull", "txcheck", "gateway")
+
+
 def test_exposed_ports_are_the_charts() -> None:
     exposed = {int(p) for e in BY_NAME["base"].all("EXPOSE") for p in e.split()}
-    assert exposed == {VALUES[s]["settings"]["port"] for s in ("store", "pull", "txcheck")}
+    assert exposed == {int(VALUES[s]["settings"]["port"]) for s in SERVICES}
 
 
-@pytest.mark.parametrize("service", ["store", "pull", "txcheck"])
+def test_the_build_imports_every_service() -> None:
+    """The build fails when a service's entry point (or a dependency it imports, such as
+    the gateway's apache.rocketmq.v2 modules from rocketmq-python-client) is missing."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    package_dirs = project["tool"]["setuptools"]["package-dir"]
+    run = " ".join(BY_NAME["build"].all("RUN"))
+    (check,) = re.findall(r'-c "import ([^"]+)"', run)
+    imported = {m.strip() for m in check.split(",")}
+    for service in SERVICES:
+        package = f"txmq_{service}"
+        assert package in project["tool"]["setuptools"]["packages"], package
+        assert (ROOT / package_dirs[package] / "__main__.py").is_file(), package
+        assert f"{package}.__main__" in imported, f"the build does not import {package}.__main__"
+        assert not is_ignored(f"{package_dirs[package]}/__main__.py", dockerignore_patterns()), package
+    assert any(d.replace(" ", "").startswith("rocketmq-python-client==") for d in project["project"]["dependencies"])
+
+
+@pytest.mark.parametrize("service", SERVICES)
 def test_txmq_service_commands_run_the_services(service: str) -> None:
     """The pods run `txmq <service>` (ENTRYPOINT + args): that command must start the
     service, not be taken by another CLI command of the same name."""
@@ -184,7 +205,7 @@ def test_txmq_service_commands_run_the_services(service: str) -> None:
     assert command is not None, f"`txmq {service}` does not exist"
     assert (command.help or "").startswith(f"Run one {service} instance"), (
         f"`txmq {service}` is now {command.callback.__module__}.{command.callback.__name__}: "
-        "the image's pods run `txmq store|pull|txcheck` (helm/txmq, Dockerfile)"
+        "the image's pods run `txmq store|pull|txcheck|gateway` (helm/txmq, Dockerfile)"
     )
 
 

@@ -39,7 +39,12 @@ CHART_DEFAULTS: dict[str, dict[str, object]] = {
     },
     "pull": {"host": "0.0.0.0", "port": 10912, "metrics_port": 9090},
     "txcheck": {"host": "0.0.0.0", "port": 10913, "metrics_port": 9090},
+    "gateway": {"host": "0.0.0.0", "port": 8081, "metrics_port": 9090},  # 8081: the RocketMQ proxy's port
 }
+# Routes name the address the client dialled (Service, load balancer, port-forward), not
+# the pod IP that clients outside the cluster cannot reach.
+if "route_client_endpoints" in SERVICES["gateway"].model_fields:
+    CHART_DEFAULTS["gateway"]["route_client_endpoints"] = True
 # The analytics job reads the stores' exports (analytics.exports.source=store): when the
 # store's export is off by default, the chart turns it on (once a minute).
 _export = SERVICES["store"].model_fields.get("export_interval_ms")
@@ -52,7 +57,13 @@ for _service, _names in settings_schema.COMPUTED_WHEN_EMPTY.items():
 
 
 def fields(service: str) -> list[str]:
-    return list(SERVICES[service].model_fields)
+    """The settings that are values (<service>.settings): all but the secrets."""
+    return settings_schema.value_settings(service)
+
+
+#: A Secret the tests name for the gateway, and what kubelet would read from it.
+GATEWAY_AUTH = {"existingSecret": "gw-auth", "existingSecretKey": "secret-key"}
+SECRETS = {("gw-auth", "secret-key"): "the-secret-key"}
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -67,6 +78,8 @@ def test_values_yaml_has_every_setting_and_nothing_else(service: str) -> None:
 def test_values_yaml_defaults_are_the_services_defaults(service: str) -> None:
     differing = {}
     for name, field in SERVICES[service].model_fields.items():
+        if name in settings_schema.secret_settings(service):
+            continue
         want = CHART_DEFAULTS[service].get(name, field.default)
         got = VALUES[service]["settings"].get(name)
         if got != want:
@@ -86,7 +99,11 @@ def test_schema_bounds_are_the_settings_bounds(service: str) -> None:
     """Spot check of the generator on what pydantic itself enforces."""
     schema = settings_schema.load_schema()["properties"][service]["properties"]["settings"]
     assert schema["additionalProperties"] is False
+    # Secrets are not values: the schema refuses them under settings.
+    assert not settings_schema.secret_settings(service) & schema["properties"].keys()
     for name, field in SERVICES[service].model_fields.items():
+        if name in settings_schema.secret_settings(service):
+            continue
         prop = schema["properties"][name]
         for meta in field.metadata:
             if hasattr(meta, "ge"):
@@ -119,11 +136,34 @@ def test_rendered_env_names_are_the_settings_fields(service: str, default_docs: 
     assert len(txmq_names) == len(set(txmq_names))
 
 
+@chart.needs_helm
+def test_secret_settings_are_rendered_from_the_secret_only() -> None:
+    """With gateway.auth.existingSecret every setting has its env var, the secret ones
+    from a secretKeyRef (never a literal value)."""
+    docs = chart.render({"gateway": {"auth": GATEWAY_AUTH, "settings": {"access_key": "ak"}}})
+    for service in SERVICES:
+        c = service_container(docs, service)
+        prefix = f"TXMQ_{service.upper()}_"
+        names = [e["name"] for e in env_list(c) if e["name"].startswith("TXMQ_")]
+        assert sorted(names) == sorted(prefix + f.upper() for f in SERVICES[service].model_fields)
+        for name in settings_schema.secret_settings(service):
+            (var,) = [e for e in env_list(c) if e["name"] == prefix + name.upper()]
+            assert "value" not in var
+            ref = var["valueFrom"]["secretKeyRef"]
+            assert (ref["name"], ref["key"]) == (GATEWAY_AUTH["existingSecret"], GATEWAY_AUTH["existingSecretKey"])
+
+
 def resolve_env(
-    c: dict[str, Any], *, pod_name: str, namespace: str = chart.NAMESPACE, pod_ip: str = "10.1.2.3"
+    c: dict[str, Any],
+    *,
+    pod_name: str,
+    namespace: str = chart.NAMESPACE,
+    pod_ip: str = "10.1.2.3",
+    secrets: dict[tuple[str, str], str] = SECRETS,
 ) -> dict[str, str]:
-    """The environment Kubernetes would give the container: downward-API values and
-    $(VAR) expansion of variables defined earlier in the list."""
+    """The environment Kubernetes would give the container: downward-API values, Secret
+    keys (``secrets``: (secret name, key) -> value) and $(VAR) expansion of variables
+    defined earlier in the list."""
     memory_limit = parse_quantity(c["resources"]["limits"]["memory"])
     fields_ = {"metadata.name": pod_name, "metadata.namespace": namespace, "status.podIP": pod_ip}
     env: dict[str, str] = {}
@@ -132,6 +172,9 @@ def resolve_env(
             value = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), e["value"])
         elif "fieldRef" in e["valueFrom"]:
             value = fields_[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        elif "secretKeyRef" in e["valueFrom"]:
+            ref = e["valueFrom"]["secretKeyRef"]
+            value = secrets[(ref["name"], ref["key"])]
         else:
             ref = e["valueFrom"]["resourceFieldRef"]
             assert ref["resource"] == "limits.memory"
@@ -161,7 +204,12 @@ def clean_txmq_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_settings_classes_read_the_rendered_env(
     service: str, default_docs: list[Doc], monkeypatch: pytest.MonkeyPatch, clean_txmq_env: None
 ) -> None:
-    pod = {"store": "txmq-store-1", "pull": "txmq-pull-5d8f-x2x4z", "txcheck": "txmq-txcheck-77c9-k8m2p"}[service]
+    pod = {
+        "store": "txmq-store-1",
+        "pull": "txmq-pull-5d8f-x2x4z",
+        "txcheck": "txmq-txcheck-77c9-k8m2p",
+        "gateway": "txmq-gateway-6f4d-q9w7e",
+    }[service]
     c = service_container(default_docs, service)
     for name, value in resolve_env(c, pod_name=pod).items():
         monkeypatch.setenv(name, value)
@@ -187,17 +235,27 @@ def test_every_setting_reaches_the_service_when_changed(monkeypatch: pytest.Monk
     """Each setting set to another valid value in values.yaml comes out of the settings
     class with that value (so no field is dropped or mangled on the way)."""
     changed: dict[str, dict[str, Any]] = {}
-    for service, cls in SERVICES.items():
+    for service in SERVICES:
         changed[service] = {}
-        for name, field in cls.model_fields.items():
+        for name in fields(service):
+            field = SERVICES[service].model_fields[name]
             changed[service][name] = other_value(name, field, VALUES[service]["settings"][name])
     changed["store"]["data_dir"] = "/var/lib/txmq/data/elsewhere"  # still on the PVC
-    docs = chart.render({service: {"settings": s} for service, s in changed.items()})
+    values: dict[str, Any] = {service: {"settings": dict(s)} for service, s in changed.items()}
+    # Secret settings are not values: they come from the Secret gateway.auth names (which a
+    # changed access_key needs anyway).
+    secret_value = SECRETS[(GATEWAY_AUTH["existingSecret"], GATEWAY_AUTH["existingSecretKey"])]
+    for service in SERVICES:
+        for name in settings_schema.secret_settings(service):
+            values[service]["auth"] = GATEWAY_AUTH
+            changed[service][name] = secret_value
+    docs = chart.render(values)
     for service, cls in SERVICES.items():
         with monkeypatch.context() as m:
             for name, value in resolve_env(service_container(docs, service), pod_name="p-0").items():
                 m.setenv(name, value)
             settings = load_settings(cls, [])
+        assert set(changed[service]) == set(cls.model_fields)
         for name, want in changed[service].items():
             assert getattr(settings, name) == want, (service, name)
 
@@ -241,6 +299,33 @@ def _health(address: str, timeout_s: float, proc: subprocess.Popen[bytes], log: 
             time.sleep(0.1)
 
 
+def _gateway_auth_refuses(address: str, *, access_key: str | None, secret_key: str) -> bool:
+    """Whether the gateway answers a QueryRoute signed with these keys (unsigned: None)
+    with UNAUTHORIZED."""
+    import datetime
+    import hashlib
+    import hmac
+
+    from txmq_gateway.v2 import Code, pb, svc, svc_grpc
+
+    metadata: list[tuple[str, str]] = []
+    if access_key is not None:
+        date = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        signature = hmac.new(secret_key.encode(), date.encode(), hashlib.sha1).hexdigest()
+        metadata = [
+            ("x-mq-date-time", date),
+            (
+                "authorization",
+                f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, Signature={signature}",
+            ),
+        ]
+    with grpc.insecure_channel(address) as channel:
+        stub = svc_grpc.MessagingServiceStub(channel)
+        request = svc.QueryRouteRequest(topic=pb.Resource(name="HelmAuthCheck"))
+        reply = stub.QueryRoute(request, metadata=metadata, timeout=10)
+    return reply.status.code == Code.UNAUTHORIZED
+
+
 @pytest.fixture
 def pods(tmp_path: Path) -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
     started: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -254,10 +339,12 @@ def pods(tmp_path: Path) -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
 @chart.needs_helm
 @pytest.mark.slow
 def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Path, pods: list) -> None:
-    """store, pull and txcheck started the way the pods start them: the image's entrypoint
-    (`txmq`) with the container's args and only the rendered env (pointed at a test etcd
-    and loopback ports). Each reports SERVING, registers under its pod name, and on
-    SIGTERM stops within terminationGracePeriodSeconds minus the preStop sleep."""
+    """store, pull, txcheck and the gateway started the way the pods start them: the
+    image's entrypoint (`txmq`) with the container's args and only the rendered env
+    (pointed at a test etcd and loopback ports; the gateway with authentication on, its
+    secret key resolved from the secretKeyRef). Each reports SERVING, registers under its
+    pod name, and on SIGTERM stops within terminationGracePeriodSeconds minus the preStop
+    sleep."""
     from support import free_port
     from txmq import Admin, ServiceKind
 
@@ -279,10 +366,24 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
         },
         "pull": {"settings": {"host": "127.0.0.1", "port": ports["pull"], "metrics_port": metrics["pull"]}},
         "txcheck": {"settings": {"host": "127.0.0.1", "port": ports["txcheck"], "metrics_port": metrics["txcheck"]}},
+        "gateway": {
+            "settings": {
+                "host": "127.0.0.1",
+                "port": ports["gateway"],
+                "metrics_port": metrics["gateway"],
+                "access_key": "helm-test-ak",
+            },
+            "auth": GATEWAY_AUTH,
+        },
     }
     docs = chart.render(values)
     entrypoint = str(Path(sys.executable).parent / "txmq")
-    pod_names = {"store": "txmq-store-0", "pull": "txmq-pull-6b7c-abcde", "txcheck": "txmq-txcheck-6b7c-fghij"}
+    pod_names = {
+        "store": "txmq-store-0",
+        "pull": "txmq-pull-6b7c-abcde",
+        "txcheck": "txmq-txcheck-6b7c-fghij",
+        "gateway": "txmq-gateway-6b7c-klmno",
+    }
     graces: dict[str, int] = {}
     for service in SERVICES:
         (w,) = [
@@ -310,12 +411,20 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
                 (ServiceKind.STORE, "txmq-store-0", f"127.0.0.1:{ports['store']}"),
                 (ServiceKind.PULL, pod_names["pull"], f"127.0.0.1:{ports['pull']}"),
                 (ServiceKind.TXCHECK, pod_names["txcheck"], f"127.0.0.1:{ports['txcheck']}"),
+                (ServiceKind.GATEWAY, pod_names["gateway"], f"127.0.0.1:{ports['gateway']}"),
             }
             if want <= live or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
     assert want <= live
     assert (mount / "store").is_dir() and any((mount / "store").iterdir())
+    # The gateway's secret key came from the secretKeyRef: unsigned calls are refused,
+    # calls signed with that key are let through.
+    secret = SECRETS[(GATEWAY_AUTH["existingSecret"], GATEWAY_AUTH["existingSecretKey"])]
+    gateway = f"127.0.0.1:{ports['gateway']}"
+    assert _gateway_auth_refuses(gateway, access_key=None, secret_key="")
+    assert _gateway_auth_refuses(gateway, access_key="helm-test-ak", secret_key="not-the-secret")
+    assert not _gateway_auth_refuses(gateway, access_key="helm-test-ak", secret_key=secret)
     for service in SERVICES:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics[service]}/metrics", timeout=5) as reply:
             assert reply.status == 200, service

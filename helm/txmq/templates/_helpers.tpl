@@ -146,6 +146,26 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- end }}
 {{- end }}
 
+{{/* Settings that are secrets (the gateway's secret_key) are not values: the env var
+     comes from a Secret the user created, <service>.auth.existingSecret (key
+     existingSecretKey). Nothing when no Secret is named (the service's default, ""). */}}
+{{- define "txmq.secretEnv" -}}
+{{- $v := index .ctx.Values .service }}
+{{- if and (hasKey $v "auth") $v.auth.existingSecret }}
+- name: {{ printf "TXMQ_%s_SECRET_KEY" (upper .service) }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $v.auth.existingSecret | quote }}
+      key: {{ required (printf "%s.auth.existingSecretKey is required with existingSecret" .service) $v.auth.existingSecretKey | quote }}
+{{- end }}
+{{- end }}
+
+{{/* "true" for the services that answer txmq's route look-ups (the bootstrap Service's
+     pods); the gateway speaks RocketMQ's protocol instead. */}}
+{{- define "txmq.answersRoutes" -}}
+{{- if has . (list "store" "pull" "txcheck") }}true{{ end }}
+{{- end }}
+
 {{/* Pod pieces ------------------------------------------------------------------------ */}}
 
 {{/* terminationGracePeriodSeconds covering preStop + shutdown_grace_ms + a margin. */}}

@@ -1,5 +1,5 @@
-{{/* Deployment, Service and PodDisruptionBudget of a stateless service (pull, txcheck).
-     Call with (dict "ctx" $ "service" "pull"). */}}
+{{/* Deployment, Service and PodDisruptionBudget of a stateless service (pull, txcheck,
+     gateway). Call with (dict "ctx" $ "service" "pull"). */}}
 
 {{- define "txmq.stateless.deployment" -}}
 {{- $ctx := .ctx }}
@@ -29,8 +29,10 @@ spec:
     metadata:
       labels:
         {{- include "txmq.labels" (dict "ctx" $ctx "component" $service) | nindent 8 }}
+        {{- if include "txmq.answersRoutes" $service }}
         # Selected by the bootstrap Service.
         txmq.io/route: "true"
+        {{- end }}
         {{- with $v.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -77,6 +79,9 @@ spec:
           env:
             {{- include "txmq.podEnv" $ctx | trim | nindent 12 }}
             {{- include "txmq.settingsEnv" (dict "ctx" $ctx "service" $service) | trim | nindent 12 }}
+            {{- with include "txmq.secretEnv" (dict "ctx" $ctx "service" $service) }}
+            {{- . | trim | nindent 12 }}
+            {{- end }}
             {{- with $v.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -128,8 +133,18 @@ metadata:
   annotations:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- $external := ne $v.service.type "ClusterIP" }}
 spec:
   type: {{ $v.service.type }}
+  {{- if and $external $v.service.externalTrafficPolicy }}
+  externalTrafficPolicy: {{ $v.service.externalTrafficPolicy }}
+  {{- end }}
+  {{- if eq $v.service.type "LoadBalancer" }}
+  {{- with $v.service.loadBalancerSourceRanges }}
+  loadBalancerSourceRanges:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- end }}
   selector:
     {{- include "txmq.selectorLabels" (dict "ctx" $ctx "component" $service) | nindent 4 }}
   ports:
@@ -137,6 +152,9 @@ spec:
       port: {{ $port }}
       targetPort: grpc
       protocol: TCP
+      {{- if and $external (gt (int $v.service.nodePort) 0) }}
+      nodePort: {{ int $v.service.nodePort }}
+      {{- end }}
 {{- end }}
 
 {{- define "txmq.stateless.pdb" -}}

@@ -30,6 +30,7 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
         producer=ProducerCore(backend, settings),
         consumer=consumer,
         clients=clients,
+        route_client_endpoints=settings.route_client_endpoints,
     )
     name = add_messaging_servicer(ctx.server, servicer)
     log.info(

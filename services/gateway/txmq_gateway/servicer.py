@@ -95,8 +95,10 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         producer: ProducerCore,
         consumer: SimpleConsumerCore,
         clients: ClientHub,
+        route_client_endpoints: bool = False,
     ) -> None:
         self.address = address
+        self.route_client_endpoints = route_client_endpoints
         self.auth = auth
         self.backend = backend
         self.producer = producer
@@ -118,6 +120,13 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 log.info("%s failed: %s", type(response).__name__, exc)
             return response(from_exception(exc))
 
+    def _route_endpoints(self, access_point: pb.Endpoints) -> pb.Endpoints:
+        """Where routes send clients: this gateway's advertised address, or (with
+        route_client_endpoints) the access point the client used, e.g. a load balancer."""
+        if self.route_client_endpoints and access_point.addresses:
+            return access_point
+        return endpoints_of(self.address)
+
     # -- route, heartbeat ----------------------------------------------------------------
 
     async def QueryRoute(self, request: svc.QueryRouteRequest, context: grpc.aio.ServicerContext) -> svc.QueryRouteResponse:
@@ -125,9 +134,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             topic = request.topic.name
             if not topic:
                 raise GatewayError(Code.ILLEGAL_TOPIC, "topic is required")
-            # Answer with the address the client used (a load balancer, a Kubernetes
-            # Service) when it sent one, else this gateway's advertised address.
-            endpoints = request.endpoints if request.endpoints.addresses else endpoints_of(self.address)
+            endpoints = self._route_endpoints(request.endpoints)
             queues = queues_of(topic, await self.backend.queues(topic), endpoints)
             return svc.QueryRouteResponse(status=ok(), message_queues=queues)
 
@@ -140,7 +147,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             # Push consumers receive from every readable queue; the gateway spreads
             # messages over the group's consumers itself, so each gets every queue.
             topic = request.topic.name
-            endpoints = request.endpoints if request.endpoints.addresses else endpoints_of(self.address)
+            endpoints = self._route_endpoints(request.endpoints)
             queues = [
                 q for q in queues_of(topic, await self.backend.queues(topic), endpoints) if q.permission in (pb.READ, pb.READ_WRITE)
             ]

@@ -17,6 +17,11 @@ class GatewaySettings(ServiceSettings):
     secret_key: str = Field(
         "", description="Secret key of access_key; prefer the env var TXMQ_GATEWAY_SECRET_KEY to a flag."
     )
+    route_client_endpoints: bool = Field(
+        False,
+        description="Routes name the address the client connected to (its access point) instead of this "
+        "gateway's advertised_address; for replicas behind one load-balanced address.",
+    )
     max_body_size_bytes: int = Field(
         4 * 1024 * 1024,
         ge=1,
