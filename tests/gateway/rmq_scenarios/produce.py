@@ -1,0 +1,57 @@
+"""Send normal messages with the official client's Producer.
+
+Message i (0-based) has body ``<body-prefix>-<i>``, tag ``--tag``, keys
+``<key-prefix>-<i>`` and ``<key-prefix>-all``, the ``--property`` user properties plus
+``index=<i>``. Prints ``started``, then per message ``sent`` (message_id, offset,
+the queue the client picked, body) or ``error``, then ``done``.
+"""
+
+from __future__ import annotations
+
+from _common import config, emit, new_message, parse_properties, parser, reported
+from rocketmq import Producer
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--tag", default="")
+    p.add_argument("--key-prefix", default="key")
+    p.add_argument("--body-prefix", default="body")
+    p.add_argument("--property", action="append", default=[], help="NAME=VALUE, repeatable")
+    args = p.parse_args()
+    properties = parse_properties(args.property)
+
+    producer = Producer(config(args), topics=[args.topic])
+    started = False
+    with reported("startup"):
+        producer.startup()
+        started = True
+    if not started:
+        return
+    emit("started")
+    try:
+        for i in range(args.count):
+            body = f"{args.body_prefix}-{i}"
+            keys = [f"{args.key_prefix}-{i}", f"{args.key_prefix}-all"]
+            msg = new_message(args.topic, body, tag=args.tag or None, keys=keys, properties={**properties, "index": str(i)})
+            with reported("send", index=i, body=body):
+                receipt = producer.send(msg)
+                emit(
+                    "sent",
+                    index=i,
+                    body=body,
+                    keys=keys,
+                    message_id=receipt.message_id,
+                    transaction_id=receipt.transaction_id,
+                    offset=receipt.offset,
+                    queue=str(receipt.message_queue),
+                )
+    finally:
+        producer.shutdown()
+    emit("done")
+
+
+if __name__ == "__main__":
+    main()
