@@ -1,7 +1,8 @@
 """The main job: a local txmq cluster on embedded defaults, then an end-to-end demo.
 
-Run through scripts/demo.sh (which does the setup first). Starts etcd, store, txcheck and
-pull as separate processes under ./data/demo, uses the Python SDK against them, prints
+Run through scripts/demo.sh (which does the setup first). Starts etcd, store, txcheck,
+pull and the RocketMQ gateway as separate processes under ./data/demo, uses the Python SDK
+against them (and the official RocketMQ 5 client against the gateway), prints
 what happens, and stops the cluster. `--keep-running` leaves it up until Ctrl-C.
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -67,7 +70,7 @@ def banner(text: str) -> None:
     print(f"\n== {text}")
 
 
-def demo(bootstrap: str) -> None:
+def demo(bootstrap: str, gateway: str) -> None:
     with Admin(bootstrap) as admin:
         banner("create topic DemoOrders (4 queues)")
         topic = admin.create_topic("DemoOrders", read_queue_nums=4, write_queue_nums=4)
@@ -125,6 +128,7 @@ def demo(bootstrap: str) -> None:
         transactions(bootstrap, admin)
         long_polling(bootstrap, admin)
         push_consumers(bootstrap, admin)
+        rocketmq_client(gateway, admin)
 
         status = admin.store_status()[0]
         banner(f"store {status.store_id}: commit log {status.commit_log_min_offset}.."
@@ -228,6 +232,16 @@ def push_consumers(bootstrap: str, admin: Admin) -> None:
         print(f"   {group}: total lag {lag}")
 
 
+def rocketmq_client(gateway: str, admin: Admin) -> None:
+    banner(f"the official RocketMQ 5 Python client, unchanged, through the gateway at {gateway}")
+    admin.create_topic("DemoRocketMQ", read_queue_nums=4, write_queue_nums=4)
+    script = Path(__file__).with_name("rocketmq_client_demo.py")
+    # Its own process: the client brings its own copy of the apache.rocketmq.v2 modules.
+    done = subprocess.run([sys.executable, str(script), gateway, "DemoRocketMQ", "demo-rocketmq-group"], timeout=120)
+    if done.returncode != 0:
+        print(f"   the RocketMQ client demo failed (exit {done.returncode})")
+
+
 def report(data_dir: Path) -> None:
     banner("offline analytics on Spark (local mode) over the store's export")
     try:
@@ -251,7 +265,7 @@ def main() -> None:
     store_args = ["--export_interval_ms", "1000"]
     with LocalCluster(data_dir=data_dir, txcheck_args=TXCHECK_ARGS, store_args=store_args) as cluster:
         print(f"txmq cluster up; bootstrap address {cluster.bootstrap}; logs in {cluster.log_dir}")
-        demo(cluster.bootstrap)
+        demo(cluster.bootstrap, cluster.gateway_address)
         if args.keep_running:
             print("\ncluster is running; Ctrl-C stops it")
             try:

@@ -275,3 +275,64 @@ def test_route_has_one_queue_per_txmq_queue_with_permissions() -> None:
     assert queues[0].broker.endpoints.scheme == pb.IPv4
     assert endpoints_of("gateway.txmq.svc:8081").scheme == pb.DOMAIN_NAME
     assert endpoints_of("[::1]:8081").addresses[0].host == "::1"
+
+
+# -- servicer: a receive the client abandons --------------------------------------------
+
+
+class FakeContext:
+    def invocation_metadata(self) -> list[tuple[str, str]]:
+        return [("x-mq-client-id", "c1")]
+
+    def time_remaining(self) -> float:
+        return 30.0
+
+
+class FakeConsumer:
+    def __init__(self, deliveries: list) -> None:  # type: ignore[type-arg]
+        self.deliveries = deliveries
+        self.changed: list[tuple[str, int]] = []
+
+    async def receive(self, **_: object) -> list:  # type: ignore[type-arg]
+        return self.deliveries
+
+    async def change_invisible_duration(self, *, receipt_handle: str, invisible_ms: int, **_: object) -> str:
+        self.changed.append((receipt_handle, invisible_ms))
+        return receipt_handle + "'"
+
+
+async def test_messages_of_an_abandoned_receive_are_visible_again_at_once() -> None:
+    from txmq_gateway.consumer import Delivery
+    from txmq_gateway.servicer import MessagingServicer
+    from txmq_gateway.v2 import svc
+
+    views = [common_pb2.MessageView(message=common_pb2.Message(topic="T", body=b"x", unique_id=f"m{i}")) for i in range(2)]
+    consumer = FakeConsumer([Delivery(v, f"h{i}", 1, 30_000) for i, v in enumerate(views)])
+    servicer = MessagingServicer(
+        address="127.0.0.1:1", auth=Authenticator("", ""), backend=None, producer=None,  # type: ignore[arg-type]
+        consumer=consumer, clients=None,  # type: ignore[arg-type]
+    )
+    request = svc.ReceiveMessageRequest(group=pb.Resource(name="G"), message_queue=pb.MessageQueue(topic=pb.Resource(name="T")))
+    stream = servicer.ReceiveMessage(request, FakeContext())  # type: ignore[arg-type]
+    first = await anext(stream)
+    assert first.message.system_properties.receipt_handle == "h0"
+    await stream.aclose()  # the client went away before reading the rest
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert consumer.changed == [("h0", 0), ("h1", 0)]
+
+
+async def test_a_receive_read_to_the_end_releases_nothing() -> None:
+    from txmq_gateway.consumer import Delivery
+    from txmq_gateway.servicer import MessagingServicer
+    from txmq_gateway.v2 import svc
+
+    view = common_pb2.MessageView(message=common_pb2.Message(topic="T", body=b"x", unique_id="m"))
+    consumer = FakeConsumer([Delivery(view, "h", 1, 30_000)])
+    servicer = MessagingServicer(
+        address="127.0.0.1:1", auth=Authenticator("", ""), backend=None, producer=None,  # type: ignore[arg-type]
+        consumer=consumer, clients=None,  # type: ignore[arg-type]
+    )
+    frames = [f async for f in servicer.ReceiveMessage(svc.ReceiveMessageRequest(), FakeContext())]  # type: ignore[arg-type]
+    assert [f.WhichOneof("content") for f in frames] == ["message", "status"]
+    assert frames[-1].status.code == Code.OK and consumer.changed == []

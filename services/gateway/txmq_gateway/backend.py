@@ -121,7 +121,7 @@ class Backend:
             if err.code == errors_pb2.CODE_CONSUME_OFFSET_NOT_FOUND:
                 return None
             raise
-        return reply.offset
+        return reply.offset if reply.found else None
 
     async def queue_offsets(self, store_id: str, topic: str) -> dict[int, tuple[int, int]]:
         """queue id -> (min offset, max offset) of the topic's queues on a store."""

@@ -8,6 +8,7 @@ RecallMessage, SyncLiteSubscription) keep the base class's gRPC UNIMPLEMENTED.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -99,6 +100,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
     ) -> None:
         self.address = address
         self.route_client_endpoints = route_client_endpoints
+        self._background: set[asyncio.Task[None]] = set()
         self.auth = auth
         self.backend = backend
         self.producer = producer
@@ -211,6 +213,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         long poll ended empty)."""
         try:
             self.auth.check(context.invocation_metadata())
+            remaining = context.time_remaining()
             deliveries = await self.consumer.receive(
                 group=request.group.name,
                 topic=request.message_queue.topic.name,
@@ -221,6 +224,8 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                     duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else None
                 ),
                 client_id=client_id_of(context),
+                auto_renew=request.auto_renew,
+                time_remaining_ms=None if remaining is None else int(remaining * 1000),
             )
         except Exception as exc:  # noqa: BLE001 - answered as a v2 status
             if not isinstance(exc, GatewayError):
@@ -230,13 +235,34 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         if not deliveries:
             yield svc.ReceiveMessageResponse(status=pb.Status(code=Code.MESSAGE_NOT_FOUND, message="no new message"))
             return
-        for d in deliveries:
-            yield svc.ReceiveMessageResponse(
-                message=to_v2_message(
-                    d.view, receipt_handle=d.receipt_handle, delivery_attempt=d.delivery_attempt, invisible_ms=d.invisible_ms
+        try:
+            for d in deliveries:
+                yield svc.ReceiveMessageResponse(
+                    message=to_v2_message(
+                        d.view, receipt_handle=d.receipt_handle, delivery_attempt=d.delivery_attempt, invisible_ms=d.invisible_ms
+                    )
                 )
-            )
-        yield svc.ReceiveMessageResponse(status=ok())
+            yield svc.ReceiveMessageResponse(status=ok())
+        except (asyncio.CancelledError, GeneratorExit):
+            # The client went away mid-answer: its messages are visible again now instead
+            # of after their whole invisible duration (RocketMQ #9253 waits it out).
+            self._release(request.group.name, request.message_queue.topic.name, deliveries)
+            raise
+
+    def _release(self, group: str, topic: str, deliveries: list) -> None:
+        async def release() -> None:
+            for d in deliveries:
+                try:
+                    await self.consumer.change_invisible_duration(
+                        group=group, topic=topic, receipt_handle=d.receipt_handle,
+                        message_id=d.view.message.unique_id, invisible_ms=0,
+                    )
+                except Exception as exc:  # noqa: BLE001 - it comes back after its duration anyway
+                    log.debug("release of %s failed: %s", d.view.message.unique_id, exc)
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def AckMessage(self, request: svc.AckMessageRequest, context: grpc.aio.ServicerContext) -> svc.AckMessageResponse:
         async def work() -> svc.AckMessageResponse:

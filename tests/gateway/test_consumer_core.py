@@ -1,0 +1,801 @@
+"""SimpleConsumerCore (pop semantics) against an in-memory backend: receive / ack,
+redelivery after the invisible duration, changes, receipt-handle validity, long polling,
+committed offsets, dead letters, auto-renew and concurrent receives.
+
+The fake backend keeps queues in memory and answers pulls like the pull service
+(FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL, held pulls woken by arrivals).
+Invisibility runs on a manual clock, so no test sleeps for it; long-polling tests wait
+real (short) times and assert only generous bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from txmq.errors import TxmqError, error
+from txmq.v1 import common_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2
+from txmq_gateway.consumer import (
+    DLQ_PREFIX,
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    Delivery,
+    ReceiptHandle,
+    SimpleConsumerCore,
+)
+from txmq_gateway.convert import encode_token
+from txmq_gateway.settings import GatewaySettings
+from txmq_gateway.status import GatewayError
+from txmq_gateway.v2 import Code
+
+GROUP = "G"
+TOPIC = "T"
+ALL = common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_TAG, expression="*")
+INVISIBLE_MS = 30_000
+GUARD_S = 10  # a hang guard, not a timing claim
+
+QKey = tuple[str, str, int]  # (store, topic, queue id)
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+def _tag_filter(expression: common_pb2.FilterExpression) -> Callable[[common_pb2.Message], bool]:
+    text = expression.expression.strip()
+    if expression.type == common_pb2.FILTER_TYPE_SQL92 or not text or text == "*":
+        return lambda m: True
+    tags = {t.strip() for t in text.split("||")}
+    return lambda m: m.tags in tags
+
+
+@dataclass
+class FakeBackend:
+    """The part of ``Backend`` the consumer core uses, in memory."""
+
+    stores: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> store -> queue nums
+    logs: dict[QKey, list[common_pb2.MessageView]] = field(default_factory=dict)
+    min_offsets: dict[QKey, int] = field(default_factory=dict)
+    offsets: dict[tuple[str, str, str, int], int] = field(default_factory=dict)  # (store, group, topic, qid)
+    commits: list[tuple[str, str, str, int, int]] = field(default_factory=list)
+    pulls: list[pull_pb2.PullMessageRequest] = field(default_factory=list)
+    sent: list[tuple[str, common_pb2.Message]] = field(default_factory=list)
+    ensured: list[tuple[str, str, int]] = field(default_factory=list)
+    pull_errors: dict[str, TxmqError] = field(default_factory=dict)  # store -> error every pull raises
+    send_error: TxmqError | None = None
+    ignore_tag_filter: bool = False  # answer like a tag-hash collision: every message
+    no_hold: bool = False  # answer held pulls at once (a pull instance stopping)
+    _arrivals: dict[QKey, asyncio.Future[None]] = field(default_factory=dict)
+    _round: int = 0
+
+    def add_topic(self, topic: str = TOPIC, queues: dict[str, int] | None = None) -> None:
+        self.stores[topic] = queues or {"s1": 1}
+        for store_id, nums in self.stores[topic].items():
+            for qid in range(nums):
+                self.logs.setdefault((store_id, topic, qid), [])
+
+    def put(
+        self,
+        body: str,
+        *,
+        topic: str = TOPIC,
+        store_id: str = "s1",
+        queue_id: int = 0,
+        tags: str = "",
+        properties: dict[str, str] | None = None,
+    ) -> common_pb2.MessageView:
+        log = self.logs[(store_id, topic, queue_id)]
+        offset = self.min_offsets.get((store_id, topic, queue_id), 0) + len(log)
+        message = common_pb2.Message(
+            topic=topic,
+            body=body.encode(),
+            tags=tags,
+            unique_id=f"id-{store_id}-{queue_id}-{offset}",
+            queue_id=queue_id,
+            properties=properties or {},
+        )
+        view = common_pb2.MessageView(message=message, queue_offset=offset, store_id=store_id, store_timestamp_ms=1)
+        log.append(view)
+        arrival = self._arrivals.pop((store_id, topic, queue_id), None)
+        if arrival is not None and not arrival.done():
+            arrival.set_result(None)
+        return view
+
+    def bounds(self, key: QKey) -> tuple[int, int]:
+        low = self.min_offsets.get(key, 0)
+        return low, low + len(self.logs[key])
+
+    async def queues(self, topic: str) -> list[route_pb2.QueueData]:
+        if topic not in self.stores:
+            raise error(errors_pb2.CODE_TOPIC_NOT_FOUND, f"no topic {topic}")
+        return [
+            route_pb2.QueueData(store_id=s, read_queue_nums=n, write_queue_nums=n, perm=6)
+            for s, n in self.stores[topic].items()
+        ]
+
+    async def queue_offsets(self, store_id: str, topic: str) -> dict[int, tuple[int, int]]:
+        await asyncio.sleep(0)
+        return {qid: self.bounds((store_id, topic, qid)) for qid in range(self.stores[topic][store_id])}
+
+    async def query_offset(self, store_id: str, *, group: str, topic: str, queue_id: int) -> int | None:
+        await asyncio.sleep(0)
+        return self.offsets.get((store_id, group, topic, queue_id))
+
+    async def commit_offset(self, store_id: str, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+        await asyncio.sleep(0)
+        self.commits.append((store_id, group, topic, queue_id, offset))
+        self.offsets[(store_id, group, topic, queue_id)] = offset
+
+    async def ensure_topic(self, store_id: str, topic: str, *, queue_nums: int = 1) -> None:
+        self.ensured.append((store_id, topic, queue_nums))
+        if topic not in self.stores:
+            self.add_topic(topic, {store_id: queue_nums})
+
+    async def send(self, store_id: str, message: common_pb2.Message, **_: Any) -> store_pb2.SendResult:
+        await asyncio.sleep(0)
+        if self.send_error is not None:
+            raise self.send_error
+        self.sent.append((store_id, message))
+        return store_pb2.SendResult()
+
+    def _read(self, request: pull_pb2.PullMessageRequest) -> pull_pb2.PullMessageResponse:
+        q = request.queue
+        key = (q.store_id, q.topic, q.queue_id)
+        low, high = self.bounds(key)
+        offset = request.queue_offset
+        reply = pull_pb2.PullMessageResponse(min_offset=low, max_offset=high)
+        if offset < low or offset > high:
+            reply.status = pull_pb2.PULL_STATUS_OFFSET_ILLEGAL
+            reply.next_begin_offset = low if offset < low else high
+            return reply
+        if offset == high:
+            reply.status = pull_pb2.PULL_STATUS_NO_NEW_MSG
+            reply.next_begin_offset = offset
+            return reply
+        matches = (lambda m: True) if self.ignore_tag_filter else _tag_filter(request.filter)
+        log = self.logs[key]
+        cursor = offset
+        while cursor < high and len(reply.messages) < (request.max_messages or 32):
+            view = log[cursor - low]
+            cursor += 1
+            if matches(view.message):
+                reply.messages.append(view)
+        reply.status = pull_pb2.PULL_STATUS_FOUND if reply.messages else pull_pb2.PULL_STATUS_NO_MATCHED_MSG
+        reply.next_begin_offset = cursor
+        return reply
+
+    async def pull(self, request: pull_pb2.PullMessageRequest) -> pull_pb2.PullMessageResponse:
+        self.pulls.append(request)
+        await asyncio.sleep(0)
+        err = self.pull_errors.get(request.queue.store_id)
+        if err is not None:
+            raise err
+        reply = self._read(request)
+        if reply.status != pull_pb2.PULL_STATUS_NO_NEW_MSG or not request.suspend or self.no_hold:
+            return reply
+        q = request.queue
+        key = (q.store_id, q.topic, q.queue_id)
+        arrival = self._arrivals.get(key)
+        if arrival is None or arrival.done():
+            arrival = self._arrivals[key] = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(arrival), request.suspend_timeout_ms / 1000)
+        except TimeoutError:
+            pass
+        return self._read(request)
+
+
+@dataclass
+class Env:
+    backend: FakeBackend
+    clock: ManualClock
+    make: Callable[..., SimpleConsumerCore]
+    core: SimpleConsumerCore
+
+    async def receive(self, core: SimpleConsumerCore | None = None, **kwargs: Any) -> list[Delivery]:
+        args: dict[str, Any] = {
+            "group": GROUP,
+            "topic": TOPIC,
+            "filter": ALL,
+            "batch_size": 32,
+            "invisible_ms": INVISIBLE_MS,
+            "long_polling_timeout_ms": 0,
+            "client_id": "c1",
+        }
+        args.update(kwargs)
+        return await asyncio.wait_for((core or self.core).receive(**args), GUARD_S)
+
+    async def ack(self, d: Delivery, core: SimpleConsumerCore | None = None, **kwargs: Any) -> None:
+        args: dict[str, Any] = {
+            "group": GROUP,
+            "topic": TOPIC,
+            "receipt_handle": d.receipt_handle,
+            "message_id": d.view.message.unique_id,
+        }
+        args.update(kwargs)
+        await (core or self.core).ack(**args)
+
+    async def change(self, d: Delivery, invisible_ms: int, **kwargs: Any) -> str:
+        args: dict[str, Any] = {
+            "group": GROUP,
+            "topic": TOPIC,
+            "receipt_handle": d.receipt_handle,
+            "message_id": d.view.message.unique_id,
+            "invisible_ms": invisible_ms,
+        }
+        args.update(kwargs)
+        return await self.core.change_invisible_duration(**args)
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[Env]:
+    backend = FakeBackend()
+    backend.add_topic()
+    clock = ManualClock()
+    cores: list[SimpleConsumerCore] = []
+
+    def make(**settings: Any) -> SimpleConsumerCore:
+        core = SimpleConsumerCore(
+            backend,  # type: ignore[arg-type]
+            GatewaySettings(**settings),
+            clock=clock,
+            commit_interval_ms=3_600_000,  # tests flush explicitly
+        )
+        cores.append(core)
+        return core
+
+    try:
+        yield Env(backend, clock, make, make())
+    finally:
+        for core in cores:
+            await core.close()
+
+
+def offsets(deliveries: list[Delivery]) -> list[tuple[str, int, int]]:
+    return sorted((d.view.store_id, d.view.message.queue_id, d.view.queue_offset) for d in deliveries)
+
+
+def bodies(deliveries: list[Delivery]) -> list[str]:
+    return [d.view.message.body.decode() for d in deliveries]
+
+
+async def expect_code(code: int, awaitable: Any) -> GatewayError:
+    with pytest.raises(GatewayError) as info:
+        await awaitable
+    assert info.value.code == code, info.value
+    return info.value
+
+
+# -- receive / ack ---------------------------------------------------------------------
+
+
+async def test_receive_then_ack(env: Env) -> None:
+    for i in range(3):
+        env.backend.put(f"m{i}")
+    got = await env.receive(batch_size=10)
+    assert bodies(got) == ["m0", "m1", "m2"]
+    assert all(d.delivery_attempt == 1 and d.invisible_ms == INVISIBLE_MS for d in got)
+    assert len({d.receipt_handle for d in got}) == 3
+    assert await env.receive() == []  # all invisible
+    for d in got:
+        await env.ack(d)
+    env.clock.advance(INVISIBLE_MS + 1)
+    assert await env.receive() == []  # acked: never again
+
+
+async def test_receive_takes_at_most_the_batch_size(env: Env) -> None:
+    for i in range(5):
+        env.backend.put(f"m{i}")
+    assert bodies(await env.receive(batch_size=2)) == ["m0", "m1"]
+    assert bodies(await env.receive(batch_size=2)) == ["m2", "m3"]
+    assert bodies(await env.receive(batch_size=2)) == ["m4"]
+
+
+async def test_unacked_message_comes_back_after_its_invisible_duration(env: Env) -> None:
+    env.backend.put("m0")
+    [first] = await env.receive()
+    env.clock.advance(INVISIBLE_MS - 1)
+    assert await env.receive() == []
+    env.clock.advance(1)
+    [again] = await env.receive()
+    assert again.view.queue_offset == first.view.queue_offset
+    assert again.delivery_attempt == 2
+    assert again.receipt_handle != first.receipt_handle
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(first))  # redelivered: stale
+    await env.ack(again)
+    env.clock.advance(INVISIBLE_MS)
+    assert await env.receive() == []
+
+
+async def test_redeliveries_come_before_new_messages(env: Env) -> None:
+    env.backend.put("old")
+    await env.receive()
+    env.backend.put("new")
+    env.clock.advance(INVISIBLE_MS)
+    got = await env.receive(batch_size=1)
+    assert bodies(got) == ["old"] and got[0].delivery_attempt == 2
+    assert bodies(await env.receive(batch_size=1)) == ["new"]
+
+
+async def test_round_robin_over_queues_and_stores(env: Env) -> None:
+    env.backend.add_topic(TOPIC, {"s1": 2, "s2": 2})
+    for store_id in ("s1", "s2"):
+        for qid in range(2):
+            for i in range(10):
+                env.backend.put(f"{store_id}-{qid}-{i}", store_id=store_id, queue_id=qid)
+    got = await env.receive(batch_size=4)
+    assert sorted((d.view.store_id, d.view.message.queue_id) for d in got) == [
+        ("s1", 0), ("s1", 1), ("s2", 0), ("s2", 1),
+    ]  # fmt: skip
+    # a queue with a backlog does not starve the others
+    env.backend.put("lonely", store_id="s2", queue_id=1)
+    everything = await env.receive(batch_size=32)
+    assert len(everything) == 32
+    per_queue: dict[tuple[str, int], int] = {}
+    for d in everything:
+        per_queue[(d.view.store_id, d.view.message.queue_id)] = per_queue.get((d.view.store_id, d.view.message.queue_id), 0) + 1
+    assert set(per_queue.values()) == {8}
+
+
+# -- change invisible duration ---------------------------------------------------------
+
+
+async def test_change_returns_a_new_handle_and_the_old_one_is_refused(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    handle = await env.change(d, 60_000)
+    assert handle != d.receipt_handle
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d))
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.change(d, 10_000))
+    env.clock.advance(INVISIBLE_MS + 1)  # the first deadline passed; the new one did not
+    assert await env.receive() == []
+    await env.core.ack(group=GROUP, topic=TOPIC, receipt_handle=handle, message_id=d.view.message.unique_id)
+    env.clock.advance(60_000)
+    assert await env.receive() == []
+
+
+async def test_change_to_zero_makes_it_visible_at_once(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    await env.change(d, 0)  # a push consumer's nack with no backoff
+    [again] = await env.receive()
+    assert again.delivery_attempt == 2
+
+
+async def test_change_wakes_a_held_receive(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    held = asyncio.ensure_future(env.receive(long_polling_timeout_ms=5_000))
+    await asyncio.sleep(0.05)
+    assert not held.done()
+    await env.change(d, 0)
+    [again] = await asyncio.wait_for(held, GUARD_S)
+    assert again.view.queue_offset == d.view.queue_offset and again.delivery_attempt == 2
+
+
+async def test_change_validates_the_duration(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    await expect_code(Code.ILLEGAL_INVISIBLE_TIME, env.change(d, -1))
+    await expect_code(Code.ILLEGAL_INVISIBLE_TIME, env.change(d, 12 * 3_600_000 + 1))
+    await env.change(d, 1_000)  # below the receive minimum is fine for a change
+
+
+# -- receipt handles -------------------------------------------------------------------
+
+
+async def test_malformed_and_foreign_handles_are_refused(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    for bad in ("", "garbage!", encode_token({"x": 1}), encode_token({"e": 1, "s": "s1", "t": TOPIC, "q": 0, "o": 0, "v": 1})):
+        await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, receipt_handle=bad))
+    h = ReceiptHandle.decode(d.receipt_handle)
+    other_epoch = ReceiptHandle("other", h.store_id, h.topic, h.queue_id, h.offset, h.version).encode()
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, receipt_handle=other_epoch))
+    wrong_offset = ReceiptHandle(h.epoch, h.store_id, h.topic, h.queue_id, h.offset + 1, h.version).encode()
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, receipt_handle=wrong_offset))
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, topic="Other"))
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, group="OtherGroup"))
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, message_id="not-its-id"))
+    await env.ack(d)  # still valid after all that
+
+
+async def test_expired_handle_is_refused(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    env.clock.advance(INVISIBLE_MS)
+    err = await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d))
+    assert "expired" in err.message
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.change(d, 10_000))
+
+
+async def test_a_repeated_ack_answers_ok(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    await env.ack(d)
+    await env.ack(d)  # a client retrying after a lost answer
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.change(d, 10_000))
+
+
+async def test_handles_do_not_survive_a_restart(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    restarted = env.make()
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, core=restarted))
+
+
+# -- validation ------------------------------------------------------------------------
+
+
+async def test_receive_validation(env: Env) -> None:
+    env.backend.put("m0")
+    await expect_code(Code.BAD_REQUEST, env.receive(batch_size=0))
+    await expect_code(Code.ILLEGAL_INVISIBLE_TIME, env.receive(invisible_ms=9_999))
+    await expect_code(Code.ILLEGAL_INVISIBLE_TIME, env.receive(invisible_ms=12 * 3_600_000 + 1))
+    await expect_code(Code.ILLEGAL_POLLING_TIME, env.receive(long_polling_timeout_ms=-1))
+    with pytest.raises(TxmqError) as info:
+        await env.receive(topic="Missing")
+    assert info.value.code == errors_pb2.CODE_TOPIC_NOT_FOUND
+    [d] = await env.receive(invisible_ms=None)  # none: the default
+    assert d.invisible_ms == GatewaySettings().default_invisible_duration_ms
+
+
+async def test_batch_size_is_cut_to_the_maximum(env: Env) -> None:
+    core = env.make(max_receive_batch_size=2)
+    for i in range(5):
+        env.backend.put(f"m{i}")
+    assert len(await env.receive(core, batch_size=100)) == 2
+
+
+# -- long polling ----------------------------------------------------------------------
+
+
+async def test_long_polling_wakes_when_a_message_arrives(env: Env) -> None:
+    env.backend.add_topic(TOPIC, {"s1": 2, "s2": 2})
+    started = time.monotonic()
+    held = asyncio.ensure_future(env.receive(long_polling_timeout_ms=20_000))
+    await asyncio.sleep(0.05)
+    assert not held.done()
+    env.backend.put("late", store_id="s2", queue_id=1)
+    got = await asyncio.wait_for(held, GUARD_S)
+    assert bodies(got) == ["late"]
+    assert time.monotonic() - started < 5  # woken, not timed out
+    held_pulls = [p for p in env.backend.pulls if p.suspend]
+    assert {(p.queue.store_id, p.queue.queue_id) for p in held_pulls} == {("s1", 0), ("s1", 1), ("s2", 0), ("s2", 1)}
+    assert all(0 < p.suspend_timeout_ms <= 20_000 for p in held_pulls)
+
+
+async def test_empty_list_at_the_polling_timeout(env: Env) -> None:
+    started = time.monotonic()
+    assert await env.receive(long_polling_timeout_ms=200) == []
+    assert time.monotonic() - started >= 0.15
+
+
+async def test_polling_time_is_cut_to_the_maximum_and_the_deadline(env: Env) -> None:
+    core = env.make(max_long_polling_timeout_ms=100)
+    started = time.monotonic()
+    assert await env.receive(core, long_polling_timeout_ms=60_000) == []
+    assert time.monotonic() - started < 5
+    started = time.monotonic()
+    assert await env.receive(long_polling_timeout_ms=20_000, time_remaining_ms=700) == []
+    assert time.monotonic() - started < 5
+
+
+async def test_a_message_for_one_of_two_held_receives(env: Env) -> None:
+    """Two receives wait; one message arrives: exactly one of them gets it, the other
+    keeps waiting and gets the next one."""
+    env.backend.add_topic(TOPIC, {"s1": 2})
+    a = asyncio.ensure_future(env.receive(long_polling_timeout_ms=5_000, batch_size=1))
+    b = asyncio.ensure_future(env.receive(long_polling_timeout_ms=5_000, batch_size=1))
+    await asyncio.sleep(0.05)
+    env.backend.put("one", queue_id=0)
+    done, _ = await asyncio.wait([a, b], timeout=GUARD_S, return_when=asyncio.FIRST_COMPLETED)
+    first = done.pop().result()
+    assert bodies(first) == ["one"]
+    other = b if a.done() else a
+    await asyncio.sleep(0.05)
+    assert not other.done()
+    env.backend.put("two", queue_id=1)
+    assert bodies(await asyncio.wait_for(other, GUARD_S)) == ["two"]
+
+
+async def test_close_answers_held_receives(env: Env) -> None:
+    held = asyncio.ensure_future(env.receive(long_polling_timeout_ms=20_000))
+    await asyncio.sleep(0.05)
+    await env.core.close()
+    assert await asyncio.wait_for(held, GUARD_S) == []
+    await expect_code(Code.INTERNAL_SERVER_ERROR, env.receive())
+
+
+# -- concurrency -----------------------------------------------------------------------
+
+
+async def test_concurrent_receives_never_get_the_same_message(env: Env) -> None:
+    env.backend.add_topic(TOPIC, {"s1": 3, "s2": 2})
+    sent = 0
+    for store_id, nums in (("s1", 3), ("s2", 2)):
+        for qid in range(nums):
+            for i in range(20):
+                env.backend.put(f"{store_id}-{qid}-{i}", store_id=store_id, queue_id=qid)
+                sent += 1
+    seen: list[tuple[str, int, int]] = []
+
+    async def consumer() -> None:
+        while len(seen) < sent:
+            got = await env.receive(batch_size=3, long_polling_timeout_ms=50)
+            seen.extend(offsets(got))
+            for d in got:
+                await env.ack(d)
+
+    await asyncio.wait_for(asyncio.gather(*(consumer() for _ in range(8))), GUARD_S)
+    assert len(seen) == sent and len(set(seen)) == sent
+
+
+async def test_concurrent_held_receives_never_get_the_same_message(env: Env) -> None:
+    env.backend.add_topic(TOPIC, {"s1": 4})
+    seen: list[tuple[str, int, int]] = []
+    total = 40
+
+    async def consumer() -> None:
+        while len(seen) < total:
+            seen.extend(offsets(await env.receive(batch_size=2, long_polling_timeout_ms=300)))
+
+    consumers = asyncio.gather(*(consumer() for _ in range(6)))
+    for i in range(total):
+        env.backend.put(f"m{i}", queue_id=i % 4)
+        if i % 5 == 0:
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(consumers, GUARD_S)
+    assert len(seen) == total and len(set(seen)) == total
+
+
+# -- offsets ---------------------------------------------------------------------------
+
+
+async def test_offsets_are_committed_at_the_lowest_unacked(env: Env) -> None:
+    for i in range(5):
+        env.backend.put(f"m{i}")
+    got = await env.receive()
+    await env.core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 0  # a new group's start is committed
+    for i in (0, 1, 3):
+        await env.ack(got[i])
+    await env.core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 2
+    commits = len(env.backend.commits)
+    await env.core.flush()
+    assert len(env.backend.commits) == commits  # nothing changed: no call
+    await env.ack(got[2])
+    await env.core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 4
+    await env.ack(got[4])
+    await env.core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 5
+
+
+async def test_a_restart_redelivers_only_from_the_lowest_unacked(env: Env) -> None:
+    for i in range(4):
+        env.backend.put(f"m{i}")
+    got = await env.receive()
+    await env.ack(got[0])
+    await env.ack(got[2])
+    await env.core.close()  # commits on the way out
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 1
+    restarted = env.make()
+    assert bodies(await env.receive(restarted)) == ["m1", "m2", "m3"]  # m2 again: at least once
+
+
+async def test_a_new_group_starts_at_the_min_offset(env: Env) -> None:
+    env.backend.min_offsets[("s1", TOPIC, 0)] = 7  # older messages are gone
+    env.backend.put("m7")
+    env.backend.put("m8")
+    [d, _] = await env.receive()
+    assert d.view.queue_offset == 7
+
+
+async def test_a_group_with_an_offset_starts_there(env: Env) -> None:
+    for i in range(3):
+        env.backend.put(f"m{i}")
+    env.backend.offsets[("s1", GROUP, TOPIC, 0)] = 2
+    assert bodies(await env.receive()) == ["m2"]
+
+
+async def test_an_offset_outside_the_queue_moves_to_its_start(env: Env) -> None:
+    env.backend.min_offsets[("s1", TOPIC, 0)] = 5
+    env.backend.put("m5")
+    env.backend.offsets[("s1", GROUP, TOPIC, 0)] = 1  # behind the queue's min offset
+    assert bodies(await env.receive()) == ["m5"]
+
+
+# -- filters ---------------------------------------------------------------------------
+
+
+async def test_filter_is_passed_to_the_pull_and_tag_strings_are_rechecked(env: Env) -> None:
+    env.backend.ignore_tag_filter = True  # the store's tag-hash filter let everything through
+    env.backend.put("a", tags="A")
+    env.backend.put("b", tags="B")
+    env.backend.put("a2", tags="A")
+    only_a = common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_TAG, expression="A || C")
+    got = await env.receive(filter=only_a)
+    assert bodies(got) == ["a", "a2"]
+    assert all(p.filter == only_a for p in env.backend.pulls)
+    for d in got:
+        await env.ack(d)
+    await env.core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 3  # the skipped one counts as consumed
+
+
+async def test_non_matching_messages_are_skipped(env: Env) -> None:
+    for i in range(5):
+        env.backend.put(f"b{i}", tags="B")
+    env.backend.put("a", tags="A")
+    only_a = common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_TAG, expression="A")
+    assert bodies(await env.receive(filter=only_a, batch_size=1)) == ["a"]
+
+
+# -- dead letters ----------------------------------------------------------------------
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(poll(), GUARD_S)
+
+
+async def test_dead_letter_after_max_delivery_attempts(env: Env) -> None:
+    core = env.make(max_delivery_attempts=2)
+    env.backend.put("poison", tags="T1", properties={"k": "v", "REAL_TOPIC": "x", "TXMQ_CHECK_WAITS": "1"})
+    [first] = await env.receive(core)
+    env.clock.advance(INVISIBLE_MS)
+    [second] = await env.receive(core)
+    assert second.delivery_attempt == 2
+    env.clock.advance(INVISIBLE_MS)
+    assert await env.receive(core) == []  # third delivery: to the DLQ instead
+    await wait_for(lambda: bool(env.backend.sent))
+    [(store_id, copy)] = env.backend.sent
+    assert store_id == "s1"
+    assert env.backend.ensured == [("s1", DLQ_PREFIX + GROUP, 1)]
+    assert copy.topic == DLQ_PREFIX + GROUP
+    assert copy.body == b"poison" and copy.tags == "T1"
+    assert copy.unique_id == first.view.message.unique_id
+    assert dict(copy.properties) == {"k": "v", PROPERTY_DLQ_ORIGIN_TOPIC: TOPIC}
+    await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(second, core=core))
+    env.clock.advance(INVISIBLE_MS)
+    assert await env.receive(core) == []  # counts as acked
+    await core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 1
+
+
+async def test_a_failed_dead_letter_send_is_retried(env: Env) -> None:
+    core = env.make(max_delivery_attempts=1)
+    env.backend.put("poison")
+    await env.receive(core)
+    env.backend.send_error = error(errors_pb2.CODE_UNAVAILABLE, "store down")
+    env.clock.advance(INVISIBLE_MS)
+    assert await env.receive(core) == []
+    await asyncio.sleep(0.02)
+    assert env.backend.sent == []
+    env.backend.send_error = None
+    env.clock.advance(5_000)
+    assert await env.receive(core) == []
+    await wait_for(lambda: len(env.backend.sent) == 1)
+
+
+async def test_the_client_may_ask_for_fewer_attempts(env: Env) -> None:
+    env.backend.put("poison")
+    await env.receive(max_delivery_attempts=1)
+    env.clock.advance(INVISIBLE_MS)
+    assert await env.receive(max_delivery_attempts=1) == []
+    await wait_for(lambda: len(env.backend.sent) == 1)
+
+
+async def test_forward_to_dead_letter_queue_on_request(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    await env.core.forward_to_dead_letter_queue(
+        group=GROUP, topic=TOPIC, receipt_handle=d.receipt_handle, message_id=d.view.message.unique_id
+    )
+    [(_, copy)] = env.backend.sent
+    assert copy.topic == DLQ_PREFIX + GROUP and copy.unique_id == d.view.message.unique_id
+    env.clock.advance(INVISIBLE_MS)
+    assert await env.receive() == []
+    await env.ack(d)  # it counts as acked: a repeated ack is fine
+
+
+async def test_a_failed_forward_keeps_the_message(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive()
+    env.backend.send_error = error(errors_pb2.CODE_UNAVAILABLE, "store down")
+    with pytest.raises(TxmqError):
+        await env.core.forward_to_dead_letter_queue(
+            group=GROUP, topic=TOPIC, receipt_handle=d.receipt_handle, message_id=d.view.message.unique_id
+        )
+    env.clock.advance(INVISIBLE_MS)
+    [again] = await env.receive()
+    assert again.delivery_attempt == 2
+
+
+# -- auto renew ------------------------------------------------------------------------
+
+
+async def test_auto_renew_keeps_the_message_while_the_client_lives(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive(auto_renew=True, invisible_ms=None, client_id="push-1")
+    env.clock.advance(10 * INVISIBLE_MS)
+    assert await env.receive(client_id="other") == []
+    await env.ack(d)  # the handle still works
+
+
+async def test_auto_renew_ends_when_the_client_goes(env: Env) -> None:
+    env.backend.put("m0")
+    await env.receive(auto_renew=True, client_id="push-1")
+    env.clock.advance(2 * INVISIBLE_MS)
+    env.core.client_gone("push-1")
+    assert await env.receive(client_id="other") == []
+    env.clock.advance(1_000)
+    [again] = await env.receive(client_id="other")
+    assert again.delivery_attempt == 2
+
+
+async def test_a_change_stops_auto_renew(env: Env) -> None:
+    env.backend.put("m0")
+    [d] = await env.receive(auto_renew=True, client_id="push-1")
+    await env.change(d, 10_000)
+    env.clock.advance(10_000)
+    [again] = await env.receive(client_id="other")
+    assert again.delivery_attempt == 2
+
+
+# -- failures --------------------------------------------------------------------------
+
+
+async def test_a_refused_pull_is_raised(env: Env) -> None:
+    env.backend.pull_errors["s1"] = error(errors_pb2.CODE_ILLEGAL_FILTER_EXPRESSION, "bad filter")
+    env.backend.put("m0")
+    with pytest.raises(TxmqError) as info:
+        await env.receive()
+    assert info.value.code == errors_pb2.CODE_ILLEGAL_FILTER_EXPRESSION
+
+
+async def test_a_refused_held_pull_is_raised(env: Env) -> None:
+    env.backend.pull_errors["s1"] = error(errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, "no group")
+    started = time.monotonic()
+    with pytest.raises(TxmqError) as info:
+        await env.receive(long_polling_timeout_ms=5_000)  # nothing to read: the held pull fails
+    assert info.value.code == errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND
+    assert time.monotonic() - started < 2
+
+
+async def test_a_failing_store_is_raised_when_it_is_the_only_one(env: Env) -> None:
+    env.backend.pull_errors["s1"] = error(errors_pb2.CODE_UNAVAILABLE, "store down")
+    with pytest.raises(TxmqError) as info:
+        await env.receive(long_polling_timeout_ms=5_000)
+    assert info.value.code == errors_pb2.CODE_UNAVAILABLE
+
+
+async def test_early_empty_answers_to_held_pulls_do_not_spin(env: Env) -> None:
+    env.backend.no_hold = True
+    assert await env.receive(long_polling_timeout_ms=500) == []
+    assert len(env.backend.pulls) < 10
+
+
+async def test_one_failing_store_does_not_stop_the_others(env: Env) -> None:
+    env.backend.add_topic(TOPIC, {"s1": 1, "s2": 1})
+    env.backend.pull_errors["s1"] = error(errors_pb2.CODE_UNAVAILABLE, "store down")
+    env.backend.put("ok", store_id="s2")
+    env.backend.put("stuck", store_id="s1")
+    assert bodies(await env.receive()) == ["ok"]
+    del env.backend.pull_errors["s1"]
+    await asyncio.sleep(0.3)  # past the queue's back-off
+    assert bodies(await env.receive()) == ["stuck"]
