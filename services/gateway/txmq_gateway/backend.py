@@ -23,32 +23,16 @@ from txmq.v1 import (
     txcheck_pb2,
     txcheck_pb2_grpc,
 )
+from txmq_runtime.calls import CHANNEL_OPTIONS, call
 from txmq_runtime.registry import ClusterView
-from txmq_runtime.server import MAX_MESSAGE_BYTES
 
 log = logging.getLogger("txmq.gateway.backend")
 
 T = TypeVar("T")
 
-CHANNEL_OPTIONS = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-)
 _CLOSE_TIMEOUT_S = 5.0
 # How long a held pull may outlive its hold on the pull service's side.
 _PULL_MARGIN_S = 5.0
-
-
-async def call(rpc: Callable[[], Awaitable[T]]) -> T:
-    """Await a gRPC call; a failure becomes the callee's typed TxmqError."""
-    try:
-        return await rpc()
-    except grpc.aio.AioRpcError as exc:
-        raise TxmqError.from_rpc_error(exc) from None
 
 
 class Backend:
@@ -146,35 +130,33 @@ class Backend:
 
     async def pull(self, request: pull_pb2.PullMessageRequest) -> pull_pb2.PullMessageResponse:
         """One pull (held up to ``suspend_timeout_ms`` when ``suspend``) on any live pull instance."""
-        addresses = self.addresses(common_pb2.SERVICE_KIND_PULL)
-        if not addresses:
-            raise error(errors_pb2.CODE_UNAVAILABLE, "no pull instance is live")
         timeout = self.timeout_s + (request.suspend_timeout_ms / 1000 if request.suspend else 0) + _PULL_MARGIN_S
-        last: TxmqError | None = None
-        for address in addresses:
-            stub = pull_pb2_grpc.PullStub(self.channel(address))
-            try:
-                return await call(lambda: stub.PullMessage(request, timeout=timeout))
-            except TxmqError as err:
-                if not err.retriable:
-                    raise
-                last = err
-        assert last is not None
-        raise last
+        return await self._first_live(
+            common_pb2.SERVICE_KIND_PULL,
+            lambda channel: pull_pb2_grpc.PullStub(channel).PullMessage(request, timeout=timeout),
+        )
 
     # -- txcheck ---------------------------------------------------------------------
 
     async def end_transaction(self, request: txcheck_pb2.EndTransactionRequest) -> txcheck_pb2.EndTransactionResponse:
         """END_TRANSACTION on the live txcheck replicas in turn until one decides (a
         retriable error moves on; a repeated decision is answered as the first)."""
-        addresses = self.addresses(common_pb2.SERVICE_KIND_TXCHECK)
+        return await self._first_live(
+            common_pb2.SERVICE_KIND_TXCHECK,
+            lambda channel: txcheck_pb2_grpc.TransactionStub(channel).EndTransaction(request, timeout=self.timeout_s),
+        )
+
+    async def _first_live(self, kind: int, rpc: Callable[[grpc.aio.Channel], Awaitable[T]]) -> T:
+        """``rpc`` on the live instances of ``kind`` in turn until one answers; a
+        retriable error moves on to the next, any other is raised."""
+        addresses = self.addresses(kind)
         if not addresses:
-            raise error(errors_pb2.CODE_UNAVAILABLE, "no txcheck instance is live")
+            raise error(errors_pb2.CODE_UNAVAILABLE, f"no {common_pb2.ServiceKind.Name(kind)} instance is live")
         last: TxmqError | None = None
         for address in addresses:
-            stub = txcheck_pb2_grpc.TransactionStub(self.channel(address))
+            channel = self.channel(address)
             try:
-                return await call(lambda: stub.EndTransaction(request, timeout=self.timeout_s))
+                return await call(lambda: rpc(channel))
             except TxmqError as err:
                 if not err.retriable:
                     raise

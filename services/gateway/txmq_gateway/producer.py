@@ -30,7 +30,7 @@ from txmq.v1 import route_pb2, store_pb2, txcheck_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import TransactionHandle, decoded_body, to_txmq_message
 from txmq_gateway.settings import GatewaySettings
-from txmq_gateway.status import GatewayError, from_exception, ok
+from txmq_gateway.status import GatewayError, from_exception, ok, overall
 from txmq_gateway.v2 import Code, pb, svc
 
 log = logging.getLogger("txmq.gateway.producer")
@@ -122,13 +122,7 @@ class ProducerCore:
                 entries.append(
                     svc.SendResultEntry(status=from_exception(exc), message_id=message.system_properties.message_id)
                 )
-        if len(entries) == 1:
-            overall = entries[0].status
-        elif all(e.status.code == Code.OK for e in entries):
-            overall = ok()
-        else:
-            overall = pb.Status(code=Code.MULTIPLE_RESULTS, message="some messages were not sent; see the entries")
-        return svc.SendMessageResponse(status=overall, entries=entries)
+        return svc.SendMessageResponse(status=overall([e.status for e in entries], "sends"), entries=entries)
 
     async def send_one(self, message: pb.Message) -> Sent:
         topic = message.topic.name

@@ -21,7 +21,7 @@ from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
 from txmq_gateway.convert import duration_ms, to_v2_message
 from txmq_gateway.producer import ProducerCore
-from txmq_gateway.status import GatewayError, from_exception, ok
+from txmq_gateway.status import GatewayError, from_exception, ok, overall
 from txmq_gateway.telemetry import ClientHub
 from txmq_gateway.v2 import Code, pb, svc, svc_grpc
 
@@ -281,13 +281,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 entries.append(
                     svc.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result)
                 )
-            if len(entries) == 1:
-                overall = entries[0].status
-            elif all(e.status.code == Code.OK for e in entries):
-                overall = ok()
-            else:
-                overall = pb.Status(code=Code.MULTIPLE_RESULTS, message="some acks failed; see the entries")
-            return svc.AckMessageResponse(status=overall, entries=entries)
+            return svc.AckMessageResponse(status=overall([e.status for e in entries], "acks"), entries=entries)
 
         return await self._answer(context, lambda s: svc.AckMessageResponse(status=s), work)
 

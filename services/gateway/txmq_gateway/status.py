@@ -91,3 +91,13 @@ def from_exception(exc: BaseException) -> pb.Status:
     if isinstance(exc, TxmqError):
         return status(v2_code(exc.code), f"{exc.code_name}: {exc.message}")
     return status(Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def overall(entries: list[pb.Status], what: str) -> pb.Status:
+    """The status of a batch answer: the entry's own for one entry, else OK when every
+    entry is OK and MULTIPLE_RESULTS otherwise (RocketMQ's proxy does the same)."""
+    if len(entries) == 1:
+        return entries[0]
+    if all(e.code == Code.OK for e in entries):
+        return ok()
+    return status(Code.MULTIPLE_RESULTS, f"some {what} failed; see the entries")

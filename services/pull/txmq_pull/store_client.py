@@ -6,31 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Protocol, TypeVar
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
 
 import grpc
 from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
+from txmq_runtime.calls import CHANNEL_OPTIONS
+from txmq_runtime.calls import call as _call
 from txmq_runtime.registry import ClusterView
-from txmq_runtime.server import MAX_MESSAGE_BYTES
 
 _CHANNEL_CLOSE_TIMEOUT_S = 5.0
 
 log = logging.getLogger("txmq.pull.store")
-
-CHANNEL_OPTIONS = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    # Re-dial a restarted store quickly.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
-    # The arrival stream is long-lived and may be idle: keep it alive through proxies.
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-)
-
-T = TypeVar("T")
 
 
 class StoreLocator(Protocol):
@@ -65,13 +53,6 @@ class ClusterLocator:
     async def stores_serving(self, topic: str) -> list[str]:
         queues, _ = await self._cluster.route(topic)
         return [q.store_id for q in queues]
-
-
-async def _call(rpc: Callable[[], Awaitable[T]]) -> T:
-    try:
-        return await rpc()
-    except grpc.aio.AioRpcError as exc:
-        raise TxmqError.from_rpc_error(exc) from None
 
 
 class StoreClient:
