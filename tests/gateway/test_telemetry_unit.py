@@ -552,3 +552,19 @@ async def test_cancelled_telemetry_call_closes_the_channel(env: Env, hub: Client
     finally:
         await channel.close()
         await server.stop(None)
+
+
+def test_terminated_and_expired_clients_are_reported_gone() -> None:
+    from txmq_gateway.settings import GatewaySettings
+    from txmq_gateway.telemetry import ClientHub
+
+    now = [100.0]
+    gone: list[str] = []
+    hub = ClientHub(None, GatewaySettings(client_expiry_ms=1_000), clock=lambda: now[0], on_client_gone=gone.append)  # type: ignore[arg-type]
+    hub._ensure_sweeper = lambda: None  # type: ignore[method-assign] - no event loop needed here
+    hub.heartbeat("a", 3, "G")
+    hub.heartbeat("b", 3, "G")
+    hub.terminate("a", "G")
+    assert gone == ["a"]
+    now[0] += 2
+    assert hub.expire() == ["b"] and gone == ["a", "b"]

@@ -22,7 +22,7 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
     settings = ctx.settings
     backend = Backend(ctx.cluster, timeout_ms=settings.backend_rpc_timeout_ms)
     consumer = SimpleConsumerCore(backend, settings)
-    clients = ClientHub(backend, settings)
+    clients = ClientHub(backend, settings, on_client_gone=consumer.client_gone)
     servicer = MessagingServicer(
         address=ctx.address,
         auth=Authenticator(settings.access_key, settings.secret_key),

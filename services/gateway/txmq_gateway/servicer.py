@@ -9,6 +9,7 @@ RecallMessage, SyncLiteSubscription) keep the base class's gRPC UNIMPLEMENTED.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -187,8 +188,10 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         except GatewayError as exc:
             yield svc.TelemetryCommand(status=from_exception(exc))
             return
-        async for command in self.clients.session(client_id, request_iterator):
-            yield command
+        # aclosing: a cancelled call closes the session's producer channels at once.
+        async with contextlib.aclosing(self.clients.session(client_id, request_iterator)) as commands:
+            async for command in commands:
+                yield command
 
     # -- producing -----------------------------------------------------------------------
 

@@ -307,11 +307,19 @@ class ClientHub:
     """Every client this gateway knows, by client id, and their Telemetry sessions."""
 
     def __init__(
-        self, backend: Backend, settings: GatewaySettings, *, clock: Callable[[], float] = time.monotonic
+        self,
+        backend: Backend,
+        settings: GatewaySettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_client_gone: Callable[[str], None] | None = None,
     ) -> None:
         self.backend = backend
         self.settings = settings
         self._clock = clock
+        # Told when a client terminates or expires (the consumer core stops renewing
+        # that client's messages).
+        self._on_client_gone = on_client_gone
         self._clients: dict[str, _Client] = {}
         self._sessions: set[_Session] = set()
         self._seq = itertools.count(1)
@@ -345,6 +353,7 @@ class ClientHub:
         if not client.sessions:
             del self._clients[client_id]
         log.info("client %s (group %r) terminated", client_id, group)
+        self._gone(client_id)
 
     def client(self, client_id: str) -> ClientInfo | None:
         """What is known of ``client_id``; None when it is unknown (or was forgotten)."""
@@ -375,7 +384,15 @@ class ClientHub:
         for client_id in gone:
             del self._clients[client_id]
             log.info("client %s expired", client_id)
+            self._gone(client_id)
         return gone
+
+    def _gone(self, client_id: str) -> None:
+        if self._on_client_gone is not None:
+            try:
+                self._on_client_gone(client_id)
+            except Exception:  # noqa: BLE001 - a listener's failure must not break the registry
+                log.exception("client-gone listener failed for %s", client_id)
 
     def _client(self, client_id: str) -> _Client:
         client = self._clients.get(client_id)

@@ -354,18 +354,23 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
                     node.spawn(answer(cmd.end_transaction))
 
         reader = asyncio.create_task(read())
+        getter: asyncio.Future[txcheck_pb2.ServerCommand] | None = None
         try:
             while True:
                 getter = asyncio.ensure_future(ch.queue.get())
                 done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if getter not in done:
-                    getter.cancel()
                     break
                 yield getter.result()
         finally:
             reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-            await node.channels.close_channel(ch)
+            if getter is not None:
+                getter.cancel()
+            # No await here: grpc.aio may cancel a handler a second time while its finally
+            # awaits, which would leave the channel registered in etcd and checks going to
+            # a dead stream. Marked closed now; deregistered by a task of the node.
+            ch.closed = True
+            node.spawn(node.channels.close_channel(ch))
 
 
 class TransactionPeerServicer(txcheck_pb2_grpc.TransactionPeerServicer):
