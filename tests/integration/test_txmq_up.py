@@ -14,7 +14,7 @@ from txmq.v1 import store_pb2, store_pb2_grpc
 
 
 def start_up(tmp_path: Path, *extra: str) -> tuple[ChildProcess, dict[str, str]]:
-    ports = {name: free_port() for name in ("store", "pull", "txcheck", "etcd_client", "etcd_peer")}
+    ports = {name: free_port() for name in ("store", "pull", "txcheck", "gateway", "etcd_client", "etcd_peer")}
     up = ChildProcess(
         name="txmq up",
         argv=[
@@ -26,7 +26,7 @@ def start_up(tmp_path: Path, *extra: str) -> tuple[ChildProcess, dict[str, str]]
         log_path=tmp_path / "up.log",
     )
     up.spawn()
-    addresses = {name: f"127.0.0.1:{ports[name]}" for name in ("store", "pull", "txcheck")}
+    addresses = {name: f"127.0.0.1:{ports[name]}" for name in ("store", "pull", "txcheck", "gateway")}
     addresses["etcd"] = f"127.0.0.1:{ports['etcd_client']}"
     try:
         for address in addresses.values():
@@ -52,9 +52,9 @@ def test_up_runs_everything_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None
     try:
         children = child_pids(up.pid)
         commands = [cmdline(pid) for pid in children]
-        assert len(children) == 4
+        assert len(children) == 5
         assert sum("etcd" in c and "txmq_" not in c for c in commands) == 1
-        for service in ("txmq_store", "txmq_pull", "txmq_txcheck"):
+        for service in ("txmq_store", "txmq_pull", "txmq_txcheck", "txmq_gateway"):
             assert sum(service in c for c in commands) == 1
         assert "--flush_mode sync" in next(c for c in commands if "txmq_store" in c)  # passed through
         with grpc.insecure_channel(addresses["store"]) as channel:
@@ -71,7 +71,7 @@ def test_up_runs_everything_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None
     assert str(tmp_path / "data" / "logs") in log
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}"), f"stray process {pid}"
-    for name in ("etcd", "store", "pull", "txcheck"):
+    for name in ("etcd", "store", "pull", "txcheck", "gateway"):
         assert (tmp_path / "data" / "logs" / f"{name}.log").stat().st_size > 0
 
 
