@@ -4,7 +4,7 @@ ids, send deduplication, queue placement and route building (no processes)."""
 from __future__ import annotations
 
 import asyncio
-import zlib
+import hashlib
 
 import pytest
 from txmq.errors import error
@@ -92,7 +92,8 @@ def test_message_round_trip_keeps_what_clients_read() -> None:
     assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group, sp.born_host) == ("TagA", ["k1", "k2"], "01ABC", "g1", "10.0.0.1")
     assert (sp.queue_id, sp.queue_offset, sp.receipt_handle, sp.delivery_attempt) == (3, 7, "h", 2)
     assert sp.invisible_duration.ToMilliseconds() == 1500
-    assert sp.body_digest.checksum == format(zlib.crc32(b"payload"), "08X")
+    # MD5, upper-case hex (RocketMQ's proxy; the Node.js client prints CRC32 in decimal).
+    assert (sp.body_digest.type, sp.body_digest.checksum) == (pb.MD5, hashlib.md5(b"payload").hexdigest().upper())
 
 
 def test_reserved_property_names_are_refused() -> None:

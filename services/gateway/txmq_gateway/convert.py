@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
 import zlib
 from dataclasses import dataclass
@@ -121,7 +122,9 @@ def to_v2_message(
         tag=src.tags,
         keys=list(src.keys),
         message_id=src.unique_id,
-        body_digest=pb.Digest(type=pb.CRC32, checksum=format(zlib.crc32(src.body) & 0xFFFFFFFF, "08X")),
+        # MD5 in upper-case hex, as RocketMQ's proxy sends: every official client checks
+        # it the same way (they disagree on how to print a CRC32: hex or decimal).
+        body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(src.body).hexdigest().upper()),
         body_encoding=pb.IDENTITY,
         message_type=pb.MessageType.Value(message_type) if message_type in pb.MessageType.keys() else pb.NORMAL,
         born_timestamp=from_ms(src.born_timestamp_ms or view.store_timestamp_ms),
