@@ -23,12 +23,15 @@ from pathlib import Path
 from txmq import Admin
 from txmq_cli.cluster import LocalCluster
 
-from bench.procs import free_port
+from bench.procs import free_port, proc_cpu_s
 
 RESULTS = Path(__file__).with_name("results")
 
 
-def run_side(client: str, mode: str, endpoint: str, topic: str, args: argparse.Namespace) -> dict[str, float]:
+def run_side(
+    client: str, mode: str, endpoint: str, topic: str, args: argparse.Namespace, servers: dict[str, int]
+) -> dict[str, float]:
+    cpu0 = {name: proc_cpu_s(pid) for name, pid in servers.items()}
     done = subprocess.run(
         [sys.executable, "-m", "bench.gateway_client", client, mode, endpoint, topic,
          str(args.messages), str(args.size), str(args.threads)],
@@ -37,7 +40,12 @@ def run_side(client: str, mode: str, endpoint: str, topic: str, args: argparse.N
     if done.returncode != 0:
         raise RuntimeError(f"{client} {mode} failed:\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"msg_s": result["sent"] / result["seconds"], "client_cpu_us_per_msg": result["cpu_s"] / result["sent"] * 1e6}
+    # Server CPU includes the client's warm-up sends (20 of --messages).
+    sent = result["sent"] + 20
+    row = {"msg_s": result["sent"] / result["seconds"], "client_cpu_us_per_msg": result["cpu_s"] / result["sent"] * 1e6}
+    for name, pid in servers.items():
+        row[f"{name}_cpu_us_per_msg"] = (proc_cpu_s(pid) - cpu0[name]) / sent * 1e6
+    return row
 
 
 def main() -> None:
@@ -53,13 +61,14 @@ def main() -> None:
         with LocalCluster(data_dir=tmp, **ports) as cluster:  # type: ignore[arg-type]
             with Admin(cluster.bootstrap) as admin:
                 admin.create_topic("BenchGateway", read_queue_nums=8, write_queue_nums=8)
+            servers = {name: service.process.pid for name, service in cluster.services.items()}
             for round_no in range(args.rounds):
                 for mode in ("send", "transaction"):
                     for client, endpoint in (("txmq", cluster.bootstrap), ("rocketmq", cluster.gateway_address)):
-                        result = run_side(client, mode, endpoint, "BenchGateway", args)
+                        result = run_side(client, mode, endpoint, "BenchGateway", args, servers)
                         rows.setdefault(f"{client}:{mode}", []).append(result)
-                        print(f"round {round_no + 1} {client:8} {mode:11} {result['msg_s']:8.0f} msg/s"
-                              f"  client CPU {result['client_cpu_us_per_msg']:6.0f} µs/msg", flush=True)
+                        cpu = "  ".join(f"{k.removesuffix('_cpu_us_per_msg')} {v:4.0f}" for k, v in result.items() if k != "msg_s")
+                        print(f"round {round_no + 1} {client:8} {mode:11} {result['msg_s']:6.0f} msg/s   CPU µs/msg: {cpu}", flush=True)
     summary = {}
     print(f"\nmedian of {args.rounds} rounds, {args.messages} messages of {args.size} B, {args.threads} threads, one per call")
     for mode in ("send", "transaction"):
