@@ -4,7 +4,10 @@ instances and txcheck replicas of the cluster view, besides Route, health and re
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
+import grpc
+from txmq_runtime.net import join_host_port
 from txmq_runtime.server import ServiceContext, ServiceParts
 
 from txmq_gateway.auth import Authenticator
@@ -16,6 +19,16 @@ from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.telemetry import ClientHub
 
 log = logging.getLogger("txmq.gateway.service")
+
+
+def serve_tls(server: grpc.aio.Server, settings: GatewaySettings, address: str) -> str:
+    """Add the TLS port (same services as the plaintext one); its host:port for routes."""
+    credentials = grpc.ssl_server_credentials(
+        [(Path(settings.tls_key_file).read_bytes(), Path(settings.tls_cert_file).read_bytes())]
+    )
+    port = server.add_secure_port(join_host_port(settings.host, settings.tls_port), credentials)
+    host, _, _ = address.rpartition(":")
+    return f"{host}:{port}"
 
 
 async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
@@ -32,10 +45,13 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
         clients=clients,
         route_client_endpoints=settings.route_client_endpoints,
     )
+    if settings.tls_port >= 0:
+        servicer.tls_address = serve_tls(ctx.server, settings, ctx.address)
     name = add_messaging_servicer(ctx.server, servicer)
     log.info(
-        "gateway: RocketMQ 5 clients connect to %s (authentication %s)",
+        "gateway: RocketMQ 5 clients connect to %s%s (authentication %s)",
         ctx.address,
+        f", TLS on {servicer.tls_address}" if servicer.tls_address else "",
         "on" if servicer.auth.enabled else "off",
     )
 

@@ -41,6 +41,10 @@ def client_id_of(context: grpc.aio.ServicerContext) -> str:
     return ""
 
 
+def over_tls(context: grpc.aio.ServicerContext) -> bool:
+    return context.auth_context().get("transport_security_type") == [b"ssl"]
+
+
 def endpoints_of(address: str) -> pb.Endpoints:
     """v2 Endpoints for host:port (IPv4, IPv6 in brackets, or a DNS name)."""
     host, _, port = address.rpartition(":")
@@ -101,6 +105,8 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
     ) -> None:
         self.address = address
         self.route_client_endpoints = route_client_endpoints
+        #: host:port of the TLS port, when the gateway serves one.
+        self.tls_address = ""
         self._background: set[asyncio.Task[None]] = set()
         self.auth = auth
         self.backend = backend
@@ -123,11 +129,14 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 log.info("%s failed: %s", type(response).__name__, exc)
             return response(from_exception(exc))
 
-    def _route_endpoints(self, access_point: pb.Endpoints) -> pb.Endpoints:
-        """Where routes send clients: this gateway's advertised address, or (with
-        route_client_endpoints) the access point the client used, e.g. a load balancer."""
+    def _route_endpoints(self, access_point: pb.Endpoints, context: grpc.aio.ServicerContext) -> pb.Endpoints:
+        """Where routes send clients: the access point the client used (with
+        route_client_endpoints, e.g. a load balancer), else this gateway's advertised
+        address -- its TLS port for a client that came in over TLS."""
         if self.route_client_endpoints and access_point.addresses:
             return access_point
+        if self.tls_address and over_tls(context):
+            return endpoints_of(self.tls_address)
         return endpoints_of(self.address)
 
     # -- route, heartbeat ----------------------------------------------------------------
@@ -137,7 +146,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             topic = request.topic.name
             if not topic:
                 raise GatewayError(Code.ILLEGAL_TOPIC, "topic is required")
-            endpoints = self._route_endpoints(request.endpoints)
+            endpoints = self._route_endpoints(request.endpoints, context)
             queues = queues_of(topic, await self.backend.queues(topic), endpoints)
             return svc.QueryRouteResponse(status=ok(), message_queues=queues)
 
@@ -150,7 +159,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             # Push consumers receive from every readable queue; the gateway spreads
             # messages over the group's consumers itself, so each gets every queue.
             topic = request.topic.name
-            endpoints = self._route_endpoints(request.endpoints)
+            endpoints = self._route_endpoints(request.endpoints, context)
             queues = [
                 q for q in queues_of(topic, await self.backend.queues(topic), endpoints) if q.permission in (pb.READ, pb.READ_WRITE)
             ]

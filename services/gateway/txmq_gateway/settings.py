@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from txmq_runtime.settings import ServiceSettings, service_config
 
 
@@ -17,6 +17,15 @@ class GatewaySettings(ServiceSettings):
     secret_key: str = Field(
         "", description="Secret key of access_key; prefer the env var TXMQ_GATEWAY_SECRET_KEY to a flag."
     )
+    tls_port: int = Field(
+        -1,
+        ge=-1,
+        le=65535,
+        description="Also serve the v2 protocol over TLS on this port (0 picks a free one; -1: no TLS). "
+        "RocketMQ's Java client uses TLS by default. The plaintext port stays for probes and internal calls.",
+    )
+    tls_cert_file: str = Field("", description="PEM certificate chain of the TLS port (required with tls_port).")
+    tls_key_file: str = Field("", description="PEM private key of tls_cert_file (required with tls_port).")
     route_client_endpoints: bool = Field(
         False,
         description="Routes name the address the client connected to (its access point) instead of this "
@@ -64,3 +73,9 @@ class GatewaySettings(ServiceSettings):
         description="After this many deliveries without an ack a message goes to %DLQ%<group> "
         "(RocketMQ: 16 retries + the first delivery).",
     )
+
+    @model_validator(mode="after")
+    def _tls_needs_files(self) -> "GatewaySettings":
+        if self.tls_port >= 0 and not (self.tls_cert_file and self.tls_key_file):
+            raise ValueError("tls_port needs tls_cert_file and tls_key_file")
+        return self

@@ -40,6 +40,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--access-key", default="")
     p.add_argument("--secret-key", default="")
     p.add_argument("--request-timeout", type=int, default=5, help="seconds, every unary call")
+    p.add_argument("--tls", action="store_true", help="dial with TLS (roots: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)")
     return p
 
 

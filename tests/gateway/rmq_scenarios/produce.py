@@ -23,7 +23,7 @@ def main() -> None:
     args = p.parse_args()
     properties = parse_properties(args.property)
 
-    producer = Producer(config(args), topics=[args.topic])
+    producer = Producer(config(args), topics=[args.topic], tls_enable=args.tls)
     started = False
     with reported("startup"):
         producer.startup()
