@@ -43,8 +43,21 @@ COMPUTED_WHEN_EMPTY: dict[str, frozenset[str]] = {
     | ({"export_dir"} & set(StoreSettings.model_fields)),
     "pull": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
     "txcheck": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
-    "gateway": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
+    # tls_cert_file, tls_key_file: with tls.enabled, tls.crt and tls.key of the mounted Secret.
+    "gateway": frozenset(
+        {"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix", "tls_cert_file", "tls_key_file"}
+    ),
 }
+
+#: How the chart computes a COMPUTED_WHEN_EMPTY setting, when not simply per pod.
+COMPUTED_HOW: dict[tuple[str, str], str] = {
+    ("gateway", "tls_cert_file"): '"": <tls.mountPath>/tls.crt when tls.enabled.',
+    ("gateway", "tls_key_file"): '"": <tls.mountPath>/tls.key when tls.enabled.',
+}
+
+#: Ports the pod declares (containerPort, Service port): a fixed port, or -1 (off); not
+#: 0, which picks a random port no Service or scraper could know.
+FIXED_OR_OFF_PORTS = frozenset({"metrics_port", "tls_port"})
 
 #: Settings that are secrets: not in values.yaml (a plain value would be stored in the
 #: release and shown by `helm get values`), refused there by the schema. The chart sets
@@ -98,11 +111,13 @@ def settings_schema(service: str) -> dict[str, Any]:
         if name == "port":
             # Kubernetes needs a fixed port: containerPort, probes and Services use it.
             field["minimum"] = 1
-        if name == "metrics_port":
-            # A declared containerPort for scraping: a fixed port, or -1 (off); not 0 (random).
+        if name in FIXED_OR_OFF_PORTS:
+            # A declared containerPort: a fixed port, or -1 (off); not 0 (random).
             field["not"] = {"const": 0}
+            field["description"] = field.get("description", "") + " Chart: a fixed port or -1, not 0."
         if name in COMPUTED_WHEN_EMPTY[service]:
-            field["description"] = field.get("description", "") + ' "": computed by the chart per pod.'
+            how = COMPUTED_HOW.get((service, name), '"": computed by the chart per pod.')
+            field["description"] = field.get("description", "") + " " + how
         props[name] = field
     return {
         "type": "object",

@@ -32,10 +32,13 @@ SERVICES = ("store", "pull", "txcheck", "gateway")
 ROUTE_SERVICES = ("store", "pull", "txcheck")
 FULL = chart.RELEASE  # release "txmq": resources are txmq-store, txmq-etcd, ...
 VALUES = yaml.safe_load((chart.CHART / "values.yaml").read_text())
+#: The TLS Secret mounted, and the gateway serving TLS from it.
+GATEWAY_TLS_SECRET: dict[str, Any] = {"enabled": True, "secretName": "txmq-tls"}
+GATEWAY_TLS: dict[str, Any] = {"tls": GATEWAY_TLS_SECRET, "gateway": {"settings": {"tls_port": 8082}}}
 
-#: Values that change everything that can change: other ports, external etcd, TLS,
-#: Spark on Kubernetes, an HPA, sync flush, a longer shutdown grace, another name, the
-#: gateway with authentication behind a LoadBalancer.
+#: Values that change everything that can change: other ports, external etcd, TLS (the
+#: gateway serving it), Spark on Kubernetes, an HPA, sync flush, a longer shutdown grace,
+#: another name, the gateway with authentication behind a LoadBalancer.
 NONDEFAULT: dict[str, Any] = {
     "fullnameOverride": "mq",
     "clusterDomain": "corp.local",
@@ -63,13 +66,20 @@ NONDEFAULT: dict[str, Any] = {
     "txcheck": {"replicas": 4, "settings": {"port": 20913, "check_loop_enable": False, "metrics_port": -1}},
     "gateway": {
         "replicas": 2,
-        "settings": {"port": 18081, "access_key": "txmq-ak", "max_receive_batch_size": 64, "metrics_port": 9191},
+        "settings": {
+            "port": 18081,
+            "tls_port": 18082,
+            "access_key": "txmq-ak",
+            "max_receive_batch_size": 64,
+            "metrics_port": 9191,
+        },
         "auth": {"existingSecret": "txmq-gateway-auth", "existingSecretKey": "sk"},
         "service": {
             "type": "LoadBalancer",
             "annotations": {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"},
             "loadBalancerSourceRanges": ["10.0.0.0/8", "192.168.0.0/16"],
             "externalTrafficPolicy": "Local",
+            "tlsNodePort": 30082,
         },
     },
     "analytics": {
@@ -90,6 +100,15 @@ SCENARIOS: dict[str, tuple[dict[str, Any] | None, tuple[Path, ...]]] = {
         {"gateway": {"service": {"type": "NodePort", "nodePort": 30081, "externalTrafficPolicy": "Cluster"}}},
         (),
     ),
+    "gateway-tls-nodeport": (
+        {
+            "tls": {"enabled": True, "secretName": "txmq-tls"},
+            "gateway": {"settings": {"tls_port": 8082}, "service": {"type": "NodePort", "tlsNodePort": 30082}},
+        },
+        (),
+    ),
+    # The Secret mounted, the gateway without a TLS port.
+    "tls-mounted-only": ({"tls": {"enabled": True, "secretName": "txmq-tls"}}, ()),
     **{f"example-{p.stem}": (None, (p,)) for p in chart.EXAMPLES},
 }
 
@@ -265,10 +284,14 @@ def test_probes_ask_the_grpc_health_service_on_the_service_port(
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert c[probe]["grpc"] == {"port": port}, probe
         assert not {"httpGet", "tcpSocket", "exec"} & c[probe].keys()
-    # Every Service in front of the pods reaches that same port.
+    # Every Service in front of the pods reaches that same port (the gateway's also its
+    # TLS port, which the probes do not use).
+    tls_port = [p["containerPort"] for p in c["ports"] if p["name"] == "grpc-tls"]
+    serves_tls = (which, service) == ("nondefault", "gateway")
+    assert tls_port == ([NONDEFAULT["gateway"]["settings"]["tls_port"]] if serves_tls else [])
     for svc in find(docs, "Service"):
         if matches({"matchLabels": svc["spec"]["selector"]}, pod_labels(w)):
-            assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["grpc"]
+            assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["grpc"] + ["grpc-tls"] * len(tls_port)
 
 
 def test_store_start_up_allows_a_long_recovery(default_docs: list[Doc]) -> None:
@@ -553,6 +576,116 @@ def test_tls_secret_is_mounted_in_every_service(nondefault_docs: list[Doc], defa
         assert "tls" not in {v["name"] for v in pod_spec(workload(default_docs, service))["volumes"]}
 
 
+def gateway_tls_env(c: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """The gateway's TXMQ_GATEWAY_TLS_* variables as (name, value), in order, repeats kept."""
+    return [(e["name"], e.get("value")) for e in c["env"] if e["name"].startswith("TXMQ_GATEWAY_TLS_")]
+
+
+@pytest.mark.parametrize("scenario", ["default", "tls-mounted-only"])
+def test_gateway_without_a_tls_port_serves_plaintext_only(scenario: str) -> None:
+    """TLS off (or the Secret mounted but no gateway.settings.tls_port): the gateway gets
+    tls_port -1, no TLS container port, a Service with the plaintext port only."""
+    values, files = SCENARIOS[scenario]
+    docs = chart.render(values, *files)
+    gateway = workload(docs, "gateway")
+    c = container(gateway, "gateway")
+    mounted = scenario == "tls-mounted-only"
+    cert, key = ("/etc/txmq/tls/tls.crt", "/etc/txmq/tls/tls.key") if mounted else ("", "")
+    assert gateway_tls_env(c) == [
+        ("TXMQ_GATEWAY_TLS_CERT_FILE", cert),
+        ("TXMQ_GATEWAY_TLS_KEY_FILE", key),
+        ("TXMQ_GATEWAY_TLS_PORT", "-1"),
+    ]
+    assert [p["name"] for p in c["ports"]] == ["grpc", "metrics"]
+    assert [m["name"] for m in c["volumeMounts"]] == (["tmp", "tls"] if mounted else ["tmp"])
+    svc = one(docs, "Service", "txmq-gateway")
+    assert svc["spec"]["ports"] == [{"name": "grpc", "port": 8081, "targetPort": "grpc", "protocol": "TCP"}]
+    assert "grpc-tls" not in chart.template(values, *files).stdout
+
+
+@pytest.mark.parametrize("mount_path", ["/etc/txmq/tls", "/run/txmq-certs/"])
+def test_gateway_serves_tls_from_the_mounted_secret(mount_path: str) -> None:
+    """tls.enabled + gateway.settings.tls_port: the gateway pod mounts the Secret, its
+    tls_cert_file / tls_key_file name tls.crt / tls.key there (each variable once), the
+    container declares the TLS port as grpc-tls and the Service forwards a second port to
+    it. Probes stay on the plaintext port."""
+    tls = {**GATEWAY_TLS_SECRET, "mountPath": mount_path}
+    docs = chart.render({**GATEWAY_TLS, "tls": tls})
+    gateway = workload(docs, "gateway")
+    spec = pod_spec(gateway)
+    c = container(gateway, "gateway")
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "tls"]
+    assert volume["secret"]["secretName"] == "txmq-tls"
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "tls"]
+    assert mount == {"name": "tls", "mountPath": mount_path, "readOnly": True}
+    directory = mount_path.rstrip("/")
+    assert gateway_tls_env(c) == [
+        ("TXMQ_GATEWAY_TLS_CERT_FILE", f"{directory}/tls.crt"),
+        ("TXMQ_GATEWAY_TLS_KEY_FILE", f"{directory}/tls.key"),
+        ("TXMQ_GATEWAY_TLS_PORT", "8082"),
+    ]
+    assert c["ports"] == [
+        {"name": "grpc", "containerPort": 8081, "protocol": "TCP"},
+        {"name": "grpc-tls", "containerPort": 8082, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+    ]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["grpc"] == {"port": 8081}
+    svc = one(docs, "Service", "txmq-gateway")
+    assert svc["spec"]["ports"] == [
+        {"name": "grpc", "port": 8081, "targetPort": "grpc", "protocol": "TCP"},
+        {"name": "grpc-tls", "port": 8082, "targetPort": "grpc-tls", "protocol": "TCP"},
+    ]
+    # Only the gateway serves TLS; the others just have the files.
+    for service in ROUTE_SERVICES:
+        other = container(workload(docs, service), service)
+        assert "grpc-tls" not in {p["name"] for p in other["ports"]}
+        assert not [e for e in other["env"] if "TLS" in e["name"]]
+        for svc in find(docs, "Service"):
+            if matches({"matchLabels": svc["spec"]["selector"]}, pod_labels(workload(docs, service))):
+                assert [p["name"] for p in svc["spec"]["ports"]] == ["grpc"]
+
+
+def test_gateway_tls_files_given_explicitly_are_kept() -> None:
+    settings = {"tls_port": 8082, "tls_cert_file": "/etc/txmq/tls/chain.pem", "tls_key_file": "/etc/txmq/tls/key.pem"}
+    docs = chart.render({**GATEWAY_TLS, "gateway": {"settings": settings}})
+    assert gateway_tls_env(container(workload(docs, "gateway"), "gateway")) == [
+        ("TXMQ_GATEWAY_TLS_CERT_FILE", "/etc/txmq/tls/chain.pem"),
+        ("TXMQ_GATEWAY_TLS_KEY_FILE", "/etc/txmq/tls/key.pem"),
+        ("TXMQ_GATEWAY_TLS_PORT", "8082"),
+    ]
+
+
+def test_gateway_tls_node_port() -> None:
+    values, files = SCENARIOS["gateway-tls-nodeport"]
+    svc = one(chart.render(values, *files), "Service", "txmq-gateway")
+    assert svc["spec"]["type"] == "NodePort"
+    (plain, tls) = svc["spec"]["ports"]
+    assert "nodePort" not in plain  # allocated by Kubernetes
+    assert (tls["name"], tls["port"], tls["nodePort"]) == ("grpc-tls", 8082, 30082)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"tls_port": 8081}, "gateway.settings.tls_port must differ from gateway.settings.port"),
+        ({"tls_port": 9090}, "gateway.settings.tls_port must differ from gateway.settings.metrics_port"),
+    ],
+)
+def test_gateway_tls_port_clashes_are_refused(settings: dict[str, Any], message: str) -> None:
+    result = chart.template({**GATEWAY_TLS, "gateway": {"settings": settings}}, check=False)
+    assert result.returncode != 0 and message in result.stderr
+
+
+def test_gateway_tls_port_without_the_secret_fails_even_without_the_schema(tmp_path: Path) -> None:
+    """--skip-schema-validation: the template still refuses a TLS port with no files."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"gateway": {"settings": {"tls_port": 8082}}}))
+    result = chart.helm("template", "t", str(chart.CHART), "--skip-schema-validation", "-f", str(values), check=False)
+    assert result.returncode != 0
+    assert "gateway.settings.tls_port needs tls.enabled and tls.secretName" in result.stderr
+
+
 # ---- values.schema.json refuses what the services would refuse ------------------------------------
 
 
@@ -588,6 +721,14 @@ def test_tls_secret_is_mounted_in_every_service(nondefault_docs: list[Doc], defa
         ({"gateway": {"service": {"type": "Ingress"}}}, "type"),
         ({"gateway": {"service": {"externalTrafficPolicy": "Nearest"}}}, "externalTrafficPolicy"),
         ({"gateway": {"autoscaling": {"enabled": True}}}, "autoscaling"),
+        # A TLS port needs the Secret with its certificate and key (tls.enabled).
+        ({"gateway": {"settings": {"tls_port": 8082}}}, "tls.enabled"),
+        ({"gateway": {"settings": {"tls_port": 8082}}, "tls": {**GATEWAY_TLS_SECRET, "enabled": False}}, "tls.enabled"),
+        ({"gateway": {"settings": {"tls_port": 8082}}, "tls": {"enabled": True}}, "secretName"),
+        # 0 (a random port) cannot be a containerPort or a Service's target.
+        ({"gateway": {"settings": {"tls_port": 0}}, "tls": GATEWAY_TLS_SECRET}, "tls_port"),
+        ({"gateway": {"settings": {"tls_port": 65536}}, "tls": GATEWAY_TLS_SECRET}, "tls_port"),
+        ({"gateway": {"service": {"tlsNodePort": -1}}}, "tlsNodePort"),
     ],
 )
 def test_schema_refuses_bad_values(values: dict[str, Any], message: str) -> None:
@@ -615,6 +756,9 @@ def test_nondefault_values_reach_the_manifests(nondefault_docs: list[Doc]) -> No
     assert gateway["TXMQ_GATEWAY_ADVERTISED_ADDRESS"] == "$(POD_IP):18081"
     assert gateway["TXMQ_GATEWAY_ACCESS_KEY"] == "txmq-ak"
     assert gateway["TXMQ_GATEWAY_MAX_RECEIVE_BATCH_SIZE"] == "64"
+    assert gateway["TXMQ_GATEWAY_TLS_PORT"] == "18082"
+    assert gateway["TXMQ_GATEWAY_TLS_CERT_FILE"] == "/etc/txmq/tls/tls.crt"
+    assert gateway["TXMQ_GATEWAY_TLS_KEY_FILE"] == "/etc/txmq/tls/tls.key"
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -704,8 +848,9 @@ def test_gateway_can_be_exposed_outside_the_cluster(nondefault_docs: list[Doc]) 
     assert svc["metadata"]["annotations"] == want["annotations"]
     assert svc["spec"]["loadBalancerSourceRanges"] == want["loadBalancerSourceRanges"]
     assert svc["spec"]["externalTrafficPolicy"] == "Local"
-    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(18081, "grpc")]
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(18081, "grpc"), (18082, "grpc-tls")]
     assert "nodePort" not in svc["spec"]["ports"][0]
+    assert svc["spec"]["ports"][1]["nodePort"] == 30082
     # The other services stay inside the cluster.
     for service in ROUTE_SERVICES:
         assert one(nondefault_docs, "Service", f"mq-{service}")["spec"]["type"] == "ClusterIP"
@@ -720,9 +865,14 @@ def test_gateway_can_be_exposed_outside_the_cluster(nondefault_docs: list[Doc]) 
 
 def test_external_service_fields_are_left_out_of_a_cluster_ip_service() -> None:
     """Kubernetes refuses externalTrafficPolicy and nodePort on a ClusterIP Service."""
-    gateway = {"service": {"type": "ClusterIP", "externalTrafficPolicy": "Local", "nodePort": 30081}}
-    svc = one(chart.render({"gateway": gateway}), "Service", "txmq-gateway")
-    assert "externalTrafficPolicy" not in svc["spec"] and "nodePort" not in svc["spec"]["ports"][0]
+    gateway = {
+        "settings": {"tls_port": 8082},
+        "service": {"type": "ClusterIP", "externalTrafficPolicy": "Local", "nodePort": 30081, "tlsNodePort": 30082},
+    }
+    svc = one(chart.render({"gateway": gateway, "tls": GATEWAY_TLS["tls"]}), "Service", "txmq-gateway")
+    assert "externalTrafficPolicy" not in svc["spec"]
+    assert [p["name"] for p in svc["spec"]["ports"]] == ["grpc", "grpc-tls"]
+    assert not [p for p in svc["spec"]["ports"] if "nodePort" in p]
 
 
 def test_gateway_secret_key_comes_from_the_named_secret(default_docs: list[Doc], nondefault_docs: list[Doc]) -> None:
@@ -769,3 +919,31 @@ def test_notes_give_rocketmq_clients_the_gateway_address() -> None:
     values, files = SCENARIOS["gateway-nodeport"]
     assert "<any node's address>:30081" in chart.notes(values, *files)
     assert "jsonpath='{.spec.ports[0].nodePort}'" in chart.notes({"gateway": {"service": {"type": "NodePort"}}})
+
+
+def test_notes_tell_tls_clients_where_to_connect() -> None:
+    # TLS off: the client must turn TLS off, and how to turn it on.
+    notes = chart.notes()
+    assert "gateway.settings.tls_port" in notes and "(TLS)" not in notes and "TLS:" not in notes
+    notes = chart.notes(SCENARIOS["tls-mounted-only"][0])
+    assert "mounted Secret txmq-tls" in notes and "set gateway.settings.tls_port" in notes
+
+    notes = chart.notes(GATEWAY_TLS)
+    assert "over TLS (the\nJava client's default) on port 8082, with the certificate of Secret txmq-tls" in notes
+    assert f"in the cluster, TLS:       txmq-gateway.{chart.NAMESPACE}.svc.cluster.local:8082" in notes
+    assert f"in the cluster, plaintext: txmq-gateway.{chart.NAMESPACE}.svc.cluster.local:8081" in notes
+    assert "enableSsl(false)" in notes
+    assert "port-forward service/txmq-gateway 8082:8082 8081:8081" in notes
+
+    notes = chart.notes(NONDEFAULT)
+    assert "from outside, TLS:         <the load balancer's address>:18082" in notes
+    assert "from outside, plaintext:   <the load balancer's address>:18081" in notes
+
+    values, files = SCENARIOS["gateway-tls-nodeport"]
+    notes = chart.notes(values, *files)
+    assert "from outside, TLS:         <any node's address>:30082" in notes
+    assert """jsonpath='{.spec.ports[?(@.name=="grpc")].nodePort}'""" in notes
+    gateway = {"settings": {"tls_port": 8082}, "service": {"type": "NodePort", "nodePort": 30081}}
+    notes = chart.notes({**GATEWAY_TLS, "gateway": gateway})
+    assert """jsonpath='{.spec.ports[?(@.name=="grpc-tls")].nodePort}'""" in notes
+    assert "from outside, plaintext:   <any node's address>:30081" in notes

@@ -64,6 +64,8 @@ def fields(service: str) -> list[str]:
 #: A Secret the tests name for the gateway, and what kubelet would read from it.
 GATEWAY_AUTH = {"existingSecret": "gw-auth", "existingSecretKey": "secret-key"}
 SECRETS = {("gw-auth", "secret-key"): "the-secret-key"}
+#: The TLS Secret mounted (tls.*), for the gateway's TLS port.
+TLS = {"enabled": True, "secretName": "txmq-tls"}
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -228,6 +230,27 @@ def test_settings_classes_read_the_rendered_env(
         assert settings.physical_memory_bytes == parse_quantity(VALUES["store"]["resources"]["limits"]["memory"])
     else:
         assert settings.advertised_address == f"10.1.2.3:{values['port']}"
+    if service == "gateway":
+        # TLS off: no TLS port, no files (the service's defaults).
+        assert (settings.tls_port, settings.tls_cert_file, settings.tls_key_file) == (-1, "", "")
+
+
+@chart.needs_helm
+@pytest.mark.parametrize("mount_path", ["/etc/txmq/tls", "/run/txmq-certs/"])
+def test_gateway_settings_read_the_rendered_tls_env(
+    mount_path: str, monkeypatch: pytest.MonkeyPatch, clean_txmq_env: None
+) -> None:
+    """tls.enabled + gateway.settings.tls_port: GatewaySettings (whose validator refuses a
+    TLS port without both files) reads the port and the files of the mounted Secret."""
+    docs = chart.render({"tls": {**TLS, "mountPath": mount_path}, "gateway": {"settings": {"tls_port": 8082}}})
+    for name, value in resolve_env(service_container(docs, "gateway"), pod_name="txmq-gateway-6f4d-q9w7e").items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(SERVICES["gateway"], [])
+    directory = mount_path.rstrip("/")
+    assert settings.tls_port == 8082
+    assert (settings.tls_cert_file, settings.tls_key_file) == (f"{directory}/tls.crt", f"{directory}/tls.key")
+    assert settings.port == VALUES["gateway"]["settings"]["port"]
+    assert settings.advertised_address == f"10.1.2.3:{settings.port}"
 
 
 @chart.needs_helm
@@ -242,6 +265,8 @@ def test_every_setting_reaches_the_service_when_changed(monkeypatch: pytest.Monk
             changed[service][name] = other_value(name, field, VALUES[service]["settings"][name])
     changed["store"]["data_dir"] = "/var/lib/txmq/data/elsewhere"  # still on the PVC
     values: dict[str, Any] = {service: {"settings": dict(s)} for service, s in changed.items()}
+    # A TLS port needs the TLS Secret mounted (the changed tls_*_file values are kept).
+    values["tls"] = TLS
     # Secret settings are not values: they come from the Secret gateway.auth names (which a
     # changed access_key needs anyway).
     secret_value = SECRETS[(GATEWAY_AUTH["existingSecret"], GATEWAY_AUTH["existingSecretKey"])]
@@ -267,7 +292,8 @@ def other_value(name: str, field: Any, current: Any) -> Any:
     if annotation is int:
         low = next((m.ge for m in field.metadata if hasattr(m, "ge")), 0)
         high = next((m.le for m in field.metadata if hasattr(m, "le")), None)
-        value = max(current, low) + 1 if name != "port" else 20000 + sum(map(ord, name))
+        # Ports: one of their own (not 0, which the chart refuses for declared ports).
+        value = max(current, low) + 1 if not name.endswith("port") else 20000 + sum(map(ord, name))
         return value if high is None or value <= high else high - 1
     if annotation is str:
         return {"host": "::", "log_level": "DEBUG", "etcd_endpoints": "10.0.0.1:2379", "etcd_prefix": "/other"}.get(
@@ -281,9 +307,19 @@ def other_value(name: str, field: Any, current: Any) -> Any:
 # ---- the rendered env starts the real services ---------------------------------------------------
 
 
-def _health(address: str, timeout_s: float, proc: subprocess.Popen[bytes], log: Path) -> None:
+def _channel(address: str, credentials: grpc.ChannelCredentials | None = None) -> grpc.Channel:
+    return grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
+
+
+def _health(
+    address: str,
+    timeout_s: float,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> None:
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as channel:
+    with _channel(address, credentials) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             if proc.poll() is not None:
@@ -299,14 +335,21 @@ def _health(address: str, timeout_s: float, proc: subprocess.Popen[bytes], log: 
             time.sleep(0.1)
 
 
-def _gateway_auth_refuses(address: str, *, access_key: str | None, secret_key: str) -> bool:
-    """Whether the gateway answers a QueryRoute signed with these keys (unsigned: None)
-    with UNAUTHORIZED."""
+def _query_route(
+    address: str,
+    *,
+    access_key: str | None,
+    secret_key: str,
+    topic: str = "HelmAuthCheck",
+    credentials: grpc.ChannelCredentials | None = None,
+) -> Any:
+    """The gateway's QueryRouteResponse for ``topic``, signed with these keys (unsigned:
+    access_key None), in plaintext or over TLS (``credentials``)."""
     import datetime
     import hashlib
     import hmac
 
-    from txmq_gateway.v2 import Code, pb, svc, svc_grpc
+    from txmq_gateway.v2 import pb, svc, svc_grpc
 
     metadata: list[tuple[str, str]] = []
     if access_key is not None:
@@ -319,11 +362,57 @@ def _gateway_auth_refuses(address: str, *, access_key: str | None, secret_key: s
                 f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, Signature={signature}",
             ),
         ]
-    with grpc.insecure_channel(address) as channel:
+    with _channel(address, credentials) as channel:
         stub = svc_grpc.MessagingServiceStub(channel)
-        request = svc.QueryRouteRequest(topic=pb.Resource(name="HelmAuthCheck"))
-        reply = stub.QueryRoute(request, metadata=metadata, timeout=10)
+        request = svc.QueryRouteRequest(topic=pb.Resource(name=topic))
+        return stub.QueryRoute(request, metadata=metadata, timeout=10)
+
+
+def _gateway_auth_refuses(
+    address: str, *, access_key: str | None, secret_key: str, credentials: grpc.ChannelCredentials | None = None
+) -> bool:
+    """Whether the gateway answers a QueryRoute signed with these keys (unsigned: None)
+    with UNAUTHORIZED."""
+    from txmq_gateway.v2 import Code
+
+    reply = _query_route(address, access_key=access_key, secret_key=secret_key, credentials=credentials)
     return reply.status.code == Code.UNAUTHORIZED
+
+
+def write_tls_secret(directory: Path) -> Path:
+    """What kubelet mounts from a kubernetes.io/tls Secret: tls.crt and tls.key, here a
+    self-signed certificate for 127.0.0.1 and localhost. Returns the directory."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "txmq-gateway")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "tls.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return directory
 
 
 @pytest.fixture
@@ -342,16 +431,21 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
     """store, pull, txcheck and the gateway started the way the pods start them: the
     image's entrypoint (`txmq`) with the container's args and only the rendered env
     (pointed at a test etcd and loopback ports; the gateway with authentication on, its
-    secret key resolved from the secretKeyRef). Each reports SERVING, registers under its
-    pod name, and on SIGTERM stops within terminationGracePeriodSeconds minus the preStop
-    sleep."""
+    secret key resolved from the secretKeyRef, and TLS on, from a tls.crt / tls.key
+    written where tls.mountPath says the Secret is mounted). Each reports SERVING,
+    registers under its pod name, and on SIGTERM stops within terminationGracePeriodSeconds
+    minus the preStop sleep."""
     from support import free_port
     from txmq import Admin, ServiceKind
+    from txmq_gateway.v2 import pb
 
     ports = {service: free_port() for service in SERVICES}
     metrics = {service: free_port() for service in SERVICES}  # one host here, one pod each there
     mount = tmp_path / "pvc"
+    tls_dir = write_tls_secret(tmp_path / "tls")
+    tls_port = free_port()
     values = {
+        "tls": {**TLS, "mountPath": str(tls_dir)},
         "etcd": {"enabled": False, "prefix": f"/txmq-helm-{uuid.uuid4().hex[:8]}", "external": {"endpoints": etcd.endpoint}},
         "store": {
             "settings": {
@@ -372,6 +466,7 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
                 "port": ports["gateway"],
                 "metrics_port": metrics["gateway"],
                 "access_key": "helm-test-ak",
+                "tls_port": tls_port,
             },
             "auth": GATEWAY_AUTH,
         },
@@ -425,6 +520,24 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
     assert _gateway_auth_refuses(gateway, access_key=None, secret_key="")
     assert _gateway_auth_refuses(gateway, access_key="helm-test-ak", secret_key="not-the-secret")
     assert not _gateway_auth_refuses(gateway, access_key="helm-test-ak", secret_key=secret)
+    # TLS: the same protocol on tls_port with the certificate from the mount; a route
+    # asked for over TLS names the TLS port (host: the advertised address's), one asked
+    # for in plaintext the plaintext port.
+    credentials = grpc.ssl_channel_credentials(root_certificates=(tls_dir / "tls.crt").read_bytes())
+    gateway_tls = f"127.0.0.1:{tls_port}"
+    gateway_log = tmp_path / "gateway.log"
+    _health(gateway_tls, 10, dict(pods)["gateway"], gateway_log, credentials)
+    assert _gateway_auth_refuses(gateway_tls, access_key=None, secret_key="", credentials=credentials)
+    assert not _gateway_auth_refuses(gateway_tls, access_key="helm-test-ak", secret_key=secret, credentials=credentials)
+    with Admin(f"127.0.0.1:{ports['store']}") as admin:
+        admin.create_topic("HelmTlsTopic", read_queue_nums=1, write_queue_nums=1)
+    for address, creds, port in ((gateway_tls, credentials, tls_port), (gateway, None, ports["gateway"])):
+        reply = _query_route(
+            address, access_key="helm-test-ak", secret_key=secret, topic="HelmTlsTopic", credentials=creds
+        )
+        assert reply.status.code == pb.OK, (address, reply.status)
+        endpoints = {(a.host, a.port) for q in reply.message_queues for a in q.broker.endpoints.addresses}
+        assert endpoints == {("127.0.0.1", port)}, address
     for service in SERVICES:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics[service]}/metrics", timeout=5) as reply:
             assert reply.status == 200, service

@@ -123,6 +123,11 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- $_ := set $computed "instance_id" "$(POD_NAME)" }}
 {{- $_ := set $computed "etcd_endpoints" (include "txmq.etcd.endpoints" $ctx) }}
 {{- $_ := set $computed "etcd_prefix" $ctx.Values.etcd.prefix }}
+{{- if $ctx.Values.tls.enabled }}
+{{- $tlsDir := trimSuffix "/" $ctx.Values.tls.mountPath }}
+{{- $_ := set $computed "tls_cert_file" (printf "%s/tls.crt" $tlsDir) }}
+{{- $_ := set $computed "tls_key_file" (printf "%s/tls.key" $tlsDir) }}
+{{- end }}
 {{- if eq $service "store" }}
 {{- $_ := set $computed "store_id" "$(POD_NAME)" }}
 {{- if include "txmq.exportsShared" $ctx }}
@@ -258,6 +263,34 @@ podAntiAffinity:
 {{- if hasKey .settings "metrics_port" }}
 {{- $port := int (include "txmq.envValue" .settings.metrics_port) }}
 {{- if gt $port 0 }}{{ $port }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* TLS ---------------------------------------------------------------------------------- */}}
+
+{{/* The TLS port of a service's settings (the gateway's tls_port), or "" when it serves no
+     TLS (-1, or no such setting). Fails when the port cannot work in a pod: without the
+     mounted Secret (the schema refuses that too), or on a port the pod already uses.
+     Call with (dict "ctx" $ "service" "gateway"). */}}
+{{- define "txmq.tlsPort" -}}
+{{- $settings := (index .ctx.Values .service).settings }}
+{{- if hasKey $settings "tls_port" }}
+{{- $port := int (include "txmq.envValue" $settings.tls_port) }}
+{{- if ge $port 0 }}
+{{- if not .ctx.Values.tls.enabled }}
+{{- fail (printf "%s.settings.tls_port needs tls.enabled and tls.secretName (a kubernetes.io/tls Secret with the certificate and key)" .service) }}
+{{- end }}
+{{- if eq $port 0 }}
+{{- fail (printf "%s.settings.tls_port must be a fixed port (a Service and containerPort need one), not 0" .service) }}
+{{- end }}
+{{- if eq $port (int (include "txmq.envValue" $settings.port)) }}
+{{- fail (printf "%s.settings.tls_port must differ from %s.settings.port" .service .service) }}
+{{- end }}
+{{- if eq (toString $port) (include "txmq.metricsPort" (dict "settings" $settings)) }}
+{{- fail (printf "%s.settings.tls_port must differ from %s.settings.metrics_port" .service .service) }}
+{{- end }}
+{{- $port }}
+{{- end }}
 {{- end }}
 {{- end }}
 

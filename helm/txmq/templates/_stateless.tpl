@@ -89,6 +89,11 @@ spec:
             - name: grpc
               containerPort: {{ $port }}
               protocol: TCP
+            {{- with include "txmq.tlsPort" (dict "ctx" $ctx "service" $service) }}
+            - name: grpc-tls
+              containerPort: {{ . }}
+              protocol: TCP
+            {{- end }}
             {{- with include "txmq.metricsPort" (dict "settings" $v.settings) }}
             - name: metrics
               containerPort: {{ . }}
@@ -155,6 +160,15 @@ spec:
       {{- if and $external (gt (int $v.service.nodePort) 0) }}
       nodePort: {{ int $v.service.nodePort }}
       {{- end }}
+    {{- with include "txmq.tlsPort" (dict "ctx" $ctx "service" $service) }}
+    - name: grpc-tls
+      port: {{ . }}
+      targetPort: grpc-tls
+      protocol: TCP
+      {{- if and $external (gt (int $v.service.tlsNodePort) 0) }}
+      nodePort: {{ int $v.service.tlsNodePort }}
+      {{- end }}
+    {{- end }}
 {{- end }}
 
 {{- define "txmq.stateless.pdb" -}}
