@@ -18,16 +18,17 @@ State, per (consumer group, topic), in the memory of this gateway instance:
 
 Consequences, to be documented for operators:
 
-- **One gateway instance per consumer group** (clients of a group must all talk to the
-  same gateway; or consume with txmq's own push/pull consumers). Two gateways serving
-  one group would each read the queues from the group's committed offset and deliver
-  the same messages.
-- **At-least-once across restarts.** The group's consume offset in the store is kept
-  at the lowest offset not yet acked of each queue (committed in batches, every
-  ``commit_interval_ms`` and on close). A restarted gateway starts from there, so it
-  redelivers exactly the messages that were not acked, plus acked ones above the
-  lowest un-acked offset of their queue. Receipt handles do not survive a restart
-  (they name the gateway's epoch): acking one answers INVALID_RECEIPT_HANDLE.
+- **One gateway instance serves a consumer group.** Two gateways serving one group
+  would each read the queues from the group's committed offset and deliver the same
+  messages, so each group has one owner among the replicas (ownership.py); the others
+  forward the group's calls to it. An owner that loses a group calls ``drop_group``.
+- **At-least-once across restarts** (and when a group moves to another gateway). The
+  group's consume offset in the store is kept at the lowest offset not yet acked of
+  each queue (committed in batches, every ``commit_interval_ms``, on close and when
+  the group is dropped). A restarted gateway starts from there, so it redelivers
+  exactly the messages that were not acked, plus acked ones above the lowest un-acked
+  offset of their queue. Receipt handles do not survive a restart (they name the
+  gateway's epoch): acking one answers INVALID_RECEIPT_HANDLE.
 - Messages skipped by the group's filter count as consumed (RocketMQ: same); a group's
   clients are expected to subscribe with one filter.
 - The state of every (group, topic) ever received from stays until the gateway stops
@@ -61,8 +62,8 @@ Choices, compared with the RocketMQ 5 proxy (for docs/gateway.md):
   otherwise; RocketMQ: min 10 s, max 12 h); none means the default. A change may ask
   for [0, max] (RocketMQ validates changes with a minimum of 0 too, so a push consumer
   can nack with a short backoff).
-- **Receipt handles** are opaque tokens naming the gateway epoch, store, topic, queue,
-  offset and a version. A handle works until its deadline; after it (expired, as
+- **Receipt handles** are opaque tokens naming the gateway (instance id and epoch),
+  store, topic, queue, offset and a version. A handle works until its deadline; after it (expired, as
   RocketMQ's ``ReceiptHandle.isExpired``), after a change (superseded) or after a
   redelivery it answers INVALID_RECEIPT_HANDLE. A repeated ack with a handle that was
   acked a moment ago answers OK (a client retrying after a lost answer).
@@ -156,7 +157,8 @@ class Delivery:
 class ReceiptHandle:
     """What a receipt handle names: the gateway epoch that issued it, the message's
     queue and offset, and the version of its delivery (bumped by every redelivery and
-    change, so older handles stop working)."""
+    change, so older handles stop working); ``owner``: the instance id of the gateway
+    that owned the group (for the error a handle from another gateway gets)."""
 
     epoch: str
     store_id: str
@@ -164,18 +166,20 @@ class ReceiptHandle:
     queue_id: int
     offset: int
     version: int
+    owner: str = ""
 
     def encode(self) -> str:
-        return encode_token(
-            {
-                "e": self.epoch,
-                "s": self.store_id,
-                "t": self.topic,
-                "q": self.queue_id,
-                "o": self.offset,
-                "v": self.version,
-            }
-        )
+        fields: dict[str, str | int] = {
+            "e": self.epoch,
+            "s": self.store_id,
+            "t": self.topic,
+            "q": self.queue_id,
+            "o": self.offset,
+            "v": self.version,
+        }
+        if self.owner:
+            fields["g"] = self.owner
+        return encode_token(fields)
 
     @classmethod
     def decode(cls, token: str) -> ReceiptHandle:
@@ -186,11 +190,12 @@ class ReceiptHandle:
         except KeyError:
             raise ValueError("not a receipt handle") from None
         epoch, store_id, topic, queue_id, offset, version = values
-        if not all(isinstance(v, str) for v in (epoch, store_id, topic)) or not all(
+        owner = fields.get("g", "")
+        if not all(isinstance(v, str) for v in (epoch, store_id, topic, owner)) or not all(
             type(v) is int for v in (queue_id, offset, version)
         ):
             raise ValueError("not a receipt handle")
-        return cls(epoch, store_id, topic, queue_id, offset, version)  # type: ignore[arg-type]
+        return cls(epoch, store_id, topic, queue_id, offset, version, owner)  # type: ignore[arg-type]
 
 
 QueueKey = tuple[str, int]  # (store id, queue id)
@@ -273,6 +278,7 @@ class _Subscription:
         self.round_robin = 0
         self.released = _Signal()  # a queue stopped being read
         self.visible = _Signal()  # an in-flight message's deadline moved earlier
+        self.dropped = False  # the gateway stopped owning the group (drop_group)
 
     def queue(self, store_id: str, queue_id: int) -> _Queue:
         q = self.queues.get((store_id, queue_id))
@@ -326,12 +332,14 @@ class SimpleConsumerCore:
         clock: Clock = monotonic_ms,
         commit_interval_ms: int = 1_000,
         epoch: str | None = None,
+        instance_id: str = "",
     ) -> None:
         self.backend = backend
         self.settings = settings
         self.clock = clock
         self.commit_interval_ms = commit_interval_ms
         self.epoch = epoch or secrets.token_hex(4)
+        self.instance_id = instance_id  # named in receipt handles
         self._subscriptions: dict[tuple[str, str], _Subscription] = {}
         self._versions = itertools.count(1)
         self._tickets = itertools.count(1)
@@ -414,7 +422,7 @@ class SimpleConsumerCore:
         loop = asyncio.get_running_loop()
         end = loop.time() + hold_ms / 1000
         rounds = 0
-        while not self._closed:
+        while not self._closed and not sub.dropped:
             self._take_due(sub, batch)
             if batch.full:
                 break
@@ -544,7 +552,9 @@ class SimpleConsumerCore:
 
     def _handle(self, sub: _Subscription, entry: _InFlight) -> str:
         q = entry.queue
-        return ReceiptHandle(self.epoch, q.store_id, sub.topic, q.queue_id, entry.offset, entry.version).encode()
+        return ReceiptHandle(
+            self.epoch, q.store_id, sub.topic, q.queue_id, entry.offset, entry.version, self.instance_id
+        ).encode()
 
     def _stop_renewing(self, entry: _InFlight) -> None:
         if entry.renew_client is not None:
@@ -795,9 +805,11 @@ class SimpleConsumerCore:
         except ValueError:
             raise GatewayError(Code.INVALID_RECEIPT_HANDLE, "the receipt handle is malformed") from None
         if handle.epoch != self.epoch:
+            issuer = f"gateway {handle.owner}" if handle.owner else "another gateway instance"
             raise GatewayError(
                 Code.INVALID_RECEIPT_HANDLE,
-                "the receipt handle was issued by another gateway instance (or before a restart)",
+                f"the receipt handle was issued by {issuer} (before a restart, or before the group "
+                "moved to this gateway)",
             )
         if handle.topic != topic:
             raise GatewayError(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle is not one of topic {topic!r}")
@@ -930,6 +942,29 @@ class SimpleConsumerCore:
         if entries:
             log.info("client %s gone: %d auto-renewed messages visible again soon", client_id, len(entries))
 
+    # -- ownership -------------------------------------------------------------------
+
+    def drop_group(self, group: str) -> None:
+        """This gateway no longer owns ``group`` (another gateway may serve it now):
+        forget its state, so its receipt handles answer INVALID_RECEIPT_HANDLE and a
+        later claim starts again from the committed offsets; held receives of the group
+        end with what they have. Its lowest un-acked offsets are committed once more in
+        the background (every offset below them was acked here, so the new owner skips
+        only consumed messages)."""
+        dropped = [self._subscriptions.pop(key) for key in [k for k in self._subscriptions if k[0] == group]]
+        for sub in dropped:
+            sub.dropped = True
+            for q in sub.queues.values():
+                for entry in q.in_flight.values():
+                    self._stop_renewing(entry)
+            sub.released.fire()
+            sub.visible.fire()
+        if dropped and not self._closed:
+            task = asyncio.get_running_loop().create_task(self.flush(dropped))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            task.add_done_callback(_retrieve)
+
     # -- offsets ---------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
@@ -940,14 +975,15 @@ class SimpleConsumerCore:
             except Exception:  # retried next round
                 log.warning("committing consume offsets failed", exc_info=True)
 
-    async def flush(self) -> None:
+    async def flush(self, subscriptions: Iterable[_Subscription] | None = None) -> None:
         """Commit every queue's lowest un-acked offset that the store does not hold yet
-        (one CommitConsumeOffset per changed queue)."""
+        (one CommitConsumeOffset per changed queue), of every subscription or of the
+        ones given."""
         if self._flush_lock is None:
             self._flush_lock = asyncio.Lock()
         async with self._flush_lock:
             jobs: list[tuple[_Subscription, _Queue, int]] = []
-            for sub in self._subscriptions.values():
+            for sub in self._subscriptions.values() if subscriptions is None else subscriptions:
                 for q in sub.queues.values():
                     target = q.commit_target()
                     if target is not None and target != q.committed:

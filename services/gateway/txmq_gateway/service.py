@@ -4,6 +4,8 @@ instances and txcheck replicas of the cluster view, besides Route, health and re
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from pathlib import Path
 
 import grpc
@@ -13,12 +15,16 @@ from txmq_runtime.server import ServiceContext, ServiceParts
 from txmq_gateway.auth import Authenticator
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
+from txmq_gateway.ownership import Forwarder, GroupOwnership, GroupRouter
 from txmq_gateway.producer import ProducerCore
 from txmq_gateway.servicer import MessagingServicer, add_messaging_servicer
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.telemetry import ClientHub
 
 log = logging.getLogger("txmq.gateway.service")
+
+# How long start-up waits for the first read of the consumer-group owners in etcd.
+OWNERSHIP_STARTUP_TIMEOUT_S = 30.0
 
 
 def serve_tls(server: grpc.aio.Server, settings: GatewaySettings, address: str) -> str:
@@ -34,8 +40,22 @@ def serve_tls(server: grpc.aio.Server, settings: GatewaySettings, address: str) 
 async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
     settings = ctx.settings
     backend = Backend(ctx.cluster, timeout_ms=settings.backend_rpc_timeout_ms)
-    consumer = SimpleConsumerCore(backend, settings)
+    # The id the runtime registers this instance under (named here: group owners in etcd
+    # and receipt handles carry it).
+    instance_id = settings.instance_id or f"gateway-{socket.gethostname()}-{os.getpid()}"
+    consumer = SimpleConsumerCore(backend, settings, instance_id=instance_id)
     clients = ClientHub(backend, settings, on_client_gone=consumer.client_gone)
+    # Consumer groups are owned by one replica each (ownership.py): its lease lives as
+    # long as the instance's registration would (registration_ttl_ms).
+    ownership = GroupOwnership(
+        ctx.etcd,
+        etcd_prefix=ctx.keys.prefix,
+        instance_id=instance_id,
+        address=ctx.address,
+        ttl_ms=settings.registration_ttl_ms,
+        on_lost=consumer.drop_group,
+    )
+    router = GroupRouter(ownership, Forwarder(instance_id=instance_id, timeout_ms=settings.backend_rpc_timeout_ms))
     servicer = MessagingServicer(
         address=ctx.address,
         auth=Authenticator(settings.access_key, settings.secret_key),
@@ -44,6 +64,7 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
         consumer=consumer,
         clients=clients,
         route_client_endpoints=settings.route_client_endpoints,
+        router=router,
     )
     if settings.tls_port >= 0:
         servicer.tls_address = serve_tls(ctx.server, settings, ctx.address)
@@ -57,10 +78,12 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
 
     async def stopping() -> None:
         await clients.close()
-        await consumer.close()
+        await consumer.close()  # the final offset commit, then the groups move at once
+        await router.close()
 
     async def close() -> None:
         await stopping()
         await backend.close()
 
-    return ServiceParts(service_names=[name], close=close, stopping=stopping)
+    await ownership.start(timeout_s=OWNERSHIP_STARTUP_TIMEOUT_S)
+    return ServiceParts(service_names=[name], close=close, stopping=stopping, instance_id=instance_id)

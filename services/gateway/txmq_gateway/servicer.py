@@ -21,6 +21,7 @@ from txmq_gateway.auth import Authenticator
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
 from txmq_gateway.convert import duration_ms, to_v2_message
+from txmq_gateway.ownership import GroupRouter, Owner, is_forwarded
 from txmq_gateway.producer import ProducerCore
 from txmq_gateway.status import GatewayError, from_exception, ok, overall
 from txmq_gateway.telemetry import ClientHub
@@ -102,6 +103,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         consumer: SimpleConsumerCore,
         clients: ClientHub,
         route_client_endpoints: bool = False,
+        router: GroupRouter | None = None,
     ) -> None:
         self.address = address
         self.route_client_endpoints = route_client_endpoints
@@ -113,6 +115,8 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         self.producer = producer
         self.consumer = consumer
         self.clients = clients
+        # Consumer-group ownership across replicas (None: this gateway serves every group).
+        self.router = router
 
     async def _answer(
         self,
@@ -218,6 +222,19 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
 
     # -- consuming -----------------------------------------------------------------------
 
+    async def _owner(self, group: str, context: grpc.aio.ServicerContext) -> Owner | None:
+        """The gateway owning ``group`` when it is another one (forward the call to it);
+        None: serve it here. A forwarded call served here counts as a sign of life of
+        its client (its heartbeats go to the gateway it is connected to), so that its
+        auto-renewed messages are released once it stops calling."""
+        if self.router is None:
+            return None
+        metadata = context.invocation_metadata()
+        owner = await self.router.owner(group, metadata)
+        if owner is None and self.clients is not None and is_forwarded(metadata):
+            self.clients.heartbeat(client_id_of(context), 0, group)
+        return owner
+
     async def ReceiveMessage(
         self, request: svc.ReceiveMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[svc.ReceiveMessageResponse]:
@@ -225,6 +242,13 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         long poll ended empty)."""
         try:
             self.auth.check(context.invocation_metadata())
+            owner = await self._owner(request.group.name, context)
+            if owner is not None:
+                forwarded = self.router.forward_receive(request, context, owner)  # type: ignore[union-attr]
+                async with contextlib.aclosing(forwarded) as frames:
+                    async for frame in frames:
+                        yield frame
+                return
             remaining = context.time_remaining()
             deliveries = await self.consumer.receive(
                 group=request.group.name,
@@ -278,6 +302,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
 
     async def AckMessage(self, request: svc.AckMessageRequest, context: grpc.aio.ServicerContext) -> svc.AckMessageResponse:
         async def work() -> svc.AckMessageResponse:
+            owner = await self._owner(request.group.name, context)
+            if owner is not None:
+                return await self.router.forward("AckMessage", request, context, owner)  # type: ignore[union-attr]
             entries = []
             for entry in request.entries:
                 try:
@@ -301,6 +328,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         self, request: svc.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
     ) -> svc.ChangeInvisibleDurationResponse:
         async def work() -> svc.ChangeInvisibleDurationResponse:
+            owner = await self._owner(request.group.name, context)
+            if owner is not None:
+                return await self.router.forward("ChangeInvisibleDuration", request, context, owner)  # type: ignore[union-attr]
             handle = await self.consumer.change_invisible_duration(
                 group=request.group.name,
                 topic=request.topic.name,
@@ -316,6 +346,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         self, request: svc.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
     ) -> svc.ForwardMessageToDeadLetterQueueResponse:
         async def work() -> svc.ForwardMessageToDeadLetterQueueResponse:
+            owner = await self._owner(request.group.name, context)
+            if owner is not None:
+                return await self.router.forward("ForwardMessageToDeadLetterQueue", request, context, owner)  # type: ignore[union-attr]
             await self.consumer.forward_to_dead_letter_queue(
                 group=request.group.name,
                 topic=request.topic.name,
