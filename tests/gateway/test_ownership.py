@@ -401,6 +401,20 @@ async def test_two_gateways_split_a_groups_messages_and_either_takes_acks(pair: 
     assert spoofed == [] and status.code == Code.INTERNAL_SERVER_ERROR and "served by gateway a" in status.message
 
 
+async def test_a_consumer_heartbeat_at_a_non_owner_reaches_the_owner(pair: tuple[Gateway, Gateway, FakeBackend]) -> None:
+    a, b, _ = pair
+    _, status = await a.receive(1, client_id="claimer")  # a owns the group now
+    assert status.code in (pb.OK, pb.MESSAGE_NOT_FOUND)
+    heartbeat = svc.HeartbeatRequest(group=pb.Resource(name=GROUP), client_type=pb.SIMPLE_CONSUMER)
+    answer = await b.stub.Heartbeat(heartbeat, metadata=signed("far-client"), timeout=10)
+    assert answer.status.code == pb.OK
+    assert b.clients.client("far-client") is not None  # its own gateway knows it
+    assert a.clients.client("far-client") is not None  # and so does the owner of its group
+    producer = svc.HeartbeatRequest(client_type=pb.PRODUCER)
+    await b.stub.Heartbeat(producer, metadata=signed("a-producer"), timeout=10)
+    assert a.clients.client("a-producer") is None  # producers have no group: not relayed
+
+
 async def test_an_abandoned_forwarded_receive_is_released_at_the_owner(pair: tuple[Gateway, Gateway, FakeBackend]) -> None:
     a, b, backend = pair
     assert (await a.receive(1))[1].code == Code.MESSAGE_NOT_FOUND  # a owns the group

@@ -208,8 +208,8 @@ def test_replicas(default_docs: list[Doc], nondefault_docs: list[Doc]) -> None:
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 6)
     assert one(nondefault_docs, "Deployment", "mq-txcheck")["spec"]["replicas"] == 4
     assert one(nondefault_docs, "StatefulSet", "mq-store")["spec"]["replicas"] == 3
-    # The gateway keeps SimpleConsumer state in memory: one pod unless asked for more.
-    assert one(default_docs, "Deployment", "txmq-gateway")["spec"]["replicas"] == 1
+    # Consumer groups are owned by one gateway pod each and forwarded to it: two pods.
+    assert one(default_docs, "Deployment", "txmq-gateway")["spec"]["replicas"] == 2
     assert one(nondefault_docs, "Deployment", "mq-gateway")["spec"]["replicas"] == 2
     assert not [h for h in find(nondefault_docs, "HorizontalPodAutoscaler") if component_of(h) == "gateway"]
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from txmq.v1 import common_pb2
@@ -177,6 +177,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             if not client_id:
                 raise GatewayError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is required")
             self.clients.heartbeat(client_id, request.client_type, request.group.name)
+            await self._tell_owner("Heartbeat", request, context)
             return svc.HeartbeatResponse(status=ok())
 
         return await self._answer(context, lambda s: svc.HeartbeatResponse(status=s), work)
@@ -186,6 +187,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
     ) -> svc.NotifyClientTerminationResponse:
         async def work() -> svc.NotifyClientTerminationResponse:
             self.clients.terminate(client_id_of(context), request.group.name)
+            await self._tell_owner("NotifyClientTermination", request, context)
             return svc.NotifyClientTerminationResponse(status=ok())
 
         return await self._answer(context, lambda s: svc.NotifyClientTerminationResponse(status=s), work)
@@ -221,6 +223,23 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         return await self._answer(context, lambda s: svc.EndTransactionResponse(status=s), work)
 
     # -- consuming -----------------------------------------------------------------------
+
+    async def _tell_owner(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+        """Relay a consumer's heartbeat or termination to the gateway owning its group,
+        which holds its messages (auto-renewal lasts while the client is alive there).
+        Best effort: a lost one only shortens or lengthens a renewal."""
+        group = request.group.name if request.HasField("group") else ""
+        metadata = context.invocation_metadata()
+        if self.router is None or not group or is_forwarded(metadata):
+            return
+        if method == "Heartbeat" and request.client_type not in (pb.SIMPLE_CONSUMER, pb.PUSH_CONSUMER):
+            return
+        try:
+            owner = await self.router.owner(group, metadata)
+            if owner is not None:
+                await self.router.forward(method, request, context, owner)
+        except Exception as exc:  # noqa: BLE001 - best effort
+            log.debug("%s of %s not relayed to the owner of %s: %s", method, client_id_of(context), group, exc)
 
     async def _owner(self, group: str, context: grpc.aio.ServicerContext) -> Owner | None:
         """The gateway owning ``group`` when it is another one (forward the call to it);
