@@ -28,15 +28,12 @@ What each test proves:
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +47,7 @@ from support import (
     new_local_cluster,
 )
 from support.processes import private_prefix
+from support.scripts import Run, ScriptRunner
 from txmq import Admin, MessageExt
 from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
 
@@ -70,191 +68,23 @@ HOLD_S = 1.0  # how long a long-polling receive is left waiting before the send
 # -- processes running the official client ---------------------------------------------
 
 
-def _records(stdout: str) -> list[dict[str, Any]]:
-    out = []
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                out.append({"event": "unparsable", "line": line})
-    return out
+class Scenarios(ScriptRunner):
+    """Runs the scenario scripts of one test against one gateway; failures are explained
+    with every script's output and the gateway's log (tests add more logs)."""
 
-
-def _tail(text: str, lines: int = 25) -> str:
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _file_tail(path: Path, lines: int = 40) -> str:
-    try:
-        return _tail(path.read_text(errors="replace"), lines)
-    except FileNotFoundError:
-        return f"(no {path})"
-
-
-@dataclass
-class Run:
-    """One scenario process, finished or running."""
-
-    name: str
-    argv: list[str]
-    stdout: str = ""
-    stderr: str = ""
-    returncode: int | None = None
-    records: list[dict[str, Any]] = field(default_factory=list)
-
-    def events(self, event: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("event") == event]
-
-    def errors(self) -> list[dict[str, Any]]:
-        return self.events("error")
-
-    def describe(self) -> str:
-        return (
-            f"--- {self.name}: exit {self.returncode}\n"
-            f"argv: {' '.join(self.argv[1:])}\n"
-            f"stdout (last lines):\n{_tail(self.stdout, 15)}\n"
-            f"stderr (last lines):\n{_tail(self.stderr)}"
-        )
-
-
-class Background:
-    """A scenario process left running: its stdout is read line by line meanwhile."""
-
-    def __init__(self, run: Run, env: dict[str, str]) -> None:
-        self.run = run
-        self._proc = subprocess.Popen(
-            run.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        self._lines: list[str] = []
-        self._err: list[str] = []
-        self._readers = [
-            threading.Thread(target=self._read, args=(self._proc.stdout, self._lines), daemon=True),
-            threading.Thread(target=self._read, args=(self._proc.stderr, self._err), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream: Any, into: list[str]) -> None:
-        for line in stream:
-            into.append(line)  # noqa: PERF402 - one at a time: the test reads them as they come
-
-    def _sync(self) -> None:
-        self.run.stdout = "".join(self._lines)
-        self.run.stderr = "".join(self._err)
-        self.run.records = _records(self.run.stdout)
-        self.run.returncode = self._proc.poll()
-
-    def wait_event(self, event: str, timeout_s: float, explain: Callable[[str], str]) -> dict[str, Any]:
-        """The first ``event`` line, waiting for it (the process must not end first)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._sync()
-            found = self.run.events(event)
-            if found:
-                return found[0]
-            if self.run.returncode is not None:
-                time.sleep(0.1)  # let the readers drain what is left
-                self._sync()
-                found = self.run.events(event)
-                if found:
-                    return found[0]
-                raise AssertionError(explain(f"{self.run.name} exited before printing {event!r}"))
-            if time.monotonic() > deadline:
-                raise AssertionError(explain(f"{self.run.name} printed no {event!r} within {timeout_s:.0f} s"))
-            time.sleep(0.05)
-
-    def finish(self, timeout_s: float, explain: Callable[[str], str], *, close_stdin: bool = False) -> Run:
-        """Wait for the exit (closing stdin first if asked); kill it after ``timeout_s``."""
-        if close_stdin and self._proc.stdin is not None:
-            try:
-                self._proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            self._proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(explain(f"{self.run.name} did not finish within {timeout_s:.0f} s (killed)")) from None
-        for reader in self._readers:
-            reader.join(5)
-        self._sync()
-        return self.run
-
-    def kill(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
-        for reader in self._readers:
-            reader.join(5)
-        for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-        self._sync()
-
-
-class Scenarios:
-    """Runs the scenario scripts of one test against one gateway, and explains failures
-    with every script's output and the gateway's log."""
+    timeout_s = SCRIPT_TIMEOUT_S
 
     def __init__(self, env: GatewayEnv) -> None:
+        super().__init__([env.cluster.log_dir / "gateway.log"])
         self.env = env
         self.endpoint = env.cluster.gateway_address
-        self.gateway_logs = [env.cluster.log_dir / "gateway.log"]
-        self.extra_logs: list[Path] = []
-        self.runs: list[Run] = []
-        self.background: list[Background] = []
 
-    def _argv(self, script: str, args: tuple[str, ...], endpoint: str | None) -> list[str]:
+    def argv(self, script: str, args: tuple[str, ...], endpoint: str | None) -> list[str]:
         return [sys.executable, str(SCENARIOS / script), "--endpoint", endpoint or self.endpoint, *args]
 
-    def _env(self) -> dict[str, str]:
+    def child_env(self) -> dict[str, str]:
         # HOME: the official client writes its log under ~/logs/rocketmq_python/.
         return {**os.environ, "PYTHONUNBUFFERED": "1", "HOME": str(self.env.home)}
-
-    def run(self, script: str, *args: str, endpoint: str | None = None, timeout_s: float = SCRIPT_TIMEOUT_S) -> Run:
-        """Run a script to its end; it must exit 0 (its error lines are results)."""
-        run = Run(script, self._argv(script, args, endpoint))
-        self.runs.append(run)
-        try:
-            proc = subprocess.run(run.argv, check=False, capture_output=True, text=True, timeout=timeout_s, env=self._env())
-        except subprocess.TimeoutExpired as exc:
-            run.stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            run.stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            run.records = _records(run.stdout)
-            raise AssertionError(self.explain(f"{script} did not finish within {timeout_s:.0f} s")) from None
-        run.stdout, run.stderr, run.returncode = proc.stdout, proc.stderr, proc.returncode
-        run.records = _records(run.stdout)
-        assert proc.returncode == 0, self.explain(f"{script} exited with {proc.returncode}")
-        return run
-
-    def start(self, script: str, *args: str, endpoint: str | None = None) -> Background:
-        run = Run(script, self._argv(script, args, endpoint))
-        self.runs.append(run)
-        bg = Background(run, self._env())
-        self.background.append(bg)
-        return bg
-
-    def finish(self, bg: Background, timeout_s: float = SCRIPT_TIMEOUT_S, *, close_stdin: bool = False) -> Run:
-        run = bg.finish(timeout_s, self.explain, close_stdin=close_stdin)
-        assert run.returncode == 0, self.explain(f"{run.name} exited with {run.returncode}")
-        return run
-
-    def explain(self, what: str) -> str:
-        parts = [what]
-        parts += [run.describe() for run in self.runs]
-        for log in [*self.gateway_logs, *self.extra_logs]:
-            parts.append(f"--- {log.name} (last lines):\n{_file_tail(log)}")
-        return "\n".join(parts)
-
-    def close(self) -> None:
-        for bg in self.background:
-            bg.kill()
 
 
 # -- fixtures ----------------------------------------------------------------------------
@@ -420,7 +250,7 @@ def test_transaction_commit_and_rollback(scenarios: Scenarios, gateway_env: Gate
     """Scenario 2: begin_transaction / send(msg, transaction) / commit(), and another
     rollback(): only the committed message reaches the topic and the consumer; txcheck
     records COMMIT and ROLLBACK under the messages' ids."""
-    scenarios.extra_logs.append(gateway_env.cluster.log_dir / "txcheck.log")
+    scenarios.logs.append(gateway_env.cluster.log_dir / "txcheck.log")
     group = _name("GID-tx")
     keys = _name("tk")
     consumer = scenarios.start(
@@ -465,7 +295,7 @@ def test_orphaned_transaction_recovered_by_checker(scenarios: Scenarios, gateway
     """Scenario 3: process 1 sends a half message and dies without commit/rollback;
     process 2, a producer of the topic with a TransactionChecker answering COMMIT, is
     asked about it and its answer makes the message visible."""
-    scenarios.extra_logs.append(gateway_env.cluster.log_dir / "txcheck.log")
+    scenarios.logs.append(gateway_env.cluster.log_dir / "txcheck.log")
     keys = _name("ok")
     p1 = scenarios.run("transactional.py", "--topic", topic, "--actions", "none", "--key-prefix", keys, "--exit", "crash")
     assert not p1.errors(), scenarios.explain("process 1 reported errors")
@@ -588,7 +418,7 @@ def test_authentication(scenarios: Scenarios, gateway_env: GatewayEnv, topic: st
         log_path=tmp_path / "gateway-auth.log",
         args=["--access_key", ACCESS_KEY, "--secret_key", SECRET_KEY, *GATEWAY_ARGS],
     )
-    scenarios.gateway_logs.append(secured.process.log_path)
+    scenarios.logs.append(secured.process.log_path)
     secured.start()
     try:
         at = secured.address

@@ -39,6 +39,7 @@ from support import (
     new_local_cluster,
 )
 from support.processes import private_prefix
+from support.scripts import Background, Run
 from txmq import Admin
 from txmq_gateway.auth import Authenticator, sign
 from txmq_gateway.consumer import ReceiptHandle, SimpleConsumerCore
@@ -63,13 +64,7 @@ from txmq_gateway.v2 import Code, pb, svc, svc_grpc
 from txmq_runtime.etcd import etcd_client
 
 from gateway.test_consumer_core import FakeBackend
-from gateway.test_official_client import (
-    Background,
-    GatewayEnv,
-    Run,
-    Scenarios,
-    wait_for,
-)
+from gateway.test_official_client import GatewayEnv, Scenarios, wait_for
 
 TTL_MS = 2_000
 GROUP = "G"
@@ -523,7 +518,7 @@ def two_gateways(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture
 def scenarios2(two_gateways: TwoGateways) -> Iterator[Scenarios]:
     runner = Scenarios(two_gateways.env)
-    runner.gateway_logs.append(two_gateways.cluster.log_dir / "gateway-b.log")
+    runner.logs.append(two_gateways.cluster.log_dir / "gateway-b.log")
     try:
         yield runner
     finally:

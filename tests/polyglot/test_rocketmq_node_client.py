@@ -31,12 +31,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +42,7 @@ import grpc
 import pytest
 from support import EtcdServer, LocalCluster, new_local_cluster
 from support.processes import private_prefix
+from support.scripts import ScriptRunner
 from txmq import Admin, MessageExt
 from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
 
@@ -70,128 +69,6 @@ pytestmark = [
 ]
 
 
-# -- processes running the official client ---------------------------------------------
-
-
-def _records(stdout: str) -> list[dict[str, Any]]:
-    out = []
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                out.append({"event": "unparsable", "line": line})
-    return out
-
-
-def _tail(text: str, lines: int = 25) -> str:
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _file_tail(path: Path, lines: int = 40) -> str:
-    try:
-        return _tail(path.read_text(errors="replace"), lines)
-    except FileNotFoundError:
-        return f"(no {path})"
-
-
-@dataclass
-class Run:
-    """One script process, finished or running."""
-
-    name: str
-    argv: list[str]
-    stdout: str = ""
-    stderr: str = ""
-    returncode: int | None = None
-    records: list[dict[str, Any]] = field(default_factory=list)
-
-    def events(self, event: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("event") == event]
-
-    def errors(self) -> list[dict[str, Any]]:
-        return self.events("error")
-
-    def received(self) -> list[dict[str, Any]]:
-        return [m for r in self.events("received") for m in r["messages"]]
-
-    def describe(self) -> str:
-        return (
-            f"--- {self.name}: exit {self.returncode}\n"
-            f"argv: {' '.join(self.argv[1:])}\n"
-            f"stdout (last lines):\n{_tail(self.stdout, 15)}\n"
-            f"stderr (last lines):\n{_tail(self.stderr)}"
-        )
-
-
-class Background:
-    """A script left running; its output is read line by line meanwhile."""
-
-    def __init__(self, run: Run, env: dict[str, str]) -> None:
-        self.run = run
-        self._proc = subprocess.Popen(
-            run.argv, cwd=NODE_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        self._out: list[str] = []
-        self._err: list[str] = []
-        self._readers = [
-            threading.Thread(target=self._read, args=(self._proc.stdout, self._out), daemon=True),
-            threading.Thread(target=self._read, args=(self._proc.stderr, self._err), daemon=True),
-        ]
-        for reader in self._readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream: Any, into: list[str]) -> None:
-        for line in stream:
-            into.append(line)  # noqa: PERF402 - one at a time: the test reads them as they come
-
-    def _sync(self) -> None:
-        self.run.stdout = "".join(self._out)
-        self.run.stderr = "".join(self._err)
-        self.run.records = _records(self.run.stdout)
-        self.run.returncode = self._proc.poll()
-
-    def wait_event(self, event: str, timeout_s: float, explain: Callable[[str], str]) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._sync()
-            if found := self.run.events(event):
-                return found[0]
-            if self.run.returncode is not None:
-                time.sleep(0.1)
-                self._sync()
-                if found := self.run.events(event):
-                    return found[0]
-                raise AssertionError(explain(f"{self.run.name} exited before printing {event!r}"))
-            if time.monotonic() > deadline:
-                raise AssertionError(explain(f"{self.run.name} printed no {event!r} within {timeout_s:.0f} s"))
-            time.sleep(0.05)
-
-    def finish(self, timeout_s: float, explain: Callable[[str], str]) -> Run:
-        try:
-            self._proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(explain(f"{self.run.name} did not finish within {timeout_s:.0f} s (killed)")) from None
-        for reader in self._readers:
-            reader.join(5)
-        self._sync()
-        return self.run
-
-    def kill(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
-        for reader in self._readers:
-            reader.join(5)
-        for stream in (self._proc.stdout, self._proc.stderr):
-            if stream is not None:
-                stream.close()
-        self._sync()
-
-
 @dataclass
 class NodeEnv:
     cluster: LocalCluster
@@ -199,65 +76,29 @@ class NodeEnv:
     admin: Admin
 
 
-class Scripts:
+class Scripts(ScriptRunner):
     """Runs the Node scripts of one test against the gateway; failures are explained with
     every script's output, the gateway's (and txcheck's) log and the client's own log."""
 
+    timeout_s = SCRIPT_TIMEOUT_S
+    cwd = NODE_DIR
+
     def __init__(self, env: NodeEnv) -> None:
+        super().__init__(
+            [
+                env.cluster.log_dir / "gateway.log",
+                env.cluster.log_dir / "txcheck.log",
+                env.home / "logs" / "rocketmq" / "rocketmq_client_nodejs.log",
+            ]
+        )
         self.env = env
-        self.runs: list[Run] = []
-        self.background: list[Background] = []
-        self.logs = [
-            env.cluster.log_dir / "gateway.log",
-            env.cluster.log_dir / "txcheck.log",
-            env.home / "logs" / "rocketmq" / "rocketmq_client_nodejs.log",
-        ]
 
-    def _argv(self, script: str, args: tuple[str, ...]) -> list[str]:
+    def argv(self, script: str, args: tuple[str, ...], endpoint: str | None) -> list[str]:
         assert NODE is not None
-        return [NODE, str(SCRIPTS / script), "--endpoint", self.env.cluster.gateway_address, *args]
+        return [NODE, str(SCRIPTS / script), "--endpoint", endpoint or self.env.cluster.gateway_address, *args]
 
-    def _env(self) -> dict[str, str]:
+    def child_env(self) -> dict[str, str]:
         return {**os.environ, "HOME": str(self.env.home), "NODE_OPTIONS": ""}
-
-    def run(self, script: str, *args: str, timeout_s: float = SCRIPT_TIMEOUT_S) -> Run:
-        """Run a script to its end; it must exit 0 (its error lines are results)."""
-        run = Run(script, self._argv(script, args))
-        self.runs.append(run)
-        try:
-            proc = subprocess.run(
-                run.argv, cwd=NODE_DIR, check=False, capture_output=True, text=True, timeout=timeout_s, env=self._env()
-            )
-        except subprocess.TimeoutExpired as exc:
-            run.stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            run.stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            run.records = _records(run.stdout)
-            raise AssertionError(self.explain(f"{script} did not finish within {timeout_s:.0f} s")) from None
-        run.stdout, run.stderr, run.returncode = proc.stdout, proc.stderr, proc.returncode
-        run.records = _records(run.stdout)
-        assert proc.returncode == 0, self.explain(f"{script} exited with {proc.returncode}")
-        return run
-
-    def start(self, script: str, *args: str) -> Background:
-        run = Run(script, self._argv(script, args))
-        self.runs.append(run)
-        bg = Background(run, self._env())
-        self.background.append(bg)
-        return bg
-
-    def finish(self, bg: Background, timeout_s: float = SCRIPT_TIMEOUT_S) -> Run:
-        run = bg.finish(timeout_s, self.explain)
-        assert run.returncode == 0, self.explain(f"{run.name} exited with {run.returncode}")
-        return run
-
-    def explain(self, what: str) -> str:
-        parts = [what, *(run.describe() for run in self.runs)]
-        parts += [f"--- {log.name} (last lines):\n{_file_tail(log)}" for log in self.logs]
-        return "\n".join(parts)
-
-    def close(self) -> None:
-        for bg in self.background:
-            bg.kill()
 
 
 # -- fixtures ----------------------------------------------------------------------------
