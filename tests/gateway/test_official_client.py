@@ -31,35 +31,34 @@ from __future__ import annotations
 import os
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from support import (
     EtcdServer,
-    LocalCluster,
     ServiceProcess,
     free_port,
-    new_local_cluster,
 )
-from support.processes import private_prefix
-from support.scripts import Run, ScriptRunner
-from txmq import Admin, MessageExt
-from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
+from support.scripts import (
+    GATEWAY_FAST,
+    ClientEnv,
+    Run,
+    ScriptRunner,
+    by_key,
+    client_env,
+    query_transaction,
+    script_args,
+    stored_count,
+    unique_name,
+    wait_for,
+)
+from txmq.v1 import txcheck_pb2
 
 SCENARIOS = Path(__file__).resolve().parent / "rmq_scenarios"
 CODE_OK = 20000  # apache.rocketmq.v2.Code.OK
 CODE_UNAUTHORIZED = 40100  # apache.rocketmq.v2.Code.UNAUTHORIZED
-TXCHECK_FAST = (
-    "--transaction_check_interval_ms", "500",
-    "--transaction_timeout_ms", "500",
-    "--transaction_check_max", "40",
-)  # fmt: skip
-GATEWAY_ARGS = ("--min_invisible_duration_ms", "1000")
 ACCESS_KEY, SECRET_KEY = "txmq-ak", "txmq-sk-secret"
 SCRIPT_TIMEOUT_S = 60.0
 HOLD_S = 1.0  # how long a long-polling receive is left waiting before the send
@@ -90,34 +89,13 @@ class Scenarios(ScriptRunner):
 # -- fixtures ----------------------------------------------------------------------------
 
 
-@dataclass
-class GatewayEnv:
-    cluster: LocalCluster
-    etcd_endpoint: str
-    etcd_prefix: str
-    home: Path
-    admin: Admin
+GatewayEnv = ClientEnv
 
 
 @pytest.fixture(scope="module")
 def gateway_env(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayEnv]:
-    base = tmp_path_factory.mktemp("gateway-cluster")
-    prefix = private_prefix()
-    cluster = new_local_cluster(
-        base,
-        etcd_endpoints=etcd.endpoint,
-        etcd_prefix=prefix,
-        txcheck_args=list(TXCHECK_FAST),
-        gateway_args=list(GATEWAY_ARGS),
-    )
-    cluster.start()
-    home = base / "client-home"
-    home.mkdir()
-    try:
-        with Admin(cluster.bootstrap) as admin:
-            yield GatewayEnv(cluster, etcd.endpoint, prefix, home, admin)
-    finally:
-        cluster.stop()
+    with client_env(etcd.endpoint, tmp_path_factory.mktemp("gateway-cluster")) as env:
+        yield env
 
 
 @pytest.fixture
@@ -129,43 +107,14 @@ def scenarios(gateway_env: GatewayEnv) -> Iterator[Scenarios]:
         runner.close()
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
 @pytest.fixture
 def topic(gateway_env: GatewayEnv) -> str:
-    name = _name("gw")
+    name = unique_name("gw")
     gateway_env.admin.create_topic(name, read_queue_nums=4, write_queue_nums=4)
     return name
 
 
 # -- txmq-side checks --------------------------------------------------------------------
-
-
-def wait_for(what: str, predicate: Callable[[], Any], explain: Callable[[str], str], timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(explain(f"timed out after {timeout_s:.0f} s waiting for {what}"))
-        time.sleep(0.1)
-
-
-def by_key(env: GatewayEnv, topic: str, key: str) -> list[MessageExt]:
-    return env.admin.query_messages_by_key(topic, key, max_results=64)
-
-
-def stored_count(env: GatewayEnv, topic: str) -> int:
-    return sum(q.max_offset - q.min_offset for q in env.admin.queue_offsets(topic))
-
-
-def query_transaction(env: GatewayEnv, transaction_id: str) -> txcheck_pb2.QueryTransactionResponse:
-    with grpc.insecure_channel(env.cluster.txcheck_address) as channel:
-        stub = txcheck_pb2_grpc.TransactionStub(channel)
-        return stub.QueryTransaction(txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id), timeout=5)
 
 
 def received_messages(run: Run, *, drain: bool | None = None) -> list[dict[str, Any]]:
@@ -178,13 +127,6 @@ def received_messages(run: Run, *, drain: bool | None = None) -> list[dict[str, 
     return out
 
 
-def consume_args(topic: str, group: str, **options: Any) -> list[str]:
-    args = ["--topic", topic, "--group", group]
-    for name, value in options.items():
-        args += [f"--{name.replace('_', '-')}", str(value)]
-    return args
-
-
 # -- the scenarios -----------------------------------------------------------------------
 
 
@@ -192,10 +134,10 @@ def test_normal_messages_stored_in_txmq_and_consumed(scenarios: Scenarios, gatew
     """Scenario 1: Producer.send of 3 messages with tag, keys, user properties; txmq's
     store has each once with all of them under the client's message id; a SimpleConsumer
     (subscribed first) receives them back exactly as sent."""
-    group = _name("GID-normal")
-    keys = _name("k")
+    group = unique_name("GID-normal")
+    keys = unique_name("k")
     consumer = scenarios.start(
-        "consume.py", *consume_args(topic, group, until_acked=3, await_seconds=5, invisible_seconds=20, deadline_seconds=40)
+        "consume.py", *script_args(topic, group, until_acked=3, await_seconds=5, invisible_seconds=20, deadline_seconds=40)
     )
     consumer.wait_event("receiving", 30, scenarios.explain)
 
@@ -251,11 +193,11 @@ def test_transaction_commit_and_rollback(scenarios: Scenarios, gateway_env: Gate
     rollback(): only the committed message reaches the topic and the consumer; txcheck
     records COMMIT and ROLLBACK under the messages' ids."""
     scenarios.logs.append(gateway_env.cluster.log_dir / "txcheck.log")
-    group = _name("GID-tx")
-    keys = _name("tk")
+    group = unique_name("GID-tx")
+    keys = unique_name("tk")
     consumer = scenarios.start(
         "consume.py",
-        *consume_args(topic, group, until_acked=1, await_seconds=5, invisible_seconds=20, drain_seconds=2.5, deadline_seconds=40),
+        *script_args(topic, group, until_acked=1, await_seconds=5, invisible_seconds=20, drain_seconds=2.5, deadline_seconds=40),
     )
     consumer.wait_event("receiving", 30, scenarios.explain)
 
@@ -296,7 +238,7 @@ def test_orphaned_transaction_recovered_by_checker(scenarios: Scenarios, gateway
     process 2, a producer of the topic with a TransactionChecker answering COMMIT, is
     asked about it and its answer makes the message visible."""
     scenarios.logs.append(gateway_env.cluster.log_dir / "txcheck.log")
-    keys = _name("ok")
+    keys = unique_name("ok")
     p1 = scenarios.run("transactional.py", "--topic", topic, "--actions", "none", "--key-prefix", keys, "--exit", "crash")
     assert not p1.errors(), scenarios.explain("process 1 reported errors")
     (half,) = p1.events("sent")
@@ -329,18 +271,18 @@ def test_long_polling_receive_then_ack(scenarios: Scenarios, gateway_env: Gatewa
     """Scenario 4a: a receive started before the message exists is held (1 s here) and
     returns it when it arrives (not at its timeout); once acked it does not come back, even after
     its invisible duration (2 s) has passed."""
-    group = _name("GID-poll")
+    group = unique_name("GID-poll")
     await_s = 15
     consumer = scenarios.start(
         "consume.py",
-        *consume_args(topic, group, until_acked=1, await_seconds=await_s, invisible_seconds=2, drain_seconds=3.5, deadline_seconds=45),
+        *script_args(topic, group, until_acked=1, await_seconds=await_s, invisible_seconds=2, drain_seconds=3.5, deadline_seconds=45),
     )
     receiving = consumer.wait_event("receiving", 30, scenarios.explain)
     # Deliberate: the receive must be held at the gateway for a while before anything is
     # sent (a producer process can be up in 0.2 s, too close to tell a held receive from
     # a late one).
     time.sleep(max(0.0, receiving["t_ms"] / 1000 + HOLD_S - time.time()))
-    sent = scenarios.run("produce.py", "--topic", topic, "--count", "1", "--key-prefix", _name("lp"))
+    sent = scenarios.run("produce.py", "--topic", topic, "--count", "1", "--key-prefix", unique_name("lp"))
     assert sent.events("sent") and not sent.errors(), scenarios.explain("the producer failed")
     message_id = sent.events("sent")[0]["message_id"]
     done = scenarios.finish(consumer)
@@ -373,16 +315,16 @@ def test_unacked_message_redelivered_after_invisible_duration(
     """Scenario 4b: a message received and not acked is delivered again once its
     invisible duration (1 s) is over, with delivery attempt 2 and a new receipt handle;
     acked then, it stays gone."""
-    group = _name("GID-redeliver")
+    group = unique_name("GID-redeliver")
     consumer = scenarios.start(
         "consume.py",
-        *consume_args(
+        *script_args(
             topic, group, until_acked=1, ack_from_attempt=2, await_seconds=5, invisible_seconds=1,
             drain_seconds=2.5, deadline_seconds=45,
         ),
     )  # fmt: skip
     consumer.wait_event("receiving", 30, scenarios.explain)
-    sent = scenarios.run("produce.py", "--topic", topic, "--count", "1", "--key-prefix", _name("rd"))
+    sent = scenarios.run("produce.py", "--topic", topic, "--count", "1", "--key-prefix", unique_name("rd"))
     assert sent.events("sent") and not sent.errors(), scenarios.explain("the producer failed")
     message_id = sent.events("sent")[0]["message_id"]
     done = scenarios.finish(consumer)
@@ -416,7 +358,7 @@ def test_authentication(scenarios: Scenarios, gateway_env: GatewayEnv, topic: st
         etcd_endpoints=gateway_env.etcd_endpoint,
         etcd_prefix=gateway_env.etcd_prefix,
         log_path=tmp_path / "gateway-auth.log",
-        args=["--access_key", ACCESS_KEY, "--secret_key", SECRET_KEY, *GATEWAY_ARGS],
+        args=["--access_key", ACCESS_KEY, "--secret_key", SECRET_KEY, *GATEWAY_FAST],
     )
     scenarios.logs.append(secured.process.log_path)
     secured.start()
@@ -435,12 +377,12 @@ def test_authentication(scenarios: Scenarios, gateway_env: GatewayEnv, topic: st
                 assert answer.get("code") == CODE_UNAUTHORIZED, scenarios.explain(f"{label}: {answer}")
 
         # The client with the right key: send, receive, ack.
-        group = _name("GID-auth")
+        group = unique_name("GID-auth")
         consumer = scenarios.start(
-            "consume.py", *consume_args(topic, group, until_acked=1, await_seconds=5, deadline_seconds=40), *right, endpoint=at
+            "consume.py", *script_args(topic, group, until_acked=1, await_seconds=5, deadline_seconds=40), *right, endpoint=at
         )
         consumer.wait_event("receiving", 30, scenarios.explain)
-        keys = _name("ak")
+        keys = unique_name("ak")
         good = scenarios.run("produce.py", "--topic", topic, "--key-prefix", keys, *right, endpoint=at)
         assert not good.errors() and len(good.events("sent")) == 1, scenarios.explain("signed send failed")
         message_id = good.events("sent")[0]["message_id"]
@@ -449,7 +391,7 @@ def test_authentication(scenarios: Scenarios, gateway_env: GatewayEnv, topic: st
         assert [r["message_id"] for r in done.events("acked")] == [message_id], scenarios.explain("signed receive/ack")
 
         # The client with a wrong secret: nothing sent, the error says 40100.
-        bad_keys = _name("bad")
+        bad_keys = unique_name("bad")
         bad = scenarios.run("produce.py", "--topic", topic, "--key-prefix", bad_keys, *wrong, endpoint=at)
         assert not bad.events("sent"), scenarios.explain("a send with a wrong secret succeeded")
         errors = bad.errors()
@@ -464,7 +406,7 @@ def test_send_deduplicated_by_message_id(scenarios: Scenarios, gateway_env: Gate
     """Scenario 6: the same SendMessageRequest (same message_id) twice, as a client retry
     sends it: both answers are OK with the same offset and txmq stores it once; a third
     send under a new message id is a new message."""
-    key = _name("dd")
+    key = unique_name("dd")
     run = scenarios.run("raw_send.py", "--topic", topic, "--key", key, "--repeat", "2", "--also-new-id")
     answers = run.events("answer")
     assert len(answers) == 3, scenarios.explain("want 3 answers")

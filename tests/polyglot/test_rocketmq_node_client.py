@@ -31,32 +31,29 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import grpc
 import pytest
-from support import EtcdServer, LocalCluster, new_local_cluster
-from support.processes import private_prefix
-from support.scripts import ScriptRunner
-from txmq import Admin, MessageExt
-from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
+from support import EtcdServer
+from support.scripts import (
+    ClientEnv,
+    ScriptRunner,
+    by_key,
+    client_env,
+    query_transaction,
+    script_args,
+    stored_count,
+    unique_name,
+    wait_for,
+)
+from txmq.v1 import txcheck_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "clients" / "node"
 SCRIPTS = NODE_DIR / "rocketmq"
 PACKAGE = NODE_DIR / "node_modules" / "rocketmq-client-nodejs"
 NODE = shutil.which("node")
-TXCHECK_FAST = (
-    "--transaction_check_interval_ms", "500",
-    "--transaction_timeout_ms", "500",
-    "--transaction_check_max", "40",
-)  # fmt: skip
-GATEWAY_ARGS = ("--min_invisible_duration_ms", "1000")
 SCRIPT_TIMEOUT_S = 45.0
 
 pytestmark = [
@@ -69,11 +66,7 @@ pytestmark = [
 ]
 
 
-@dataclass
-class NodeEnv:
-    cluster: LocalCluster
-    home: Path
-    admin: Admin
+NodeEnv = ClientEnv
 
 
 class Scripts(ScriptRunner):
@@ -106,22 +99,8 @@ class Scripts(ScriptRunner):
 
 @pytest.fixture(scope="module")
 def node_env(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeEnv]:
-    base = tmp_path_factory.mktemp("rmq-node-cluster")
-    cluster = new_local_cluster(
-        base,
-        etcd_endpoints=etcd.endpoint,
-        etcd_prefix=private_prefix(),
-        txcheck_args=list(TXCHECK_FAST),
-        gateway_args=list(GATEWAY_ARGS),
-    )
-    cluster.start()
-    home = base / "client-home"
-    home.mkdir()
-    try:
-        with Admin(cluster.bootstrap) as admin:
-            yield NodeEnv(cluster, home, admin)
-    finally:
-        cluster.stop()
+    with client_env(etcd.endpoint, tmp_path_factory.mktemp("rmq-node-cluster")) as env:
+        yield env
 
 
 @pytest.fixture
@@ -133,49 +112,14 @@ def scripts(node_env: NodeEnv) -> Iterator[Scripts]:
         runner.close()
 
 
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
 @pytest.fixture
 def topic(node_env: NodeEnv) -> str:
-    name = _name("node")
+    name = unique_name("node")
     node_env.admin.create_topic(name, read_queue_nums=4, write_queue_nums=4)
     return name
 
 
 # -- txmq-side checks --------------------------------------------------------------------
-
-
-def wait_for(what: str, predicate: Callable[[], Any], explain: Callable[[str], str], timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if value := predicate():
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(explain(f"timed out after {timeout_s:.0f} s waiting for {what}"))
-        time.sleep(0.1)
-
-
-def by_key(env: NodeEnv, topic: str, key: str) -> list[MessageExt]:
-    return env.admin.query_messages_by_key(topic, key, max_results=64)
-
-
-def stored_count(env: NodeEnv, topic: str) -> int:
-    return sum(q.max_offset - q.min_offset for q in env.admin.queue_offsets(topic))
-
-
-def query_transaction(env: NodeEnv, transaction_id: str) -> txcheck_pb2.QueryTransactionResponse:
-    with grpc.insecure_channel(env.cluster.txcheck_address) as channel:
-        stub = txcheck_pb2_grpc.TransactionStub(channel)
-        return stub.QueryTransaction(txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id), timeout=5)
-
-
-def consumer_args(topic: str, group: str, **options: Any) -> list[str]:
-    args = ["--topic", topic, "--group", group]
-    for name, value in options.items():
-        args += [f"--{name.replace('_', '-')}", str(value)]
-    return args
 
 
 # -- the scenarios -----------------------------------------------------------------------
@@ -195,10 +139,10 @@ def test_normal_messages_stored_in_txmq_and_consumed(scripts: Scripts, node_env:
     """Producer.send of 3 messages with tag, keys and user properties: txmq's store holds
     each once with all of them under the client's message id; a SimpleConsumer
     (subscribed first) receives them as sent and acks them."""
-    group = _name("GID-node")
-    keys = _name("k")
+    group = unique_name("GID-node")
+    keys = unique_name("k")
     consumer = scripts.start(
-        "consumer.js", *consumer_args(topic, group, until_acked=3, await_ms=3000, invisible_ms=20000, deadline_s=30)
+        "consumer.js", *script_args(topic, group, until_acked=3, await_ms=3000, invisible_ms=20000, deadline_s=30)
     )
     consumer.wait_event("receiving", 30, scripts.explain)
 
@@ -249,11 +193,11 @@ def test_transactions_commit_rollback_and_check(scripts: Scripts, node_env: Node
     left open that the broker checks through the client's TransactionChecker (answered
     COMMIT): the committed and the checked message reach the topic and the consumer, the
     rolled-back one never does; txcheck records COMMIT / ROLLBACK / COMMIT."""
-    group = _name("GID-node-tx")
-    keys = _name("tk")
+    group = unique_name("GID-node-tx")
+    keys = unique_name("tk")
     consumer = scripts.start(
         "consumer.js",
-        *consumer_args(topic, group, until_acked=2, await_ms=2000, invisible_ms=20000, deadline_s=30, drain_s=2),
+        *script_args(topic, group, until_acked=2, await_ms=2000, invisible_ms=20000, deadline_s=30, drain_s=2),
     )
     consumer.wait_event("receiving", 30, scripts.explain)
 
@@ -312,10 +256,10 @@ def test_transactions_commit_rollback_and_check(scripts: Scripts, node_env: Node
 
 def test_simple_consumer_body_digest_accepted(scripts: Scripts, topic: str) -> None:
     """A received message passes the client's body-digest check (MessageView.corrupted)."""
-    keys = _name("dg")
+    keys = unique_name("dg")
     sent = scripts.run("producer.js", "--topic", topic, "--key-prefix", keys, "--body-prefix", "digest")
     assert len(sent.events("sent")) == 1, scripts.explain("the send failed")
-    done = scripts.run("consumer.js", *consumer_args(topic, _name("GID-dg"), until_acked=1, await_ms=2000, deadline_s=20))
+    done = scripts.run("consumer.js", *script_args(topic, unique_name("GID-dg"), until_acked=1, await_ms=2000, deadline_s=20))
     assert not done.errors(), scripts.explain("the consumer reported errors")
     got = done.received()
     assert [m["message_id"] for m in got] == [sent.events("sent")[0]["message_id"]], scripts.explain("receive")
@@ -325,12 +269,12 @@ def test_simple_consumer_body_digest_accepted(scripts: Scripts, topic: str) -> N
 
 def test_push_consumer_consumes(scripts: Scripts, topic: str) -> None:
     """A PushConsumer's listener gets the messages sent (none discarded as corrupted)."""
-    keys = _name("pc")
+    keys = unique_name("pc")
     sent = scripts.run("producer.js", "--topic", topic, "--count", "2", "--key-prefix", keys, "--body-prefix", "push")
     ids = sorted(r["message_id"] for r in sent.events("sent"))
     assert len(ids) == 2, scripts.explain("the sends failed")
     done = scripts.run(
-        "push_consumer.js", *consumer_args(topic, _name("GID-push"), until_consumed=2, deadline_s=15, shutdown_wait_s=2)
+        "push_consumer.js", *script_args(topic, unique_name("GID-push"), until_consumed=2, deadline_s=15, shutdown_wait_s=2)
     )
     assert not done.errors(), scripts.explain("the push consumer reported errors")
     consumed = sorted({r["message"]["message_id"] for r in done.events("consumed")})

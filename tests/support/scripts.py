@@ -12,7 +12,9 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,3 +212,93 @@ class ScriptRunner:
     def close(self) -> None:
         for bg in self.background:
             bg.kill()
+
+
+# -- a private cluster for client programs ----------------------------------------------
+
+# txcheck checks every 500 ms on transactions older than 500 ms (an orphan is recovered
+# within seconds); the gateway allows 1 s invisible durations (redelivery tests).
+TXCHECK_FAST = (
+    "--transaction_check_interval_ms", "500",
+    "--transaction_timeout_ms", "500",
+    "--transaction_check_max", "40",
+)  # fmt: skip
+GATEWAY_FAST = ("--min_invisible_duration_ms", "1000")
+
+
+@dataclass
+class ClientEnv:
+    """A private cluster (own etcd prefix) that client programs talk to through its
+    gateway, a HOME for their logs, and an Admin for the txmq-side checks."""
+
+    cluster: Any  # LocalCluster
+    etcd_endpoint: str
+    etcd_prefix: str
+    home: Path
+    admin: Any  # txmq.Admin
+
+
+@contextmanager
+def client_env(etcd_endpoint: str, base: Path) -> Iterator[ClientEnv]:
+    from txmq import Admin
+
+    from support.processes import new_local_cluster, private_prefix
+
+    prefix = private_prefix()
+    cluster = new_local_cluster(
+        base,
+        etcd_endpoints=etcd_endpoint,
+        etcd_prefix=prefix,
+        txcheck_args=list(TXCHECK_FAST),
+        gateway_args=list(GATEWAY_FAST),
+    )
+    cluster.start()
+    home = base / "client-home"
+    home.mkdir()
+    try:
+        with Admin(cluster.bootstrap) as admin:
+            yield ClientEnv(cluster, etcd_endpoint, prefix, home, admin)
+    finally:
+        cluster.stop()
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_for(what: str, predicate: Callable[[], Any], explain: Callable[[str], str], timeout_s: float = 20.0) -> Any:
+    """``predicate()``'s first truthy value, polled every 0.1 s; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if value := predicate():
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(explain(f"timed out after {timeout_s:.0f} s waiting for {what}"))
+        time.sleep(0.1)
+
+
+def by_key(env: ClientEnv, topic: str, key: str) -> list[Any]:
+    """The stored messages of ``topic`` with ``key`` (txmq's index, not the gateway)."""
+    return env.admin.query_messages_by_key(topic, key, max_results=64)
+
+
+def stored_count(env: ClientEnv, topic: str) -> int:
+    return sum(q.max_offset - q.min_offset for q in env.admin.queue_offsets(topic))
+
+
+def query_transaction(env: ClientEnv, transaction_id: str) -> Any:
+    """txcheck's QueryTransaction answer (state and timeline of a transaction)."""
+    import grpc
+    from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
+
+    with grpc.insecure_channel(env.cluster.txcheck_address) as channel:
+        stub = txcheck_pb2_grpc.TransactionStub(channel)
+        return stub.QueryTransaction(txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id), timeout=5)
+
+
+def script_args(topic: str, group: str, **options: Any) -> list[str]:
+    """``--topic T --group G --name-with-dashes value ...``"""
+    args = ["--topic", topic, "--group", group]
+    for name, value in options.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return args
