@@ -147,3 +147,27 @@ def parse_properties(pairs: list[str]) -> dict[str, str]:
             raise SystemExit(f"--property wants NAME=VALUE, got {pair!r}")
         out[name] = value
     return out
+
+
+def start(client: Any) -> bool:
+    """``client.startup()``; on success print ``started`` and return True, else an
+    ``error`` line (op ``startup``) and False."""
+    ok = False
+    with reported("startup"):
+        client.startup()
+        ok = True
+    if ok:
+        emit("started")
+    return ok
+
+
+def stdin_closed() -> threading.Event:
+    """An event set when a line arrives on stdin or stdin closes (how a test says stop)."""
+    stop = threading.Event()
+
+    def wait_stdin() -> None:
+        sys.stdin.readline()  # a line or EOF
+        stop.set()
+
+    threading.Thread(target=wait_stdin, daemon=True).start()
+    return stop

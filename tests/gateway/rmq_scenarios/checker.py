@@ -8,10 +8,7 @@ pushes, answered with ``--answer``, then ``stopping`` and ``done``.
 
 from __future__ import annotations
 
-import sys
-import threading
-
-from _common import config, emit, message_fields, parser, reported
+from _common import config, emit, message_fields, parser, start, stdin_closed
 from rocketmq import Producer, TransactionChecker, TransactionResolution
 
 ANSWERS = {
@@ -38,20 +35,9 @@ def main() -> None:
     args = p.parse_args()
 
     producer = Producer(config(args), topics=[args.topic], checker=PrintingChecker(args.answer))
-    started = False
-    with reported("startup"):
-        producer.startup()
-        started = True
-    if not started:
+    if not start(producer):
         return
-    emit("started")
-    stop = threading.Event()
-
-    def wait_stdin() -> None:
-        sys.stdin.readline()  # a line or EOF
-        stop.set()
-
-    threading.Thread(target=wait_stdin, daemon=True).start()
+    stop = stdin_closed()
     stopped_by = "stdin" if stop.wait(args.max_seconds) else "max_seconds"
     emit("stopping", by=stopped_by)
     producer.shutdown()

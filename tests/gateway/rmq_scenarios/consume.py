@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from _common import config, emit, message_fields, parser, reported
+from _common import config, emit, message_fields, parser, reported, start
 from rocketmq import FilterExpression, SimpleConsumer
 
 
@@ -41,13 +41,8 @@ def main() -> None:
         {args.topic: FilterExpression(args.expression)},
         await_duration=args.await_seconds,
     )
-    started = False
-    with reported("startup"):
-        consumer.startup()
-        started = True
-    if not started:
+    if not start(consumer):
         return
-    emit("started")
     deadline = time.monotonic() + args.deadline_seconds
     acked: set[str] = set()
     draining_until: float | None = None

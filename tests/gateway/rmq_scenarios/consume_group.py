@@ -11,11 +11,9 @@ gone for a while). Prints ``started``; per round ``receiving`` then ``received``
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 
-from _common import config, emit, message_fields, parser, reported
+from _common import config, emit, message_fields, parser, reported, start, stdin_closed
 from rocketmq import FilterExpression, SimpleConsumer
 
 
@@ -37,20 +35,9 @@ def main() -> None:
         {args.topic: FilterExpression(args.expression)},
         await_duration=args.await_seconds,
     )
-    started = False
-    with reported("startup"):
-        consumer.startup()
-        started = True
-    if not started:
+    if not start(consumer):
         return
-    emit("started")
-    stop = threading.Event()
-
-    def wait_stdin() -> None:
-        sys.stdin.readline()  # a line or EOF
-        stop.set()
-
-    threading.Thread(target=wait_stdin, daemon=True).start()
+    stop = stdin_closed()
     deadline = time.monotonic() + args.deadline_seconds
     acked: set[str] = set()
     why = "deadline"

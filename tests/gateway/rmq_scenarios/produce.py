@@ -8,7 +8,15 @@ the queue the client picked, body) or ``error``, then ``done``.
 
 from __future__ import annotations
 
-from _common import config, emit, new_message, parse_properties, parser, reported
+from _common import (
+    config,
+    emit,
+    new_message,
+    parse_properties,
+    parser,
+    reported,
+    start,
+)
 from rocketmq import Producer
 
 
@@ -24,13 +32,8 @@ def main() -> None:
     properties = parse_properties(args.property)
 
     producer = Producer(config(args), topics=[args.topic], tls_enable=args.tls)
-    started = False
-    with reported("startup"):
-        producer.startup()
-        started = True
-    if not started:
+    if not start(producer):
         return
-    emit("started")
     try:
         for i in range(args.count):
             body = f"{args.body_prefix}-{i}"

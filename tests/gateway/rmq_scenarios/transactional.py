@@ -16,7 +16,15 @@ from __future__ import annotations
 
 import os
 
-from _common import config, emit, message_fields, new_message, parser, reported
+from _common import (
+    config,
+    emit,
+    message_fields,
+    new_message,
+    parser,
+    reported,
+    start,
+)
 from rocketmq import Producer, TransactionChecker, TransactionResolution
 
 ANSWERS = {"commit": TransactionResolution.COMMIT, "rollback": TransactionResolution.ROLLBACK}
@@ -43,13 +51,8 @@ def main() -> None:
     args = p.parse_args()
 
     producer = Producer(config(args), topics=[args.topic], checker=PrintingChecker(args.check_answer))
-    started = False
-    with reported("startup"):
-        producer.startup()
-        started = True
-    if not started:
+    if not start(producer):
         return
-    emit("started")
     for i, action in enumerate(a.strip() for a in args.actions.split(",") if a.strip()):
         body = f"{args.body_prefix}-{i}-{action}"
         keys = [f"{args.key_prefix}-{i}", f"{args.key_prefix}-all"]
