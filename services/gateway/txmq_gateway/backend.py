@@ -42,6 +42,7 @@ class Backend:
         self.cluster = cluster
         self.timeout_s = timeout_ms / 1000
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._store_stubs: dict[str, store_pb2_grpc.StoreStub] = {}
         self._round_robin = itertools.count()
 
     # -- addressing ------------------------------------------------------------------
@@ -74,7 +75,11 @@ class Backend:
         return list(queues)
 
     def store(self, store_id: str) -> store_pb2_grpc.StoreStub:
-        return store_pb2_grpc.StoreStub(self.channel(self.store_address(store_id)))
+        address = self.store_address(store_id)
+        stub = self._store_stubs.get(address)
+        if stub is None:  # one per address: building a stub per call shows in profiles
+            stub = self._store_stubs[address] = store_pb2_grpc.StoreStub(self.channel(address))
+        return stub
 
     def store_admin(self, store_id: str) -> store_pb2_grpc.StoreAdminStub:
         return store_pb2_grpc.StoreAdminStub(self.channel(self.store_address(store_id)))
@@ -170,6 +175,7 @@ class Backend:
 
     async def close(self) -> None:
         channels, self._channels = self._channels, {}
+        self._store_stubs.clear()
         for address, channel in channels.items():
             try:
                 await asyncio.wait_for(channel.close(), _CLOSE_TIMEOUT_S)
