@@ -1,6 +1,6 @@
 """SimpleConsumerCore (pop semantics) against an in-memory backend: receive / ack,
 redelivery after the invisible duration, changes, receipt-handle validity, long polling,
-committed offsets, dead letters, auto-renew and concurrent receives.
+committed offsets, dead letters, auto-renew, concurrent receives and FIFO message groups.
 
 The fake backend keeps queues in memory and answers pulls like the pull service
 (FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL, held pulls woken by arrivals).
@@ -10,6 +10,7 @@ real (short) times and assert only generous bounds."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2
+from txmq_gateway import consumer as consumer_module
 from txmq_gateway.consumer import (
     DLQ_PREFIX,
     PROPERTY_DLQ_ORIGIN_TOPIC,
@@ -25,7 +27,7 @@ from txmq_gateway.consumer import (
     ReceiptHandle,
     SimpleConsumerCore,
 )
-from txmq_gateway.convert import encode_token
+from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, encode_token
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
@@ -799,3 +801,230 @@ async def test_one_failing_store_does_not_stop_the_others(env: Env) -> None:
     del env.backend.pull_errors["s1"]
     await asyncio.sleep(0.3)  # past the queue's back-off
     assert bodies(await env.receive()) == ["stuck"]
+
+
+# -- FIFO message groups ---------------------------------------------------------------
+
+
+def put_group(env: Env, body: str, group: str | None, **kwargs: Any) -> common_pb2.MessageView:
+    """A message of FIFO message ``group`` (None: a normal message), as the gateway's
+    producer stores it."""
+    properties = {PROPERTY_MESSAGE_GROUP: group} if group else {}
+    return env.backend.put(body, properties=properties, **kwargs)
+
+
+def put_fifo_sample(env: Env) -> None:
+    for body, group in (("g1-a", "g1"), ("g1-b", "g1"), ("g2-a", "g2"), ("plain-x", None)):
+        put_group(env, body, group)
+
+
+def by_body(deliveries: list[Delivery]) -> dict[str, Delivery]:
+    return {d.view.message.body.decode(): d for d in deliveries}
+
+
+async def test_fifo_a_later_message_of_a_group_waits_for_the_ack_of_the_earlier(env: Env) -> None:
+    put_fifo_sample(env)
+    got = by_body(await env.receive(batch_size=10))
+    assert sorted(got) == ["g1-a", "g2-a", "plain-x"]  # other groups and plain ones flow
+    assert await env.receive(batch_size=10) == []  # g1-b waits for g1-a
+    await env.ack(got["g1-a"])
+    [b] = await env.receive(batch_size=10)
+    assert bodies([b]) == ["g1-b"] and b.delivery_attempt == 1
+
+
+async def test_fifo_the_earlier_message_is_redelivered_first(env: Env) -> None:
+    put_fifo_sample(env)
+    got = by_body(await env.receive(batch_size=10))
+    await env.ack(got["g2-a"])
+    await env.ack(got["plain-x"])
+    env.clock.advance(INVISIBLE_MS)
+    [again] = await env.receive(batch_size=10)
+    assert bodies([again]) == ["g1-a"] and again.delivery_attempt == 2
+    env.clock.advance(INVISIBLE_MS)
+    [third] = await env.receive(batch_size=10)  # still not g1-b
+    assert bodies([third]) == ["g1-a"] and third.delivery_attempt == 3
+    await env.ack(third)
+    assert bodies(await env.receive(batch_size=10)) == ["g1-b"]
+
+
+async def test_fifo_a_nack_keeps_the_successor_waiting(env: Env) -> None:
+    put_fifo_sample(env)
+    got = by_body(await env.receive(batch_size=10))
+    await env.change(got["g1-a"], 0)  # a push consumer's nack
+    [again] = await env.receive(batch_size=10)
+    assert bodies([again]) == ["g1-a"] and again.delivery_attempt == 2
+
+
+async def test_fifo_the_ack_wakes_a_receive_held_on_the_successor(env: Env) -> None:
+    put_fifo_sample(env)
+    got = by_body(await env.receive(batch_size=10))
+    started = time.monotonic()
+    held = asyncio.ensure_future(env.receive(batch_size=10, long_polling_timeout_ms=5_000))
+    await asyncio.sleep(0.1)
+    assert not held.done()
+    await env.ack(got["g1-a"])
+    assert bodies(await asyncio.wait_for(held, GUARD_S)) == ["g1-b"]
+    assert time.monotonic() - started < 4  # woken, not timed out
+
+
+async def test_fifo_a_receive_with_only_blocked_messages_does_not_spin(env: Env) -> None:
+    put_fifo_sample(env)
+    await env.receive(batch_size=10)
+    pulls = len(env.backend.pulls)
+    started = time.monotonic()
+    assert await env.receive(batch_size=10, long_polling_timeout_ms=300) == []
+    assert time.monotonic() - started >= 0.25
+    assert len(env.backend.pulls) - pulls < 10  # one held pull, not a loop
+
+
+async def test_fifo_the_committed_offset_stays_at_a_waiting_message(env: Env) -> None:
+    put_fifo_sample(env)
+    got = by_body(await env.receive(batch_size=10))
+    for name in ("g1-a", "g2-a", "plain-x"):
+        await env.ack(got[name])
+    await env.core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 1  # g1-b: read, not delivered
+    [b] = await env.receive()
+    await env.core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 1
+    await env.ack(b)
+    await env.core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 4
+
+
+async def test_fifo_a_restart_rereads_waiting_messages_in_order(env: Env) -> None:
+    put_fifo_sample(env)
+    got = by_body(await env.receive(batch_size=10))
+    await env.ack(got["g1-a"])
+    await env.ack(got["g2-a"])
+    await env.core.close()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 1
+    restarted = env.make()
+    # from g1-b on (g2-a again: acked above the lowest un-acked offset, at least once)
+    assert bodies(await env.receive(restarted)) == ["g1-b", "g2-a", "plain-x"]
+
+
+async def test_fifo_a_forward_to_the_dead_letter_queue_releases_the_successor(env: Env) -> None:
+    put_fifo_sample(env)
+    got = by_body(await env.receive(batch_size=10))
+    a = got["g1-a"]
+    await env.core.forward_to_dead_letter_queue(
+        group=GROUP, topic=TOPIC, receipt_handle=a.receipt_handle, message_id=a.view.message.unique_id
+    )
+    assert bodies(await env.receive(batch_size=10)) == ["g1-b"]
+
+
+async def test_fifo_a_dead_letter_after_max_attempts_releases_the_successor(env: Env) -> None:
+    core = env.make(max_delivery_attempts=1)
+    put_group(env, "g1-a", "g1")
+    put_group(env, "g1-b", "g1")
+    assert bodies(await env.receive(core)) == ["g1-a"]
+    env.clock.advance(INVISIBLE_MS)
+    started = time.monotonic()
+    # this receive sends g1-a to the DLQ and is woken when that is done
+    assert bodies(await env.receive(core, long_polling_timeout_ms=5_000)) == ["g1-b"]
+    assert time.monotonic() - started < 4
+    [(_, copy)] = env.backend.sent
+    assert copy.body == b"g1-a"
+
+
+async def test_fifo_a_failed_dead_letter_keeps_the_successor_waiting(env: Env) -> None:
+    put_fifo_sample(env)
+    got = by_body(await env.receive(batch_size=10))
+    a = got["g1-a"]
+    env.backend.send_error = error(errors_pb2.CODE_UNAVAILABLE, "store down")
+    with pytest.raises(TxmqError):
+        await env.core.forward_to_dead_letter_queue(
+            group=GROUP, topic=TOPIC, receipt_handle=a.receipt_handle, message_id=a.view.message.unique_id
+        )
+    assert await env.receive(batch_size=10) == []
+    await env.ack(a)
+    assert bodies(await env.receive(batch_size=10)) == ["g1-b"]
+
+
+async def test_fifo_groups_are_per_queue(env: Env) -> None:
+    env.backend.add_topic(TOPIC, {"s1": 2})
+    put_group(env, "q0-g1-a", "g1", queue_id=0)
+    put_group(env, "q1-g1-a", "g1", queue_id=1)  # the same name on another queue: ordered apart
+    assert sorted(bodies(await env.receive())) == ["q0-g1-a", "q1-g1-a"]
+
+
+async def test_fifo_waiting_messages_are_bounded_per_queue(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumer_module, "MAX_WAITING_PER_QUEUE", 3)
+    for body in ("g1-a", "g1-b", "g1-c", "g1-d", "g1-e"):
+        put_group(env, body, "g1")
+    put_group(env, "plain-x", None)
+    [a] = await env.receive(batch_size=10)
+    assert bodies([a]) == ["g1-a"]
+    pulls = len(env.backend.pulls)
+    assert await env.receive(batch_size=10, long_polling_timeout_ms=200) == []
+    # three wait; the queue is not read past them (plain-x is not reached), not even held
+    assert len(env.backend.pulls) == pulls
+    await env.core.flush()
+    assert env.backend.offsets[("s1", GROUP, TOPIC, 0)] == 0
+    await env.ack(a)
+    got = await env.receive(batch_size=10)
+    assert bodies(got) == ["g1-b", "plain-x"]  # a released one frees room: reading goes on
+    await env.ack(got[0])
+    assert bodies(await env.receive(batch_size=10)) == ["g1-c"]
+
+
+async def test_fifo_a_saturated_queue_does_not_hold_up_the_others(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumer_module, "MAX_WAITING_PER_QUEUE", 2)
+    env.backend.add_topic(TOPIC, {"s1": 2})
+    for body in ("g1-a", "g1-b", "g1-c", "g1-d"):
+        put_group(env, body, "g1", queue_id=0)
+    assert bodies(await env.receive(batch_size=10)) == ["g1-a"]
+    held = asyncio.ensure_future(env.receive(batch_size=10, long_polling_timeout_ms=5_000))
+    await asyncio.sleep(0.05)
+    put_group(env, "other", None, queue_id=1)
+    assert bodies(await asyncio.wait_for(held, GUARD_S)) == ["other"]
+
+
+async def test_fifo_concurrent_receives_never_break_the_order(env: Env) -> None:
+    """Eight consumers over three queues of five groups plus normal messages, acking or
+    nacking at random: a message of a group is only ever delivered when every earlier
+    one of its group (same queue) is acked, and every message is acked once."""
+    rng = random.Random(7)
+    env.backend.add_topic(TOPIC, {"s1": 2, "s2": 1})
+    queues = [("s1", 0), ("s1", 1), ("s2", 0)]
+    order: dict[tuple[str, int, str], list[int]] = {}  # (store, queue, group) -> offsets
+    total = 0
+    for i in range(120):
+        store_id, qid = queues[i % 3] if i % 4 else queues[rng.randrange(3)]
+        group = None if i % 5 == 0 else f"g{rng.randrange(5)}"
+        view = put_group(env, f"m{i}", group, store_id=store_id, queue_id=qid)
+        if group:
+            order.setdefault((store_id, qid, group), []).append(view.queue_offset)
+        total += 1
+    acked: set[tuple[str, int, int]] = set()
+    out: set[tuple[str, int, int]] = set()  # delivered, not settled
+
+    async def consumer() -> None:
+        while len(acked) < total:
+            got = await env.receive(batch_size=3, long_polling_timeout_ms=50)
+            for d in got:
+                key = (d.view.store_id, d.view.message.queue_id, d.view.queue_offset)
+                assert key not in acked and key not in out
+                group = d.view.message.properties.get(PROPERTY_MESSAGE_GROUP)
+                if group:
+                    earlier = [o for o in order[(key[0], key[1], group)] if o < key[2]]
+                    assert all((key[0], key[1], o) in acked for o in earlier), (key, group)
+                out.add(key)
+            for d in got:
+                await asyncio.sleep(rng.random() / 500)
+                key = (d.view.store_id, d.view.message.queue_id, d.view.queue_offset)
+                out.discard(key)
+                if rng.random() < 0.2:
+                    await env.change(d, 0)  # nack: comes back, before its successors
+                else:
+                    await env.ack(d)
+                    acked.add(key)
+
+    await asyncio.wait_for(asyncio.gather(*(consumer() for _ in range(8))), GUARD_S * 2)
+    assert len(acked) == total
+    await env.core.flush()
+    for store_id, qid in queues:  # everything acked: committed up to the end
+        assert env.backend.offsets[(store_id, GROUP, TOPIC, qid)] == env.backend.bounds((store_id, TOPIC, qid))[1]

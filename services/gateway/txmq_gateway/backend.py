@@ -95,6 +95,13 @@ class Backend:
         stub = self.store(store_id)
         return (await call(lambda: stub.SendMessage(request, timeout=self.timeout_s))).result
 
+    async def send_batch(self, store_id: str, messages: list[common_pb2.Message]) -> list[store_pb2.SendResult]:
+        """Store ``messages`` in one call (validated as a whole by the store: an error
+        stores none of them); one result per message, in order."""
+        request = store_pb2.SendBatchRequest(messages=messages)
+        stub = self.store(store_id)
+        return list((await call(lambda: stub.SendBatch(request, timeout=self.timeout_s))).results)
+
     async def commit_offset(self, store_id: str, *, group: str, topic: str, queue_id: int, offset: int) -> None:
         request = store_pb2.CommitConsumeOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id, offset=offset)
         stub = self.store(store_id)

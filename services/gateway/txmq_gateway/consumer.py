@@ -14,7 +14,10 @@ State, per (consumer group, topic), in the memory of this gateway instance:
 - per queue (store id, queue id): a *cursor* (the next offset not yet read for the
   group) and the *in-flight* messages (delivered, not acked: attempt count, deadline,
   handle version);
-- a heap of in-flight deadlines, to find the messages due for redelivery.
+- a heap of in-flight deadlines, to find the messages due for redelivery;
+- per queue, for FIFO message groups: each group's un-acked offsets in order (its
+  *chain*) and the *waiting* messages (read, held back behind an earlier message of
+  their group).
 
 Consequences, to be documented for operators:
 
@@ -78,15 +81,34 @@ Choices, compared with the RocketMQ 5 proxy (for docs/gateway.md):
   ``TXMQ_DLQ_ORIGIN_TOPIC`` = the original topic (RocketMQ writes RETRY_TOPIC, a name
   txmq reserves for the system); then it counts as acked. A failed send is retried 5 s
   later.
-- Not modelled: FIFO message groups (messages are delivered as normal ones), the
-  receive ``attempt_id`` (a retried receive gets new messages; the first ones come
-  back after their invisible duration), resetting a group's offset while the gateway
-  runs (restart the gateway).
+- **FIFO message groups** (RocketMQ 5 FIFO semantics per message group): a message with
+  a message group (the ``__SHARDINGKEY`` property; the producer puts a group on one
+  queue) is not delivered while an earlier message (lower offset, same queue) of its
+  group is in flight, waiting for redelivery or being dead-lettered; the ack (or the
+  dead letter) of that one releases the next, and wakes held receives. Redeliveries of
+  the earlier message come first; messages without a group, and other groups, are not
+  held up. RocketMQ's orderly pop locks the whole queue while any of its messages is in
+  flight; txmq holds back only the group, which keeps the order of every group and
+  lets the rest of the queue flow. The cursor reads past held-back messages: they wait
+  in the gateway's memory (body included), at most ``MAX_WAITING_PER_QUEUE`` per queue;
+  a queue with that many waiting is not read further until some are released (a stuck
+  group, e.g. an auto-renewed head, would otherwise pull its whole backlog into memory;
+  the price is that the queue's other groups wait too, as on RocketMQ). Waiting
+  messages hold the committed offset back like in-flight ones, so a restart or a group
+  moving re-reads them. Receives never deliver two messages of one group and queue at a
+  time, so ``subscription.fifo`` stays false in the settings (telemetry.py): a push
+  consumer's concurrent consumption already sees one message per group at a time, and
+  a failure nacks it (redelivered with its successors still held back) instead of
+  retrying in the client.
+- Not modelled: the receive ``attempt_id`` (a retried receive gets new messages; the
+  first ones come back after their invisible duration), resetting a group's offset
+  while the gateway runs (restart the gateway).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import itertools
 import logging
@@ -101,7 +123,7 @@ from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, pull_pb2
 
 from txmq_gateway.backend import Backend
-from txmq_gateway.convert import decode_token, encode_token
+from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, decode_token, encode_token
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
@@ -136,6 +158,9 @@ RECENT_ACKS = 10_000
 # A receive goes round at least this often when reads only skip messages (non-matching,
 # moved offsets), even past its polling time.
 MIN_SCAN_ROUNDS = 3
+# At most this many messages of one queue wait behind an earlier message of their FIFO
+# group; with that many waiting the queue is not read further until some are released.
+MAX_WAITING_PER_QUEUE = 1024
 
 
 def monotonic_ms() -> int:
@@ -217,6 +242,7 @@ class _InFlight:
     renew_client: str | None = None
     renew_until_ms: int = 0
     forwarding: bool = False
+    message_group: str = ""  # FIFO: its successors in the group wait until it is settled
 
 
 @dataclass(slots=True, eq=False)
@@ -232,18 +258,33 @@ class _Queue:
     retry_at: float = 0.0  # loop time before which the queue is left alone (errors)
     failures: int = 0
     init: asyncio.Task[None] | None = None
+    # FIFO: message group -> its un-acked offsets here (in flight or waiting), ascending.
+    chains: dict[str, list[int]] = field(default_factory=dict)
+    # Read, not delivered: behind an earlier message of their group (offset -> message).
+    waiting: dict[int, common_pb2.MessageView] = field(default_factory=dict)
+    # Waiting messages whose predecessor is settled: deliverable, in release order.
+    ready: dict[int, None] = field(default_factory=dict)
 
     @property
     def key(self) -> QueueKey:
         return (self.store_id, self.queue_id)
 
+    @property
+    def saturated(self) -> bool:
+        """Too many messages wait: do not read further."""
+        return len(self.waiting) >= MAX_WAITING_PER_QUEUE
+
     def commit_target(self) -> int | None:
-        """The lowest offset not yet acked: what the group's offset should be."""
+        """The lowest offset not yet acked (waiting messages included): what the group's
+        offset should be."""
         if self.cursor is None:
             return None
+        low = self.cursor
         if self.in_flight:
-            return min(min(self.in_flight), self.cursor)
-        return self.cursor
+            low = min(low, min(self.in_flight))
+        if self.waiting:
+            low = min(low, min(self.waiting))
+        return low
 
 
 class _Signal:
@@ -424,6 +465,7 @@ class SimpleConsumerCore:
         rounds = 0
         while not self._closed and not sub.dropped:
             self._take_due(sub, batch)
+            self._take_ready(sub, batch)
             if batch.full:
                 break
             rounds += 1
@@ -529,6 +571,53 @@ class SimpleConsumerCore:
             ]
             heapq.heapify(sub.deadlines)
 
+    def _take_ready(self, sub: _Subscription, batch: _Batch) -> None:
+        """Deliver FIFO messages whose predecessor in their group was settled, until the
+        batch is full."""
+        now = self.clock()
+        for q in list(sub.queues.values()):
+            if batch.full:
+                return
+            if not q.ready:
+                continue
+            was_saturated = q.saturated
+            while q.ready and not batch.full:
+                offset = next(iter(q.ready))
+                del q.ready[offset]
+                view = q.waiting.pop(offset)
+                batch.out.append(self._deliver(sub, self._in_flight(sub, q, view), batch, now))
+            if was_saturated and not q.saturated:
+                sub.released.fire()  # the queue may be read again
+
+    def _in_flight(self, sub: _Subscription, q: _Queue, view: common_pb2.MessageView) -> _InFlight:
+        """A message's first delivery: track it as in flight."""
+        offset = view.queue_offset
+        entry = _InFlight(
+            sub=sub, queue=q, offset=offset, view=view, attempts=1, version=0, deadline_ms=0, invisible_ms=0,
+            message_group=message_group(view),
+        )  # fmt: skip
+        q.in_flight[offset] = entry
+        sub.live += 1
+        return entry
+
+    def _release(self, sub: _Subscription, entry: _InFlight) -> None:
+        """``entry`` (of a FIFO group) is settled: the next message of its group, if one
+        waits, becomes deliverable (held receives are woken)."""
+        q = entry.queue
+        chain = q.chains.get(entry.message_group)
+        if chain is None:
+            return
+        i = bisect.bisect_left(chain, entry.offset)
+        if i < len(chain) and chain[i] == entry.offset:
+            del chain[i]
+        if not chain:
+            del q.chains[entry.message_group]
+            return
+        head = chain[0]
+        if head in q.waiting and head not in q.ready:
+            q.ready[head] = None
+            sub.visible.fire()
+
     @staticmethod
     def _current(entry: _InFlight) -> bool:
         return entry.queue.in_flight.get(entry.offset) is entry
@@ -604,7 +693,11 @@ class SimpleConsumerCore:
         backlog = {
             q: max(1, bounds[q.key][1] - q.cursor)
             for q in ordered
-            if not q.busy and q.cursor is not None and q.key in bounds and q.cursor != bounds[q.key][1]
+            if not q.busy
+            and not q.saturated
+            and q.cursor is not None
+            and q.key in bounds
+            and q.cursor != bounds[q.key][1]
         }
         if not backlog:
             return False
@@ -719,15 +812,23 @@ class SimpleConsumerCore:
                     continue
                 if batch.tag_match is not None and not batch.tag_match(view.message.tags):
                     continue  # a tag hash collision: not for this group, counts as consumed
-                if offset in q.in_flight:
+                if offset in q.in_flight or offset in q.waiting:
                     continue  # only after a cursor went back (OFFSET_ILLEGAL); never twice
+                group = message_group(view)
+                chain = q.chains.get(group) if group else None
+                if chain is not None:  # an earlier message of its group is not settled
+                    if q.saturated:
+                        next_offset = offset
+                        break
+                    bisect.insort(chain, offset)
+                    q.waiting[offset] = view
+                    continue
                 if batch.full:
                     next_offset = offset
                     break
-                entry = _InFlight(sub=sub, queue=q, offset=offset, view=view, attempts=1, version=0, deadline_ms=0, invisible_ms=0)
-                q.in_flight[offset] = entry
-                sub.live += 1
-                batch.out.append(self._deliver(sub, entry, batch, now))
+                if group:
+                    q.chains[group] = [offset]
+                batch.out.append(self._deliver(sub, self._in_flight(sub, q, view), batch, now))
             else:
                 if reply.messages:
                     next_offset = max(next_offset, reply.messages[-1].queue_offset + 1)
@@ -752,8 +853,11 @@ class SimpleConsumerCore:
     async def _hold(self, sub: _Subscription, queues: list[_Queue], batch: _Batch, end: float) -> None:
         """Wait for a message: held reads on every queue nobody else is reading, until
         one returns, another receive releases a queue we could not read, an in-flight
-        message becomes due (or visible by a change), a backed-off queue may be read
-        again, or the polling time ends."""
+        message becomes due (or visible by a change), a FIFO message is released (its
+        predecessor settled), a backed-off queue may be read again, or the polling time
+        ends."""
+        if any(q.ready for q in sub.queues.values()):
+            return  # a FIFO message was released while this receive was reading
         loop = asyncio.get_running_loop()
         now = loop.time()
         timeout = end - now
@@ -764,7 +868,7 @@ class SimpleConsumerCore:
             timeout = min(timeout, min(backed_off) - now)
         if timeout <= 0:
             return
-        free = [q for q in queues if not q.busy and q.cursor is not None and q.retry_at <= now]
+        free = [q for q in queues if not q.busy and not q.saturated and q.cursor is not None and q.retry_at <= now]
         hold_ms = int((end - now) * 1000)
         reads: list[asyncio.Task[bool]] = []
         held = free if hold_ms >= 1 else []
@@ -835,6 +939,8 @@ class SimpleConsumerCore:
         if self._current(entry):
             del entry.queue.in_flight[entry.offset]
             sub.live -= 1
+            if entry.message_group:
+                self._release(sub, entry)
         self._stop_renewing(entry)
         entry.ticket = 0
 
@@ -1011,6 +1117,11 @@ def _retrieve(task: asyncio.Task[None]) -> None:
     """Mark a shared task's failure as seen (its awaiters handle it, or are gone)."""
     if not task.cancelled():
         task.exception()
+
+
+def message_group(view: common_pb2.MessageView) -> str:
+    """The FIFO message group of a message; empty: none."""
+    return view.message.properties.get(PROPERTY_MESSAGE_GROUP, "")
 
 
 def _shares(order: list[_Queue], backlog: dict[_Queue, int], need: int) -> dict[_Queue, int]:

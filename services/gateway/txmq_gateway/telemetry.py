@@ -107,6 +107,8 @@ def server_settings(
     sub = out.subscription
     if not sub.group.name:
         raise GatewayError(Code.ILLEGAL_CONSUMER_GROUP, "a consumer's settings must name its group")
+    # FIFO order is kept by the gateway (one message per message group in flight), so push
+    # consumers keep their concurrent mode: a failure is nacked and redelivered in order.
     sub.fifo = False
     sub.receive_batch_size = settings.max_receive_batch_size
     longest = settings.max_long_polling_timeout_ms
