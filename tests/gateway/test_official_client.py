@@ -428,3 +428,22 @@ def test_send_deduplicated_by_message_id(scenarios: Scenarios, gateway_env: Gate
     )
     assert stored_count(gateway_env, topic) == 2, scenarios.explain("the retried send was stored twice")
     assert {m.properties.get("scenario") for m in stored} == {"dedupe"}, scenarios.explain("user property lost")
+
+
+def test_fifo_messages_are_consumed_in_order_per_message_group(scenarios: Scenarios, topic: str) -> None:
+    """FIFO messages (a message group each; 3 groups interleaved): the consumer gets each
+    group's messages in send order, and never two of one group in the same receive (the
+    next one is held until the earlier one is acked)."""
+    group = unique_name("GID-fifo")
+    sent = scenarios.run("produce.py", "--topic", topic, "--count", "12", "--message-groups", "3", "--body-prefix", "fifo")
+    assert len(sent.events("sent")) == 12, scenarios.explain("the sends failed")
+    consumer = scenarios.run(
+        "consume.py", *script_args(topic, group, until_acked=12, max_messages=16, await_seconds=2, invisible_seconds=20, deadline_seconds=40)
+    )
+    by_group: dict[str, list[int]] = {}
+    for receive in consumer.events("received"):
+        groups = [m["message_group"] for m in receive["messages"]]
+        assert len(groups) == len(set(groups)), scenarios.explain(f"two messages of one group in one receive: {groups}")
+        for m in receive["messages"]:
+            by_group.setdefault(m["message_group"], []).append(int(m["body"].rsplit("-", 1)[1]))
+    assert by_group == {f"g{g}": [i for i in range(12) if i % 3 == g] for g in range(3)}, scenarios.explain(str(by_group))

@@ -122,6 +122,7 @@ def message_fields(msg: Message) -> dict[str, Any]:
         "born_timestamp": msg.born_timestamp,
         "message_type": msg.message_type,
         "receipt_handle": msg.receipt_handle,
+        "message_group": msg.message_group,
         "corrupted": msg.corrupted,
     }
 

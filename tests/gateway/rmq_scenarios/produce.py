@@ -28,6 +28,7 @@ def main() -> None:
     p.add_argument("--key-prefix", default="key")
     p.add_argument("--body-prefix", default="body")
     p.add_argument("--property", action="append", default=[], help="NAME=VALUE, repeatable")
+    p.add_argument("--message-groups", type=int, default=0, help="N > 0: message i is FIFO, group g<i mod N>")
     args = p.parse_args()
     properties = parse_properties(args.property)
 
@@ -39,6 +40,8 @@ def main() -> None:
             body = f"{args.body_prefix}-{i}"
             keys = [f"{args.key_prefix}-{i}", f"{args.key_prefix}-all"]
             msg = new_message(args.topic, body, tag=args.tag or None, keys=keys, properties={**properties, "index": str(i)})
+            if args.message_groups:
+                msg.message_group = f"g{i % args.message_groups}"
             with reported("send", index=i, body=body):
                 receipt = producer.send(msg)
                 emit(
