@@ -13,7 +13,7 @@ import grpc
 import pytest
 from txmq.v1 import common_pb2, txcheck_pb2, txcheck_pb2_grpc
 from txmq_gateway.backend import Backend
-from txmq_gateway.convert import TransactionHandle, duration_ms
+from txmq_gateway.convert import TransactionHandle
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.telemetry import (
     CONSUMER_RETRY_DELAYS_MS,
@@ -280,7 +280,7 @@ async def test_producer_settings_are_answered_with_limits_and_open_a_channel(env
         assert got.backoff_policy.max_attempts == 3
         assert got.backoff_policy.WhichOneof("strategy") == "exponential_backoff"
         exp = got.backoff_policy.exponential_backoff
-        assert (duration_ms(exp.initial), duration_ms(exp.max), exp.multiplier) == (10, 1_000, 2.0)
+        assert (exp.initial.ToMilliseconds(), exp.max.ToMilliseconds(), exp.multiplier) == (10, 1_000, 2.0)
 
         channel = await env.txcheck.next_channel()
         assert channel.hello == txcheck_pb2.ProducerHello(producer_group="tx-orders", client_id="client-p1")
@@ -307,12 +307,12 @@ async def test_consumer_settings(env: Env, hub: ClientHub) -> None:
         assert sub.HasField("fifo") and not sub.fifo
         assert sub.receive_batch_size == env.settings.max_receive_batch_size
         # the client asked for 60 s: cut to the gateway's longest
-        assert duration_ms(sub.long_polling_timeout) == env.settings.max_long_polling_timeout_ms
+        assert sub.long_polling_timeout.ToMilliseconds() == env.settings.max_long_polling_timeout_ms
         assert answer.settings.request_timeout.seconds == 3
         policy = answer.settings.backoff_policy
         assert policy.max_attempts == env.settings.max_delivery_attempts
         assert policy.WhichOneof("strategy") == "customized_backoff"
-        assert [duration_ms(d) for d in policy.customized_backoff.next] == list(CONSUMER_RETRY_DELAYS_MS)
+        assert [d.ToMilliseconds() for d in policy.customized_backoff.next] == list(CONSUMER_RETRY_DELAYS_MS)
         info = hub.client("client-c1")
         assert info is not None and info.group == "g-orders" and info.client_type == pb.SIMPLE_CONSUMER
         assert hub.producer_channels("client-c1") == {}
@@ -322,10 +322,10 @@ async def test_consumer_settings(env: Env, hub: ClientHub) -> None:
 def test_consumer_long_polling_timeout() -> None:
     settings = GatewaySettings(max_long_polling_timeout_ms=30_000)
     simple = server_settings(consumer_settings(pb.SIMPLE_CONSUMER, "g", "t", long_polling_s=5), settings)
-    assert duration_ms(simple.subscription.long_polling_timeout) == 5_000
+    assert simple.subscription.long_polling_timeout.ToMilliseconds() == 5_000
     # a push consumer sends none and polls as long as told
     push = server_settings(consumer_settings(pb.PUSH_CONSUMER, "g", "t"), settings)
-    assert duration_ms(push.subscription.long_polling_timeout) == 30_000
+    assert push.subscription.long_polling_timeout.ToMilliseconds() == 30_000
     assert push.backoff_policy.max_attempts == settings.max_delivery_attempts
 
 

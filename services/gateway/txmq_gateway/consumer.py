@@ -121,6 +121,7 @@ from dataclasses import dataclass, field
 from txmq._validation import RESERVED_PROPERTIES
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, pull_pb2
+from txmq_runtime.tags import parse_tag_expression
 
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, decode_token, encode_token
@@ -352,13 +353,8 @@ def tag_matcher(expression: common_pb2.FilterExpression) -> Callable[[str], bool
     collide; RocketMQ clients re-check the string); None when everything matches."""
     if expression.type not in (common_pb2.FILTER_TYPE_UNSPECIFIED, common_pb2.FILTER_TYPE_TAG):
         return None
-    text = expression.expression.strip()
-    if not text or text == "*":
-        return None
-    tags = frozenset(t.strip() for t in text.split("||") if t.strip())
-    if not tags:
-        return None
-    return tags.__contains__
+    tags = parse_tag_expression(expression.expression)
+    return None if tags.matches_all else tags.match_tag
 
 
 class SimpleConsumerCore:

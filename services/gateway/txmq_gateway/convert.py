@@ -20,6 +20,7 @@ from txmq.v1 import common_pb2
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code, pb
 
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"  # a half message's topic (set by the store)
 PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
 PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_MESSAGE_TYPE = "__RMQ_MESSAGE_TYPE"
@@ -31,7 +32,7 @@ SYSTEM_PROPERTIES = frozenset(
         "TAGS",
         "KEYS",
         "UNIQ_KEY",
-        "REAL_TOPIC",
+        PROPERTY_REAL_TOPIC,
         "REAL_QID",
         "PGROUP",
         "TRAN_MSG",
@@ -50,20 +51,16 @@ def is_system_property(name: str) -> bool:
     return name in SYSTEM_PROPERTIES or name.startswith(SYSTEM_PROPERTY_PREFIXES)
 
 
-def to_ms(ts: timestamp_pb2.Timestamp) -> int:
-    return ts.seconds * 1000 + ts.nanos // 1_000_000
-
-
 def from_ms(ms: int) -> timestamp_pb2.Timestamp:
-    return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
-
-
-def duration_ms(d: duration_pb2.Duration) -> int:
-    return d.seconds * 1000 + d.nanos // 1_000_000
+    ts = timestamp_pb2.Timestamp()
+    ts.FromMilliseconds(ms)
+    return ts
 
 
 def duration(ms: int) -> duration_pb2.Duration:
-    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+    d = duration_pb2.Duration()
+    d.FromMilliseconds(ms)
+    return d
 
 
 def decoded_body(message: pb.Message) -> bytes:
@@ -85,7 +82,7 @@ def to_txmq_message(message: pb.Message, *, queue_id: int | None = None) -> comm
         tags=sp.tag,
         keys=list(sp.keys),
         unique_id=sp.message_id,
-        born_timestamp_ms=to_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0,
+        born_timestamp_ms=sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else 0,
     )
     for name, value in message.user_properties.items():
         if is_system_property(name):
@@ -98,7 +95,7 @@ def to_txmq_message(message: pb.Message, *, queue_id: int | None = None) -> comm
     if sp.HasField("message_group"):
         out.properties[PROPERTY_MESSAGE_GROUP] = sp.message_group
     if sp.HasField("orphaned_transaction_recovery_duration"):
-        seconds = max(1, duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
+        seconds = max(1, sp.orphaned_transaction_recovery_duration.ToMilliseconds() // 1000)
         out.properties[PROPERTY_CHECK_IMMUNITY] = str(seconds)
     if queue_id is not None:
         out.queue_id = queue_id
@@ -143,7 +140,7 @@ def to_v2_message(
     if PROPERTY_MESSAGE_GROUP in props:
         sp.message_group = props[PROPERTY_MESSAGE_GROUP]
     out = pb.Message(
-        topic=pb.Resource(name=topic or props.get("REAL_TOPIC") or src.topic),
+        topic=pb.Resource(name=topic or props.get(PROPERTY_REAL_TOPIC) or src.topic),
         system_properties=sp,
         body=src.body,
     )

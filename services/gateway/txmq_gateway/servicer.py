@@ -20,12 +20,12 @@ from txmq.v1 import common_pb2
 from txmq_gateway.auth import Authenticator
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
-from txmq_gateway.convert import duration_ms, to_v2_message
+from txmq_gateway.convert import to_v2_message
 from txmq_gateway.ownership import GroupRouter, Owner, is_forwarded
 from txmq_gateway.producer import ProducerCore
 from txmq_gateway.status import GatewayError, from_exception, ok, overall
 from txmq_gateway.telemetry import ClientHub
-from txmq_gateway.v2 import Code, pb, svc, svc_grpc
+from txmq_gateway.v2 import SERVICE_NAME, Code, pb, svc, svc_grpc
 
 log = logging.getLogger("txmq.gateway.servicer")
 
@@ -274,9 +274,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 topic=request.message_queue.topic.name,
                 filter=filter_of(request.filter_expression),
                 batch_size=request.batch_size,
-                invisible_ms=duration_ms(request.invisible_duration) if request.HasField("invisible_duration") else None,
+                invisible_ms=request.invisible_duration.ToMilliseconds() if request.HasField("invisible_duration") else None,
                 long_polling_timeout_ms=(
-                    duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else None
+                    request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout") else None
                 ),
                 client_id=client_id_of(context),
                 auto_renew=request.auto_renew,
@@ -355,7 +355,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 topic=request.topic.name,
                 receipt_handle=request.receipt_handle,
                 message_id=request.message_id,
-                invisible_ms=duration_ms(request.invisible_duration),
+                invisible_ms=request.invisible_duration.ToMilliseconds(),
             )
             return svc.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
 
@@ -381,4 +381,4 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
 
 def add_messaging_servicer(server: grpc.aio.Server, servicer: MessagingServicer) -> str:
     svc_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-    return svc.DESCRIPTOR.services_by_name["MessagingService"].full_name
+    return SERVICE_NAME

@@ -34,7 +34,12 @@ from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2
 
 from txmq_gateway.backend import Backend
-from txmq_gateway.convert import TransactionHandle, duration, duration_ms, to_v2_message
+from txmq_gateway.convert import (
+    PROPERTY_REAL_TOPIC,
+    TransactionHandle,
+    duration,
+    to_v2_message,
+)
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError, from_exception, ok, status
 from txmq_gateway.v2 import Code, pb, svc
@@ -67,7 +72,6 @@ MAX_PENDING_COMMANDS = 1_000
 # The expiry sweep runs at most this far apart.
 MAX_SWEEP_INTERVAL_S = 10.0
 
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 
 
 # -- settings ------------------------------------------------------------------------
@@ -112,7 +116,7 @@ def server_settings(
     sub.fifo = False
     sub.receive_batch_size = settings.max_receive_batch_size
     longest = settings.max_long_polling_timeout_ms
-    asked = duration_ms(client.subscription.long_polling_timeout)  # 0 when not set
+    asked = client.subscription.long_polling_timeout.ToMilliseconds()  # 0 when not set
     # A push consumer sends none and long-polls for as long as the gateway says.
     sub.long_polling_timeout.CopyFrom(duration(min(asked, longest) if asked > 0 else longest))
     out.backoff_policy.CopyFrom(
