@@ -181,9 +181,14 @@ def verify_record(buf: bytes | memoryview, pos: int, physical_offset: int) -> in
     return size
 
 
-def decode_record(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = False) -> StoredMessage:
-    """Decode the record at ``buf[pos:]``. Checks magic and lengths always and the CRCs
-    when asked (reads of dispatched records skip them: recovery validated those)."""
+def decode_record(
+    buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = False, expected_offset: int | None = None
+) -> StoredMessage:
+    """Decode the record at ``buf[pos:]``. Checks magic and lengths always; with
+    ``verify_crc`` also the record CRC (one pass: it covers the body, so the body CRC is
+    not computed again) and, with ``expected_offset``, that the record claims that
+    position. Every read that serves a record verifies: bytes can rot after recovery
+    validated them, and recovery does not re-read segments below the checkpoint."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptRecord("truncated record header")
     size, magic, crc = PREFIX.unpack_from(buf, pos)
@@ -217,8 +222,10 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = F
     (props_len,) = U16.unpack_from(buf, ppos)
     if ppos + 2 + props_len != end:
         raise CorruptRecord("field lengths disagree with the record size")
-    if verify_crc and (_crc32(memoryview(buf)[pos + RECORD_CRC_START : end]) != crc or _crc32(body) != body_crc):
-        raise CorruptRecord(f"CRC mismatch in record at {physical_offset}")
+    if verify_crc and _crc32(memoryview(buf)[pos + RECORD_CRC_START : end]) != crc:
+        raise CorruptRecord(f"record CRC mismatch at {physical_offset}")
+    if expected_offset is not None and physical_offset != expected_offset:
+        raise CorruptRecord(f"record at {expected_offset} claims offset {physical_offset}")
     try:
         topic = bytes(buf[tpos + 1 : ppos]).decode("ascii")
         props = decode_properties(bytes(buf[ppos + 2 : end]).decode("utf-8"))

@@ -28,6 +28,7 @@ from .codec import (
     BLANK_SIZE,
     HEADER_SIZE,
     MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
     CorruptRecord,
     PreparedRecord,
     decode_record,
@@ -42,6 +43,10 @@ from .model import StoredMessage
 log = logging.getLogger("txmq.store.commitlog")
 
 Fsync = Callable[[int], None]
+# on_damaged(start, end, reason): recovery skips the damaged bytes [start, end)
+OnDamaged = Callable[[int, int, str], None]
+_MAGIC_BYTES = MESSAGE_MAGIC.to_bytes(4, "big")
+_BLANK_MAGIC_BYTES = BLANK_MAGIC.to_bytes(4, "big")
 
 
 def segment_name(start: int) -> str:
@@ -95,8 +100,9 @@ class SegmentAllocator:
         self._pending = None
         try:
             return fut.result()
-        except OSError:
-            log.exception("pre-allocating segment %d failed", start)
+        except OSError as exc:
+            log.error("pre-allocating segment %d failed: %s; the segment is created sparse", start, exc)
+            (self._directory / f"{segment_name(start)}.alloc").unlink(missing_ok=True)
             return None
 
     def _fill(self, start: int) -> Path:
@@ -139,6 +145,9 @@ class CommitLog:
         self.write_offset = 0  # end of the last appended record (the max offset)
         self.flushed_offset = 0  # everything below is fsynced
         self._flush_lock = threading.Lock()
+        self.broken = False  # a failed append could not be rolled back
+        self._append_first: Segment | None = None  # the segment an append began in
+        self._append_reach = 0  # how far that append wrote in it (segment-relative)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -218,11 +227,56 @@ class CommitLog:
         store_timestamp_ms: int,
         store_host: bytes,
     ) -> list[int]:
-        """Append records (one pwrite per segment touched); returns their offsets.
-        Every record must be at most ``max_record_size()`` bytes (validated earlier)."""
+        """Append records, all or none; returns their offsets. Every record must be at
+        most ``max_record_size()`` bytes (validated earlier).
+
+        A batch that fits a segment is written with one pwrite: when it does not fit the
+        rest of the current segment, the segment is closed with a blank marker first.
+        Larger batches take one pwrite per segment. When a write fails (disk full, I/O
+        error) everything this call wrote is zeroed and its new segments removed before
+        the error is raised, so no part of the batch is served, now or after a restart;
+        if that rollback fails too, ``broken`` is set."""
+        start = self.write_offset
+        n_segments = len(self._segments)
+        try:
+            return self._append(records, queue_offsets, store_timestamp_ms, store_host)
+        except OSError:
+            try:
+                self._rollback(start, n_segments)
+            except OSError as exc:
+                self.broken = True
+                log.error("rolling back a failed append at %d failed too: %s", start, exc)
+            raise
+
+    def _rollback(self, start: int, n_segments: int) -> None:
+        for seg in self._segments[n_segments:]:
+            self._remove(seg)
+        self.write_offset = start
+        seg = self._find(start)
+        if seg is not None:
+            at = start - seg.start
+            # Zero what this append wrote in the segment it began in (records or a blank
+            # marker): recovery then ends the log at ``start``. Only written bytes are
+            # zeroed: they need no new blocks on a full disk.
+            written = self._append_reach - at
+            if written > 0:
+                os.pwrite(seg.fd, bytes(written), at)
+
+    def _append(
+        self, records: list[PreparedRecord], queue_offsets: list[int], store_timestamp_ms: int, store_host: bytes
+    ) -> list[int]:
         pos = self.write_offset
+        self._append_reach = 0
         seg = self._segment_for_write(pos)
+        self._append_first = seg
         seg_end = seg.end
+        total = sum(rec.size for rec in records)
+        if pos + total + BLANK_SIZE > seg_end and total + BLANK_SIZE <= self.segment_bytes and pos > seg.start:
+            # Roll first, so the batch lands in one segment with one pwrite.
+            self._write(seg, [encode_blank(seg_end - pos)], pos)
+            seg = self._segment_for_write(seg_end)
+            seg_end = seg.end
+            pos = seg.start
         chunk_start = pos
         parts: list[bytes] = []
         offsets: list[int] = []
@@ -246,10 +300,13 @@ class CommitLog:
     def _write(self, seg: Segment, parts: list[bytes], offset: int) -> None:
         data = b"".join(parts)
         at = offset - seg.start
+        first = seg is self._append_first
         while data:
             n = os.pwrite(seg.fd, data, at)
             data = data[n:]
             at += n
+            if first:
+                self._append_reach = at  # segment-relative end of what reached the file
 
     def _segment_for_write(self, pos: int) -> Segment:
         if self._segments:
@@ -320,28 +377,47 @@ class CommitLog:
             return None
         return os.pread(seg.fd, size, offset - seg.start)
 
-    def read_record(self, offset: int) -> StoredMessage | None:
+    def read_record(self, offset: int, *, boundary: bool = False) -> StoredMessage | None:
         """Decode and CRC-check the record that starts exactly at ``offset``; None when
-        there is none (gone, beyond the end, or not a record boundary)."""
-        head = self.read(offset, BLANK_SIZE)
+        there is none (gone or beyond the end). ``boundary``: a record is known to start
+        there (the offset came from a queue or the index), so anything unreadable is a
+        damaged record; otherwise bytes that do not even claim to be a record at
+        ``offset`` (magic, position) are "no record here". Raises CorruptRecord for a
+        damaged record."""
+        head = self.read(offset, HEADER_SIZE) or self.read(offset, BLANK_SIZE)
         if head is None:
             return None
-        size, _ = read_size_and_magic(head)
-        buf = self.read(offset, size) if size >= BLANK_SIZE else None
+        size, magic = read_size_and_magic(head)
+        if not boundary and (
+            magic != MESSAGE_MAGIC or len(head) < HEADER_SIZE or _claimed_offset(head) != offset
+        ):
+            return None
+        buf = self.read(offset, size) if size >= MIN_RECORD_SIZE else None
         if buf is None:
-            return None
-        try:
-            verify_record(buf, 0, offset)
-        except CorruptRecord:
-            return None
-        return decode_record(buf)
+            if self._find(offset) is None:
+                return None  # the segment is gone
+            raise CorruptRecord(f"impossible size {size} at {offset} (magic {magic:#x})")
+        return decode_record(buf, verify_crc=True, expected_offset=offset)
 
     # -- recovery ----------------------------------------------------------------------
 
-    def recover_end(self, start: int, *, redispatch_from: int, on_record: Callable[[StoredMessage], None]) -> int:
-        """Validate records from ``start`` (a record boundary) to the first torn, corrupt
-        or missing one, which is the end; returns it. Records at or after
-        ``redispatch_from`` are decoded and passed to ``on_record`` in order."""
+    def recover_end(
+        self,
+        start: int,
+        *,
+        redispatch_from: int,
+        on_record: Callable[[StoredMessage], None],
+        on_damaged: OnDamaged | None = None,
+    ) -> int:
+        """Validate records from ``start`` (a record boundary) to the end; returns the end.
+        Records at or after ``redispatch_from`` are decoded and passed to ``on_record``
+        in order.
+
+        A bad record (torn, corrupt, misplaced) is told apart by what follows it:
+        nothing valid anywhere after it: the torn tail of the last write, so it is the
+        end; a valid record (or a segment's blank marker) after it: damage in the
+        middle of the log, so ``on_damaged(start, end, reason)`` is called for the
+        bytes skipped and the intact records after it are kept."""
         seg = self._find(start)
         if seg is None:
             return start
@@ -356,19 +432,46 @@ class CommitLog:
                         return seg.start + at
                     size, magic = read_size_and_magic(mm, at)
                     if magic == BLANK_MAGIC and size == seg.size - at:
+                        pos = seg.end
                         break
                     try:
                         size = verify_record(mm, at, seg.start + at)
                     except CorruptRecord as exc:
-                        if magic != 0 or size != 0:
-                            log.warning("commit log ends at a bad record: %s", exc)
-                        return seg.start + at
+                        resume = self._next_valid(i, mm, at)
+                        if resume is None or on_damaged is None:
+                            if magic != 0 or size != 0:
+                                log.warning("commit log ends at a bad record (its torn tail): %s", exc)
+                            return seg.start + at
+                        on_damaged(seg.start + at, resume, str(exc))
+                        if resume >= seg.end:
+                            pos = resume  # a later segment's first record
+                            break
+                        at = resume - seg.start
+                        continue
                     if seg.start + at >= redispatch_from:
                         on_record(decode_record(mm, at))
                     at += size
-            pos = seg.end
-            i += 1
+            nxt = self._find(pos)
+            if nxt is None:
+                return pos
+            i = self._segments.index(nxt)
         return pos
+
+    def _next_valid(self, i: int, mm: mmap.mmap, at: int) -> int | None:
+        """Where the first valid record or blank marker after the bad bytes at ``at`` of
+        segment ``i`` starts (a global offset), or None when nothing valid follows.
+        Candidates are found by their magic; a record must pass its CRC and claim its
+        own position, so stale or body bytes never qualify."""
+        seg = self._segments[i]
+        found = _scan_for_record(mm, at + 1, seg.start, seg.size)
+        if found is not None:
+            return seg.start + found
+        for nxt in self._segments[i + 1 :]:
+            with open(nxt.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m2:
+                found = _scan_for_record(m2, 0, nxt.start, nxt.size)
+            if found is not None:
+                return nxt.start + found
+        return None
 
     def truncate(self, end: int) -> None:
         """Make ``end`` the write offset: zero the rest of its segment, delete later
@@ -416,3 +519,29 @@ class CommitLog:
             self._remove(seg)
             deleted += 1
         return deleted
+
+
+def _claimed_offset(head: bytes) -> int:
+    return int.from_bytes(head[32:40], "big", signed=True)
+
+
+def _scan_for_record(mm: mmap.mmap, at: int, seg_start: int, seg_size: int) -> int | None:
+    """The first position >= ``at`` holding a valid record or the segment's blank marker."""
+    search = max(at, 0) + 4
+    while True:
+        hits = [h for h in (mm.find(_MAGIC_BYTES, search), mm.find(_BLANK_MAGIC_BYTES, search)) if h >= 0]
+        if not hits:
+            return None
+        hit = min(hits)
+        pos = hit - 4
+        size, magic = read_size_and_magic(mm, pos)
+        if magic == BLANK_MAGIC:
+            if size == seg_size - pos:
+                return pos
+        else:
+            try:
+                verify_record(mm, pos, seg_start + pos)
+                return pos
+            except CorruptRecord:
+                pass
+        search = hit + 1
