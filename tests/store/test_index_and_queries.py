@@ -61,7 +61,7 @@ async def test_index_repair_keeps_the_durable_prefix(tmp_path: Path) -> None:
     index = IndexService.load(tmp_path, slots=4, capacity=1000)
     index.put([(key_hash(f"k{off % 30}"), off, 1_000 + off) for off in range(0, 1000, 10)])
     index.take_dirty()  # writes the header, as a checkpoint does
-    index.repair_after_crash(500)
+    index.repair(500)
     got = {k: sorted(index.lookup(key_hash(f"k{k}"), begin_ms=0, end_ms=10**12)) for k in (0, 10, 20)}
     assert got == {k: [o for o in range(0, 500, 10) if o % 30 == k] for k in (0, 10, 20)}
     index.put([(key_hash("k0"), 500, 1_500)])  # appends continue after the cut

@@ -116,7 +116,7 @@ async def test_torn_last_record_is_truncated(stores: StoreFactory, how: str) -> 
     assert bodies(crashed)[-1] == b"new"
 
 
-async def test_flipped_byte_ends_the_log_there(stores: StoreFactory) -> None:
+async def test_flipped_byte_is_quarantined_and_the_records_after_it_kept(stores: StoreFactory) -> None:
     store = await stores.open()
     store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
     offsets = await send_numbered(store, 0, 10)
@@ -132,15 +132,22 @@ async def test_flipped_byte_ends_the_log_there(stores: StoreFactory) -> None:
 
     store = await stores.open()
     assert not store.recovered_from_crash
-    assert store.commitlog.max_offset == offsets[6]
-    assert bodies(store) == [b"m%d" % i for i in range(6)]
-    r = store.get_message(topic="TopicA", queue_id=0, offset=6)
-    assert r.status == GetMessageStatus.OFFSET_OVERFLOW_ONE
-    # The tail is zeroed: the later intact records do not come back on the next start.
+    assert store.commitlog.max_offset == offsets[9] + store.view_message(offsets[9]).store_size
+    r = store.get_message(topic="TopicA", queue_id=0, offset=0)  # the intact ones before it
+    assert ([m.body for m in r.messages], r.next_begin_offset) == ([b"m%d" % i for i in range(6)], 6)
+    with pytest.raises(TxmqError) as info:
+        store.get_message(topic="TopicA", queue_id=0, offset=6)
+    assert info.value.code == errors_pb2.CODE_DATA_CORRUPTED
+    assert info.value.metadata["next_offset"] == "7"
+    r = store.get_message(topic="TopicA", queue_id=0, offset=7)
+    assert [m.body for m in r.messages] == [b"m7", b"m8", b"m9"]
+    # The next start keeps them too, and new sends continue the queue.
     await store.close()
     stores.opened.remove(store)
     store = await stores.open()
-    assert bodies(store) == [b"m%d" % i for i in range(6)]
+    assert [m.body for m in store.get_message(topic="TopicA", queue_id=0, offset=7).messages] == [b"m7", b"m8", b"m9"]
+    (r2,) = await store.send([msg(b"m10", queue_id=0)])
+    assert r2.queue_offset == 10
 
 
 async def test_rebuild_queues_and_index_from_the_commit_log(stores: StoreFactory) -> None:

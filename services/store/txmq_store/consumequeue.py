@@ -7,8 +7,11 @@ each file ``units_per_file`` units of 20 bytes, big-endian:
 
 Unit ``n`` (queue offset ``n``) lives at byte ``20 * n`` of the queue's byte space, so
 re-dispatching a record rewrites the same unit (recovery is idempotent). A unit with
-size 0 was never written. Files are memory-mapped; they are not fsynced per send (the
-commit log is the source of truth) but by the store's periodic checkpoint.
+size 0 was never written (or is a gap: a record recovery found damaged, in a queue
+rebuilt from the log). Files are memory-mapped; they are not fsynced per send (the
+commit log is the source of truth) but by the store's periodic checkpoint. A new
+file's blocks are reserved (fallocate) before it is mapped, so a full disk fails its
+creation instead of raising SIGBUS at a write through the map (tmpfs).
 """
 
 from __future__ import annotations
@@ -72,7 +75,11 @@ class ConsumeQueue:
         fd = os.open(path, flags, 0o644)
         try:
             if create:
-                os.ftruncate(fd, self.units_per_file * UNIT_SIZE)
+                try:
+                    os.posix_fallocate(fd, 0, self.units_per_file * UNIT_SIZE)
+                except OSError:
+                    path.unlink(missing_ok=True)
+                    raise
             size = os.fstat(fd).st_size
             mm = mmap.mmap(fd, size)
         finally:
@@ -107,6 +114,12 @@ class ConsumeQueue:
         f.dirty = True
         if queue_offset >= self.max_offset:
             self.max_offset = queue_offset + 1
+
+    def prepare(self, queue_offset: int) -> None:
+        """Make sure the file for ``queue_offset`` exists (see ``put``)."""
+        f = self._last
+        if f is None or not (f.start <= queue_offset < f.end):
+            self._file_for_write(queue_offset)
 
     def _file_for_write(self, queue_offset: int) -> _File:
         found = self._find(queue_offset)

@@ -69,6 +69,20 @@ class Dispatcher:
             self.queues.pop(key).destroy()
         shutil.rmtree(self.root / topic, ignore_errors=True)
 
+    def prepare_queues(self, records: list[PreparedRecord], queue_offsets: list[int]) -> None:
+        """Create the consume-queue files that dispatching these records will write
+        (before the records are appended: a full disk then refuses the send)."""
+        key: QueueKey | None = None
+        cq: ConsumeQueue | None = None
+        for rec, queue_offset in zip(records, queue_offsets):
+            if not rec.takes_queue_slot:
+                continue
+            if key != (rec.topic, rec.queue_id):
+                key = (rec.topic, rec.queue_id)
+                cq = self.queues.get(key) or self._new_queue(rec.topic, rec.queue_id)
+            assert cq is not None
+            cq.prepare(queue_offset)
+
     def dispatch(
         self,
         records: list[PreparedRecord],

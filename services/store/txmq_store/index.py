@@ -17,11 +17,17 @@ A file rolls when full or when its time span no longer fits the u32 time field. 
 collide and entries may be stale after a crash: callers verify each hit against the
 record. The header is written at flush time only; everything below the store's
 checkpoint is durable, the rest is repaired or rebuilt from the commit log on recovery.
+
+A new file is made whole before it gets its name: written under ``<name>.tmp``
+(blocks reserved with fallocate, so writes through the map never meet a full disk as
+SIGBUS), header written and fsynced, renamed, directory fsynced. A file that still
+fails to load (not an index file) is reported by ``load`` for recovery to rebuild.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import mmap
 import os
 import struct
@@ -29,6 +35,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+
+log = logging.getLogger("txmq.store.index")
 
 MAGIC = 0x54584958  # "TXIX"
 HEADER = struct.Struct(">IIIIqqqq")
@@ -79,25 +87,39 @@ class IndexFile:
     @classmethod
     def create(cls, path: Path, *, slots: int, capacity: int, begin_offset: int, begin_ms: int) -> "IndexFile":
         size = HEADER.size + slots * SLOT.size + (capacity + 1) * ENTRY.size
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, size)
+            os.posix_fallocate(fd, 0, size)
+            os.pwrite(fd, HEADER.pack(MAGIC, slots, capacity, 0, begin_ms, begin_ms, begin_offset, begin_offset), 0)
+            os.fsync(fd)
+            os.rename(tmp, path)
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
             mm = mmap.mmap(fd, size)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
-        f = cls(path, mm, slots, capacity, 0, begin_ms, begin_ms, begin_offset, begin_offset)
-        f.write_header()
-        return f
+        return cls(path, mm, slots, capacity, 0, begin_ms, begin_ms, begin_offset, begin_offset)
 
     @classmethod
     def load(cls, path: Path) -> "IndexFile":
+        """Map an index file; ValueError when it is not one (e.g. all zeros)."""
         fd = os.open(path, os.O_RDWR)
         try:
-            mm = mmap.mmap(fd, os.fstat(fd).st_size)
+            size = os.fstat(fd).st_size
+            if size < HEADER.size:
+                raise ValueError(f"{path} is not an index file ({size} bytes)")
+            mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
         magic, slots, capacity, count, begin_ms, end_ms, begin_off, end_off = HEADER.unpack_from(mm, 0)
-        if magic != MAGIC or len(mm) != HEADER.size + slots * SLOT.size + (capacity + 1) * ENTRY.size:
+        if magic != MAGIC or slots == 0 or len(mm) != HEADER.size + slots * SLOT.size + (capacity + 1) * ENTRY.size:
             mm.close()
             raise ValueError(f"{path} is not an index file")
         return cls(path, mm, slots, capacity, min(count, capacity), begin_ms, end_ms, begin_off, end_off)
@@ -144,28 +166,37 @@ class IndexFile:
                 return
             n = prev
 
-    def repair(self, checkpoint: int) -> None:
-        """Keep the entries below the checkpoint (durable, a prefix since entries ascend)
-        and rebuild the slots from them."""
-        base = self.entries_base
-        keep = 0
-        last_offset = -1
-        for n in range(1, self.count + 1):
-            h, offset, diff, _ = ENTRY.unpack_from(self.mm, base + n * ENTRY.size)
-            if h == 0 or offset >= checkpoint or offset < last_offset:
-                break
-            keep, last_offset = n, offset
-        self.mm[base + (keep + 1) * ENTRY.size :] = bytes(len(self.mm) - base - (keep + 1) * ENTRY.size)
-        self.mm[HEADER.size : base] = bytes(base - HEADER.size)
-        end_ms = self.begin_ms
-        for n in range(1, keep + 1):
-            h, _, diff, _ = ENTRY.unpack_from(self.mm, base + n * ENTRY.size)
-            SLOT.pack_into(self.mm, HEADER.size + (h % self.slots) * SLOT.size, n)
-            end_ms = max(end_ms, self.begin_ms + diff)
-        self.count = keep
+    def repair(self, bound: int) -> int:
+        """Keep exactly the entries that point below ``bound`` (every one of them, also
+        after an entry that does not: a log cut and refilled leaves offsets that go
+        backwards) and rebuild slots and chains from them; returns how many entries
+        were dropped."""
+        base, esize = self.entries_base, ENTRY.size
+        entries = list(ENTRY.iter_unpack(self.mm[base + esize : base + (self.count + 1) * esize]))
+        kept = [e for e in entries if e[0] != 0 and e[1] < bound]
+        dropped = len(entries) - len(kept)
+        slots = [0] * self.slots
+        nslots = self.slots
+        out = bytearray(len(kept) * esize)
+        pack = ENTRY.pack_into
+        end_ms, end_offset = self.begin_ms, self.begin_offset
+        for n, (h, offset, diff, _) in enumerate(kept, 1):
+            s = h % nslots
+            pack(out, (n - 1) * esize, h, offset, diff, slots[s])
+            slots[s] = n
+            end_offset = offset
+            if self.begin_ms + diff > end_ms:
+                end_ms = self.begin_ms + diff
+        self.mm[base + esize : base + esize + len(out)] = out
+        tail = base + esize + len(out)
+        self.mm[tail:] = bytes(len(self.mm) - tail)
+        self.mm[HEADER.size : base] = struct.pack(f">{nslots}I", *slots)
+        self.count = len(kept)
         self.end_ms = end_ms
-        self.end_offset = last_offset if keep else self.begin_offset
+        self.end_offset = end_offset
         self.write_header()
+        self.dirty = True
+        return dropped
 
     def close(self) -> None:
         self.mm.close()
@@ -178,32 +209,49 @@ class IndexService:
         self.capacity = capacity
         self._files: list[IndexFile] = []
         self._dir_dirty = False
+        self.invalid: list[Path] = []
 
     @classmethod
     def load(cls, directory: Path, *, slots: int, capacity: int) -> "IndexService":
+        """Map the files found; ``invalid`` lists those that are not index files (a
+        creation cut short), for recovery to rebuild; they are not mapped."""
         directory.mkdir(parents=True, exist_ok=True)
         svc = cls(directory, slots=slots, capacity=capacity)
         for path in sorted(directory.iterdir()):
-            if path.name.isdigit() and len(path.name) == 20:
-                svc._files.append(IndexFile.load(path))
+            if path.name.endswith(".tmp"):
+                path.unlink()  # a creation cut short before its rename
+            elif path.name.isdigit() and len(path.name) == 20:
+                try:
+                    svc._files.append(IndexFile.load(path))
+                except ValueError:
+                    svc.invalid.append(path)
         return svc
+
+    def drop_from(self, offset: int) -> None:
+        """Delete the files begun at or after ``offset``."""
+        while self._files and self._files[-1].begin_offset >= offset:
+            f = self._files.pop()
+            f.close()
+            f.path.unlink()
+            self._dir_dirty = True
 
     def close(self) -> None:
         for f in self._files:
             f.close()
         self._files.clear()
 
-    def repair_after_crash(self, checkpoint: int) -> None:
-        """Drop files begun at or after the checkpoint and cut the newest older one back
-        to its durable prefix; the caller re-dispatches from the checkpoint."""
-        while self._files and self._files[-1].begin_offset >= checkpoint:
-            f = self._files.pop()
-            f.close()
-            f.path.unlink()
-            self._dir_dirty = True
-        if self._files:
-            self._files[-1].repair(checkpoint)
-            self._files[-1].dirty = True
+    def repair(self, bound: int) -> int:
+        """Make the index hold no entry at or beyond ``bound``: drop files begun there,
+        cut the others (the newest, and any older one whose entries reach ``bound``).
+        After a crash ``bound`` is the checkpoint (what lies beyond may be partial);
+        after recovery cut the log, the new end (those offsets will be reused). The
+        caller re-dispatches from ``bound``. Returns the entries dropped."""
+        self.drop_from(bound)
+        dropped = 0
+        for i, f in enumerate(reversed(self._files)):
+            if i == 0 or f.end_offset >= bound:
+                dropped += f.repair(bound)
+        return dropped
 
     def put(self, entries: list[Entry]) -> None:
         """Index (key hash, commit-log offset, store time) entries, in commit-log order."""

@@ -50,14 +50,15 @@ class CorruptionLog:
     def __init__(self) -> None:
         self._seen: set[int] = set()
 
-    def report(self, commit_log_offset: int, reason: str, *, where: str = "read") -> None:
+    def report(self, commit_log_offset: int, reason: str, *, where: str = "read", line: str = "") -> None:
+        """Count and log (``line``, or a standard one) unless already reported."""
         if commit_log_offset in self._seen:
             return
         if len(self._seen) >= _MAX_REMEMBERED:
             self._seen.clear()
         self._seen.add(commit_log_offset)
         CORRUPT_RECORDS.labels(where=where).inc()
-        log.error("damaged record at commit-log offset %d not served: %s", commit_log_offset, reason)
+        log.error(line or "damaged record at commit-log offset %d not served: %s", commit_log_offset, reason)
 
 
 def corrupted(commit_log_offset: int, reason: str, **metadata: str) -> TxmqError:

@@ -52,6 +52,7 @@ from .fileio import fsync_path
 from .filters import MessageFilter
 from .flush import GroupCommit, PeriodicFlusher
 from .index import message_key_hash, unique_id_hash
+from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, corrupted, disk_full, is_disk_full
 from .model import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
@@ -114,6 +115,8 @@ class MessageStore:
         offsets: ConsumeOffsetTable,
         hub: ArrivalHub,
         crashed: bool,
+        quarantine: Quarantine | None = None,
+        corruption: CorruptionLog | None = None,
     ) -> None:
         self.settings = settings
         self.store_id = settings.resolved_store_id
@@ -154,6 +157,9 @@ class MessageStore:
         self._tasks: list[asyncio.Task[None]] = []
         self._checkpoint_lock = asyncio.Lock()
         self._unsynced: set[Path] = set()
+        self._quarantine = quarantine or Quarantine(paths.quarantine)
+        self._corruption = corruption or CorruptionLog()
+        self._free_space = FreeSpaceGuard(commitlog.directory, min_free_bytes=settings.disk_min_free_bytes)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -200,6 +206,8 @@ class MessageStore:
             preallocate=settings.commitlog_preallocate,
         )
         dispatcher: Dispatcher | None = None
+        quarantine = Quarantine(paths.quarantine)
+        corruption = CorruptionLog()
         try:
             dispatcher = recover(
                 paths,
@@ -210,10 +218,14 @@ class MessageStore:
                 index_slots=settings.index_slots_per_file,
                 index_entries=settings.index_entries_per_file,
                 crashed=crashed,
+                quarantine=quarantine,
+                corruption=corruption,
+                now_ms=clock(),
             )
             store = cls(
                 settings, paths=paths, lock_fd=lock_fd, clock=clock, commitlog=commitlog, dispatcher=dispatcher,
-                topics=topics, groups=groups, offsets=offsets, hub=hub, crashed=crashed,
+                topics=topics, groups=groups, offsets=offsets, hub=hub, crashed=crashed, quarantine=quarantine,
+                corruption=corruption,
             )  # fmt: skip
             # Make the recovered state the new baseline before accepting writes.
             store._sync_paths(store._take_dirty())
@@ -371,7 +383,7 @@ class MessageStore:
         these): status, the records, their commit-log offsets, their queue offsets and,
         for half messages, the (topic, queue id) each is meant for."""
         self._check_open()
-        if not self._writable:
+        if not self._writable or self.commitlog.broken:
             raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
         s = self.settings
         if not messages:
@@ -421,18 +433,28 @@ class MessageStore:
                 records.append(prepare(msg, i, TRANS_HALF_TOPIC, 0, extra, sys_flag & ~TRANSACTION_TYPE_MASK))
             else:
                 records.append(prepare(msg, i, cfg.name, queue_id, None, sys_flag))
-        # Valid: from here on the request changes the store.
+        # Valid. Room on disk for the records and their queue and index entries?
+        self._free_space.check(sum(rec.size for rec in records) + 64 * len(records))
+        # From here on the request changes the store.
         for cfg in new_topics.values():
             self._topics.put(cfg)
         if new_topics:
             self._topics_changed()
         queue_offsets = self._assign_queue_offsets(records)
         try:
+            # Consume-queue files the dispatch will write, created (and their blocks
+            # reserved) first: a full disk refuses the send instead of failing dispatch.
+            self._dispatcher.prepare_queues(records, queue_offsets)
             offsets = self.commitlog.append(records, queue_offsets, store_timestamp_ms=now, store_host=self._store_host)
         except OSError as exc:
+            # Nothing of the batch is stored (append rolls back what it wrote).
+            self._unassign_queue_offsets(records, queue_offsets)
+            if is_disk_full(exc) and not self.commitlog.broken:
+                log.error("send refused, the disk is full: %s", exc)
+                raise disk_full(f"the store's disk is full: {exc}") from None
             self._writable = False
-            log.exception("commit log append failed; the store stops accepting writes")
-            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log write failed: {exc}") from exc
+            log.error("commit log append failed; the store stops accepting writes: %s", exc)
+            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log write failed: {exc}") from None
         end = self.commitlog.write_offset
         status = SendStatus.OK
         if self._group_commit is not None:
@@ -492,6 +514,14 @@ class MessageStore:
             else:
                 out.append(0)
         return out
+
+    def _unassign_queue_offsets(self, records: list[PreparedRecord], queue_offsets: list[int]) -> None:
+        """Undo ``_assign_queue_offsets`` for a batch that was not stored."""
+        table = self._queue_offsets
+        for rec, q in zip(records, queue_offsets):
+            if rec.takes_queue_slot:
+                key = (rec.topic, rec.queue_id)
+                table[key] = min(table.get(key, 0), q)
 
     async def _wait_durable(self, end: int) -> SendStatus:
         assert self._group_commit is not None
@@ -555,11 +585,16 @@ class MessageStore:
         units = cq.read_units(offset, max(SCAN_BYTES, max_messages * UNIT.size) // UNIT.size)
         if units is None:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
-        return self._scan(units, offset, lo, hi, max_messages, message_filter)
+        return self._scan(units, offset, lo, hi, max_messages, message_filter, topic=topic, queue_id=queue_id)
 
     def _scan(
-        self, units: bytes, offset: int, lo: int, hi: int, max_messages: int, message_filter: MessageFilter | None
-    ) -> GetMessageResult:
+        self, units: bytes, offset: int, lo: int, hi: int, max_messages: int, message_filter: MessageFilter | None,
+        *, topic: str, queue_id: int,
+    ) -> GetMessageResult:  # fmt: skip
+        """Every record served is CRC-checked (once). A damaged one ends the batch: the
+        intact messages before it are returned and the next read starts at it; a read
+        that starts at it raises CODE_DATA_CORRUPTED (its metadata names the queue
+        offset after it, where a consumer may resume by committing it)."""
         cl = self.commitlog
         max_phy = cl.max_offset
         memory = self._memory_window
@@ -572,6 +607,9 @@ class MessageStore:
         max_phy_pulling = 0
         scanned = 0
         for phys, size, tag_code in UNIT.iter_unpack(units):
+            if size == 0:
+                scanned += 1  # a gap: a record recovery found damaged, its queue rebuilt
+                continue
             max_phy_pulling = phys
             if next_file_start >= 0 and phys < next_file_start:
                 scanned += 1
@@ -590,10 +628,16 @@ class MessageStore:
                 next_file_start = cl.roll_next_file(phys)
                 continue
             try:
-                msg = decode_record(buf)
-            except CorruptRecord as exc:  # damaged on disk since recovery validated it
-                log.error("skipping unreadable record at commit-log offset %d: %s", phys, exc)
-                continue
+                msg = decode_record(buf, verify_crc=True, expected_offset=phys)
+            except CorruptRecord as exc:
+                self._corruption.report(phys, str(exc))
+                if taken:
+                    scanned -= 1  # the next read starts at the damaged record
+                    break
+                at = offset + scanned - 1
+                raise corrupted(
+                    phys, str(exc), topic=topic, queue_id=str(queue_id), queue_offset=str(at), next_offset=str(at + 1)
+                ) from None
             if predicate is not None and not predicate(msg.all_properties()):
                 if total_bytes == 0:
                     status = GetMessageStatus.NO_MATCHED_MESSAGE
@@ -622,7 +666,7 @@ class MessageStore:
             raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"commit-log offset {commit_log_offset} is negative")
         msg = None
         if commit_log_offset < self._dispatcher.dispatched_offset:
-            msg = self.commitlog.read_record(commit_log_offset)
+            msg = self._read_record(commit_log_offset, boundary=self._quarantine.find(commit_log_offset) is not None)
         if msg is None:
             raise _not_found(
                 errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message at commit-log offset {commit_log_offset}",
@@ -668,8 +712,13 @@ class MessageStore:
         index_hash = message_key_hash(topic, key) if key else unique_id_hash(unique_id)
         found: list[StoredMessage] = []
         dispatched = self._dispatcher.dispatched_offset
+        damaged: TxmqError | None = None
         for offset in self._dispatcher.index.lookup(index_hash, begin_ms=begin, end_ms=end):
-            msg = self.commitlog.read_record(offset) if offset < dispatched else None
+            try:
+                msg = self._read_record(offset, boundary=True) if offset < dispatched else None
+            except TxmqError as exc:  # a damaged candidate: it may or may not be a match
+                damaged = damaged or exc
+                continue
             if msg is None or not begin <= msg.store_timestamp_ms <= end:
                 continue
             cfg = self._topics.get(msg.topic)
@@ -684,8 +733,19 @@ class MessageStore:
                 found.append(msg)
                 if len(found) >= limit:
                     break
+        if not found and damaged is not None:
+            raise damaged  # the only candidates are damaged: "not found" would be a guess
         found.sort(key=lambda m: m.commit_log_offset)
         return found
+
+    def _read_record(self, offset: int, *, boundary: bool) -> StoredMessage | None:
+        """commitlog.read_record, with a damaged record reported and raised as
+        CODE_DATA_CORRUPTED."""
+        try:
+            return self.commitlog.read_record(offset, boundary=boundary)
+        except CorruptRecord as exc:
+            self._corruption.report(offset, str(exc))
+            raise corrupted(offset, str(exc)) from None
 
     def queue_offsets(self, topic: str, queue_id: int | None = None) -> list[QueueOffsets]:
         cfg = self._require_topic(topic)
@@ -934,6 +994,7 @@ class MessageStore:
             for cq in self._dispatcher.queues.values():
                 cq.correct_min_offset(lo)
             self._dispatcher.index.delete_below(lo)
+            await asyncio.to_thread(self._quarantine.forget_below, lo)
             log.info("deleted %d expired commit-log segments; min offset now %d", deleted, lo)
         return deleted
 

@@ -5,18 +5,34 @@
       abort                     exists while the store runs; found at start = crash
       checkpoint                JSON: commit-log offset below which consume queues and
                                 index are known durable (so is the commit log)
+      quarantine                JSON: damaged commit-log ranges recovery skipped (integrity.py)
       commitlog/<20 digits>     segments (commitlog.py)
       consumequeue/<topic>/<queue id>/<20 digits>   (consumequeue.py)
       index/<20 digits>         (index.py)
       config/topics.json, subscription_groups.json, consumer_offsets.json
 
 Recovery: validate the commit log from the start of the segment holding the
-checkpoint; the first torn or corrupt record (bad magic, impossible size, CRC or
-position mismatch) is the end. Zero the tail from there and drop later segments, so a
-half-written record is never served and never resurfaces. Re-dispatch the records from
-the checkpoint to the end (idempotent), and drop consume-queue units at or beyond the
-end. Without a checkpoint, or with the consume-queue or index directory deleted, those
-are rebuilt from the first record on.
+checkpoint (below it everything was fsynced before the checkpoint was written; reads
+verify each record's CRC, so rot there is never served either). A bad record (bad
+magic, impossible size, CRC or position mismatch) is either
+
+- the torn tail of the last write: nothing valid follows it anywhere. It is the end:
+  zero the tail from there and drop later segments, so a half-written record is never
+  served and never resurfaces (one WARNING line);
+- damage: valid records follow. Its byte range is quarantined (``quarantine`` file,
+  one ERROR line, ``txmq_store_corrupt_records_total{where="recovery"}``), it is not
+  dispatched, and the intact records after it are kept. Later starts skip a known
+  range quietly. A queue unit that pointed at it answers CODE_DATA_CORRUPTED; a queue
+  rebuilt from the log has a gap there (the record's queue is unknown).
+
+Re-dispatch the records from the checkpoint to the end (idempotent), and drop
+consume-queue units at or beyond the end. The index is made to match the log after
+every recovery: after a crash it is cut back to the checkpoint before re-dispatch, and
+when recovery cut the log below the checkpoint, to the new end (those offsets will be
+written again). Without a checkpoint (missing or unreadable), with the consume-queue or
+index directory deleted, or with an index file that is not one (a creation cut short),
+those are rebuilt from the first record on (an index file begun after the checkpoint
+is just dropped and re-dispatched).
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ from .configs import TopicConfigTable
 from .dispatch import Dispatcher
 from .fileio import fsync_path, read_json, write_json_atomically
 from .index import IndexService
+from .integrity import CorruptionLog, Quarantine
 from .model import StoredMessage
 
 log = logging.getLogger("txmq.store.recovery")
@@ -71,6 +88,10 @@ class StorePaths:
     def config(self) -> Path:
         return self.root / "config"
 
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "quarantine"
+
 
 def lock_data_dir(paths: StorePaths) -> int:
     """An exclusive flock on the directory (released when the process dies)."""
@@ -85,8 +106,17 @@ def lock_data_dir(paths: StorePaths) -> int:
 
 
 def read_checkpoint(paths: StorePaths) -> int | None:
-    data = read_json(paths.checkpoint)
-    return None if data is None else int(data["commit_log_offset"])
+    """The checkpoint, or None when there is none or it is unreadable (torn: the queues
+    and index are then rebuilt, as without one)."""
+    try:
+        data = read_json(paths.checkpoint)
+        return None if data is None else int(data["commit_log_offset"])
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning(
+            "checkpoint file %s is unreadable (%s: %s); rebuilding consume queues and index from the commit log",
+            paths.checkpoint, type(exc).__name__, exc,
+        )  # fmt: skip
+        return None
 
 
 def write_checkpoint(paths: StorePaths, offset: int, *, now_ms: int) -> None:
@@ -113,6 +143,9 @@ def recover(
     index_slots: int,
     index_entries: int,
     crashed: bool,
+    quarantine: Quarantine,
+    corruption: CorruptionLog,
+    now_ms: int,
 ) -> Dispatcher:
     """Bring commit log, consume queues and index to a consistent state; returns the
     dispatcher (its ``dispatched_offset`` is the end of the commit log)."""
@@ -127,11 +160,28 @@ def recover(
     hi = commitlog.segments()[-1].end if commitlog.segment_count else lo
     cp = lo if checkpoint is None else min(max(checkpoint, lo), hi)
     queues_from = lo if rebuild_queues else cp
-    index_from = lo if rebuild_index else cp
 
     index = IndexService.load(paths.index, slots=index_slots, capacity=index_entries)
+    if index.invalid and not rebuild_index:
+        first = int(index.invalid[0].name)
+        if crashed and first >= cp:
+            log.warning(
+                "index file %s is not an index file (created after the checkpoint %d, cut short by a crash); "
+                "rebuilding it from the commit log", index.invalid[0], cp,
+            )  # fmt: skip
+            index.drop_from(first)
+        else:
+            log.warning("index file %s is not an index file; rebuilding the index from the commit log", index.invalid[0])
+            index.close()
+            shutil.rmtree(paths.index, ignore_errors=True)
+            index = IndexService.load(paths.index, slots=index_slots, capacity=index_entries)
+            rebuild_index = True
+        for path in index.invalid:
+            path.unlink(missing_ok=True)
+        index.invalid.clear()
+    index_from = lo if rebuild_index else cp
     if crashed and not rebuild_index:
-        index.repair_after_crash(cp)
+        index.repair(cp)  # what lies beyond the checkpoint may be partial
     dispatcher = Dispatcher.load(paths.consumequeue, units_per_file=units_per_file, index=index, hub=hub, topics=topics)
 
     def on_record(msg: StoredMessage) -> None:
@@ -139,10 +189,28 @@ def recover(
             msg, to_queue=msg.commit_log_offset >= queues_from, to_index=msg.commit_log_offset >= index_from
         )
 
+    def on_damaged(start: int, end: int, reason: str) -> None:
+        known = quarantine.starting_at(start)
+        if known is not None and known.end == end:
+            return  # reported when it was found
+        quarantine.add(start, end, reason, now_ms=now_ms)
+        corruption.report(
+            start, reason, where="recovery",
+            line=f"commit log bytes %d..{end} are damaged (%s); quarantined in {quarantine.path}, "
+            "the intact records after them are kept",
+        )  # fmt: skip
+
     # Validate the whole segment holding the checkpoint; re-dispatch from the checkpoint.
     scan_from = min(queues_from, index_from, _segment_start(commitlog, cp))
-    end = commitlog.recover_end(scan_from, redispatch_from=min(queues_from, index_from), on_record=on_record)
+    end = commitlog.recover_end(
+        scan_from, redispatch_from=min(queues_from, index_from), on_record=on_record, on_damaged=on_damaged
+    )
     commitlog.truncate(end)
+    quarantine.forget_from(end)
+    if end < cp and not rebuild_index:
+        # The log was cut below the checkpoint: its offsets from ``end`` on will be
+        # written again, so the index must forget them now.
+        index.repair(end)
     # A crashed process leaves its writes in the page cache: make them durable before
     # the checkpoint moves past them.
     commitlog.flush(end)

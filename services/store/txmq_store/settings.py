@@ -26,6 +26,12 @@ class StoreSettings(ServiceSettings):
         description="Prepare the next commit-log segment in the background: zero-fill it (fastest appends and "
         "fsyncs, writes the segment twice), fallocate it, or not at all (sparse files).",
     )
+    disk_min_free_bytes: int = Field(
+        512 * MIB,
+        ge=0,
+        description="Sends are refused (CODE_DISK_FULL, retriable) while the data directory's file system has less "
+        "free space than this (RocketMQ diskMaxUsedSpaceRatio, as an absolute floor); 0: no floor.",
+    )
     consume_queue_units_per_file: int = Field(300_000, ge=1, description="20-byte units per consume-queue file.")
     index_slots_per_file: int = Field(1_000_000, ge=1, description="Hash slots per index file.")
     index_entries_per_file: int = Field(4_000_000, ge=2, description="Entries per index file before it rolls.")
