@@ -45,6 +45,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from txmq.errors import TxmqError
+from txmq.v1 import errors_pb2
+
 from .configs import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, is_system_topic
 from .fileio import fsync_path, read_json, write_json_atomically
 from .model import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
@@ -91,6 +94,7 @@ _PUT_BACK_PROPERTIES = (PROPERTY_CHECK_TIMES, PROPERTY_CHECK_WAITS, PROPERTY_PRE
 FOUND = 1
 OFFSET_TOO_SMALL = 7
 OFFSET_OVERFLOW_BADLY = 5
+NO_MATCHED_MESSAGE = 2
 _SKIP_AHEAD = {2, 3, 4}  # no matched message, message was removing, offset found null
 
 READ_BATCH = 32
@@ -337,7 +341,13 @@ class LocalSource:
         return Snapshot(s.now_ms(), queues, offsets)
 
     async def read(self, topic: str, queue_id: int, offset: int, max_messages: int) -> ReadResult:
-        r = self._store.get_message(topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages)
+        try:
+            r = self._store.get_message(topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages)
+        except TxmqError as exc:
+            if exc.code != errors_pb2.CODE_DATA_CORRUPTED:
+                raise
+            # A damaged record (counted and logged by the store): export what follows it.
+            return ReadResult(NO_MATCHED_MESSAGE, int(exc.metadata["next_offset"]), [])
         return ReadResult(int(r.status), r.next_begin_offset, [_from_stored(m) for m in r.messages])
 
     async def committed_copy(self, transaction_id: str) -> Record | None:
