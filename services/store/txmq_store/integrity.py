@@ -49,16 +49,27 @@ class CorruptionLog:
 
     def __init__(self) -> None:
         self._seen: set[int] = set()
+        self._ranges: list[tuple[int, int]] = []  # reported by recovery as one
 
-    def report(self, commit_log_offset: int, reason: str, *, where: str = "read", line: str = "") -> None:
-        """Count and log (``line``, or a standard one) unless already reported."""
-        if commit_log_offset in self._seen:
+    def report(
+        self, commit_log_offset: int, reason: str, *, where: str = "read", line: str = "", end: int = 0
+    ) -> None:
+        """Count and log (``line``, or a standard one) unless already reported; ``end``:
+        the damaged bytes run to there (recovery), reads within them are not reported
+        again."""
+        if commit_log_offset in self._seen or any(a <= commit_log_offset < b for a, b in self._ranges):
             return
+        self.remember(commit_log_offset, end)
+        CORRUPT_RECORDS.labels(where=where).inc()
+        log.error(line or "damaged record at commit-log offset %d not served: %s", commit_log_offset, reason)
+
+    def remember(self, commit_log_offset: int, end: int = 0) -> None:
+        """Mark as reported (a range quarantined at an earlier start: reported then)."""
         if len(self._seen) >= _MAX_REMEMBERED:
             self._seen.clear()
         self._seen.add(commit_log_offset)
-        CORRUPT_RECORDS.labels(where=where).inc()
-        log.error(line or "damaged record at commit-log offset %d not served: %s", commit_log_offset, reason)
+        if end > commit_log_offset and len(self._ranges) < 1000:
+            self._ranges.append((commit_log_offset, end))
 
 
 def corrupted(commit_log_offset: int, reason: str, **metadata: str) -> TxmqError:

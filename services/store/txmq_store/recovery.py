@@ -192,10 +192,11 @@ def recover(
     def on_damaged(start: int, end: int, reason: str) -> None:
         known = quarantine.starting_at(start)
         if known is not None and known.end == end:
+            corruption.remember(start, end)
             return  # reported when it was found
         quarantine.add(start, end, reason, now_ms=now_ms)
         corruption.report(
-            start, reason, where="recovery",
+            start, reason, where="recovery", end=end,
             line=f"commit log bytes %d..{end} are damaged (%s); quarantined in {quarantine.path}, "
             "the intact records after them are kept",
         )  # fmt: skip
