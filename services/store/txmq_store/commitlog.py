@@ -146,6 +146,7 @@ class CommitLog:
         self.flushed_offset = 0  # everything below is fsynced
         self._flush_lock = threading.Lock()
         self.broken = False  # a failed append could not be rolled back
+        self._pwrite = os.pwrite  # tests inject write faults here
         self._append_first: Segment | None = None  # the segment an append began in
         self._append_reach = 0  # how far that append wrote in it (segment-relative)
 
@@ -301,8 +302,9 @@ class CommitLog:
         data = b"".join(parts)
         at = offset - seg.start
         first = seg is self._append_first
+        pwrite = self._pwrite
         while data:
-            n = os.pwrite(seg.fd, data, at)
+            n = pwrite(seg.fd, data, at)
             data = data[n:]
             at += n
             if first:

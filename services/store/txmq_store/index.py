@@ -210,6 +210,7 @@ class IndexService:
         self._files: list[IndexFile] = []
         self._dir_dirty = False
         self.invalid: list[Path] = []
+        self.unindexed_from: int | None = None  # first offset left out by a failed roll
 
     @classmethod
     def load(cls, directory: Path, *, slots: int, capacity: int) -> "IndexService":
@@ -254,11 +255,24 @@ class IndexService:
         return dropped
 
     def put(self, entries: list[Entry]) -> None:
-        """Index (key hash, commit-log offset, store time) entries, in commit-log order."""
+        """Index (key hash, commit-log offset, store time) entries, in commit-log order.
+        When a new file cannot be created (disk full), the entries that needed it are
+        left out and ``unindexed_from`` says where: the store's checkpoint stays below
+        it, so the next start indexes them again."""
         i = self._files[-1].put(entries, 0) if self._files else 0
         while i < len(entries):
             _, offset, ts = entries[i]
-            i = self._roll(offset, ts).put(entries, i)
+            try:
+                f = self._roll(offset, ts)
+            except OSError as exc:
+                if self.unindexed_from is None:
+                    self.unindexed_from = offset
+                    log.error(
+                        "cannot create an index file at commit-log offset %d (%s); messages from there are not "
+                        "found by key or id until the store restarts", offset, exc,
+                    )  # fmt: skip
+                return
+            i = f.put(entries, i)
 
     def _roll(self, begin_offset: int, begin_ms: int) -> IndexFile:
         f = IndexFile.create(

@@ -972,6 +972,9 @@ class MessageStore:
             paths = self._take_dirty()
             await asyncio.to_thread(self._sync_paths, paths)
             offset = min(dispatched, self.commitlog.flushed_offset)
+            unindexed = self._dispatcher.index.unindexed_from
+            if unindexed is not None:
+                offset = min(offset, unindexed)  # the next start indexes from there
             await asyncio.to_thread(write_checkpoint, self._paths, offset, now_ms=self._clock())
             return offset
 
