@@ -3,39 +3,39 @@ decides its transactions.
 
     <prefix>/txcheck/leaders/<store_id> -> instance id of the leader
 
-Each replica holds its own election lease (``--leader_ttl_ms``) and, every third of the
-TTL (one ``tick``), refreshes it, reads the leader keys and tries to create the key of
-every live store that has no leader (an etcd transaction: create only if absent, under
-its lease). The holder runs the loop while its lease lives; when it stops cleanly it
-revokes the lease (immediate handover); when it dies the key expires after the TTL and
-another replica takes it. A replica that cannot refresh its lease stops its loops.
+Each replica holds one election lease (``--leader_ttl_ms``), a
+``txmq_runtime.lease.FencedLease``: the keys, validity, loss and epoch rules, and why
+they are safe, are written down once in docs/leases.md. Every third of the TTL (one
+``tick``) a replica refreshes the lease, confirms the keys it holds, and campaigns for
+every live store that has no leader (create the key only if absent, under its lease).
+The holder runs the loop while it holds the key; a clean stop revokes the lease
+(immediate handover); when a replica dies the key expires after the TTL and another
+replica takes it. A replica whose lease lapses (not refreshed for ``VALID_FRACTION`` of
+the TTL) loses every store at once and stops their loops; it campaigns again at its
+next tick.
 
-``leads(store_id)`` is what END_TRANSACTION trusts before deciding: the key was ours at
-the last tick **and** the lease cannot have expired yet by this replica's monotonic
-clock. The lease was last refreshed at the moment ``sent`` the refresh left this
-process, so etcd keeps it until at least ``sent + TTL``; ``leads`` stops answering True
-at ``sent + TTL * VALID_FRACTION``, well before, so a replica whose refreshes stall
-(etcd slow or unreachable, its event loop blocked) stops deciding before another
-replica can take the key. The margin (a third of the TTL) also covers the one store
-write a decision makes after its last ``leads`` check (ledger ``fence``).
+``leads(store_id)`` is what END_TRANSACTION trusts before deciding (and the ledger's
+``fence`` right before a decision's write): the replica holds the key and the lease's
+validity has not lapsed on this replica's monotonic clock. ``epoch(store_id)`` is the
+fencing token of that leadership.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import time
 from collections.abc import Awaitable, Callable, Iterable
 
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.etcd import RETRYABLE
+from txmq_runtime.lease import VALID_FRACTION, FencedLease, Holding, LeaseLapsed
 
 log = logging.getLogger("txmq.txcheck.leader")
 
-#: ``leads`` holds for this fraction of the TTL after the refresh was sent.
-VALID_FRACTION = 2 / 3
+__all__ = ["NEW_STORE_POLL_MS", "VALID_FRACTION", "LeaderDirectory", "LeaderElector", "leaders_prefix"]
+
 #: Between ticks, how often the (in-memory) cluster view is looked at for new stores.
-NEW_STORE_POLL_S = 0.1
+NEW_STORE_POLL_MS = 100
 
 
 def leaders_prefix(etcd_prefix: str) -> str:
@@ -78,19 +78,16 @@ class LeaderElector:
         stores: Callable[[], list[str]],
         on_elected: Callable[[str], Awaitable[None]],
         on_lost: Callable[[str], Awaitable[None]],
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._etcd = etcd
         self._prefix = leaders_prefix(etcd_prefix)
         self.instance_id = instance_id
-        self._ttl_s = max(1, math.ceil(ttl_ms / 1000))
         self._stores = stores
         self._on_elected = on_elected
         self._on_lost = on_lost
-        self._monotonic = monotonic
-        self.led: set[str] = set()
-        self._lease = None
-        self._valid_until = 0.0
+        self._clock = clock
+        self.lease = FencedLease(etcd, name=f"{instance_id} leadership", ttl_ms=ttl_ms, on_lost=self._lost, clock=clock)
         self._task: asyncio.Task[None] | None = None
 
     def key(self, store_id: str) -> str:
@@ -98,11 +95,22 @@ class LeaderElector:
 
     @property
     def ttl_s(self) -> int:
-        return self._ttl_s
+        return self.lease.ttl_s
+
+    @property
+    def led(self) -> set[str]:
+        """The stores this replica holds the leader key of (valid at the last check)."""
+        return {k.removeprefix(self._prefix) for k in self.lease.holdings}
 
     def leads(self, store_id: str) -> bool:
         """Whether this replica may decide transactions of ``store_id`` right now."""
-        return store_id in self.led and self._monotonic() < self._valid_until
+        return self.lease.holds(self.key(store_id)) is not None
+
+    def epoch(self, store_id: str) -> int | None:
+        """The fencing token of this replica's leadership of ``store_id`` (None: it does
+        not lead it now): greater for every later leader."""
+        held = self.lease.holds(self.key(store_id))
+        return None if held is None else held.epoch
 
     async def leader_of(self, store_id: str) -> str | None:
         got = await self._etcd.get(self.key(store_id).encode())
@@ -115,22 +123,12 @@ class LeaderElector:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self._lose_all()
-        if self._lease is not None:
-            try:
-                await self._etcd.revoke_lease(self._lease.id)
-            except RETRYABLE:
-                pass
-            self._lease = None
+        for sid in sorted(self.led):  # stop the loops first, then let the keys go
+            await self._on_lost(sid)
+        await self.lease.close()  # revoked: the keys go at once
 
-    async def _lose_all(self) -> None:
-        self._valid_until = 0.0
-        for sid in sorted(self.led):
-            await self._lose(sid)
-
-    async def _lose(self, sid: str) -> None:
-        self.led.discard(sid)
-        await self._on_lost(sid)
+    async def _lost(self, holding: Holding, reason: str) -> None:
+        await self._on_lost(holding.key.removeprefix(self._prefix))
 
     async def _run(self) -> None:
         while True:
@@ -143,61 +141,35 @@ class LeaderElector:
     async def _until_next_tick(self) -> None:
         """A third of the TTL, or less when a store appears: a new store must not wait a
         whole tick for a leader (END_TRANSACTION of its transactions needs one)."""
-        deadline = self._monotonic() + self._ttl_s / 3
+        deadline = self._clock.now_ms() + self.ttl_s * 1000 / 3
         known = set(self._stores())
-        while (left := deadline - self._monotonic()) > 0:
-            await asyncio.sleep(min(left, NEW_STORE_POLL_S))
+        while (left := deadline - self._clock.now_ms()) > 0:
+            await self._clock.sleep_ms(min(left, NEW_STORE_POLL_MS))
             if not known.issuperset(self._stores()):
                 return
 
     async def tick(self) -> None:
-        """One election step: keep (or get) the lease, then campaign."""
+        """One election step: keep (or get) the lease, confirm what it holds, campaign."""
+        if not await self.lease.keep_alive():
+            return  # the lease lapsed: its stores are lost already (FencedLease)
         try:
-            sent = self._monotonic()
-            if self._lease is None:
-                self._lease = await self._etcd.lease(self._ttl_s)
-            else:
-                reply = await self._etcd.refresh_lease(self._lease.id)
-                if reply is None or reply.TTL <= 0:
-                    log.warning("leader lease %x lost", self._lease.id)
-                    self._lease = None
-                    await self._lose_all()
-                    return
-            self._valid_until = sent + self._ttl_s * VALID_FRACTION
+            await self.lease.confirm()
             await self._campaign()
-        except RETRYABLE as exc:
-            log.warning("leader election: etcd failed (%s); giving up leadership", exc)
-            self._lease = None
-            await self._lose_all()
+        except (LeaseLapsed, *RETRYABLE) as exc:
+            log.warning("leader election: %s; campaigning again at the next tick", exc)
 
     async def _campaign(self) -> None:
         live = set(self._stores())
-        held = {
-            kv.key.decode().removeprefix(self._prefix): kv
-            for kv in await self._etcd.get_prefix(self._prefix.encode())
-        }
-        for sid in sorted(self.led):
-            kv = held.get(sid)
-            if kv is None or kv.value != self.instance_id.encode() or kv.lease != self._lease.id:
-                log.warning("%s no longer holds the leader key of store %s", self.instance_id, sid)
-                await self._lose(sid)
         for sid in sorted(self.led - live):
-            await self._lose(sid)
-            await self._etcd.transaction(
-                compare=[self._etcd.transactions.value(self.key(sid).encode()) == self.instance_id.encode()],
-                success=[self._etcd.transactions.delete(self.key(sid).encode())],
-                failure=[],
-            )
+            # The store is gone: stop its loop and give its key up.
+            await self._on_lost(sid)
+            await self.lease.release(self.key(sid))
+        held = {kv.key.decode(): kv for kv in await self._etcd.get_prefix(self._prefix.encode())}
         for sid in sorted(live - self.led):
-            if sid in held:
-                continue
-            key = self.key(sid).encode()
-            won, _ = await self._etcd.transaction(
-                compare=[self._etcd.transactions.version(key) == 0],
-                success=[self._etcd.transactions.put(key, self.instance_id.encode(), lease=self._lease.id)],
-                failure=[],
-            )
-            if won:
-                log.info("%s leads the check loop of store %s", self.instance_id, sid)
-                self.led.add(sid)
+            kv = held.get(self.key(sid))
+            if kv is not None and kv.lease != self.lease.lease_id:
+                continue  # another replica (or a previous life of this one) leads it
+            won = await self.lease.campaign(self.key(sid), self.instance_id.encode())
+            if won.holding is not None:
+                log.info("%s leads the check loop of store %s (epoch %d)", self.instance_id, sid, won.holding.epoch)
                 await self._on_elected(sid)

@@ -94,7 +94,6 @@ class TxcheckNode:
             stores=self.store_ids,
             on_elected=self._start_loop,
             on_lost=self._stop_loop,
-            monotonic=monotonic,
         )
 
     async def start(self) -> None:
