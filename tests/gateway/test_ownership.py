@@ -38,6 +38,7 @@ from support import (
     free_port,
     new_local_cluster,
 )
+from support.clock import ManualClock
 from support.processes import private_prefix
 from support.scripts import Background, Run
 from txmq import Admin
@@ -46,7 +47,6 @@ from txmq_gateway.consumer import ReceiptHandle, SimpleConsumerCore
 from txmq_gateway.convert import duration
 from txmq_gateway.ownership import (
     FORWARDED_HEADER,
-    VALID_FRACTION,
     Forwarder,
     GroupOwnership,
     GroupRouter,
@@ -62,6 +62,7 @@ from txmq_gateway.status import GatewayError
 from txmq_gateway.telemetry import ClientHub
 from txmq_gateway.v2 import Code, pb, svc, svc_grpc
 from txmq_runtime.etcd import etcd_client
+from txmq_runtime.lease import VALID_FRACTION
 
 from gateway.test_consumer_core import FakeBackend
 from gateway.test_official_client import GatewayEnv, Scenarios, wait_for
@@ -70,14 +71,6 @@ TTL_MS = 2_000
 GROUP = "G"
 TOPIC = "T"
 AK, SK = "ak", "sk"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def eventually(what: str, predicate: Any, timeout_s: float = 5.0) -> None:
@@ -212,22 +205,22 @@ async def test_an_owner_whose_key_goes_drops_the_group_and_the_other_takes_it(et
 
 
 async def test_an_owner_that_cannot_refresh_its_lease_stops_before_it_can_expire(etcd_conn: Any) -> None:
-    prefix, lost, clock = private_prefix(), [], Clock()
-    a = ownership(etcd_conn, prefix, "a", lost, monotonic=clock)
+    prefix, lost, clock = private_prefix(), [], ManualClock()
+    a = ownership(etcd_conn, prefix, "a", lost, clock=clock)
     await a.start(timeout_s=5, keep_alive=False)
     try:
         assert await a.route(GROUP) is None
         ttl_s = a.ttl_s
-        clock.now += ttl_s * VALID_FRACTION - 0.01
+        clock.advance(int(ttl_s * 1000 * VALID_FRACTION) - 10)
         assert a.owns(GROUP)
-        clock.now += 0.02  # etcd keeps the key a third of the TTL longer
+        clock.advance(20)  # etcd keeps the key a third of the TTL longer
         assert not a.owns(GROUP) and lost == [("a", GROUP)]
         with pytest.raises(GatewayError):
             await a.route(GROUP)  # cannot claim on a lease it cannot vouch for
         await a.tick()  # refreshed: the key is still a's, so the next call re-adopts it
         assert await a.route(GROUP) is None and a.owns(GROUP)
         # The timer does the same without a call (check_validity).
-        clock.now += ttl_s
+        clock.advance(ttl_s * 1000)
         a.check_validity()
         assert GROUP not in a.owned and lost == [("a", GROUP), ("a", GROUP)]
     finally:

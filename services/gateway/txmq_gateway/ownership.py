@@ -25,13 +25,14 @@ ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue) to it:
   come again; its receipt handles answer INVALID_RECEIPT_HANDLE at the new owner). A key
   naming this instance's id under another lease is a previous incarnation's (a restarted
   pod keeps its name): it is taken over at once.
-- **Losing a group.** An owner stops serving a group (``on_lost``: the consumer core
-  drops the group's state and ends its held receives) when its key is deleted or names
-  another owner, when its lease is found expired, and, like txcheck's leader election,
-  when it could not refresh its lease for 2/3 of the TTL: etcd keeps the key at least a
-  whole TTL after the last refresh, so the old owner has stopped before another gateway
-  can claim the group. Two owners never serve one group at once, barring a process
-  whose clock or event loop stalls past that margin (the same bound txcheck has).
+- **Losing a group.** Ownership is a ``txmq_runtime.lease.FencedLease`` holding (the
+  rules and why they are safe: docs/leases.md). An owner stops serving a group
+  (``on_lost``: the consumer core drops the group's state and ends its held receives)
+  when its key is deleted or names another owner, when its lease is found expired (a
+  new lease is taken at once; the groups are claimed again by the next call), and when
+  the lease's validity lapses (not refreshed for 2/3 of the TTL): etcd keeps the key at
+  least a whole TTL after the last refresh, so the old owner has stopped before another
+  gateway can claim the group. ``epoch(group)`` is the ownership's fencing token.
 - A clean stop revokes the lease after the final offset commit: the groups move at once.
 """
 
@@ -40,8 +41,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +48,9 @@ from urllib.parse import quote, unquote
 
 import grpc
 from txmq_runtime.calls import CHANNEL_OPTIONS
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.etcd import RETRYABLE, EtcdMirror
+from txmq_runtime.lease import FencedLease, Holding, LeaseLapsed
 
 from txmq_gateway.convert import duration
 from txmq_gateway.status import GatewayError, from_exception
@@ -60,9 +61,6 @@ log = logging.getLogger("txmq.gateway.ownership")
 #: Marks a call one gateway forwarded to the owner of its group (value: the forwarder's
 #: instance id). Its receiver never forwards it again.
 FORWARDED_HEADER = "x-txmq-forwarded"
-#: An owner serves its groups for this fraction of the TTL after its last lease refresh
-#: was sent (etcd keeps the keys at least a whole TTL after it).
-VALID_FRACTION = 2 / 3
 # Metadata a gRPC call sets itself: never copied onto a forwarded call.
 _TRANSPORT_HEADERS = frozenset({"user-agent", "content-type", "te", "host", FORWARDED_HEADER})
 
@@ -176,33 +174,31 @@ class GroupOwnership:
         address: str,
         ttl_ms: int,
         on_lost: Callable[[str], None],
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._etcd = etcd
         self._prefix = groups_prefix(etcd_prefix)
         self.instance_id = instance_id
         self.address = address
-        self._ttl_s = max(1, math.ceil(ttl_ms / 1000))
         self._on_lost = on_lost
-        self._monotonic = monotonic
+        self.lease = FencedLease(etcd, name=f"{instance_id} ownership", ttl_ms=ttl_ms, on_lost=self._lost, clock=clock)
         self.directory = OwnerDirectory(self._prefix, on_change=self._changed)
         self._mirror = EtcdMirror(etcd, prefix=self._prefix, sink=self.directory)
-        self._lease: Any = None  # aetcd Lease
-        self._valid_until = 0.0
-        #: Groups this gateway serves (claimed, and not lost since).
-        self.owned: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
-        self._expiry: asyncio.TimerHandle | None = None
         self._checks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     @property
     def ttl_s(self) -> int:
-        return self._ttl_s
+        return self.lease.ttl_s
 
     @property
     def lease_id(self) -> int | None:
-        return None if self._lease is None else self._lease.id
+        return self.lease.lease_id
+
+    @property
+    def owned(self) -> set[str]:
+        """Groups this gateway serves (claimed, and not lost since; ``owns`` checks)."""
+        return {unquote(k.removeprefix(self._prefix)) for k in self.lease.holdings}
 
     def key(self, group: str) -> str:
         return self._prefix + group_segment(group)
@@ -215,7 +211,7 @@ class GroupOwnership:
         await self._mirror.start(timeout_s=timeout_s)
         await self.tick()
         if keep_alive:
-            self._task = asyncio.create_task(self._run(), name="txmq-gateway-ownership")
+            self.lease.start()
 
     async def close(self) -> None:
         """Stop owning: revoke the lease (one try; its TTL is the fallback), so the keys
@@ -224,79 +220,37 @@ class GroupOwnership:
         if self._closed:
             return
         self._closed = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
         for task in list(self._checks):
             task.cancel()
         await asyncio.gather(*self._checks, return_exceptions=True)
-        if self._expiry is not None:
-            self._expiry.cancel()
-        self._valid_until = 0.0
-        self.owned.clear()
         await self._mirror.close()
-        if self._lease is not None:
-            try:
-                await self._etcd.revoke_lease(self._lease.id)
-            except RETRYABLE as exc:
-                log.warning("could not revoke ownership lease %x (groups move in %d s): %s", self._lease.id, self._ttl_s, exc)
-            self._lease = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._ttl_s / 3)
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("ownership lease keep-alive failed")
+        await self.lease.close()
 
     async def tick(self) -> None:
-        """Keep (or get) the lease. Lost (expired): every owned group is lost. etcd
-        unreachable: the groups are lost once the lease may be close to expiring
-        (``VALID_FRACTION`` of the TTL after the last refresh was sent)."""
-        try:
-            sent = self._monotonic()
-            if self._lease is None:
-                self._lease = await self._etcd.lease(self._ttl_s)
-                log.info("%s: ownership lease %x (ttl %d s)", self.instance_id, self._lease.id, self._ttl_s)
-            else:
-                reply = await self._etcd.refresh_lease(self._lease.id)
-                if reply is None or reply.TTL <= 0:
-                    log.warning("%s: ownership lease %x expired; its groups are lost", self.instance_id, self._lease.id)
-                    self._lease = None
-                    self._lose_all("lease expired")
-                    sent = self._monotonic()
-                    self._lease = await self._etcd.lease(self._ttl_s)
-                    log.info("%s: ownership lease %x (ttl %d s)", self.instance_id, self._lease.id, self._ttl_s)
-            self._valid_until = sent + self._ttl_s * VALID_FRACTION
-            self._arm_expiry()
-        except RETRYABLE as exc:
-            log.warning("%s: ownership lease refresh failed (%s)", self.instance_id, exc)
-
-    def _arm_expiry(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-        delay = max(0.0, self._valid_until - self._monotonic())
-        self._expiry = asyncio.get_running_loop().call_later(delay + 0.01, self.check_validity)
+        """Keep (or get) the lease (``FencedLease.keep_alive``): expired, every owned group
+        is lost and a new lease taken; etcd unreachable, the groups are lost once the
+        lease's validity lapses."""
+        await self.lease.keep_alive()
 
     def check_validity(self) -> None:
-        """Lose every group when the lease has not been refreshed for too long."""
-        if self.owned and self._monotonic() >= self._valid_until:
-            self._lose_all("the ownership lease could not be refreshed in time")
+        """Lose every group when the lease has not been refreshed for too long (the
+        lease's timer does this by itself)."""
+        self.lease.check()
 
     # -- ownership -------------------------------------------------------------------
 
     def owns(self, group: str) -> bool:
         """Whether this gateway serves ``group`` right now."""
-        if group not in self.owned:
-            return False
-        if self._monotonic() >= self._valid_until:
-            self._lose_all("the ownership lease could not be refreshed in time")
-            return False
-        return True
+        return self.lease.holds(self.key(group)) is not None
+
+    def epoch(self, group: str) -> int | None:
+        """The fencing token of this gateway's ownership of ``group`` (None: not owned)."""
+        held = self.lease.holds(self.key(group))
+        return None if held is None else held.epoch
 
     def _mine(self) -> Owner | None:
-        return None if self._lease is None else Owner(self.instance_id, self.address, self._lease.id)
+        lease_id = self.lease.lease_id
+        return None if lease_id is None else Owner(self.instance_id, self.address, lease_id)
 
     async def route(self, group: str, *, forwarded: bool = False) -> Owner | None:
         """None: serve ``group`` here (owned, or claimed now). An Owner: forward to it.
@@ -313,45 +267,35 @@ class GroupOwnership:
                 return known
         return await self._claim(group, forwarded=forwarded)
 
+    def _previous_incarnation(self, value: bytes) -> bool:
+        """A key naming this instance's id under another lease: a previous incarnation's
+        (dead: a restarted pod keeps its name), or this process's own replaced lease."""
+        owner = Owner.decode(value)
+        return owner is not None and owner.instance_id == self.instance_id and owner != self._mine()
+
     async def _claim(self, group: str, *, forwarded: bool) -> Owner | None:
         mine = self._mine()
-        if mine is None or self._monotonic() >= self._valid_until:
+        if mine is None or not self.lease.valid():
             raise GatewayError(
                 Code.INTERNAL_SERVER_ERROR,
                 f"this gateway cannot reach etcd to serve consumer group {group!r}; retry later",
             )
-        key = self.key(group).encode()
-        tx = self._etcd.transactions
         try:
-            won, responses = await self._etcd.transaction(
-                compare=[tx.version(key) == 0],
-                success=[tx.put(key, mine.encode(), lease=mine.lease)],
-                failure=[tx.get(key)],
-            )
-            current_raw = None if won or not responses or not responses[0] else responses[0][0][0]
-            current = None if current_raw is None else Owner.decode(current_raw)
-            if not won and current is not None and current.instance_id == self.instance_id and current != mine:
-                # A previous incarnation of this instance (same id, another lease): dead,
-                # or this process's own lease before it was replaced. Take it over.
-                won, _ = await self._etcd.transaction(
-                    compare=[tx.value(key) == current_raw],
-                    success=[tx.put(key, mine.encode(), lease=mine.lease)],
-                    failure=[],
-                )
-                if not won:
-                    raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"consumer group {group!r} is changing owner; retry")
-                log.info("%s: took consumer group %s over from lease %x", self.instance_id, group, current.lease)
+            claim = await self.lease.campaign(self.key(group), mine.encode(), take_over=self._previous_incarnation)
+        except LeaseLapsed:
+            raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"ownership of consumer group {group!r} lapsed; retry") from None
         except RETRYABLE as exc:
             raise GatewayError(
                 Code.INTERNAL_SERVER_ERROR, f"could not claim consumer group {group!r} in etcd: {exc}; retry later"
             ) from exc
-        if self._lease is None or self._lease.id != mine.lease or self._closed:
-            raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"ownership of consumer group {group!r} lapsed; retry")
-        if won or current == mine:
-            if group not in self.owned:
-                self.owned.add(group)
-                log.info("%s owns consumer group %s", self.instance_id, group)
+        if self._closed:
+            raise GatewayError(Code.INTERNAL_SERVER_ERROR, "the gateway is shutting down")
+        if claim.holding is not None:
+            log.info("%s owns consumer group %s (epoch %d)", self.instance_id, group, claim.holding.epoch)
             return None
+        if claim.holder is None:
+            raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"consumer group {group!r} is changing owner; retry")
+        current = Owner.decode(claim.holder)
         if current is None:
             raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"the owner record of consumer group {group!r} is unreadable")
         if forwarded:
@@ -364,7 +308,7 @@ class GroupOwnership:
     def _changed(self, group: str, owner: Owner | None) -> None:
         """The mirror saw the key of ``group`` change. For a group this gateway owns,
         check etcd itself before giving it up (the mirror may be behind a claim)."""
-        if group not in self.owned or (owner is not None and owner == self._mine()):
+        if self.key(group) not in self.lease.holdings or (owner is not None and owner == self._mine()):
             return
         task = asyncio.get_running_loop().create_task(self._verify(group))
         self._checks.add(task)
@@ -372,25 +316,18 @@ class GroupOwnership:
 
     async def _verify(self, group: str) -> None:
         try:
-            got = await self._etcd.get(self.key(group).encode())
-            current = None if got is None else Owner.decode(got.value)
+            await self.lease.confirm([self.key(group)])
         except RETRYABLE:
-            current = None  # cannot tell: give it up (claimed again on the next call)
-        if group in self.owned and (current is None or current != self._mine()):
-            self._lose(group, "its key was deleted or taken" if current is None else f"owned by {current.instance_id}")
+            # Cannot tell: give it up (claimed again, same epoch, by the next call).
+            self.lease.lose(self.key(group), "its key changed and etcd cannot confirm it")
 
-    def _lose(self, group: str, reason: str) -> None:
-        self.owned.discard(group)
+    def _lost(self, holding: Holding, reason: str) -> None:
+        group = unquote(holding.key.removeprefix(self._prefix))
         log.warning("%s no longer owns consumer group %s (%s): its state is dropped", self.instance_id, group, reason)
         try:
             self._on_lost(group)
         except Exception:
             log.exception("dropping consumer group %s failed", group)
-
-    def _lose_all(self, reason: str) -> None:
-        self._valid_until = 0.0
-        for group in sorted(self.owned):
-            self._lose(group, reason)
 
 
 # -- forwarding ------------------------------------------------------------------------

@@ -293,6 +293,11 @@ class FencedLease:
 
     # -- losing ----------------------------------------------------------------------
 
+    def lose(self, key: str, reason: str) -> None:
+        """Give the holding of ``key`` up now (``on_lost`` is called); its key stays in
+        etcd until released or the lease ends, so a campaign adopts it again."""
+        self._lose(key, reason)
+
     def _lose_all(self, reason: str) -> None:
         for key in sorted(self._held):
             self._lose(key, reason)
