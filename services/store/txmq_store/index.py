@@ -175,21 +175,31 @@ class IndexFile:
         entries = list(ENTRY.iter_unpack(self.mm[base + esize : base + (self.count + 1) * esize]))
         kept = [e for e in entries if e[0] != 0 and e[1] < bound]
         dropped = len(entries) - len(kept)
-        slots = [0] * self.slots
         nslots = self.slots
-        out = bytearray(len(kept) * esize)
-        pack = ENTRY.pack_into
-        end_ms, end_offset = self.begin_ms, self.begin_offset
-        for n, (h, offset, diff, _) in enumerate(kept, 1):
-            s = h % nslots
-            pack(out, (n - 1) * esize, h, offset, diff, slots[s])
-            slots[s] = n
-            end_offset = offset
-            if self.begin_ms + diff > end_ms:
-                end_ms = self.begin_ms + diff
-        self.mm[base + esize : base + esize + len(out)] = out
-        tail = base + esize + len(out)
-        self.mm[tail:] = bytes(len(self.mm) - tail)
+        slots = [0] * nslots
+        end_offset = kept[-1][1] if kept else self.begin_offset
+        end_ms = self.begin_ms + max((e[2] for e in kept), default=0)
+        if not kept or entries[len(kept) - 1] is kept[-1]:
+            # A prefix (the usual case): its chains are intact; only the slots change.
+            for n, e in enumerate(kept, 1):
+                slots[e[0] % nslots] = n
+        else:
+            out = bytearray(len(kept) * esize)
+            pack = ENTRY.pack_into
+            for n, (h, offset, diff, _) in enumerate(kept, 1):
+                s = h % nslots
+                pack(out, (n - 1) * esize, h, offset, diff, slots[s])
+                slots[s] = n
+            self.mm[base + esize : base + esize + len(out)] = out
+        tail = base + esize + len(kept) * esize
+        # Entries are appended in order: the written ones end at the first zero hash
+        # after the header's count (those beyond it came after the last checkpoint).
+        # Zero up to there only: the rest of the file was never touched.
+        hi = self.count + 1
+        while hi <= self.capacity and ENTRY.unpack_from(self.mm, base + hi * esize)[0] != 0:
+            hi += 1
+        zero_to = max(tail, base + hi * esize)
+        self.mm[tail:zero_to] = bytes(zero_to - tail)
         self.mm[HEADER.size : base] = struct.pack(f">{nslots}I", *slots)
         self.count = len(kept)
         self.end_ms = end_ms
