@@ -30,18 +30,24 @@ def run_report(
     """Run the analytics job on ``input_dir`` (an export directory) and write tables and
     the report to ``output_dir``; prints the text summary and where the report is, and
     returns the path of ``report.html``. ``spark``: an existing SparkSession (left
-    running); otherwise one is started on ``master`` and stopped afterwards."""
-    from txmq_analytics.job import build_session, options_from, run_job
+    running); otherwise one is started on ``master`` and stopped afterwards.
 
+    Raises ``txmq_analytics.job.InputError`` (before Spark starts) when ``input_dir`` is
+    missing or holds no export, and ``txmq_analytics.job.Interrupted`` (a
+    KeyboardInterrupt) after Ctrl-C has cancelled the run."""
+    from txmq_analytics.job import build_session, check_input, options_from, run_job, stop_on_sigint
+
+    check_input(input_dir)
     own = spark is None
-    session = build_session(master) if own else spark
-    try:
-        result = run_job(
-            session, input_dir, output_dir,
-            options=options_from(rate_window_s, stall_window_s, include_system),
-            progress=progress,
-        )  # fmt: skip
-    finally:
-        if own:
-            session.stop()
+    with stop_on_sigint():
+        session = build_session(master) if own else spark
+        try:
+            result = run_job(
+                session, input_dir, output_dir,
+                options=options_from(rate_window_s, stall_window_s, include_system),
+                progress=progress,
+            )  # fmt: skip
+        finally:
+            if own:
+                session.stop()
     return result.report_html

@@ -13,7 +13,10 @@ Inputs are the tables the store exports (services/store/txmq_store/export.py):
 - time to drain = lag / (consumption rate - production rate), when that is positive;
   0 when there is no lag; null (never) otherwise;
 - stalled: lag > 0 and the committed offset unchanged, with lag > 0 throughout, for at
-  least ``stall_window_ms`` (``stalled_for_ms`` says how long so far);
+  least ``stall_window_ms`` (``stalled_for_ms`` says how long so far), measured from the
+  store's time of the commit that set the offset (``committed_at_ms``) when the snapshots
+  show it (so a stall that began before the export window counts in full), else from the
+  first snapshot of the run (``_run_start``);
 - transactions: per transaction id, the outcome is committed or rolled back when an op
   message (or committed copy) says so, else discarded when it went to
   TRANS_CHECK_MAX_TIME_TOPIC, else pending; checks = check_sent events; latency = outcome
@@ -113,14 +116,38 @@ def lag_timeseries(offsets: DataFrame, opts: Options) -> DataFrame:
     continues = (F.col("lag") > 0) & (F.col("prev_lag") > 0) & (F.col("prev_committed") == F.col("committed_offset"))
     df = df.withColumn("new_run", F.when(continues, F.lit(0)).otherwise(F.lit(1)))
     df = df.withColumn("run_id", F.sum("new_run").over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-    run_start = F.min("snapshot_ms").over(Window.partitionBy(*QUEUE_KEY, "run_id"))
-    df = df.withColumn("stalled_for_ms", F.when(F.col("lag") > 0, F.col("snapshot_ms") - run_start).otherwise(F.lit(0)))
+    df = df.withColumn("stalled_since_ms", F.min(F.when(F.col("new_run") == 1, _run_start())).over(
+        Window.partitionBy(*QUEUE_KEY, "run_id")))  # fmt: skip
+    df = df.withColumn(
+        "stalled_for_ms", F.when(F.col("lag") > 0, F.col("snapshot_ms") - F.col("stalled_since_ms")).otherwise(F.lit(0))
+    )
     df = df.withColumn("stalled", (F.col("lag") > 0) & (F.col("stalled_for_ms") >= F.lit(opts.stall_window_ms)))
+    df = df.withColumn("stalled_since_ms", F.when(F.col("lag") > 0, F.col("stalled_since_ms")))
     return df.select(
         *QUEUE_KEY, "snapshot_ms", F.timestamp_millis("snapshot_ms").alias("snapshot_time"),
         "committed_offset", "min_offset", "max_offset", "lag", "behind_min", "lost_messages",
-        "consume_rate", "produce_rate", "stalled_for_ms", "stalled", "last_store_ms", "committed_at_ms",
+        "consume_rate", "produce_rate", "stalled_for_ms", "stalled_since_ms", "stalled", "last_store_ms",
+        "committed_at_ms",
     )  # fmt: skip
+
+
+def _run_start() -> Column:
+    """When a stall run (lag > 0, committed offset unchanged) began, on its first snapshot:
+    the store's time of the commit that set the offset (``committed_at_ms``) when that
+    commit is known to lie in the run — the offset changed since the previous snapshot, or
+    there is no previous snapshot (the run began before the export window: a stall longer
+    than the window shows as such); else (the previous snapshot had the same offset and no
+    lag, or the commit time is not plausible) the snapshot itself."""
+    c, t = F.col("committed_at_ms"), F.col("snapshot_ms")
+    known = (
+        (c > 0)
+        & (c <= t)
+        & (
+            F.col("prev_ms").isNull()
+            | ((F.col("prev_committed") != F.col("committed_offset")) & (c > F.col("prev_ms")))
+        )
+    )
+    return F.when(known, c).otherwise(t)
 
 
 def consumer_status(ts: DataFrame, opts: Options) -> DataFrame:
@@ -133,7 +160,9 @@ def consumer_status(ts: DataFrame, opts: Options) -> DataFrame:
     df = df.withColumn(
         "t_start",
         F.coalesce(
-            F.max(F.when(F.col("snapshot_ms") <= F.col("t_last") - F.lit(opts.rate_window_ms), F.col("snapshot_ms"))).over(w_all),
+            F.max(
+                F.when(F.col("snapshot_ms") <= F.col("t_last") - F.lit(opts.rate_window_ms), F.col("snapshot_ms"))
+            ).over(w_all),
             F.col("t_first"),
         ),
     )
@@ -149,7 +178,7 @@ def consumer_status(ts: DataFrame, opts: Options) -> DataFrame:
     j = j.withColumn("time_to_drain_s", _drain(F.col("lag"), F.col("consume_rate"), F.col("produce_rate")))
     return j.select(
         *QUEUE_KEY, "committed_offset", "min_offset", "max_offset", "lag", "consume_rate", "produce_rate",
-        "time_to_drain_s", "stalled", "stalled_for_ms", "behind_min", "lost_messages",
+        "time_to_drain_s", "stalled", "stalled_for_ms", "stalled_since_ms", "behind_min", "lost_messages",
         F.col("t_first").alias("first_snapshot_ms"), F.col("t_last").alias("last_snapshot_ms"),
         F.col("t_start").alias("rate_from_ms"), "snapshots", "last_store_ms", "committed_at_ms",
     )  # fmt: skip
@@ -187,7 +216,9 @@ def group_timeseries(ts: DataFrame) -> DataFrame:
     )
     w = Window.partitionBy(*key).orderBy("snapshot_ms")
     interval = F.col("snapshot_ms") - F.lag("snapshot_ms").over(w)
-    g = g.withColumn("consume_rate", _per_second(F.col("committed_offset") - F.lag("committed_offset").over(w), interval))
+    g = g.withColumn(
+        "consume_rate", _per_second(F.col("committed_offset") - F.lag("committed_offset").over(w), interval)
+    )
     g = g.withColumn("produce_rate", _per_second(F.col("max_offset") - F.lag("max_offset").over(w), interval))
     return g.withColumn("snapshot_time", F.timestamp_millis("snapshot_ms"))
 
@@ -237,9 +268,7 @@ def transactions(events: DataFrame) -> DataFrame:
         .otherwise(F.lit("pending"))
     )
     g = g.withColumn("outcome", outcome)
-    g = g.withColumn(
-        "outcome_ms", F.coalesce(F.col("committed_ms"), F.col("rolled_back_ms"), F.col("discarded_ms"))
-    )
+    g = g.withColumn("outcome_ms", F.coalesce(F.col("committed_ms"), F.col("rolled_back_ms"), F.col("discarded_ms")))
     g = g.withColumn("latency_ms", F.col("outcome_ms") - F.col("half_ms"))
     for c in ("producer_group", "topic"):
         g = g.withColumn(c, F.when(F.col(c) == "", F.lit("(unknown)")).otherwise(F.col(c)))

@@ -20,22 +20,64 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 if __package__ in (None, ""):  # spark-submit analytics/txmq_analytics/job.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from txmq_analytics import compute, report  # noqa: E402
+from txmq_analytics import compute, report
 
 TABLES = (
     "lag_timeseries", "consumer_status", "group_status", "group_timeseries", "topic_rates",
     "transactions", "tx_summary", "tx_latency",
 )  # fmt: skip
 LOG4J = Path(__file__).resolve().parent / "log4j2.properties"
+EXPORT_TABLES = ("offsets", "queues", "tx_events")
+
+
+class InputError(ValueError):
+    """The input cannot be an export: said before Spark starts."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by Ctrl-C (SIGINT); Spark's jobs were cancelled."""
+
+
+def check_input(input_dir: str | Path) -> None:
+    """Raise ``InputError`` for a local ``input_dir`` that is missing, not a directory, or
+    holds no exported Parquet file (under offsets/, queues/ or tx_events/; names starting
+    with ``.`` or ``_`` do not count, as Spark skips them). Remote URIs are left to Spark."""
+    s = str(input_dir)
+    if "://" in s and not s.startswith("file://"):
+        return
+    path = Path(s.removeprefix("file://"))
+    if not path.exists():
+        raise InputError(f"--input {s}: no such directory")
+    if not path.is_dir():
+        raise InputError(f"--input {s}: not a directory")
+    if not any(_has_parquet(path / t) for t in EXPORT_TABLES):
+        raise InputError(
+            f"--input {s}: no exported data (no Parquet file under {', '.join(t + '/' for t in EXPORT_TABLES)}); "
+            "export with `txmq analytics export --output DIR` or a store's export_interval_ms"
+        )
+
+
+def _has_parquet(table_dir: Path) -> bool:
+    for _, dirs, files in os.walk(table_dir):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        if any(f.endswith(".parquet") and not f.startswith((".", "_")) for f in files):
+            return True
+    return False
 
 
 @dataclass
@@ -77,12 +119,114 @@ def build_session(
     if quiet:
         settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J.as_uri()}"
     settings.update(conf or {})
+    _launch_jvm(master, app_name, settings)
     for k, v in settings.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
+    for guard in _guards[-1:]:
+        guard.arm()
     if quiet:
         spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+# What the JVM prints on stderr that is not news: Spark's launcher always adds the
+# incubating Vector API module, and the JDK announces that on every start.
+_JVM_NOISE = (b"WARNING: Using incubator modules:",)
+_jvm_muted = threading.Event()  # set once a run is interrupted: cancelled jobs log errors
+
+
+def _launch_jvm(master: str | None, app_name: str, settings: dict[str, str]) -> None:
+    """Start Spark's JVM with its stderr through ``_relay`` (unless one runs already or
+    spark-submit started it): the same command pyspark runs, through its documented
+    ``popen_kwargs``. The JVM ignores SIGINT (pyspark's choice): Ctrl-C reaches Python only."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf().setAppName(app_name).setAll(list(settings.items()))
+    if master:
+        conf.setMaster(master)
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    threading.Thread(target=_relay, args=(gateway.proc.stderr,), name="spark-stderr", daemon=True).start()
+    SparkContext(conf=conf, gateway=gateway)  # the builder's getOrCreate() finds it
+
+
+def _relay(stream: Any) -> None:
+    """Copy the JVM's stderr to ours, line by line, without ``_JVM_NOISE`` and, after an
+    interrupt, without the errors of the jobs it cancelled."""
+    for line in iter(stream.readline, b""):
+        if _jvm_muted.is_set() or line.startswith(_JVM_NOISE):
+            continue
+        try:
+            os.write(2, line)
+        except OSError:
+            return
+
+
+class _SigintGuard:
+    """Ctrl-C (SIGINT) during a run: cancel Spark's jobs from another thread and mute the
+    JVM's stderr; the run then ends with ``Interrupted`` at the failed Spark call or at
+    the next stage. pyspark's own handler calls into the JVM on the connection the main
+    thread is waiting on, and py4j prints tracebacks. A second Ctrl-C exits at once."""
+
+    def __init__(self) -> None:
+        self.fired = threading.Event()
+
+    def arm(self) -> None:
+        """(Re)install the handler: starting a SparkContext installs pyspark's."""
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.fired.is_set():
+            os._exit(130)
+        self.fired.set()
+        _jvm_muted.set()
+        threading.Thread(target=_cancel_all_jobs, name="spark-cancel", daemon=True).start()
+
+
+def _cancel_all_jobs() -> None:
+    from py4j.protocol import Py4JError
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    try:
+        if sc is not None:
+            sc.cancelAllJobs()
+    except (Py4JError, AttributeError):  # the JVM or the context is gone already: nothing to cancel
+        pass
+
+
+_guards: list[_SigintGuard] = []  # the active stop_on_sigint() blocks, innermost last
+
+
+@contextmanager
+def stop_on_sigint() -> Iterator[_SigintGuard]:
+    """Within the block, Ctrl-C stops the analytics cleanly (``_SigintGuard``) and the block
+    ends with ``Interrupted``. Only in the main thread; elsewhere it does nothing."""
+    guard = _SigintGuard()
+    if threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+    _jvm_muted.clear()
+    previous = signal.getsignal(signal.SIGINT)
+    _guards.append(guard)
+    guard.arm()
+    try:
+        yield guard
+    except BaseException as exc:
+        if guard.fired.is_set() and not isinstance(exc, Interrupted):
+            raise Interrupted() from None
+        raise
+    finally:
+        _guards.remove(guard)
+        signal.signal(signal.SIGINT, previous)
+
+
+def _check_interrupt() -> None:
+    if any(g.fired.is_set() for g in _guards):
+        raise Interrupted()
 
 
 class _Progress:
@@ -96,12 +240,15 @@ class _Progress:
             self._bar = tqdm(total=len(stages), desc="txmq analytics", unit="stage", file=sys.stderr, leave=True,
                              bar_format="{desc:<42} {bar:20} {n_fmt}/{total_fmt} [{elapsed}]")  # fmt: skip
 
-    def stage(self, name: str) -> "_Stage":
+    def stage(self, name: str) -> _Stage:
         return _Stage(self._bar, name)
 
-    def close(self) -> None:
+    def close(self, *, ok: bool = True) -> None:
         if self._bar is not None:
-            self._bar.set_description("txmq analytics: done")
+            if ok:
+                self._bar.set_description("txmq analytics: done")
+            else:
+                self._bar.leave = False  # clear the bar: the error says what happened
             self._bar.close()
 
 
@@ -110,6 +257,7 @@ class _Stage:
         self._bar, self._name = bar, name
 
     def __enter__(self) -> None:
+        _check_interrupt()
         if self._bar is not None:
             self._bar.set_description(self._name)
 
@@ -133,7 +281,7 @@ def run_job(
     input_dir: str | Path,
     output_dir: str | Path,
     *,
-    options: compute.Options = compute.Options(),
+    options: compute.Options | None = None,
     progress: bool = True,
     echo: Callable[[str], None] | None = print,
 ) -> JobResult:
@@ -141,6 +289,7 @@ def run_job(
     ``output_dir`` (a local path: the report is written by this process; the tables may
     go anywhere Spark can write when ``output_dir`` is a URI)."""
     started = time.monotonic()
+    options = options or compute.Options()
     input_dir, output_str = str(input_dir), str(output_dir)
     local_out = _local_report_dir(output_str)
     local_out.mkdir(parents=True, exist_ok=True)
@@ -149,10 +298,12 @@ def run_job(
     cached: list[Any] = []
 
     def write(name: str, df: Any) -> None:
+        _check_interrupt()
         path = f"{output_str.rstrip('/')}/tables/{name}"
         df.coalesce(1).write.mode("overwrite").parquet(path)
         tables[name] = path
 
+    ok = False
     try:
         with prog.stage(STAGES[0]):
             offsets = compute.offsets_input(compute.read_table(spark, input_dir, "offsets"), options)
@@ -184,10 +335,12 @@ def run_job(
             summary = report.text_summary(data)
             summary_txt = local_out / "summary.txt"
             summary_txt.write_text(summary + "\n", encoding="utf-8")
+        ok = True
     finally:
-        prog.close()
-        for df in cached:
-            df.unpersist()
+        prog.close(ok=ok)
+        if not any(g.fired.is_set() for g in _guards):
+            for df in cached:
+                df.unpersist()
     counts = dict(data.counts)
     result = JobResult(local_out, html, summary_txt, tables, summary, counts, time.monotonic() - started)
     if echo is not None:
@@ -202,7 +355,8 @@ def _local_report_dir(output: str) -> Path:
     if output.startswith("file://"):
         return Path(output.removeprefix("file://"))
     if "://" in output:
-        return Path.cwd() / "txmq-analytics-report"
+        # Not the working directory: that is often the source tree.
+        return Path(tempfile.gettempdir()) / "txmq-analytics-report"
     return Path(output)
 
 
@@ -223,7 +377,9 @@ def _table_reader(spark: Any, tables: dict[str, str]) -> Callable[[str, Sequence
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="txmq-analytics", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="txmq-analytics", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--input", required=True, help="export directory (offsets/, queues/, tx_events/)")
     p.add_argument("--output", required=True, help="where tables and the report go")
     p.add_argument("--master", default=None, help="Spark master (default: local[*], or what spark-submit says)")
@@ -237,7 +393,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def options_from(rate_window_s: float, stall_window_s: float, include_system: bool) -> compute.Options:
     return compute.Options(
-        rate_window_ms=int(rate_window_s * 1000), stall_window_ms=int(stall_window_s * 1000), include_system=include_system
+        rate_window_ms=int(rate_window_s * 1000),
+        stall_window_ms=int(stall_window_s * 1000),
+        include_system=include_system,
     )
 
 
@@ -253,18 +411,29 @@ def parse_conf(items: Sequence[str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        check_input(args.input)
+        conf = parse_conf(args.conf)
+    except ValueError as exc:  # InputError too
+        print(f"txmq-analytics: error: {exc}", file=sys.stderr)
+        return 2
     master = args.master
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
         master = "local[*]"
-    spark = build_session(master, conf=parse_conf(args.conf))
     try:
-        run_job(
-            spark, args.input, args.output,
-            options=options_from(args.rate_window_s, args.stall_window_s, args.include_system),
-            progress=not args.no_progress,
-        )  # fmt: skip
-    finally:
-        spark.stop()
+        with stop_on_sigint():
+            spark = build_session(master, conf=conf)
+            try:
+                run_job(
+                    spark, args.input, args.output,
+                    options=options_from(args.rate_window_s, args.stall_window_s, args.include_system),
+                    progress=not args.no_progress,
+                )  # fmt: skip
+            finally:
+                spark.stop()
+    except KeyboardInterrupt:  # Interrupted, or Ctrl-C before the guard was up
+        print("txmq-analytics: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

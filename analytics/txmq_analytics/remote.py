@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import grpc
+
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 from txmq_store.export import (
-    ExportResult,
     Exporter,
+    ExportResult,
     OffsetRow,
     QueueRow,
     ReadResult,
@@ -57,7 +58,7 @@ class GrpcSource:
             raise TxmqError.from_rpc_error(exc) from exc
 
     @classmethod
-    async def connect(cls, channel: grpc.aio.Channel) -> "GrpcSource":
+    async def connect(cls, channel: grpc.aio.Channel) -> GrpcSource:
         """Asks the store for its id."""
         stub = store_pb2_grpc.StoreAdminStub(channel)
         try:
@@ -74,7 +75,9 @@ class GrpcSource:
                 r = await self._call(self._stub.GetQueueOffsets, store_pb2.GetQueueOffsetsRequest(topic=t.name))
             except TxmqError:
                 continue  # deleted meanwhile
-            queues += [QueueRow(t.name, q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp_ms) for q in r.queues]
+            queues += [
+                QueueRow(t.name, q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp_ms) for q in r.queues
+            ]
         offs = await self._call(self._stub.ListConsumeOffsets, store_pb2.ListConsumeOffsetsRequest())
         offsets = [
             OffsetRow(o.consumer_group, o.topic, o.queue_id, o.offset, o.min_offset, o.max_offset, o.updated_at_ms)
@@ -113,7 +116,9 @@ def discover_stores(endpoint: str, *, timeout: float = 10) -> list[StoreTarget]:
 
     core = ClientCore(endpoint, route_refresh_interval=30)
     try:
-        return [StoreTarget(e.address, e.instance_id) for e in core.routes.endpoints(ServiceKind.STORE, timeout=timeout)]
+        return [
+            StoreTarget(e.address, e.instance_id) for e in core.routes.endpoints(ServiceKind.STORE, timeout=timeout)
+        ]
     finally:
         core.close()
 
@@ -165,5 +170,7 @@ def export_from_endpoint(
     if not targets:
         raise TxmqError("no store is live")
     return asyncio.run(
-        export_stores(targets, output_dir, count=count, interval_s=interval_s, retention_ms=retention_ms, on_result=on_result)
+        export_stores(
+            targets, output_dir, count=count, interval_s=interval_s, retention_ms=retention_ms, on_result=on_result
+        )
     )

@@ -7,10 +7,11 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from txmq_analytics.compute import Options
@@ -27,7 +28,7 @@ OUTCOME_LABEL = {"committed": "committed", "rolled_back": "rolled back", "discar
 class ReportData:
     input_dir: str
     output_dir: str
-    options: "Options"
+    options: Options
     counts: dict[str, int]
     group_status: list[Row]
     consumer_status: list[Row]
@@ -44,9 +45,7 @@ MAX_PLOT_SERIES = 8
 MAX_LATENCIES = 200_000
 
 
-def load_data(
-    read: Callable[..., Any], *, input_dir: str, output_dir: str, options: "Options"
-) -> ReportData:
+def load_data(read: Callable[..., Any], *, input_dir: str, output_dir: str, options: Options) -> ReportData:
     """Everything the report shows, from the job's output tables (``read(name,
     columns=None)`` returns a pyarrow Table): sorted, top series picked."""
     import pyarrow as pa
@@ -58,13 +57,18 @@ def load_data(
         key=lambda r: (not r["stalled"], not r["behind_min"], -(r["lag"] or 0), r["store_id"], r["consumer_group"],
                        r["topic"], r["queue_id"]),
     )  # fmt: skip
-    tx_summary = sorted(read("tx_summary").to_pylist(), key=lambda r: (-r["transactions"], r["producer_group"], r["topic"]))
+    tx_summary = sorted(
+        read("tx_summary").to_pylist(), key=lambda r: (-r["transactions"], r["producer_group"], r["topic"])
+    )
     tx_latency = sorted(read("tx_latency").to_pylist(), key=lambda r: (r["producer_group"], r["topic"], r["outcome"]))
 
     group_series: list[Row] = []
     top = {(r["consumer_group"], r["topic"]) for r in groups[:MAX_PLOT_SERIES]}
     if top:
-        gts = read("group_timeseries", ["store_id", "consumer_group", "topic", "snapshot_ms", "lag", "consume_rate", "produce_rate"])
+        gts = read(
+            "group_timeseries",
+            ["store_id", "consumer_group", "topic", "snapshot_ms", "lag", "consume_rate", "produce_rate"],
+        )
         mask = pc.is_in(
             pc.binary_join_element_wise(gts["consumer_group"], gts["topic"], "\x00"),
             value_set=pa.array(["\x00".join(k) for k in top]),
@@ -74,15 +78,21 @@ def load_data(
     topic_series: list[Row] = []
     if rates.num_rows:
         peak = rates.group_by("topic").aggregate([("max_offset", "max")]).to_pylist()
-        top_topics = [r["topic"] for r in sorted(peak, key=lambda r: (-r["max_offset_max"], r["topic"]))[:MAX_PLOT_SERIES]]
+        top_topics = [
+            r["topic"] for r in sorted(peak, key=lambda r: (-r["max_offset_max"], r["topic"]))[:MAX_PLOT_SERIES]
+        ]
         topic_series = sorted(
-            rates.filter(pc.is_in(rates["topic"], value_set=pa.array(top_topics))).to_pylist(), key=lambda r: r["snapshot_ms"]
+            rates.filter(pc.is_in(rates["topic"], value_set=pa.array(top_topics))).to_pylist(),
+            key=lambda r: r["snapshot_ms"],
         )
     txs = read("transactions", ["outcome", "latency_ms", "checks", "half_ms", "outcome_ms"])
     timed = txs.filter(pc.is_valid(txs["latency_ms"]))
     latencies = timed.select(["outcome", "latency_ms", "checks"]).slice(0, MAX_LATENCIES).to_pylist()
     checks = sorted(
-        ({"checks": r["checks"], "count": r["checks_count"]} for r in txs.group_by("checks").aggregate([("checks", "count")]).to_pylist()),
+        (
+            {"checks": r["checks"], "count": r["checks_count"]}
+            for r in txs.group_by("checks").aggregate([("checks", "count")]).to_pylist()
+        ),
         key=lambda r: r["checks"],
     )
     ts = read("lag_timeseries", ["snapshot_ms"])["snapshot_ms"]
@@ -114,6 +124,12 @@ def fmt_time(ms: int | None) -> str:
     if ms is None:
         return "-"
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _since(r: Row) -> str:
+    """Since when the offset has not moved (see compute._run_start)."""
+    since = r.get("stalled_since_ms")
+    return f", since {fmt_time(since)}" if since is not None else ""
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -187,7 +203,10 @@ def text_summary(d: ReportData, *, top: int = 5) -> str:
     if stalled:
         lines.append(
             f"STALLED consumers ({plural(len(stalled), 'queue')}): "
-            + ", ".join(f"{_qname(r)} lag {fmt_int(r['lag'])} for {fmt_ms(r['stalled_for_ms'])}" for r in stalled[:top])
+            + ", ".join(
+                f"{_qname(r)} lag {fmt_int(r['lag'])} for {fmt_ms(r['stalled_for_ms'])}{_since(r)}"
+                for r in stalled[:top]
+            )
             + (" ..." if len(stalled) > top else "")
         )
     else:
@@ -263,7 +282,7 @@ def _time_axis(ax: Any) -> None:
 
 def plot_lag(d: ReportData) -> bytes | None:
     stores = {r["store_id"] for r in d.group_series}
-    label = (lambda r: f"{r['consumer_group']} / {r['topic']}" + (f" @{r['store_id']}" if len(stores) > 1 else ""))
+    label = lambda r: f"{r['consumer_group']} / {r['topic']}" + (f" @{r['store_id']}" if len(stores) > 1 else "")
     series = _series(d.group_series, label, "lag")
     if not series:
         return None
@@ -301,7 +320,9 @@ def plot_rates(d: ReportData) -> bytes | None:
 
 
 def plot_queue_lag(d: ReportData) -> bytes | None:
-    rows = sorted((r for r in d.consumer_status if (r["lag"] or 0) > 0 or r["behind_min"]), key=lambda r: -(r["lag"] or 0))
+    rows = sorted(
+        (r for r in d.consumer_status if (r["lag"] or 0) > 0 or r["behind_min"]), key=lambda r: -(r["lag"] or 0)
+    )
     rows = rows[:MAX_BAR_ROWS]
     if not rows:
         return None
@@ -417,7 +438,11 @@ Column = tuple[str, str, Callable[[Row], str], bool]  # key, title, format, left
 def _table(rows: Sequence[Row], cols: Sequence[Column], *, row_class: Callable[[Row], str] | None = None) -> str:
     if not rows:
         return '<p class="note">no data</p>'
-    out = ["<table><tr>" + "".join(f'<th class="{"l" if left else ""}">{html.escape(t)}</th>' for _, t, _, left in cols) + "</tr>"]
+    out = [
+        "<table><tr>"
+        + "".join(f'<th class="{"l" if left else ""}">{html.escape(t)}</th>' for _, t, _, left in cols)
+        + "</tr>"
+    ]
     for r in rows[:MAX_TABLE_ROWS]:
         cls = row_class(r) if row_class else ""
         out.append(
@@ -466,7 +491,12 @@ def write_report(d: ReportData, out_dir: Path) -> Path:
         parts.append(
             f'<div class="alert"><b>{plural(len(stalled), "stalled consumer queue")}</b> (lag &gt; 0 and no progress for at '
             f"least {fmt_ms(o.stall_window_ms)}): "
-            + html.escape(", ".join(f"{_qname(r)} (lag {fmt_int(r['lag'])}, {fmt_ms(r['stalled_for_ms'])})" for r in stalled[:20]))
+            + html.escape(
+                ", ".join(
+                    f"{_qname(r)} (lag {fmt_int(r['lag'])}, {fmt_ms(r['stalled_for_ms'])}{_since(r)})"
+                    for r in stalled[:20]
+                )
+            )
             + "</div>"
         )
     if behind:

@@ -35,26 +35,43 @@ def run(
 ) -> None:  # fmt: skip
     """Run the analytics job and write tables, report.html and summary.txt."""
     try:
-        from txmq_analytics.job import build_session, options_from, parse_conf, run_job
+        from txmq_analytics.job import (
+            InputError,
+            build_session,
+            check_input,
+            options_from,
+            parse_conf,
+            run_job,
+            stop_on_sigint,
+        )  # fmt: skip
     except ImportError as exc:
         raise click.ClickException(f"{_MISSING} ({exc})") from exc
+    try:
+        check_input(input_dir)  # before Spark: a missing or empty export is a one-line error
+    except InputError as exc:
+        raise click.ClickException(str(exc)) from exc
     try:
         extra = parse_conf(conf)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--conf") from exc
-    from pyspark.sql import SparkSession
-
-    existing = SparkSession.getActiveSession()  # e.g. when called from a notebook or a test
-    spark = build_session(master, conf=extra)
     try:
-        run_job(
-            spark, input_dir, output_dir,
-            options=options_from(rate_window_s, stall_window_s, include_system),
-            progress=not no_progress, echo=click.echo,
-        )  # fmt: skip
-    finally:
-        if existing is None:
-            spark.stop()
+        with stop_on_sigint():
+            from pyspark.sql import SparkSession
+
+            existing = SparkSession.getActiveSession()  # e.g. when called from a notebook or a test
+            spark = build_session(master, conf=extra)
+            try:
+                run_job(
+                    spark, input_dir, output_dir,
+                    options=options_from(rate_window_s, stall_window_s, include_system),
+                    progress=not no_progress, echo=click.echo,
+                )  # fmt: skip
+            finally:
+                if existing is None:
+                    spark.stop()
+    except KeyboardInterrupt:  # Interrupted, or Ctrl-C before Spark was up
+        click.echo("txmq analytics: interrupted; the output directory may be incomplete", err=True)
+        raise click.exceptions.Exit(130) from None
 
 
 @analytics.command()
@@ -77,9 +94,11 @@ def export(
     except ImportError as exc:
         raise click.ClickException(f"{_MISSING} ({exc})") from exc
 
-    def show(store_id: str, r) -> None:  # noqa: ANN001
+    def show(store_id: str, r) -> None:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(r.events_by_type.items())) or "none"
-        click.echo(f"{store_id}: {r.offsets} consume offsets, {r.queues} queues, {r.events} transaction events ({kinds})")
+        click.echo(
+            f"{store_id}: {r.offsets} consume offsets, {r.queues} queues, {r.events} transaction events ({kinds})"
+        )
 
     try:
         export_from_endpoint(

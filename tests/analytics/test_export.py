@@ -6,9 +6,9 @@ retention, and the same export over the gRPC API."""
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator
 
 import grpc
 import pytest
@@ -93,9 +93,12 @@ class Env:
         r = self.halves[name]
         await self.ledger.end(
             txcheck_pb2.EndTransactionRequest(
-                producer_group=GROUP, transaction_id=r.transaction_id, commit_log_offset=r.commit_log_offset,
-                tran_state_table_offset=r.queue_offset, resolution=resolution,
-            )  # fmt: skip
+                producer_group=GROUP,
+                transaction_id=r.transaction_id,
+                commit_log_offset=r.commit_log_offset,
+                tran_state_table_offset=r.queue_offset,
+                resolution=resolution,
+            )
         )
 
     async def answer_check(self, name: str, resolution: int) -> None:
@@ -103,9 +106,13 @@ class Env:
         c = [c for c in self.sender.checks if c.transaction_id == txid][-1]
         await self.ledger.end(
             txcheck_pb2.EndTransactionRequest(
-                producer_group=GROUP, transaction_id=txid, commit_log_offset=c.commit_log_offset,
-                tran_state_table_offset=c.tran_state_table_offset, resolution=resolution, from_transaction_check=True,
-            )  # fmt: skip
+                producer_group=GROUP,
+                transaction_id=txid,
+                commit_log_offset=c.commit_log_offset,
+                tran_state_table_offset=c.tran_state_table_offset,
+                resolution=resolution,
+                from_transaction_check=True,
+            )
         )
 
 
@@ -235,7 +242,13 @@ async def test_snapshot_and_transaction_events(env: Env, tmp_path: Path) -> None
     assert rolled["event_ms"] == stored["discard"] + 500
     (discarded,) = [e for e in by_tx[txid["discard"]] if e["event_type"] == "discarded"]
     assert discarded["detail"] == "check max"
-    assert result.events_by_type == {"half_stored": 4, "check_sent": 3, "committed": 2, "rolled_back": 1, "discarded": 1}
+    assert result.events_by_type == {
+        "half_stored": 4,
+        "check_sent": 3,
+        "committed": 2,
+        "rolled_back": 1,
+        "discarded": 1,
+    }
 
     # Incremental: a second export finds no new events; a new transaction only.
     env.clock.advance(60_000)
@@ -335,6 +348,7 @@ async def test_cli_export_over_grpc(env: Env, tmp_path: Path) -> None:
 
     import click
     from click.testing import CliRunner
+
     from txmq_cli import analytics_cmds
 
     @click.group()

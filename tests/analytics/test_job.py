@@ -17,6 +17,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 from txmq_store.export import write_table  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
 STEP = 60_000  # one snapshot a minute
 K = 11  # snapshots 0..10 (10 minutes)
@@ -182,7 +184,13 @@ def test_lag_over_time_is_exact(job: Any) -> None:
 
 def test_consumer_status_rates_drain_and_flags(job: Any) -> None:
     s = by_queue(table(job, "consumer_status"))
-    assert set(s) == {("gA", "TopicA", 0), ("gA", "TopicA", 1), ("gB", "TopicA", 0), ("gC", "TopicB", 0), ("gD", "TopicC", 0)}
+    assert set(s) == {
+        ("gA", "TopicA", 0),
+        ("gA", "TopicA", 1),
+        ("gB", "TopicA", 0),
+        ("gC", "TopicB", 0),
+        ("gD", "TopicC", 0),
+    }
     a = s[("gA", "TopicA", 0)]
     assert (a["lag"], a["consume_rate"], a["produce_rate"]) == (300, pytest.approx(11.0), pytest.approx(10.0))
     assert a["rate_from_ms"] == T0 + 5 * STEP and a["last_snapshot_ms"] == T0 + 10 * STEP and a["snapshots"] == K
@@ -256,7 +264,9 @@ def test_report_and_summary(job: Any) -> None:
                  "PG1", "data:image/png;base64,"):  # fmt: skip
         assert text in html, text
     plots = sorted(p.name for p in (job.output_dir / "plots").glob("*.png"))
-    assert plots == sorted(f"{n}.png" for n in ("lag_over_time", "rates", "queue_lag", "tx_outcomes", "tx_latency", "tx_checks"))
+    assert plots == sorted(
+        f"{n}.png" for n in ("lag_over_time", "rates", "queue_lag", "tx_outcomes", "tx_latency", "tx_checks")
+    )
     for p in (job.output_dir / "plots").glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = job.summary_txt.read_text()
@@ -267,9 +277,10 @@ def test_report_and_summary(job: Any) -> None:
     assert job.counts == {"offset_rows": 5 * K, "transactions": 24}
 
 
-def test_cli_run_and_run_report_on_an_empty_export(spark: Any, tmp_path: Path) -> None:
+def test_cli_run_and_run_report_with_a_running_session(spark: Any, export_dir: Path, tmp_path: Path) -> None:
     import click
     from click.testing import CliRunner
+
     from txmq_analytics import run_report
     from txmq_cli import analytics_cmds
 
@@ -280,14 +291,15 @@ def test_cli_run_and_run_report_on_an_empty_export(spark: Any, tmp_path: Path) -
     analytics_cmds.register(cli)
     out = tmp_path / "cli"
     res = CliRunner().invoke(
-        cli, ["analytics", "run", "--input", str(tmp_path / "nothing"), "--output", str(out), "--master", "local[2]",
+        cli, ["analytics", "run", "--input", str(export_dir), "--output", str(out), "--master", "local[2]",
               "--no-progress", "--conf", "spark.sql.shuffle.partitions=2"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "transactions: none exported" in res.output and f"report: {out / 'report.html'}" in res.output
-    assert "no data" in (out / "report.html").read_text()
-    assert pq.read_table(out / "tables" / "consumer_status").num_rows == 0
+    assert (
+        "STALLED consumers (1 queue): gB / TopicA q0" in res.output and f"report: {out / 'report.html'}" in res.output
+    )
+    assert pq.read_table(out / "tables" / "consumer_status").num_rows == 5
     # The session the CLI found running is still usable (it was not stopped).
     assert spark.range(3).count() == 3
-    path = run_report(tmp_path / "nothing", tmp_path / "hook", spark=spark, progress=False)
+    path = run_report(export_dir, tmp_path / "hook", spark=spark, progress=False)
     assert path == tmp_path / "hook" / "report.html" and path.exists()
