@@ -410,6 +410,7 @@ class CommitLog:
         redispatch_from: int,
         on_record: Callable[[StoredMessage], None],
         on_damaged: OnDamaged | None = None,
+        durable_below: int = 0,
     ) -> int:
         """Validate records from ``start`` (a record boundary) to the end; returns the end.
         Records at or after ``redispatch_from`` are decoded and passed to ``on_record``
@@ -419,7 +420,9 @@ class CommitLog:
         nothing valid anywhere after it: the torn tail of the last write, so it is the
         end; a valid record (or a segment's blank marker) after it: damage in the
         middle of the log, so ``on_damaged(start, end, reason)`` is called for the
-        bytes skipped and the intact records after it are kept."""
+        bytes skipped and the intact records after it are kept. Zeros at or beyond
+        ``durable_below`` (the checkpoint) are the end without a look further: that is
+        where the log normally ends, and the rest of its segment need not be read."""
         seg = self._find(start)
         if seg is None:
             return start
@@ -439,7 +442,8 @@ class CommitLog:
                     try:
                         size = verify_record(mm, at, seg.start + at)
                     except CorruptRecord as exc:
-                        resume = self._next_valid(i, mm, at)
+                        unwritten = magic == 0 and size == 0 and seg.start + at >= durable_below
+                        resume = None if unwritten or on_damaged is None else self._next_valid(i, mm, at)
                         if resume is None or on_damaged is None:
                             if magic != 0 or size != 0:
                                 log.warning("commit log ends at a bad record (its torn tail): %s", exc)

@@ -16,9 +16,10 @@ checkpoint (below it everything was fsynced before the checkpoint was written; r
 verify each record's CRC, so rot there is never served either). A bad record (bad
 magic, impossible size, CRC or position mismatch) is either
 
-- the torn tail of the last write: nothing valid follows it anywhere. It is the end:
-  zero the tail from there and drop later segments, so a half-written record is never
-  served and never resurfaces (one WARNING line);
+- the torn tail of the last write: nothing valid follows it anywhere (or it is zeros
+  at or beyond the checkpoint: where the log normally ends, not searched further). It
+  is the end: zero the tail from there and drop later segments, so a half-written
+  record is never served and never resurfaces (one WARNING line);
 - damage: valid records follow. Its byte range is quarantined (``quarantine`` file,
   one ERROR line, ``txmq_store_corrupt_records_total{where="recovery"}``), it is not
   dispatched, and the intact records after it are kept. Later starts skip a known
@@ -204,8 +205,9 @@ def recover(
     # Validate the whole segment holding the checkpoint; re-dispatch from the checkpoint.
     scan_from = min(queues_from, index_from, _segment_start(commitlog, cp))
     end = commitlog.recover_end(
-        scan_from, redispatch_from=min(queues_from, index_from), on_record=on_record, on_damaged=on_damaged
-    )
+        scan_from, redispatch_from=min(queues_from, index_from), on_record=on_record, on_damaged=on_damaged,
+        durable_below=cp if checkpoint is not None else lo,
+    )  # fmt: skip
     commitlog.truncate(end)
     quarantine.forget_from(end)
     if end < cp and not rebuild_index:
