@@ -333,3 +333,28 @@ async def test_a_batch_failing_at_a_segment_roll_stores_nothing(stores: StoreFac
     (r,) = await store.send([msg(b"after", queue_id=0)])
     assert r.queue_offset == 1
     assert queue_bodies(store) == 2
+
+
+async def test_a_failed_fsync_stops_writes(stores: StoreFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """After a failed fsync the kernel may have dropped the pages: the store answers the
+    waiting sends with STORAGE_ERROR and takes no more writes (an injected EIO: the store
+    takes its fsync as a parameter)."""
+    failing = False
+
+    def fsync(fd: int) -> None:
+        if failing:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        os.fdatasync(fd)
+
+    store = await stores.open(flush_mode="sync", fsync=fsync)
+    store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
+    await store.send([msg(b"durable", queue_id=0)])
+    failing = True
+    with pytest.raises(TxmqError) as info:
+        await store.send([msg(b"lost?", queue_id=0)])
+    assert info.value.code == errors_pb2.CODE_STORAGE_ERROR
+    failing = False
+    with pytest.raises(TxmqError) as info:
+        await store.send([msg(b"refused", queue_id=0)])
+    assert info.value.code == errors_pb2.CODE_SERVICE_NOT_WRITABLE
+    assert not [r for r in caplog.records if r.exc_info]  # one-line errors, no traceback

@@ -18,6 +18,7 @@ import threading
 from typing import Callable
 
 from .commitlog import CommitLog
+from .metrics import timed_flush
 
 log = logging.getLogger("txmq.store.flush")
 
@@ -35,9 +36,9 @@ class PeriodicFlusher:
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
             try:
-                self._commitlog.flush(self._commitlog.write_offset)
-            except OSError:
-                log.exception("commit log flush failed; retrying in %.3fs", self._interval_s)
+                timed_flush(self._commitlog, self._commitlog.write_offset)
+            except OSError as exc:
+                log.error("commit log flush failed (%s); retrying in %.3fs", exc, self._interval_s)
 
     async def stop(self) -> None:
         """Stop the thread and flush what is left."""
@@ -86,7 +87,7 @@ class GroupCommit:
                 return  # stop() flushes and resolves what is left
             target = commitlog.write_offset
             try:
-                commitlog.flush(target)
+                timed_flush(commitlog, target)
             except Exception as exc:  # noqa: BLE001 - handed to the waiting sends
                 report: tuple[Callable[..., None], ...] = (self._failed, target, exc)
             else:
@@ -110,7 +111,10 @@ class GroupCommit:
                 fut.set_result(None)
 
     def _failed(self, target: int, exc: BaseException) -> None:
-        log.error("commit log flush/dispatch failed", exc_info=exc)
+        if isinstance(exc, OSError):  # the disk's answer, not a bug: one line
+            log.error("commit log flush failed: %s", exc)
+        else:
+            log.error("commit log dispatch failed", exc_info=exc)
         self._fail_upto(target, exc)
 
     def _fail_upto(self, target: int, exc: BaseException) -> None:

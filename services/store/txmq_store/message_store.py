@@ -24,6 +24,7 @@ from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
 from txmq.v1 import errors_pb2
 from txmq_runtime.settings import describe
 
+from . import metrics as store_metrics
 from .arrivals import ArrivalHub, ArrivalWatcher
 from .codec import (
     HEADER_SIZE,
@@ -462,6 +463,7 @@ class MessageStore:
             status = await self._wait_durable(end)
         else:
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
+        store_metrics.count_in(records)
         return status, records, offsets, queue_offsets, real_queues
 
     def _topic_for_send(
@@ -534,7 +536,13 @@ class MessageStore:
         except TimeoutError:
             return SendStatus.FLUSH_DISK_TIMEOUT
         except OSError as exc:
-            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log fsync failed: {exc}") from exc
+            # After a failed fsync the page cache no longer says what is on disk (the
+            # kernel may have dropped the pages): stop writing; a restart recovers from
+            # what the disk holds.
+            if self._writable:
+                self._writable = False
+                log.error("the store stops accepting writes after a failed fsync")
+            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log fsync failed: {exc}") from None
         return SendStatus.OK
 
     def _dispatch_durable(self, durable_offset: int) -> None:
