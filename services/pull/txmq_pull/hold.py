@@ -36,6 +36,7 @@ from txmq.errors import error
 from txmq.v1 import errors_pb2
 
 from txmq_pull.clock import Clock
+from txmq_pull.metrics import long_poll_ended
 
 log = logging.getLogger("txmq.pull.hold")
 
@@ -358,6 +359,8 @@ class HoldService:
         return min(candidates) if candidates else None
 
     def _resolve(self, held: _Held, reason: WakeReason) -> None:
+        if not held.done:
+            long_poll_ended(reason)
         self._remove(held)
         if not held.future.done():
             held.future.set_result(reason)

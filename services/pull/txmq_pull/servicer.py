@@ -10,6 +10,7 @@ from txmq_runtime.grpc_errors import rpc
 
 from txmq_pull.clock import Clock
 from txmq_pull.membership import ConsumerGroups
+from txmq_pull.metrics import pulled
 from txmq_pull.processor import PullProcessor
 
 SERVICE_NAME = pull_pb2.DESCRIPTOR.services_by_name["Pull"].full_name
@@ -32,7 +33,9 @@ class PullServicer(pull_pb2_grpc.PullServicer):
         answer_by_ms = None
         if remaining_s is not None:
             answer_by_ms = self._clock.now_ms() + int(remaining_s * 1000) - self._margin_ms
-        return await self._processor.pull(request, answer_by_ms=answer_by_ms)
+        response = await self._processor.pull(request, answer_by_ms=answer_by_ms)
+        pulled(request, response)
+        return response
 
     @rpc
     async def UpdateConsumerOffset(

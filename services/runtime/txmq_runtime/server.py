@@ -30,11 +30,11 @@ from typing import Generic, TypeVar
 
 import aetcd
 import grpc
-import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from txmq.v1 import common_pb2
 
+from txmq_runtime import metrics
 from txmq_runtime.etcd import etcd_client
 from txmq_runtime.net import join_host_port
 from txmq_runtime.registry import ClusterView, EtcdKeys, Registration, encode, kind_name
@@ -147,7 +147,7 @@ async def run_service(*, kind: int, settings: S, setup: Setup[S]) -> None:
 
 async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setup[S]) -> None:
     name = kind_name(kind)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=metrics.server_interceptors())
     port = server.add_insecure_port(join_host_port(settings.host, settings.port))
     address = settings.advertised_address or join_host_port(_advertised_host(settings.host), port)
     keys = EtcdKeys(settings.etcd_prefix)
@@ -188,10 +188,8 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
             stack.push_async_callback(parts.stopping)  # LIFO: runs before _stop_server
 
         labels = {}
-        if settings.metrics_port >= 0:
-            metrics_server, _ = prometheus_client.start_http_server(settings.metrics_port, addr=settings.host)
-            stack.callback(metrics_server.shutdown)
-            labels["metrics"] = join_host_port(_advertised_host(settings.host), metrics_server.server_port)
+        if (metrics_port := metrics.serve(host=settings.host, port=settings.metrics_port, stack=stack)) is not None:
+            labels["metrics"] = join_host_port(_advertised_host(settings.host), metrics_port)
         instance_id = parts.instance_id or settings.instance_id or f"{name}-{socket.gethostname()}-{os.getpid()}"
         endpoint = common_pb2.Endpoint(
             kind=kind,

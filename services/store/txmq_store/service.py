@@ -12,6 +12,7 @@ from txmq_runtime.server import ServiceContext, ServiceParts
 
 from txmq_store.export import StoreExporter
 from txmq_store.message_store import MessageStore
+from txmq_store.metrics import COLLECTOR as STORE_METRICS
 from txmq_store.servicer import add_store_servicers
 from txmq_store.settings import StoreSettings
 
@@ -91,6 +92,7 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
             "store %s recovered from a crash (no clean-shutdown marker in %s)", store.store_id, ctx.settings.data_dir
         )
     service_names = add_store_servicers(ctx.server, store)
+    STORE_METRICS.add(store)
     publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=ctx.registration)
     await publisher.start()
     exporter = StoreExporter.from_settings(store, ctx.settings)  # None: export_interval_ms is 0
@@ -101,6 +103,7 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
         await publisher.close()
         if exporter is not None:
             await exporter.stop()  # one last export, while the store is still open
+        STORE_METRICS.discard(store)
         await store.close()
 
     async def stopping() -> None:

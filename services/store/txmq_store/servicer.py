@@ -11,6 +11,7 @@ from txmq.errors import error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.grpc_errors import rpc
 
+from . import metrics as store_metrics
 from .arrivals import ArrivalBatch
 from .codec import PreparedRecord
 from .configs import SubscriptionGroupConfig, TopicConfig
@@ -153,6 +154,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             max_messages=request.max_messages,
             message_filter=message_filter,
         )
+        store_metrics.count_out(request.topic, r.messages)
         return store_pb2.GetMessageResponse(
             status=GET_STATUS[r.status],
             next_begin_offset=r.next_begin_offset,

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from txmq_txcheck.metrics import transaction_event
+
 MAX_TRANSACTIONS = 10_000
 MAX_EVENTS = 64
 
@@ -24,6 +26,7 @@ class Timeline:
         self._events: OrderedDict[str, list[Event]] = OrderedDict()
 
     def record(self, transaction_id: str, at_ms: int, kind: str, detail: str = "") -> None:
+        transaction_event(kind)
         events = self._events.get(transaction_id)
         if events is None:
             events = self._events[transaction_id] = []

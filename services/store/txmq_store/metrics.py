@@ -1,0 +1,192 @@
+"""Prometheus metrics of the store (served by the runtime on ``--metrics_port``).
+
+Counted as it happens (a cached child per topic, one ``inc`` each):
+
+- ``rocketmq_messages_in_total`` / ``rocketmq_throughput_in_total`` {topic}: messages and
+  body bytes stored (every send path: producers, the gateway, the transaction service's
+  system messages; a half message counts on ``RMQ_SYS_TRANS_HALF_TOPIC``, its commit on
+  the real topic);
+- ``rocketmq_messages_out_total`` / ``rocketmq_throughput_out_total`` {topic}: messages
+  and body bytes served by GetMessage (pull service, gateway, check loop);
+- ``rocketmq_message_size``: body size of each message stored (RocketMQ's buckets);
+- ``txmq_store_flush_seconds``: each commit-log fsync that had something to write.
+
+Read on scrape (``COLLECTOR``, on the store's event loop):
+
+- ``rocketmq_consumer_lag_messages`` {store_id, consumer_group, topic, queue_id}: queue
+  max offset - committed offset, for every committed offset (at most
+  ``MAX_LAG_SERIES`` series per store);
+- ``rocketmq_half_messages`` {store_id}: half messages the check loop has not passed yet;
+- ``rocketmq_storage_size``, ``rocketmq_storage_flush_behind_bytes``,
+  ``rocketmq_storage_dispatch_behind_bytes``, ``txmq_store_commitlog_bytes``,
+  ``txmq_store_disk_free_bytes``, ``txmq_store_disk_size_bytes`` {store_id}.
+
+``txmq_store_corrupt_records_total`` and ``txmq_store_writes_refused_disk_full_total``
+live in integrity.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from txmq_runtime.metrics import MESSAGE_SIZE_BUCKETS, Sample, ScrapeCollector, TopicCounters
+
+from .configs import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
+
+if TYPE_CHECKING:
+    from .message_store import MessageStore
+
+#: Lag series one store reports at most per scrape (the rest are left out; see docs).
+MAX_LAG_SERIES = 10_000
+HALF_QUEUE_ID = 0
+
+MESSAGES_IN = Counter("rocketmq_messages_in", "Messages stored, per topic.", ["topic"])
+THROUGHPUT_IN = Counter("rocketmq_throughput_in", "Message body bytes stored, per topic.", ["topic"])
+MESSAGES_OUT = Counter("rocketmq_messages_out", "Messages served by GetMessage, per topic.", ["topic"])
+THROUGHPUT_OUT = Counter("rocketmq_throughput_out", "Message body bytes served by GetMessage, per topic.", ["topic"])
+MESSAGE_SIZE = Histogram(
+    "rocketmq_message_size", "Body size of each message stored, in bytes.", buckets=MESSAGE_SIZE_BUCKETS
+)
+FLUSH_SECONDS = Histogram(
+    "txmq_store_flush_seconds",
+    "Duration of each commit-log fsync that had bytes to write (sync mode: one per group commit).",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+
+_IN = TopicCounters(MESSAGES_IN, THROUGHPUT_IN)
+_OUT = TopicCounters(MESSAGES_OUT, THROUGHPUT_OUT)
+_observe_size = MESSAGE_SIZE.observe
+
+
+class _Record(Protocol):
+    topic: str
+    body: bytes
+
+
+def count_in(records: Sequence[_Record]) -> None:
+    """Messages stored by one send (a batch mostly has one topic: one pair of incs)."""
+    topic = ""
+    n = size = 0
+    for rec in records:
+        b = len(rec.body)
+        _observe_size(b)
+        if rec.topic != topic:
+            if n:
+                _IN.count((topic,), n, size)
+            topic, n, size = rec.topic, 0, 0
+        n += 1
+        size += b
+    if n:
+        _IN.count((topic,), n, size)
+
+
+def count_out(topic: str, messages: Iterable[_Record]) -> None:
+    """Messages one GetMessage served."""
+    n = size = 0
+    for m in messages:
+        n += 1
+        size += len(m.body)
+    if n:
+        _OUT.count((topic,), n, size)
+
+
+class _Flushable(Protocol):
+    flushed_offset: int
+
+    def flush(self, upto: int) -> int: ...
+
+
+def timed_flush(commitlog: _Flushable, upto: int) -> int:
+    """``commitlog.flush(upto)``, timed when it has bytes to write."""
+    if commitlog.flushed_offset >= upto:
+        return commitlog.flush(upto)
+    start = time.perf_counter()
+    flushed = commitlog.flush(upto)
+    FLUSH_SECONDS.observe(time.perf_counter() - start)
+    return flushed
+
+
+# -- read on scrape --------------------------------------------------------------------
+
+
+def _families() -> dict[str, Metric]:
+    store = ["store_id"]
+    return {
+        "lag": GaugeMetricFamily(
+            "rocketmq_consumer_lag_messages",
+            "Messages of a queue after the group's committed offset (max offset - committed offset).",
+            labels=["store_id", "consumer_group", "topic", "queue_id"],
+        ),
+        "half": GaugeMetricFamily(
+            "rocketmq_half_messages",
+            "Half (prepared) messages the transaction check has not passed yet (half queue max offset - progress).",
+            labels=store,
+        ),
+        "size": GaugeMetricFamily(
+            "rocketmq_storage_size",
+            "Disk the commit-log segments take, in bytes (segments x segment size).",
+            labels=store,
+        ),
+        "flush_behind": GaugeMetricFamily(
+            "rocketmq_storage_flush_behind_bytes", "Commit-log bytes written but not yet fsynced.", labels=store
+        ),
+        "dispatch_behind": GaugeMetricFamily(
+            "rocketmq_storage_dispatch_behind_bytes",
+            "Commit-log bytes not yet dispatched to consume queues and index (not yet readable by consumers).",
+            labels=store,
+        ),
+        "commitlog": GaugeMetricFamily(
+            "txmq_store_commitlog_bytes",
+            "Bytes of records the commit log holds (max offset - min offset).",
+            labels=store,
+        ),
+        "free": GaugeMetricFamily(
+            "txmq_store_disk_free_bytes",
+            "Free bytes on the data directory's file system (for unprivileged users).",
+            labels=store,
+        ),
+        "disk": GaugeMetricFamily(
+            "txmq_store_disk_size_bytes", "Size of the data directory's file system.", labels=store
+        ),
+    }
+
+
+def read_store(store: MessageStore) -> Iterator[Sample]:
+    s = store.status()
+    sid = s.store_id
+    top = s.commit_log_max_offset
+    yield "size", [sid], s.segment_count * store.settings.commitlog_segment_bytes
+    yield "flush_behind", [sid], max(0, top - s.commit_log_flushed_offset)
+    yield "dispatch_behind", [sid], max(0, top - s.dispatched_offset)
+    yield "commitlog", [sid], max(0, top - s.commit_log_min_offset)
+    usage = shutil.disk_usage(store.settings.data_dir)
+    yield "free", [sid], usage.free
+    yield "disk", [sid], usage.total
+    half = 0
+    for n, row in enumerate(store.list_consume_offsets()):
+        lag = max(0, row.max_offset - max(row.offset, row.min_offset))
+        if row.consumer_group == TRANS_CHECK_GROUP and row.topic == TRANS_HALF_TOPIC and row.queue_id == HALF_QUEUE_ID:
+            half = lag
+        if n < MAX_LAG_SERIES:
+            yield "lag", [sid, row.consumer_group, row.topic, str(row.queue_id)], lag
+    if not half:
+        half = _unchecked_halves(store)
+    yield "half", [sid], half
+
+
+def _unchecked_halves(store: MessageStore) -> int:
+    """Half messages when the check loop has no progress yet: the whole half queue."""
+    if store.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=HALF_QUEUE_ID) is not None:
+        return 0
+    if not any(c.name == TRANS_HALF_TOPIC for c in store.topic_configs()):
+        return 0
+    (q,) = store.queue_offsets(TRANS_HALF_TOPIC, HALF_QUEUE_ID)
+    return max(0, q.max_offset - q.min_offset)
+
+
+COLLECTOR: ScrapeCollector[MessageStore] = ScrapeCollector("store", families=_families, read=read_store)
