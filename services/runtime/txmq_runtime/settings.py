@@ -3,8 +3,9 @@
 Each service declares a ``pydantic_settings.BaseSettings`` subclass with
 ``model_config = service_config("store")``; every field has a default and a description,
 and carries its unit in its name (``_ms``, ``_bytes``). The same field name is the
-command-line flag (``--flush_mode``), the env var (``TXMQ_STORE_FLUSH_MODE``) and the
-Helm value (``store.flush_mode``). Precedence: flag > env var > default.
+command-line flag (``--flush-mode``, kebab-case as every ``txmq`` flag; ``--flush_mode``
+is accepted too), the env var (``TXMQ_STORE_FLUSH_MODE``) and the Helm value
+(``store.flush_mode``). Precedence: flag > env var > default.
 """
 
 from __future__ import annotations
@@ -23,12 +24,22 @@ def service_config(service: str) -> SettingsConfigDict:
         frozen=True,
         extra="forbid",
         cli_prog_name=f"txmq-{service}",
+        cli_kebab_case=True,
     )
 
 
 def load_settings(cls: type[S], argv: Sequence[str] | None = None) -> S:
-    """Build settings from flags (``argv``; [] for none), env vars and defaults."""
-    return CliApp.run(cls, cli_args=list(argv or []))
+    """Build settings from flags (``argv``; [] for none), env vars and defaults. A flag
+    may be spelled ``--flush-mode`` (documented) or ``--flush_mode`` (the field name)."""
+    return CliApp.run(cls, cli_args=[_kebab_flag(a) for a in argv or []])
+
+
+def _kebab_flag(arg: str) -> str:
+    """``--flush_mode[=v]`` -> ``--flush-mode[=v]``; values and other args unchanged."""
+    if not arg.startswith("--"):
+        return arg
+    name, eq, value = arg.partition("=")
+    return name.replace("_", "-") + eq + value
 
 
 def describe(settings: BaseModel) -> dict[str, str]:
