@@ -158,7 +158,7 @@ async def test_the_free_space_floor_refuses_writes_before_the_disk_is_full(tmpfs
     floor = 8 << 20
     store = await stores.open(str(tmpfs / "store"), disk_min_free_bytes=floor)
     store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
-    acked, refused, err = await fill_until_refused(store, batch=8, body=b"f" * 2000, queue_id=None)
+    _, refused, err = await fill_until_refused(store, batch=8, body=b"f" * 2000, queue_id=None)
     assert err.code == errors_pb2.CODE_DISK_FULL and err.retriable
     assert "disk_min_free_bytes" in err.message
     st = os.statvfs(tmpfs)
@@ -281,7 +281,8 @@ async def test_a_power_cut_loses_no_acknowledged_message(ext4: tuple[Path, Path]
         _mount(["-o", "loop", str(image)], where)
 
     store = await MessageStore.open(
-        stores.settings(str(data_dir), **settings), advertised_address="127.0.0.1:1"  # type: ignore[arg-type]
+        stores.settings(str(data_dir), **settings),
+        advertised_address="127.0.0.1:1",  # type: ignore[arg-type]
     )
     try:
         assert store.recovered_from_crash

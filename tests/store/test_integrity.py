@@ -15,14 +15,15 @@ import logging
 import os
 from pathlib import Path
 
+import grpc
 import pytest
 from prometheus_client import REGISTRY
 from txmq.errors import TxmqError
-from txmq.v1 import errors_pb2
+from txmq.v1 import errors_pb2, store_pb2
 from txmq_store.index import HEADER, IndexFile
 from txmq_store.message_store import MessageStore
 
-from .conftest import StoreFactory, msg
+from .conftest import GrpcStore, StoreFactory, msg
 from .test_recovery import crash_image, segment_file
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -242,7 +243,9 @@ async def test_torn_checkpoint_is_a_missing_one(stores: StoreFactory, caplog: py
     assert found_ids(crashed, range(30)) == list(range(30))
 
 
-async def test_index_file_cut_short_by_a_crash_is_rebuilt(stores: StoreFactory, caplog: pytest.LogCaptureFixture) -> None:
+async def test_index_file_cut_short_by_a_crash_is_rebuilt(
+    stores: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     """What a power cut right after an index roll left before index files were made whole
     before naming them: a full-size, all-zero file."""
     store = await stores.open()
@@ -292,3 +295,23 @@ async def test_a_new_index_file_is_whole_on_disk_before_it_has_its_name(tmp_path
         assert os.stat(tmp_path / f"{0:020d}").st_blocks * 512 >= len(raw)
     finally:
         f.close()
+
+
+async def test_a_damaged_record_over_grpc_is_a_typed_error(
+    grpc_store: GrpcStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = grpc_store.store
+    offsets = await send_ids(store, 0, 5)
+    flip_in_record(store, Path(store.settings.data_dir), offsets[2], 116 + 3)
+    r = await grpc_store.stub.GetMessage(store_pb2.GetMessageRequest(topic="TopicA", queue_id=0, offset=0))
+    assert [m.queue_offset for m in r.messages] == [0, 1] and r.next_begin_offset == 2
+    for call in (
+        grpc_store.stub.GetMessage(store_pb2.GetMessageRequest(topic="TopicA", queue_id=0, offset=2)),
+        grpc_store.stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=offsets[2])),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        err = TxmqError.from_rpc_error(info.value)
+        assert err.code == errors_pb2.CODE_DATA_CORRUPTED and not err.retriable
+        assert info.value.code() == grpc.StatusCode.INTERNAL
+    assert not [r for r in caplog.records if r.exc_info]  # a typed error: no traceback logged

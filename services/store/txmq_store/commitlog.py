@@ -390,9 +390,7 @@ class CommitLog:
         if head is None:
             return None
         size, magic = read_size_and_magic(head)
-        if not boundary and (
-            magic != MESSAGE_MAGIC or len(head) < HEADER_SIZE or _claimed_offset(head) != offset
-        ):
+        if not boundary and (magic != MESSAGE_MAGIC or len(head) < HEADER_SIZE or _claimed_offset(head) != offset):
             return None
         buf = self.read(offset, size) if size >= MIN_RECORD_SIZE else None
         if buf is None:

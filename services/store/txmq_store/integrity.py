@@ -51,9 +51,7 @@ class CorruptionLog:
         self._seen: set[int] = set()
         self._ranges: list[tuple[int, int]] = []  # reported by recovery as one
 
-    def report(
-        self, commit_log_offset: int, reason: str, *, where: str = "read", line: str = "", end: int = 0
-    ) -> None:
+    def report(self, commit_log_offset: int, reason: str, *, where: str = "read", line: str = "", end: int = 0) -> None:
         """Count and log (``line``, or a standard one) unless already reported; ``end``:
         the damaged bytes run to there (recovery), reads within them are not reported
         again."""

@@ -520,7 +520,7 @@ class MessageStore:
     def _unassign_queue_offsets(self, records: list[PreparedRecord], queue_offsets: list[int]) -> None:
         """Undo ``_assign_queue_offsets`` for a batch that was not stored."""
         table = self._queue_offsets
-        for rec, q in zip(records, queue_offsets):
+        for rec, q in zip(records, queue_offsets, strict=True):
             if rec.takes_queue_slot:
                 key = (rec.topic, rec.queue_id)
                 table[key] = min(table.get(key, 0), q)

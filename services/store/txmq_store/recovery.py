@@ -172,7 +172,9 @@ def recover(
             )  # fmt: skip
             index.drop_from(first)
         else:
-            log.warning("index file %s is not an index file; rebuilding the index from the commit log", index.invalid[0])
+            log.warning(
+                "index file %s is not an index file; rebuilding the index from the commit log", index.invalid[0]
+            )
             index.close()
             shutil.rmtree(paths.index, ignore_errors=True)
             index = IndexService.load(paths.index, slots=index_slots, capacity=index_entries)
