@@ -105,7 +105,7 @@ def _in_band_result(response: object) -> str | None:
     field = status.DESCRIPTOR.fields_by_name.get("code")
     if field is None or field.enum_type is None:
         return None
-    code = status.code  # type: ignore[attr-defined]
+    code = status.code
     value = field.enum_type.values_by_number.get(code)
     return value.name if value is not None else str(code)
 
@@ -304,7 +304,7 @@ class ScrapeCollector(Collector, Generic[T]):
         self,
         name: str,
         *,
-        families: Callable[[], dict[str, Metric]],
+        families: Callable[[], dict[str, Any]],
         read: Callable[[T], Iterable[Sample]],
         registry: CollectorRegistry | None = REGISTRY,
         timeout_s: float = SCRAPE_TIMEOUT_S,
@@ -324,7 +324,7 @@ class ScrapeCollector(Collector, Generic[T]):
         except RuntimeError:
             loop = None
         key = id(source)
-        ref = weakref.ref(source, lambda _r: self._forget(key))  # type: ignore[arg-type]
+        ref = weakref.ref(source, lambda _r: self._forget(key))
         with self._lock:
             self._sources[key] = (ref, loop)
 
@@ -353,5 +353,5 @@ class ScrapeCollector(Collector, Generic[T]):
                 log.warning("metrics: could not read %s for a scrape: %s", self.name, exc or type(exc).__name__)
                 continue
             for family, labels, value in samples:
-                families[family].add_metric(labels, value)
+                families[family].add_metric(labels, value)  # a *MetricFamily
         yield from families.values()
