@@ -41,6 +41,9 @@ from support import (
 from support.clock import ManualClock
 from support.processes import private_prefix
 from support.scripts import Background, Run
+
+from gateway.test_consumer_core import FakeBackend
+from gateway.test_official_client import GatewayEnv, Scenarios, wait_for
 from txmq import Admin
 from txmq_gateway.auth import Authenticator, sign
 from txmq_gateway.consumer import ReceiptHandle, SimpleConsumerCore
@@ -63,9 +66,6 @@ from txmq_gateway.telemetry import ClientHub
 from txmq_gateway.v2 import Code, pb, svc, svc_grpc
 from txmq_runtime.etcd import etcd_client
 from txmq_runtime.lease import VALID_FRACTION
-
-from gateway.test_consumer_core import FakeBackend
-from gateway.test_official_client import GatewayEnv, Scenarios, wait_for
 
 TTL_MS = 2_000
 GROUP = "G"
@@ -256,7 +256,10 @@ def signed(client_id: str, secret: str = SK) -> list[tuple[str, str]]:
     return [
         ("x-mq-client-id", client_id),
         ("x-mq-date-time", date),
-        ("authorization", f"MQv2-HMAC-SHA1 Credential={AK}, SignedHeaders=x-mq-date-time, Signature={sign(secret.encode(), date)}"),
+        (
+            "authorization",
+            f"MQv2-HMAC-SHA1 Credential={AK}, SignedHeaders=x-mq-date-time, Signature={sign(secret.encode(), date)}",
+        ),
     ]
 
 
@@ -287,7 +290,12 @@ class Gateway:
             invisible_duration=duration(30_000),
             long_polling_timeout=duration(0),
         )
-        frames = [f async for f in self.stub.ReceiveMessage(request, metadata=kw.get("metadata") or signed(client_id), timeout=10)]
+        frames = [
+            f
+            async for f in self.stub.ReceiveMessage(
+                request, metadata=kw.get("metadata") or signed(client_id), timeout=10
+            )
+        ]
         return [f.message for f in frames if f.HasField("message")], frames[-1].status
 
     async def ack(self, message: pb.Message, handle: str | None = None, client_id: str = "c1") -> pb.Status:
@@ -357,7 +365,9 @@ def ids(messages: list[pb.Message]) -> list[str]:
     return [m.system_properties.message_id for m in messages]
 
 
-async def test_two_gateways_split_a_groups_messages_and_either_takes_acks(pair: tuple[Gateway, Gateway, FakeBackend]) -> None:
+async def test_two_gateways_split_a_groups_messages_and_either_takes_acks(
+    pair: tuple[Gateway, Gateway, FakeBackend],
+) -> None:
     a, b, backend = pair
     for i in range(6):
         backend.put(f"m{i}")
@@ -389,7 +399,9 @@ async def test_two_gateways_split_a_groups_messages_and_either_takes_acks(pair: 
     assert spoofed == [] and status.code == Code.INTERNAL_SERVER_ERROR and "served by gateway a" in status.message
 
 
-async def test_a_consumer_heartbeat_at_a_non_owner_reaches_the_owner(pair: tuple[Gateway, Gateway, FakeBackend]) -> None:
+async def test_a_consumer_heartbeat_at_a_non_owner_reaches_the_owner(
+    pair: tuple[Gateway, Gateway, FakeBackend],
+) -> None:
     a, b, _ = pair
     _, status = await a.receive(1, client_id="claimer")  # a owns the group now
     assert status.code in (pb.OK, pb.MESSAGE_NOT_FOUND)
@@ -403,7 +415,9 @@ async def test_a_consumer_heartbeat_at_a_non_owner_reaches_the_owner(pair: tuple
     assert a.clients.client("a-producer") is None  # producers have no group: not relayed
 
 
-async def test_an_abandoned_forwarded_receive_is_released_at_the_owner(pair: tuple[Gateway, Gateway, FakeBackend]) -> None:
+async def test_an_abandoned_forwarded_receive_is_released_at_the_owner(
+    pair: tuple[Gateway, Gateway, FakeBackend],
+) -> None:
     a, b, backend = pair
     assert (await a.receive(1))[1].code == Code.MESSAGE_NOT_FOUND  # a owns the group
     backend.put("m0")
@@ -461,7 +475,9 @@ async def test_when_the_owner_loses_the_group_the_other_serves_it_from_the_commi
         svc.AckMessageRequest(
             group=pb.Resource(name=GROUP),
             topic=pb.Resource(name=TOPIC),
-            entries=[svc.AckMessageEntry(message_id=ids(held)[2], receipt_handle=held[2].system_properties.receipt_handle)],
+            entries=[
+                svc.AckMessageEntry(message_id=ids(held)[2], receipt_handle=held[2].system_properties.receipt_handle)
+            ],
         ),
         metadata=signed("c1"),
         timeout=10,
@@ -502,7 +518,9 @@ def two_gateways(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> 
     try:
         b.start()
         with Admin(cluster.bootstrap) as admin:
-            yield TwoGateways(GatewayEnv(cluster, etcd.endpoint, prefix, home, admin), cluster.services["gateway"], b, cluster)
+            yield TwoGateways(
+                GatewayEnv(cluster, etcd.endpoint, prefix, home, admin), cluster.services["gateway"], b, cluster
+            )
     finally:
         b.stop()
         cluster.stop()
@@ -562,7 +580,9 @@ def test_members_on_two_gateways_get_each_message_once_and_ack_through_their_own
     on_b = member(scenarios2, two_gateways.b.address, topic, group)
     on_b.wait_event("receiving", 30, explain)
 
-    sent = scenarios2.run("produce.py", "--topic", topic, "--count", "20", "--key-prefix", _name("k"), endpoint=two_gateways.b.address)
+    sent = scenarios2.run(
+        "produce.py", "--topic", topic, "--count", "20", "--key-prefix", _name("k"), endpoint=two_gateways.b.address
+    )
     sent_ids = sorted(r["message_id"] for r in sent.events("sent"))
     assert len(sent_ids) == 20 and not sent.errors(), explain("the producer failed")
     wait_for(
@@ -599,7 +619,9 @@ def test_killing_the_owner_moves_the_group_and_its_unacked_messages_come_again(
     acker = member(scenarios2, two_gateways.b.address, topic, group)
     acker.wait_event("receiving", 30, explain)
 
-    sent = scenarios2.run("produce.py", "--topic", topic, "--count", "10", "--key-prefix", _name("k"), endpoint=two_gateways.b.address)
+    sent = scenarios2.run(
+        "produce.py", "--topic", topic, "--count", "10", "--key-prefix", _name("k"), endpoint=two_gateways.b.address
+    )
     sent_ids = {r["message_id"] for r in sent.events("sent")}
     assert len(sent_ids) == 10, explain("the producer failed")
     wait_for(
@@ -616,8 +638,10 @@ def test_killing_the_owner_moves_the_group_and_its_unacked_messages_come_again(
     holder.kill()
     wait_for(
         "gateway B to take the group over and deliver the un-acked messages",
-        lambda: set(received_ids(now(acker), after_ms=killed_ms)) >= held
-        and {e["message_id"] for e in now(acker).events("acked")} >= sent_ids,
+        lambda: (
+            set(received_ids(now(acker), after_ms=killed_ms)) >= held
+            and {e["message_id"] for e in now(acker).events("acked")} >= sent_ids
+        ),
         explain,
         timeout_s=30,
     )

@@ -31,6 +31,7 @@ import pytest
 from support import EtcdServer, new_etcd
 from support.clock import ManualClock
 from support.processes import private_prefix
+
 from txmq_runtime.clock import SYSTEM_CLOCK
 from txmq_runtime.etcd import RETRYABLE, etcd_client
 from txmq_runtime.lease import VALID_FRACTION, Campaign, FencedLease, Holding, LeaseLapsed
@@ -53,7 +54,9 @@ class Losses(list[tuple[str, int, str]]):
         self.append((holding.key, holding.epoch, reason))
 
 
-async def started(client: Any, name: str, clock: Any, losses: Losses | None = None, ttl_ms: int = TTL_MS) -> FencedLease:
+async def started(
+    client: Any, name: str, clock: Any, losses: Losses | None = None, ttl_ms: int = TTL_MS
+) -> FencedLease:
     lease = FencedLease(client, name=name, ttl_ms=ttl_ms, on_lost=losses, clock=clock)
     assert await lease.keep_alive()
     return lease
@@ -214,8 +217,12 @@ async def test_an_expired_lease_loses_everything_and_is_replaced_at_once(client:
         assert first is not None
         old_lease = a.lease_id
         # Not refreshed: etcd expires the lease (real time) and deletes the key.
-        while await client.get(key.encode()) is not None:
-            await asyncio.sleep(0.05)
+        gone = asyncio.Event()
+        while not gone.is_set():
+            if await client.get(key.encode()) is None:
+                gone.set()
+            else:
+                await asyncio.sleep(0.05)
         assert await a.keep_alive()  # finds it expired: loses, and takes a new lease now
         assert a.lease_id not in (None, old_lease) and a.holdings == {}
         assert losses == [(key, first.epoch, "the lease expired")]
@@ -240,13 +247,19 @@ def journal(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
-@pytest.mark.slow
-async def test_a_paused_holder_wakes_detects_the_loss_and_does_not_act(etcd: EtcdServer, client: Any, tmp_path: Path) -> None:
-    key, ttl_ms, log = private_prefix() + "/k", 2_000, tmp_path / "journal.jsonl"
-    with open(tmp_path / "child.log", "wb") as child_log:  # its own log lines (warnings)
-        child = subprocess.Popen(
-            [sys.executable, str(HOLDER), etcd.endpoint, key, str(ttl_ms), str(log)], stdout=child_log, stderr=child_log
+def spawn_holder(endpoint: str, key: str, ttl_ms: int, log: Path) -> subprocess.Popen[bytes]:
+    with open(log.with_suffix(".log"), "wb") as child_log:  # its own log lines (warnings)
+        return subprocess.Popen(
+            [sys.executable, str(HOLDER), endpoint, key, str(ttl_ms), str(log)], stdout=child_log, stderr=child_log
         )
+
+
+@pytest.mark.slow
+async def test_a_paused_holder_wakes_detects_the_loss_and_does_not_act(
+    etcd: EtcdServer, client: Any, tmp_path: Path
+) -> None:
+    key, ttl_ms, log = private_prefix() + "/k", 2_000, tmp_path / "journal.jsonl"
+    child = spawn_holder(etcd.endpoint, key, ttl_ms, log)
     b = FencedLease(client, name="b", ttl_ms=ttl_ms)  # the system clock, as in production
     try:
         await eventually("the child to hold the key and act", lambda: any(r["kind"] == "acted" for r in journal(log)))
@@ -299,7 +312,9 @@ async def test_holders_survive_etcd_restarts_and_never_hold_together(tmp_path: P
     key, ttl_ms = "/lease-test/k", 2_000
     clients = [etcd_client(server.endpoint) for _ in range(2)]
     losses = [Losses(), Losses()]
-    leases = [FencedLease(c, name=n, ttl_ms=ttl_ms, on_lost=lost) for c, n, lost in zip(clients, "ab", losses)]
+    leases = [
+        FencedLease(c, name=n, ttl_ms=ttl_ms, on_lost=lost) for c, n, lost in zip(clients, "ab", losses, strict=True)
+    ]
     both_held: list[float] = []
     stop = asyncio.Event()
 
@@ -329,7 +344,7 @@ async def test_holders_survive_etcd_restarts_and_never_hold_together(tmp_path: P
             lease.start()
         await eventually("both leases", lambda: a.valid() and b.valid())
         assert (await a.campaign(key, b"a")).holding is not None
-        tasks += [asyncio.create_task(campaigner(lease, v)) for lease, v in zip(leases, (b"a", b"b"))]
+        tasks += [asyncio.create_task(campaigner(lease, v)) for lease, v in zip(leases, (b"a", b"b"), strict=True)]
         tasks.append(asyncio.create_task(sampler()))
         epochs = [a.holds(key).epoch]  # type: ignore[union-attr]
         for _ in range(2):

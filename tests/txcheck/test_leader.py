@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from support.clock import ManualClock
 from support.processes import private_prefix
+
 from txmq_runtime.etcd import etcd_client
 from txmq_txcheck.leader import VALID_FRACTION, LeaderDirectory, LeaderElector, leaders_prefix
 

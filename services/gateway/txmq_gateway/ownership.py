@@ -47,14 +47,14 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import grpc
-from txmq_runtime.calls import CHANNEL_OPTIONS
-from txmq_runtime.clock import SYSTEM_CLOCK, Clock
-from txmq_runtime.etcd import RETRYABLE, EtcdMirror
-from txmq_runtime.lease import FencedLease, Holding, LeaseLapsed
 
 from txmq_gateway.convert import duration
 from txmq_gateway.status import GatewayError, from_exception
 from txmq_gateway.v2 import Code, svc, svc_grpc
+from txmq_runtime.calls import CHANNEL_OPTIONS
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
+from txmq_runtime.etcd import RETRYABLE, EtcdMirror
+from txmq_runtime.lease import FencedLease, Holding, LeaseLapsed
 
 log = logging.getLogger("txmq.gateway.ownership")
 
@@ -283,7 +283,9 @@ class GroupOwnership:
         try:
             claim = await self.lease.campaign(self.key(group), mine.encode(), take_over=self._previous_incarnation)
         except LeaseLapsed:
-            raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"ownership of consumer group {group!r} lapsed; retry") from None
+            raise GatewayError(
+                Code.INTERNAL_SERVER_ERROR, f"ownership of consumer group {group!r} lapsed; retry"
+            ) from None
         except RETRYABLE as exc:
             raise GatewayError(
                 Code.INTERNAL_SERVER_ERROR, f"could not claim consumer group {group!r} in etcd: {exc}; retry later"
@@ -297,7 +299,9 @@ class GroupOwnership:
             raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"consumer group {group!r} is changing owner; retry")
         current = Owner.decode(claim.holder)
         if current is None:
-            raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"the owner record of consumer group {group!r} is unreadable")
+            raise GatewayError(
+                Code.INTERNAL_SERVER_ERROR, f"the owner record of consumer group {group!r} is unreadable"
+            )
         if forwarded:
             raise GatewayError(
                 Code.INTERNAL_SERVER_ERROR,
@@ -341,9 +345,7 @@ def forward_metadata(metadata: Metadata | None, forwarder: str) -> list[tuple[st
     """The client's metadata (client id, signature, date, request id, ...) for the call
     to the owner, marked as forwarded."""
     out: list[tuple[str, str | bytes]] = [
-        (k, v)
-        for k, v in metadata or ()
-        if not k.startswith((":", "grpc-")) and k.lower() not in _TRANSPORT_HEADERS
+        (k, v) for k, v in metadata or () if not k.startswith((":", "grpc-")) and k.lower() not in _TRANSPORT_HEADERS
     ]
     out.append((FORWARDED_HEADER, forwarder or "1"))
     return out

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import grpc
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2
+from txmq_runtime.backoff import Backoff, BackoffPolicy
 
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import (
@@ -63,8 +64,7 @@ CONSUMER_TYPES = frozenset({pb.SIMPLE_CONSUMER, pb.PUSH_CONSUMER})
 SUPPORTED_TYPES = CONSUMER_TYPES | {pb.PRODUCER}
 
 # Producer channels to txcheck: reconnect backoff (as the txmq SDK's channel does).
-RECONNECT_MIN_S = 0.1
-RECONNECT_MAX_S = 2.0
+RECONNECT_BACKOFF = BackoffPolicy(first_ms=100, max_ms=2_000)
 # Longest a session's end or the hub's close waits for its tasks to finish.
 CLOSE_WAIT_S = 2.0
 # Commands waiting for a slow client; checks beyond this are dropped (txcheck asks again).
@@ -174,7 +174,7 @@ class ProducerLink:
         return self._task
 
     async def _run(self) -> None:
-        backoff = RECONNECT_MIN_S
+        backoff = Backoff(RECONNECT_BACKOFF)
         warned = False
         while not self._stopped:
             addresses = self.backend.addresses(common_pb2.SERVICE_KIND_TXCHECK)
@@ -196,11 +196,8 @@ class ProducerLink:
                     warned = False
                     break
             if opened:
-                backoff = RECONNECT_MIN_S
-                await asyncio.sleep(backoff)
-            else:
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, RECONNECT_MAX_S)
+                backoff.reset()
+            await backoff.sleep()
 
     async def _open(self, call: grpc.aio.StreamStreamCall) -> bool:
         """Say hello; True once txcheck registered the channel."""

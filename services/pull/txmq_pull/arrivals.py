@@ -18,22 +18,31 @@ import grpc
 
 from txmq.errors import TxmqError, error
 from txmq.v1 import errors_pb2, store_pb2
-
 from txmq_pull.hold import ArrivalEvent, HoldService, QueueKey
 from txmq_pull.store_client import StoreClients, connected, iterate
+from txmq_runtime.backoff import Backoff, BackoffPolicy
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("txmq.pull.arrivals")
 
+#: The reconnect backoff grows up to this many times ``reconnect_backoff_ms``.
 _MAX_BACKOFF_FACTOR = 10
 
 
 class ArrivalFeed:
     def __init__(
-        self, clients: StoreClients, hold: HoldService, *, reconnect_backoff_ms: int, connect_timeout_ms: int
+        self,
+        clients: StoreClients,
+        hold: HoldService,
+        *,
+        reconnect_backoff_ms: int,
+        connect_timeout_ms: int,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._clients = clients
         self._hold = hold
-        self._backoff_s = reconnect_backoff_ms / 1000
+        self._backoff = BackoffPolicy(first_ms=reconnect_backoff_ms, max_ms=reconnect_backoff_ms * _MAX_BACKOFF_FACTOR)
+        self._clock = clock
         self._connect_timeout_s = connect_timeout_ms / 1000
         self._tasks: dict[str, asyncio.Task[None]] = {}
         # Open stream calls: close() cancels them first, because a task cancelled while
@@ -68,16 +77,17 @@ class ArrivalFeed:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch(self, store_id: str) -> None:
-        failures = 0
+        backoff = Backoff(self._backoff, clock=self._clock)
         while True:
             address = self._clients.locator.address(store_id)
             if address is None:
                 log.debug("store %s is not registered; its arrival stream waits", store_id)
                 # Not (or no longer) registered: its held pulls time out; look again later.
-                failures += 1
-                await self._back_off(failures)
+                await backoff.sleep()
                 continue
-            log.debug("opening the arrival stream of store %s at %s (attempt %d)", store_id, address, failures + 1)
+            log.debug(
+                "opening the arrival stream of store %s at %s (attempt %d)", store_id, address, backoff.failures + 1
+            )
             call = self._clients.for_address(address).watch_arrivals()
             self._calls.add(call)
             try:
@@ -91,7 +101,7 @@ class ArrivalFeed:
                         errors_pb2.CODE_UPSTREAM_TIMEOUT, f"no connection within {self._connect_timeout_s} s"
                     ) from None
                 log.debug("arrival stream of store %s at %s opened; re-checking its held pulls", store_id, address)
-                failures = 0
+                backoff.reset()
                 self._hold.recheck_store(store_id)
                 async for batch in iterate(call):
                     self.batches[store_id] = self.batches.get(store_id, 0) + 1
@@ -102,11 +112,7 @@ class ArrivalFeed:
             finally:
                 call.cancel()
                 self._calls.discard(call)
-            failures += 1
-            await self._back_off(failures)
-
-    async def _back_off(self, failures: int) -> None:
-        await asyncio.sleep(self._backoff_s * min(2 ** min(failures - 1, 8), _MAX_BACKOFF_FACTOR))
+            await backoff.sleep()
 
     def _on_batch(self, store_id: str, batch: store_pb2.ArrivalBatch) -> None:
         if batch.store_id and batch.store_id != store_id:

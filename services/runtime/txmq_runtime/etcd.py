@@ -16,16 +16,11 @@ from collections.abc import Iterable
 from typing import Protocol
 
 import aetcd
-from tenacity import (
-    AsyncRetrying,
-    before_sleep_log,
-    retry_if_exception_type,
-    retry_if_result,
-    stop_after_delay,
-    stop_never,
-    wait_exponential_jitter,
-)
+from tenacity import AsyncRetrying, retry_if_exception_type, retry_if_result, stop_after_delay, stop_never
+from tenacity.retry import retry_base
 
+from txmq_runtime.backoff import BackoffPolicy
+from txmq_runtime.backoff import retrying as backoff_retrying
 from txmq_runtime.net import join_host_port, split_host_port
 
 log = logging.getLogger("txmq.etcd")
@@ -34,7 +29,8 @@ log = logging.getLogger("txmq.etcd")
 RETRYABLE = (aetcd.ClientError, TimeoutError)
 
 _CALL_TIMEOUT_S = 5.0
-_MAX_BACKOFF_S = 2.0
+#: Between attempts of an etcd call: 100 ms doubling to 2 s, plus up to 100 ms of jitter.
+ETCD_BACKOFF = BackoffPolicy(first_ms=100, max_ms=2_000, jitter_ms=100)
 # Reconnect quickly after an etcd restart instead of gRPC's default (up to 120 s).
 _CHANNEL_OPTIONS = {
     "grpc.initial_reconnect_backoff_ms": 100,
@@ -74,19 +70,18 @@ def etcd_client(endpoints: str) -> aetcd.Client:
 
 
 def retrying(*, give_up_after_s: float | None = None, again_on_return: bool = False) -> AsyncRetrying:
-    """The policy for etcd calls: exponential backoff with jitter, capped at 2 s;
+    """The policy for etcd calls: ``ETCD_BACKOFF`` (exponential with jitter, capped at 2 s);
     forever unless ``give_up_after_s`` is given. ``again_on_return``: also run the call
     again when it returns (for loops that should never end). Cancellation is never
     retried."""
-    retry = retry_if_exception_type(RETRYABLE)
+    retry: retry_base = retry_if_exception_type(RETRYABLE)
     if again_on_return:
         retry = retry | retry_if_result(lambda _: True)
-    return AsyncRetrying(
+    return backoff_retrying(
+        ETCD_BACKOFF,
         retry=retry,
-        wait=wait_exponential_jitter(multiplier=0.1, max=_MAX_BACKOFF_S, jitter=0.1),
         stop=stop_never if give_up_after_s is None else stop_after_delay(give_up_after_s),
-        before_sleep=before_sleep_log(log, logging.WARNING),
-        reraise=True,
+        logger=log,
     )
 
 
@@ -114,9 +109,7 @@ class EtcdMirror:
 
     async def start(self, *, timeout_s: float) -> None:
         """Start mirroring; return once the first snapshot is in the sink."""
-        self._task = asyncio.create_task(
-            retrying(again_on_return=True)(self._sync_then_watch), name="etcd-mirror"
-        )
+        self._task = asyncio.create_task(retrying(again_on_return=True)(self._sync_then_watch), name="etcd-mirror")
         loaded = asyncio.create_task(self._loaded.wait())
         await asyncio.wait({loaded, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if loaded.done():
@@ -150,4 +143,3 @@ class EtcdMirror:
         finally:
             await watch.cancel()
         log.info("etcd watch on %s ended; reading it again", self._prefix.decode())
-

@@ -103,7 +103,7 @@ class FencedLease:
         self._held: dict[str, Holding] = {}
         self._keep_alive_task: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
-        self._callbacks: set[asyncio.Task[None]] = set()
+        self._callbacks: set[asyncio.Future[None]] = set()
         self._closed = False
 
     # -- state -----------------------------------------------------------------------
@@ -211,14 +211,18 @@ class FencedLease:
         for task in (self._keep_alive_task, self._timer):
             if task is not None:
                 task.cancel()
-        await asyncio.gather(*(t for t in (self._keep_alive_task, self._timer) if t is not None), return_exceptions=True)
+        await asyncio.gather(
+            *(t for t in (self._keep_alive_task, self._timer) if t is not None), return_exceptions=True
+        )
         await self._drain()
         if self._lease is not None:
             lease, self._lease = self._lease, None
             try:
                 await self._etcd.revoke_lease(lease.id)
             except RETRYABLE as exc:
-                log.warning("%s: could not revoke lease %x (its keys go in %d s): %s", self.name, lease.id, self.ttl_s, exc)
+                log.warning(
+                    "%s: could not revoke lease %x (its keys go in %d s): %s", self.name, lease.id, self.ttl_s, exc
+                )
 
     # -- holding keys ----------------------------------------------------------------
 
@@ -272,7 +276,9 @@ class FencedLease:
         if not wanted:
             return
         tx = self._etcd.transactions
-        _, responses = await self._etcd.transaction(compare=[], success=[tx.get(k.encode()) for k in wanted], failure=[])
+        _, responses = await self._etcd.transaction(
+            compare=[], success=[tx.get(k.encode()) for k in wanted], failure=[]
+        )
         for key, response in zip(wanted, responses, strict=True):
             held = self._held.get(key)
             kv = _kv(response)
@@ -320,7 +326,7 @@ class FencedLease:
             task.add_done_callback(self._callback_done)
 
     def _callback_done(self, task: asyncio.Future[None]) -> None:
-        self._callbacks.discard(task)  # type: ignore[arg-type]
+        self._callbacks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("%s: a loss handler failed", self.name, exc_info=task.exception())
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import grpc
 from txmq.errors import ERROR_DETAIL_KEY, TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2, txcheck_pb2_grpc
+from txmq_runtime.backoff import Backoff, BackoffPolicy
 from txmq_runtime.etcd import EtcdMirror
 from txmq_runtime.grpc_errors import abort, rpc
 from txmq_runtime.server import ServiceContext, ServiceParts
@@ -37,7 +38,8 @@ from txmq_txcheck.txquery import query_transaction
 log = logging.getLogger("txmq.txcheck")
 
 _FORWARD_TIMEOUT_S = 10.0
-_MAX_RETRY_DELAY_S = 0.2
+#: While END_TRANSACTION waits for a reachable leader: look again after 20 ms doubling to 200 ms.
+_LEADER_RETRY = BackoffPolicy(first_ms=20, max_ms=200)
 
 
 def wall_clock_ms() -> int:
@@ -190,7 +192,7 @@ class TxcheckNode:
         if time_remaining_s is not None:
             wait_s = min(wait_s, max(0.0, time_remaining_s - 0.5))
         deadline = self._monotonic() + wait_s
-        delay = 0.02
+        backoff = Backoff(_LEADER_RETRY)
         while True:
             if self.elector.leads(store_id):
                 return await self.ledger(store_id).end(request, fence=lambda: self.elector.leads(store_id))
@@ -214,8 +216,7 @@ class TxcheckNode:
             remaining = deadline - self._monotonic()
             if remaining <= 0:
                 raise not_leader(store_id, reason)
-            await asyncio.sleep(min(delay, remaining))
-            delay = min(delay * 2, _MAX_RETRY_DELAY_S)
+            await backoff.sleep(at_most_ms=remaining * 1000)
 
     def _txcheck_address(self, instance_id: str) -> str | None:
         for e in self.ctx.cluster.endpoints(common_pb2.SERVICE_KIND_TXCHECK):

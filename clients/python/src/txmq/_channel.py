@@ -9,18 +9,20 @@ import logging
 import queue
 import random
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 
+from txmq._backoff import Backoff
 from txmq._client import ClientCore
 from txmq.models import ServiceKind
 from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
 
 log = logging.getLogger("txmq.transaction.channel")
 
-_MIN_BACKOFF_S = 0.1
-_MAX_BACKOFF_S = 2.0
+# Reconnect backoff (the gateway's producer links use the same).
+_RECONNECT_FIRST_S = 0.1
+_RECONNECT_MAX_S = 2.0
 _STOP = object()
 
 
@@ -84,7 +86,7 @@ class ProducerChannel:
         return addresses
 
     def _run(self) -> None:
-        backoff = _MIN_BACKOFF_S
+        backoff = Backoff(first=_RECONNECT_FIRST_S, maximum=_RECONNECT_MAX_S)
         while not self._stopped.is_set():
             try:
                 addresses = self._addresses()
@@ -95,10 +97,9 @@ class ProducerChannel:
                 if self._stopped.is_set():
                     return
                 if self._serve(address):
-                    backoff = _MIN_BACKOFF_S
+                    backoff.reset()
                     break
-            self._stopped.wait(backoff)
-            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            self._stopped.wait(backoff.next_delay())
 
     def _serve(self, address: str) -> bool:
         """Run one stream to ``address`` until it breaks; True if it was open."""

@@ -20,6 +20,7 @@ from typing import Callable, Sequence, TypeVar
 
 import grpc
 
+from txmq._backoff import delay as backoff_delay
 from txmq._client import ClientCore, parse_endpoints
 from txmq._consumer_types import ConsumeFromWhere, ConsumeStatus, ExpressionType, PullResult, PullStatus
 from txmq._process_queue import ProcessQueue, Timer
@@ -733,5 +734,5 @@ class PushConsumer:
                         retry.append(m)
             pq.lock.notify_all()
         for m in retry:
-            delay = min(self._retry_backoff * 2 ** (m.reconsume_times - 1), self._retry_backoff_max)
+            delay = backoff_delay(m.reconsume_times, first=self._retry_backoff, maximum=self._retry_backoff_max)
             self._timer.call_later(delay, self._submit, pq, [m])

@@ -10,6 +10,7 @@ from typing import Callable, Sequence, TypeVar
 
 import grpc
 
+from txmq._backoff import delay as backoff_delay
 from txmq._client import ClientCore, call
 from txmq._convert import add_messages_to_proto, message_to_proto, send_result_from_proto, send_results_from_proto
 from txmq._selector import QueueSelector
@@ -220,7 +221,8 @@ class Producer:
                     raise
                 log.warning("send to %s (attempt %d) failed, retrying: %s", mq or topic, attempts, err)
                 if isinstance(err, TooManyRequestsError):
-                    time.sleep(max(0.0, min(_THROTTLE_BACKOFF_S * 2 ** (attempts - 1), deadline - time.monotonic())))
+                    left = deadline - time.monotonic()
+                    time.sleep(max(0.0, backoff_delay(attempts, first=_THROTTLE_BACKOFF_S, maximum=left)))
 
 
 def _write_queues(route: TopicRoute, queue_id: int | None) -> list[MessageQueue]:

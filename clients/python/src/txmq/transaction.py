@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from txmq._backoff import Backoff
 from txmq._channel import ProducerChannel
 from txmq._client import ClientCore, call
 from txmq._convert import message_ext_from_proto, send_result_from_proto
@@ -251,7 +252,7 @@ class TransactionProducer(Producer):
         again after a backoff) until ``end_transaction_timeout``; other errors raise."""
         core = self._started_core()
         deadline = time.monotonic() + self._end_timeout
-        delay = _MIN_RETRY_DELAY_S
+        backoff = Backoff(first=_MIN_RETRY_DELAY_S, maximum=_MAX_RETRY_DELAY_S)
         last: TxmqError | None = None
         while True:
             for address in self._txcheck_addresses(max(0.1, deadline - time.monotonic())):
@@ -270,8 +271,7 @@ class TransactionProducer(Producer):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, _MAX_RETRY_DELAY_S)
+            time.sleep(min(backoff.next_delay(), remaining))
         raise last or UnavailableError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
 
     def _on_check(self, check: txcheck_pb2.CheckTransactionState) -> None:
