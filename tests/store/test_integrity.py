@@ -23,7 +23,7 @@ from txmq.v1 import errors_pb2, store_pb2
 from txmq_store.index import HEADER, IndexFile
 from txmq_store.message_store import MessageStore
 
-from .conftest import GrpcStore, StoreFactory, msg
+from .conftest import FakeClock, GrpcStore, StoreFactory, msg
 from .test_recovery import crash_image, segment_file
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -35,12 +35,12 @@ def corrupt_count(where: str) -> float:
     return REGISTRY.get_sample_value("txmq_store_corrupt_records_total", {"where": where}) or 0.0
 
 
-def flip(path: Path, at: int) -> None:
+def flip(path: Path, at: int, mask: int = 0x10) -> None:
     with open(path, "r+b") as f:
         f.seek(at)
         b = f.read(1)
         f.seek(at)
-        f.write(bytes([b[0] ^ 0x10]))
+        f.write(bytes([b[0] ^ mask]))
 
 
 def flip_in_record(store: MessageStore, root: Path, offset: int, field_at: int) -> None:
@@ -315,3 +315,18 @@ async def test_a_damaged_record_over_grpc_is_a_typed_error(
         assert err.code == errors_pb2.CODE_DATA_CORRUPTED and not err.retriable
         assert info.value.code() == grpc.StatusCode.INTERNAL
     assert not [r for r in caplog.records if r.exc_info]  # a typed error: no traceback logged
+
+
+async def test_a_damaged_store_time_does_not_expire_a_segment_early(stores: StoreFactory, clock: FakeClock) -> None:
+    store = await stores.open(file_reserved_time_ms=3_600_000)
+    store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
+    offsets = await send_ids(store, 0, 200)
+    await store.flush()
+    seg_bytes = store.settings.commitlog_segment_bytes
+    second = next(o for o in offsets if o >= seg_bytes)
+    assert second == seg_bytes  # the first record of the second segment dates the first
+    # Bit rot in its store time (bytes 72..79) makes it look years old: 0x18B... -> 0x10B...
+    assert clock.now_ms >> 32 == 0x18B
+    flip(segment_file(store, Path(store.settings.data_dir), second), 75, 0x80)
+    assert await store.clean_expired_files() == 0
+    assert read_all(store)[0][:3] == [0, 1, 2]

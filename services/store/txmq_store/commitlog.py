@@ -510,19 +510,30 @@ class CommitLog:
 
         A segment's newest record is no newer than the first record of the next one, so
         that record's store time dates the segment (RocketMQ uses the file's mtime; a
-        record time follows the store's clock)."""
+        record time follows the store's clock). The record is CRC-checked first: a
+        damaged time must not delete a segment early; a damaged record dates the segment
+        by the next file's mtime instead."""
         deleted = 0
         while len(self._segments) > 1:
             seg, nxt = self._segments[0], self._segments[1]
-            if seg.end > keep_from:
-                break
-            head = os.pread(nxt.fd, HEADER_SIZE, 0)
-            _, magic = read_size_and_magic(head)
-            if magic != MESSAGE_MAGIC or read_store_timestamp(head) >= expired_before_ms:
+            if seg.end > keep_from or self._segment_time_ms(nxt) >= expired_before_ms:
                 break
             self._remove(seg)
             deleted += 1
         return deleted
+
+    def _segment_time_ms(self, seg: Segment) -> int:
+        """The store time of the segment's first record, or its file's mtime when that
+        record is damaged."""
+        size, magic = read_size_and_magic(os.pread(seg.fd, BLANK_SIZE, 0))
+        if magic == MESSAGE_MAGIC and MIN_RECORD_SIZE <= size <= seg.size:
+            buf = os.pread(seg.fd, size, 0)
+            try:
+                verify_record(buf, 0, seg.start)
+                return read_store_timestamp(buf)
+            except CorruptRecord:
+                pass
+        return os.fstat(seg.fd).st_mtime_ns // 1_000_000
 
 
 def _claimed_offset(head: bytes) -> int:
