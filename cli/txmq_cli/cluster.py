@@ -376,13 +376,17 @@ class LocalCluster:
         return next((p for p in self.processes() if p.pid is not None and not p.running()), None)
 
     def stop(self) -> dict[str, int | None]:
-        """Services first (SIGTERM, all at once), then etcd. Returns the exit codes of
-        the processes that were still running, by name."""
+        """Services first (SIGTERM): the store's clients at once, then the store (the
+        gateway commits its consumer groups' offsets on the way out, and the store's last
+        export must see them); then etcd. Returns the exit codes of the processes that
+        were still running, by name."""
         services = list(self.services.values())
         running = {s.service for s in services if s.process.running()}
-        for service in services:
-            service.process.signal(signal.SIGTERM)
-        codes = {s.service: s.process.wait(timeout_s=_STOP_MARGIN_S) for s in services}
+        codes: dict[str, int | None] = {}
+        for wave in ([s for s in services if s.service != "store"], [s for s in services if s.service == "store"]):
+            for service in wave:
+                service.process.signal(signal.SIGTERM)
+            codes.update({s.service: s.process.wait(timeout_s=_STOP_MARGIN_S) for s in wave})
         if self.etcd is not None:
             if self.etcd.process.running():
                 running.add("etcd")
