@@ -15,6 +15,7 @@ import pytest
 pq = pytest.importorskip("pyarrow.parquet")
 
 from support import new_local_cluster  # noqa: E402
+
 from txmq import Admin  # noqa: E402
 
 pytestmark = pytest.mark.slow
