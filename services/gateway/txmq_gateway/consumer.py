@@ -121,6 +121,7 @@ from dataclasses import dataclass, field
 from txmq._validation import RESERVED_PROPERTIES
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, pull_pb2
+from txmq_runtime.backoff import BackoffPolicy
 from txmq_runtime.tags import parse_tag_expression
 
 from txmq_gateway.backend import Backend
@@ -152,6 +153,7 @@ DLQ_RETRY_MS = 5_000
 # A queue whose store or pull failed is left alone this long, doubling up to the max.
 ERROR_BACKOFF_MS = 200
 ERROR_BACKOFF_MAX_MS = 5_000
+ERROR_BACKOFF = BackoffPolicy(first_ms=ERROR_BACKOFF_MS, max_ms=ERROR_BACKOFF_MAX_MS)
 # A held read answering empty this long before its hold ends is an early answer.
 EARLY_ANSWER_S = 0.05
 # Handles acked this recently answer a repeated ack with OK.
@@ -759,7 +761,7 @@ class SimpleConsumerCore:
         now = asyncio.get_running_loop().time()
         for q in queues:
             q.failures += 1
-            delay = min(ERROR_BACKOFF_MS * 2 ** (q.failures - 1), ERROR_BACKOFF_MAX_MS)
+            delay = ERROR_BACKOFF.delay_ms(q.failures)
             q.retry_at = now + delay / 1000
             log.warning("read of %s/%d failed (%s); left alone %d ms", q.store_id, q.queue_id, err, delay)
 
