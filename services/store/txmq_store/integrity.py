@@ -100,6 +100,7 @@ class FreeSpaceGuard:
         self._writes = 0
         self._budget = -1  # bytes that may be written before looking again
         self.free_bytes = 0
+        self.refusing = False
 
     def check(self, nbytes: int) -> None:
         """Raise ``CODE_DISK_FULL`` when writing ``nbytes`` more is not allowed."""
@@ -109,10 +110,17 @@ class FreeSpaceGuard:
         if self._writes >= self._recheck_every or nbytes > self._budget:
             self._look()
         if nbytes > self._budget:
-            raise disk_full(
+            detail = (
                 f"{self._path} has {self.free_bytes} bytes free, the store keeps at least {self._min_free} "
                 f"(disk_min_free_bytes): writes are refused until space is freed"
             )
+            if not self.refusing:
+                self.refusing = True
+                log.warning("%s", detail)  # once per episode; each refusal is counted
+            raise disk_full(detail)
+        if self.refusing:
+            self.refusing = False
+            log.warning("%s has %d bytes free again: writes are accepted", self._path, self.free_bytes)
         self._budget -= nbytes
 
     def _look(self) -> None:
