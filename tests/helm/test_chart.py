@@ -123,7 +123,7 @@ def kubernetes_validate() -> Any:
     try:
         import kubernetes_validate
     except ImportError:  # pragma: no cover - the setup installs it
-        pytest.fail("kubernetes-validate is missing: run scripts/install_helm_tools.sh (or scripts/setup.sh)")
+        pytest.fail("kubernetes-validate is missing: run scripts/install_helm_tools.sh (or scripts/setup.sh --test)")
     return kubernetes_validate
 
 
