@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import click
 
+from txmq_cli.options import option
+
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 _MISSING = "the analytics dependencies are not installed: pip install -e '.[analytics]' (pyspark, pyarrow, matplotlib)"
 
@@ -20,15 +22,16 @@ def analytics() -> None:
 
 
 @analytics.command()
-@click.option("--input", "input_dir", required=True, help="Export directory (offsets/, queues/, tx_events/).")
-@click.option("--output", "output_dir", required=True, help="Where the Parquet tables and the report go.")
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
-@click.option("--rate-window-s", default=300.0, show_default=True, help="Window of the current rates, seconds.")
-@click.option("--stall-window-s", default=300.0, show_default=True,
-              help="Lag and no progress for this long: stalled, seconds.")  # fmt: skip
-@click.option("--include-system", is_flag=True, help="Include system topics and groups (the check loop's progress).")
-@click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
-@click.option("--no-progress", is_flag=True, help="No stage progress bar.")
+@option("--input", "input_dir", required=True, help="Export directory (offsets/, queues/, tx_events/).")
+@option("--output", "output_dir", required=True, help="Where the Parquet tables and the report go.")
+@option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@option("--rate-window-s", default=300.0, show_default=True, help="Window of the current rates, seconds.")
+@option(
+    "--stall-window-s", default=300.0, show_default=True, help="Lag and no progress for this long: stalled, seconds."
+)
+@option("--include-system", is_flag=True, help="Include system topics and groups (the check loop's progress).")
+@option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
+@option("--no-progress", is_flag=True, help="No stage progress bar.")
 def run(
     input_dir: str, output_dir: str, master: str, rate_window_s: float, stall_window_s: float,
     include_system: bool, conf: tuple[str, ...], no_progress: bool,
@@ -75,14 +78,14 @@ def run(
 
 
 @analytics.command()
-@click.option("--endpoint", envvar="TXMQ_ENDPOINT", default=DEFAULT_ENDPOINT, show_default=True,
+@option("--endpoint", envvar="TXMQ_ENDPOINT", default=DEFAULT_ENDPOINT, show_default=True,
               help="Any txmq service, host:port; the stores are found through it.")  # fmt: skip
-@click.option("--store", "stores", multiple=True, metavar="HOST:PORT",
+@option("--store", "stores", multiple=True, metavar="HOST:PORT",
               help="Export these store addresses instead of every live store (repeatable).")  # fmt: skip
-@click.option("--output", "output_dir", required=True, help="Export directory (not one a store exports into).")
-@click.option("--count", default=1, show_default=True, type=click.IntRange(min=1), help="Number of snapshots.")
-@click.option("--interval-s", default=10.0, show_default=True, help="Seconds between snapshots.")
-@click.option("--retention-hours", default=0.0, show_default=True, help="Delete older exported files; 0: keep.")
+@option("--output", "output_dir", required=True, help="Export directory (not one a store exports into).")
+@option("--count", default=1, show_default=True, type=click.IntRange(min=1), help="Number of snapshots.")
+@option("--interval-s", default=10.0, show_default=True, help="Seconds between snapshots.")
+@option("--retention-hours", default=0.0, show_default=True, help="Delete older exported files; 0: keep.")
 def export(
     endpoint: str, stores: tuple[str, ...], output_dir: str, count: int, interval_s: float, retention_hours: float
 ) -> None:

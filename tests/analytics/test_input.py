@@ -90,3 +90,13 @@ def test_run_report_and_spark_submit_entry_refuse_bad_input(tmp_path: Path, caps
     assert job.main(["--input", str(tmp_path), "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"txmq-analytics: error: --input {tmp_path}: no exported data"), err
+
+
+def test_flags_are_kebab_case_with_hidden_underscore_aliases(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli(), ["analytics", "run", "--help"])
+    assert "--stall-window-s" in res.output and "--stall_window_s" not in res.output
+    res = CliRunner().invoke(
+        cli(),
+        ["analytics", "run", "--input", str(tmp_path / "x"), "--output", str(tmp_path / "o"), "--stall_window_s", "3"],
+    )
+    assert res.exit_code == 1 and "no such directory" in res.output, res.output  # the alias parsed
