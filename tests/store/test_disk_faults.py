@@ -29,6 +29,7 @@ import pytest
 from prometheus_client import REGISTRY
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
+from txmq_store.index import IndexService, key_hash
 from txmq_store.message_store import MessageStore
 
 from .conftest import StoreFactory, msg
@@ -359,3 +360,26 @@ async def test_a_failed_fsync_stops_writes(stores: StoreFactory, caplog: pytest.
         await store.send([msg(b"refused", queue_id=0)])
     assert info.value.code == errors_pb2.CODE_SERVICE_NOT_WRITABLE
     assert not [r for r in caplog.records if r.exc_info]  # one-line errors, no traceback
+
+
+async def test_an_index_file_that_cannot_be_created_leaves_entries_out_not_the_store(tmpfs: Path) -> None:
+    index = IndexService.load(tmpfs / "index", slots=64, capacity=16)
+    filler = tmpfs / "filler"
+    try:
+        index.put([(key_hash(f"k{i}"), i * 100, 1_000 + i) for i in range(16)])  # the first file, full
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # the disk fills up
+        try:
+            with pytest.raises(OSError):
+                while True:
+                    os.write(fd, bytes(1 << 12))
+        finally:
+            os.close(fd)
+        index.put([(key_hash("late"), 1_600, 2_000), (key_hash("later"), 1_700, 2_001)])  # no room for a file
+        assert index.unindexed_from == 1_600
+        assert list(index.lookup(key_hash("k3"), begin_ms=0, end_ms=10**12)) == [300]
+        filler.unlink()
+        index.put([(key_hash("after"), 1_800, 2_002)])  # room again: a new file
+        assert list(index.lookup(key_hash("after"), begin_ms=0, end_ms=10**12)) == [1_800]
+        assert not list((tmpfs / "index").glob("*.tmp"))
+    finally:
+        index.close()
