@@ -111,4 +111,7 @@ def export(
     except TxmqError as err:
         click.echo(f"error: {err}", err=True)
         raise click.exceptions.Exit(1) from err
+    except KeyboardInterrupt:  # each snapshot's files are written whole (temp file, rename)
+        click.echo(f"txmq analytics export: interrupted; the snapshots taken so far are in {output_dir}", err=True)
+        raise click.exceptions.Exit(130) from None
     click.echo(f"exported to {output_dir}")
