@@ -185,7 +185,9 @@ async def test_a_rebuilt_queue_has_a_gap_where_the_damaged_record_was(stores: St
     assert r.queue_offset == 50
 
 
-@pytest.mark.parametrize("where", ["above the checkpoint", "below the checkpoint"])
+@pytest.mark.parametrize(
+    "where", ["above the checkpoint", "below the checkpoint", "below the checkpoint, after a clean stop"]
+)
 async def test_index_finds_everything_after_a_cut_log_and_a_later_crash(stores: StoreFactory, where: str) -> None:
     big_index = dict(index_entries_per_file=4096)  # old and new entries share a file
     store = await stores.open(**big_index)
@@ -193,7 +195,12 @@ async def test_index_finds_everything_after_a_cut_log_and_a_later_crash(stores: 
     offsets = await send_ids(store, 0, 100)
     await store.flush()
     offsets += await send_ids(store, 100, 120)
-    image = crash_image(store, stores)
+    if "clean" in where:
+        await store.close()  # the checkpoint covers all 120
+        stores.opened.remove(store)
+        image = "store"
+    else:
+        image = crash_image(store, stores)
     root = stores.base / image
     # A torn tail: the log ends inside record 110 (after the checkpoint), or, below the
     # checkpoint (in its segment, where recovery validates), everything from a record
