@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import REGISTRY
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2, store_pb2
+from txmq_store.consumequeue import ConsumeQueue
 from txmq_store.index import HEADER, IndexFile
 from txmq_store.message_store import MessageStore
 
@@ -337,3 +338,13 @@ async def test_a_damaged_store_time_does_not_expire_a_segment_early(stores: Stor
     flip(segment_file(store, Path(store.settings.data_dir), second), 75, 0x80)
     assert await store.clean_expired_files() == 0
     assert read_all(store)[0][:3] == [0, 1, 2]
+
+
+async def test_expiry_steps_over_a_gap_in_a_queue(tmp_path: Path) -> None:
+    cq = ConsumeQueue(tmp_path / "q", topic="T", queue_id=0, units_per_file=64)
+    for n in range(10):
+        if n != 8:  # a gap: recovery skipped a damaged record while rebuilding the queue
+            cq.put(n, n * 100, 50, 0)
+    cq.correct_min_offset(650)  # segments below commit-log offset 650 deleted
+    assert cq.min_offset == 7
+    cq.close()

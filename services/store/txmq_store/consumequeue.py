@@ -203,11 +203,15 @@ class ConsumeQueue:
             self._drop(first)
         lo, hi = max(self.min_offset, self._files[0].start) if self._files else 0, self.max_offset
         # Units ascend in commit-log offset: binary search the first one still present.
+        # A gap (size 0: a record recovery found damaged) is judged by the unit after it.
         while lo < hi:
             mid = (lo + hi) // 2
-            unit = self.unit(mid)
+            at, unit = mid, self.unit(mid)
+            while unit is not None and unit[1] == 0 and at + 1 < hi:
+                at += 1
+                unit = self.unit(at)
             if unit is not None and unit[0] < commit_log_min_offset:
-                lo = mid + 1
+                lo = at + 1
             else:
                 hi = mid
         self.min_offset = lo
