@@ -523,9 +523,12 @@ class CommitLog:
         return deleted
 
     def _segment_time_ms(self, seg: Segment) -> int:
-        """The store time of the segment's first record, or its file's mtime when that
-        record is damaged."""
+        """The store time of the segment's first record, or its file's mtime (the time of
+        its last write, so no earlier than the record's) when that record is damaged;
+        "never" for a segment with no record yet."""
         size, magic = read_size_and_magic(os.pread(seg.fd, BLANK_SIZE, 0))
+        if magic == 0 and size == 0:
+            return 2**63 - 1
         if magic == MESSAGE_MAGIC and MIN_RECORD_SIZE <= size <= seg.size:
             buf = os.pread(seg.fd, size, 0)
             try:
