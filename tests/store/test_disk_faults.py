@@ -30,7 +30,9 @@ from prometheus_client import REGISTRY
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
 from txmq_store.index import IndexService, key_hash
+from txmq_store.commitlog import CommitLog
 from txmq_store.message_store import MessageStore
+from txmq_store.settings import StoreSettings
 
 from .conftest import StoreFactory, msg
 
@@ -383,3 +385,57 @@ async def test_an_index_file_that_cannot_be_created_leaves_entries_out_not_the_s
         assert not list((tmpfs / "index").glob("*.tmp"))
     finally:
         index.close()
+
+
+def last_record(data_dir: Path, segment_bytes: int) -> tuple[Path, int, int, str]:
+    """(segment file, position in it, size, unique id) of the commit log's last record."""
+    log_ = CommitLog.open(data_dir / "commitlog", segment_bytes=segment_bytes, fsync=os.fdatasync, preallocate="none")
+    try:
+        seen: list[tuple[int, int, str]] = []
+        log_.recover_end(log_.min_offset, redispatch_from=0, on_record=lambda m: seen.append(
+            (m.commit_log_offset, m.store_size, m.unique_id)))  # fmt: skip
+        offset, size, unique_id = seen[-1]
+        return (
+            data_dir / "commitlog" / f"{offset - offset % segment_bytes:020d}",
+            offset % segment_bytes,
+            size,
+            unique_id,
+        )
+    finally:
+        log_.close()
+
+
+@pytest.mark.slow
+async def test_kill_9_a_torn_tail_more_sends_and_kill_9_again_lose_nothing_else(tmp_path: Path) -> None:
+    data_dir = tmp_path / "store"
+    settings = dict(
+        commitlog_segment_bytes=1 << 20, index_entries_per_file=100_000, index_slots_per_file=1024,
+        consume_queue_units_per_file=4096, flush_consume_queue_interval_ms=100, disk_min_free_bytes=0,
+    )  # fmt: skip
+    acked: list[str] = []
+    for round_ in range(2):
+        proc = start_writer(data_dir, **settings)
+        try:
+            got, lines = await asyncio.to_thread(read_lines, proc, 2_000)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            _, stderr = proc.communicate(timeout=30)
+        assert lines and lines[0] == {"ready": True} and len(got) >= 2_000, stderr
+        acked += got
+        if round_ == 0:
+            # The last write torn: half of the last record never reached the disk.
+            path, at, size, torn = last_record(data_dir, 1 << 20)
+            with open(path, "r+b") as f:
+                f.seek(at + size // 2)
+                f.write(bytes(size - size // 2))
+    store = await MessageStore.open(
+        StoreSettings(data_dir=str(data_dir), **settings),  # type: ignore[arg-type]
+        advertised_address="127.0.0.1:1",
+    )
+    try:
+        assert store.recovered_from_crash
+        assert [u for u in acked if u != torn and not store.query_messages(unique_id=u)] == []
+        assert store.query_messages(unique_id=torn) == []  # cut with the torn tail
+        assert sum(queue_bodies_topic(store, q) for q in range(64)) >= len(acked) - 1
+    finally:
+        await store.close()
