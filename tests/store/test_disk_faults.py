@@ -23,7 +23,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
