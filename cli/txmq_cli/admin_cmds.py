@@ -1,7 +1,9 @@
 """Admin commands over the SDK: topics, groups, sending, looking messages up, offsets.
 
 Every command takes ``--endpoint`` (any txmq service; env TXMQ_ENDPOINT) and
-``-o text|json``. A failure prints ``error: [CODE_X] message`` and exits with 1.
+``-o text|json``. A failure prints ``error: [CODE_X] message`` and exits with 1; when no
+service answers at all, it says so and suggests ``txmq up`` / ``--endpoint``. Flags are
+kebab-case (``txmq_cli.options``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import click
 
-from txmq import Admin, ConsumeOffset, Message, MessageExt, Perm, Producer, TxmqError
+from txmq import Admin, ConsumeOffset, Message, MessageExt, NotFoundError, Perm, Producer, TxmqError
 from txmq.models import READ_WRITE
+from txmq.v1 import errors_pb2
+from txmq_cli.failures import fail
+from txmq_cli.options import option
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,23 +42,23 @@ def register(group: click.Group) -> None:
 
 
 def _admin_command(fn: F) -> F:
-    """--endpoint and -o on a command; TxmqError becomes ``error: ...`` and exit code 1."""
+    """--endpoint and -o on a command; TxmqError becomes one ``error: ...`` line and exit
+    code 1 (``txmq_cli.failures.fail``)."""
 
-    @click.option(
+    @option(
         "--endpoint",
         envvar="TXMQ_ENDPOINT",
         default=DEFAULT_ENDPOINT,
         show_default=True,
         help="Any txmq service, host:port (a comma-separated list is tried in turn).",
     )
-    @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+    @option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except TxmqError as err:
-            click.echo(f"error: {err}", err=True)
-            raise click.exceptions.Exit(1) from err
+            fail(err, kwargs.get("endpoint"))
 
     return wrapper  # type: ignore[return-value]
 
@@ -150,17 +155,17 @@ def _short(body: bytes, limit: int = 40) -> str:
 # -- topics --------------------------------------------------------------------------------
 
 _QUEUE_OPTIONS = (
-    click.option("--read-queues", "read_queue_nums", type=click.IntRange(min=1), help="Read queue count."),
-    click.option("--write-queues", "write_queue_nums", type=click.IntRange(min=1), help="Write queue count."),
-    click.option("--perm", type=click.IntRange(0, 7), help="Permission bits: 4 read, 2 write, 1 inherit."),
-    click.option("--attr", "attributes", multiple=True, metavar="NAME=VALUE", help="Topic attribute (repeatable)."),
-    click.option("--store-id", help="Only this store (default: every store)."),
+    option("--read-queues", "read_queue_nums", type=click.IntRange(min=1), help="Read queue count."),
+    option("--write-queues", "write_queue_nums", type=click.IntRange(min=1), help="Write queue count."),
+    option("--perm", type=click.IntRange(0, 7), help="Permission bits: 4 read, 2 write, 1 inherit."),
+    option("--attr", "attributes", multiple=True, metavar="NAME=VALUE", help="Topic attribute (repeatable)."),
+    option("--store-id", help="Only this store (default: every store)."),
 )
 
 
 def _queue_options(fn: F) -> F:
-    for option in reversed(_QUEUE_OPTIONS):
-        fn = option(fn)
+    for decorate in reversed(_QUEUE_OPTIONS):
+        fn = decorate(fn)
     return fn
 
 
@@ -169,9 +174,13 @@ def topic() -> None:
     """Create, change, inspect and delete topics."""
 
 
+_EXIST_OK = option("--exist-ok", is_flag=True, help="Succeed if it exists already (left as it is).")
+
+
 @topic.command("create")
 @click.argument("name")
 @_queue_options
+@_EXIST_OK
 @_admin_command
 def topic_create(
     name: str,
@@ -180,6 +189,7 @@ def topic_create(
     perm: int | None,
     attributes: tuple[str, ...],
     store_id: str | None,
+    exist_ok: bool,
     endpoint: str,
     output: str,
 ) -> None:
@@ -192,6 +202,7 @@ def topic_create(
             perm=READ_WRITE if perm is None else Perm(perm),
             attributes=_pairs(attributes, what="--attr"),
             store_id=store_id,
+            exist_ok=exist_ok,
         )
     _emit(config, output)
 
@@ -224,7 +235,7 @@ def topic_update(
 
 
 @topic.command("list")
-@click.option("--system", is_flag=True, help="Include system topics (RMQ_SYS_*).")
+@option("--system", is_flag=True, help="Include system topics (RMQ_SYS_*).")
 @_admin_command
 def topic_list(system: bool, endpoint: str, output: str) -> None:
     """Topics of every store."""
@@ -273,7 +284,7 @@ def topic_get(name: str, endpoint: str, output: str) -> None:
 
 @topic.command("delete")
 @click.argument("name")
-@click.option("--store-id", help="Only this store (default: every store that has it).")
+@option("--store-id", help="Only this store (default: every store that has it).")
 @_admin_command
 def topic_delete(name: str, store_id: str | None, endpoint: str, output: str) -> None:
     """Delete topic NAME."""
@@ -292,11 +303,12 @@ def subscription_group() -> None:
 
 @subscription_group.command("create")
 @click.argument("name")
-@click.option("--retry-max-times", type=click.IntRange(min=0), default=16, show_default=True)
-@click.option("--retry-queue-nums", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--consume-disable", is_flag=True, help="Create it with consumption disabled.")
-@click.option("--broadcast", is_flag=True, help="Enable broadcast consumption.")
-@click.option("--store-id", help="Only this store (default: every store).")
+@option("--retry-max-times", type=click.IntRange(min=0), default=16, show_default=True)
+@option("--retry-queue-nums", type=click.IntRange(min=1), default=1, show_default=True)
+@option("--consume-disable", is_flag=True, help="Create it with consumption disabled.")
+@option("--broadcast", is_flag=True, help="Enable broadcast consumption.")
+@option("--store-id", help="Only this store (default: every store).")
+@_EXIST_OK
 @_admin_command
 def group_create(
     name: str,
@@ -305,6 +317,7 @@ def group_create(
     consume_disable: bool,
     broadcast: bool,
     store_id: str | None,
+    exist_ok: bool,
     endpoint: str,
     output: str,
 ) -> None:
@@ -317,6 +330,7 @@ def group_create(
             retry_max_times=retry_max_times,
             retry_queue_nums=retry_queue_nums,
             store_id=store_id,
+            exist_ok=exist_ok,
         )
     _emit(config, output)
 
@@ -352,7 +366,7 @@ def group_get(name: str, endpoint: str, output: str) -> None:
 
 @subscription_group.command("delete")
 @click.argument("name")
-@click.option("--store-id", help="Only this store (default: every store that has it).")
+@option("--store-id", help="Only this store (default: every store that has it).")
 @_admin_command
 def group_delete(name: str, store_id: str | None, endpoint: str, output: str) -> None:
     """Delete subscription group NAME."""
@@ -367,12 +381,12 @@ def group_delete(name: str, store_id: str | None, endpoint: str, output: str) ->
 @click.command()
 @click.argument("topic_name", metavar="TOPIC")
 @click.argument("body")
-@click.option("--tag", help="The message's tag.")
-@click.option("--key", "keys", multiple=True, help="A business key (repeatable).")
-@click.option("--property", "properties", multiple=True, metavar="NAME=VALUE", help="A user property (repeatable).")
-@click.option("--queue-id", type=click.IntRange(min=0), help="Send to this queue.")
-@click.option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")
-@click.option(
+@option("--tag", help="The message's tag.")
+@option("--key", "keys", multiple=True, help="A business key (repeatable).")
+@option("--property", "properties", multiple=True, metavar="NAME=VALUE", help="A user property (repeatable).")
+@option("--queue-id", type=click.IntRange(min=0), help="Send to this queue.")
+@option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")
+@option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=3.0,
@@ -418,10 +432,10 @@ def message_view(offset_msg_id: str, endpoint: str, output: str) -> None:
 
 
 @message.command("query")
-@click.option("--topic", "topic_name", help="The topic (required with --key).")
-@click.option("--key", help="A business key.")
-@click.option("--unique-id", help="A client unique id (msgId).")
-@click.option("--max", "max_results", type=click.IntRange(min=1), default=32, show_default=True)
+@option("--topic", "topic_name", help="The topic (required with --key).")
+@option("--key", help="A business key.")
+@option("--unique-id", help="A client unique id (msgId).")
+@option("--max", "max_results", type=click.IntRange(min=1), default=32, show_default=True)
 @_admin_command
 def message_query(
     topic_name: str | None, key: str | None, unique_id: str | None, max_results: int, endpoint: str, output: str
@@ -457,12 +471,30 @@ def message_query(
 # -- offsets ---------------------------------------------------------------------------------
 
 
+def no_offsets_reason(admin: Admin, group: str, topic: str | None) -> str:
+    """Why ``group`` has no committed offsets (on ``topic``): it does not exist (raises
+    ``CODE_SUBSCRIPTION_GROUP_NOT_FOUND``), or it has committed none yet (the returned line)."""
+    try:
+        admin.get_subscription_group(group)
+    except NotFoundError as err:
+        if err.code != errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND:
+            raise
+        raise NotFoundError(
+            f"subscription group {group!r} does not exist (`txmq group list` shows the groups)",
+            code=errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND,
+            metadata={"group": group},
+        ) from None
+    where = f" on topic {topic}" if topic else ""
+    return f"group {group} exists but has committed no offsets{where} yet"
+
+
 @click.command()
 @click.argument("topic_name", metavar="TOPIC")
-@click.option("--group", help="Show this consumer group's committed offsets and lag instead.")
+@option("--group", help="Show this consumer group's committed offsets and lag instead.")
 @_admin_command
 def offsets(topic_name: str, group: str | None, endpoint: str, output: str) -> None:
     """Min/max offset of every queue of TOPIC (or a group's progress on it)."""
+    empty_reason = ""
     with Admin(endpoint) as admin:
         if group is None:
             rows: Sequence[Any] = admin.queue_offsets(topic_name)
@@ -475,6 +507,8 @@ def offsets(topic_name: str, group: str | None, endpoint: str, output: str) -> N
             ]
         else:
             rows = admin.consume_offsets(group, topic_name)
+            if not rows:
+                empty_reason = no_offsets_reason(admin, group, topic_name)
             columns = [
                 ("STORE", lambda o: o.queue.store_id),
                 ("QUEUE", lambda o: o.queue.queue_id),
@@ -484,4 +518,7 @@ def offsets(topic_name: str, group: str | None, endpoint: str, output: str) -> N
                 ("LAG", lambda o: o.lag),
                 ("UPDATED", lambda o: _time(o.updated_at_ms)),
             ]
+    if empty_reason and output == "text":
+        click.echo(empty_reason)
+        return
     _emit_table(rows, columns, output)

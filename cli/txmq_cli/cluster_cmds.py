@@ -12,6 +12,7 @@ from types import FrameType
 import click
 
 from txmq_cli.cluster import DEFAULT_PORTS, SERVICES, LocalCluster, ProcessExited
+from txmq_cli.options import option
 
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
 
@@ -25,24 +26,24 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 @click.command(context_settings=_PASS_THROUGH)
-@click.option("--data_dir", default="./data", show_default=True, type=click.Path(file_okay=False),
-              help="Data of etcd and the store; logs under <data_dir>/logs.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address every process binds to.")
-@click.option("--store_port", default=DEFAULT_PORTS["store"], show_default=True, type=int)
-@click.option("--pull_port", default=DEFAULT_PORTS["pull"], show_default=True, type=int)
-@click.option("--txcheck_port", default=DEFAULT_PORTS["txcheck"], show_default=True, type=int)
-@click.option("--gateway_port", default=DEFAULT_PORTS["gateway"], show_default=True, type=int,
-              help="RocketMQ 5 clients connect here.")
-@click.option("--etcd_client_port", default=2379, show_default=True, type=int)
-@click.option("--etcd_peer_port", default=2380, show_default=True, type=int)
-@click.option("--etcd_prefix", default="/txmq", show_default=True, help="Key prefix in etcd.")
-@click.option("--start_timeout_s", default=60.0, show_default=True, type=float,
-              help="How long each process may take to report SERVING.")
+@option("--data-dir", default="./data", show_default=True, type=click.Path(file_okay=False),
+        help="Data of etcd and the store; logs under <data-dir>/logs.")
+@option("--host", default="127.0.0.1", show_default=True, help="Address every process binds to.")
+@option("--store-port", default=DEFAULT_PORTS["store"], show_default=True, type=int)
+@option("--pull-port", default=DEFAULT_PORTS["pull"], show_default=True, type=int)
+@option("--txcheck-port", default=DEFAULT_PORTS["txcheck"], show_default=True, type=int)
+@option("--gateway-port", default=DEFAULT_PORTS["gateway"], show_default=True, type=int,
+        help="RocketMQ 5 clients connect here.")
+@option("--etcd-client-port", default=2379, show_default=True, type=int)
+@option("--etcd-peer-port", default=2380, show_default=True, type=int)
+@option("--etcd-prefix", default="/txmq", show_default=True, help="Key prefix in etcd.")
+@option("--start-timeout-s", default=60.0, show_default=True, type=float,
+        help="How long each process may take to report SERVING.")
 @click.pass_context
 def up(ctx: click.Context, **options: object) -> None:
     """Run etcd, store, txcheck, pull and the RocketMQ gateway locally until Ctrl-C or SIGTERM.
 
-    Other options go to the store, e.g. `txmq up --flush_mode sync`.
+    Other options go to the store, e.g. `txmq up --flush-mode sync`.
     """
     cluster = LocalCluster(**options, store_args=ctx.args)  # type: ignore[arg-type]
     signal.signal(signal.SIGTERM, _raise_stop)

@@ -3,7 +3,9 @@
 and ``txmq lag`` (a group's committed offsets against each queue's max).
 
 Same conventions as the admin commands: ``--endpoint`` (env TXMQ_ENDPOINT), ``-o
-text|json``, ``error: [CODE_X] message`` and exit code 1 on failure.
+text|json``, ``error: [CODE_X] message`` and exit code 1 on failure. ``tail`` retries
+what a retry can fix (a service restarting: one line when it starts failing, one when
+it works again) and ends, exit code 1, on anything else (txmq._failures).
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ from typing import Any
 import click
 
 from txmq import Admin, ExpressionType, MessageExt, MessageQueue, PullConsumer, PullStatus, TxmqError
-from txmq_cli.admin_cmds import _admin_command, _emit_table, _jsonable, _short, _text, _time
+from txmq._backoff import Backoff
+from txmq._failures import retriable
+from txmq_cli.admin_cmds import _admin_command, _emit_table, _jsonable, _short, _text, _time, no_offsets_reason
+from txmq_cli.options import option
 
 DEFAULT_PULL_GROUP = "TXMQ_CLI_CONSUMER"
 DEFAULT_TAIL_GROUP = "TXMQ_CLI_TAIL"
 # How long `tail` holds each pull; Ctrl-C closes the channels, which ends them at once.
 _TAIL_SUSPEND_S = 15.0
-_TAIL_ERROR_BACKOFF_S = 1.0
+_TAIL_ERROR_BACKOFF_S = 0.5
+_TAIL_ERROR_BACKOFF_MAX_S = 10.0
 
 
 def register(group: click.Group) -> None:
@@ -46,7 +52,7 @@ def _find_queue(consumer: PullConsumer, topic: str, queue_id: int, store_id: str
         queues = [q for q in queues if q.store_id == store_id]
     if not queues:
         where = f" on store {store_id}" if store_id else ""
-        raise click.BadParameter(f"topic {topic} has no readable queue {queue_id}{where}", param_hint="--queue")
+        raise click.BadParameter(f"topic {topic} has no readable queue {queue_id}{where}", param_hint="--queue-id")
     if len(queues) > 1:
         stores = ", ".join(q.store_id for q in queues)
         raise click.UsageError(f"several stores serve queue {queue_id} of {topic} ({stores}): give --store-id")
@@ -69,14 +75,14 @@ _MESSAGE_COLUMNS: Sequence[tuple[str, Any]] = [
 
 @click.command("fetch")
 @click.argument("topic_name", metavar="TOPIC")
-@click.option("--queue", "queue_id", type=click.IntRange(min=0), required=True, help="The queue id.")
-@click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True, help="Where to start.")
-@click.option("--tag-expr", help="TAG filter: '*' or 'TagA || TagB' (default '*').")
-@click.option("--sql", help="SQL92 filter over message properties, e.g. \"region = 'eu'\".")
-@click.option("--max", "max_nums", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--store-id", help="The queue's store (needed when several stores serve the topic).")
-@click.option("--group", default=DEFAULT_PULL_GROUP, show_default=True, help="Consumer group of the pull.")
-@click.option(
+@option("--queue-id", type=click.IntRange(min=0), required=True, aliases=("--queue",), help="The queue id.")
+@option("--offset", type=click.IntRange(min=0), default=0, show_default=True, help="Where to start.")
+@option("--tag-expr", help="TAG filter: '*' or 'TagA || TagB' (default '*').")
+@option("--sql", help="SQL92 filter over message properties, e.g. \"region = 'eu'\".")
+@option("--max", "max_nums", type=click.IntRange(min=1), default=32, show_default=True)
+@option("--store-id", help="The queue's store (needed when several stores serve the topic).")
+@option("--group", default=DEFAULT_PULL_GROUP, show_default=True, help="Consumer group of the pull.")
+@option(
     "--wait",
     type=click.FloatRange(min=0),
     default=0.0,
@@ -97,7 +103,7 @@ def pull(
     endpoint: str,
     output: str,
 ) -> None:
-    """Pull once from queue --queue of TOPIC at --offset; prints the status, the next
+    """Pull once from queue --queue-id of TOPIC at --offset; prints the status, the next
     offset and the messages. Commits nothing."""
     expression, expression_type = _filter(tag_expr, sql)
     with PullConsumer(group, endpoint) as consumer:
@@ -127,11 +133,11 @@ def pull(
 
 @click.command()
 @click.argument("topic_name", metavar="TOPIC")
-@click.option("--expr", "tag_expr", help="TAG filter: '*' or 'TagA || TagB' (default '*').")
-@click.option("--sql", help="SQL92 filter over message properties.")
-@click.option("--group", default=DEFAULT_TAIL_GROUP, show_default=True, help="Consumer group of the pulls.")
-@click.option("--from-beginning", is_flag=True, help="Start at each queue's first message, not its end.")
-@click.option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
+@option("--tag-expr", aliases=("--expr",), help="TAG filter: '*' or 'TagA || TagB' (default '*').")
+@option("--sql", help="SQL92 filter over message properties.")
+@option("--group", default=DEFAULT_TAIL_GROUP, show_default=True, help="Consumer group of the pulls.")
+@option("--from-beginning", is_flag=True, help="Start at each queue's first message, not its end.")
+@option("--count", type=click.IntRange(min=1), help="Stop after this many messages.")
 @_admin_command
 def tail(
     topic_name: str,
@@ -150,6 +156,7 @@ def tail(
     consumer.start()
     stop = threading.Event()
     arrived: queue.Queue[MessageExt] = queue.Queue()
+    failed: list[TxmqError] = []  # the first error a retry cannot fix ends the tail
     workers: list[threading.Thread] = []
     printed = 0
     try:
@@ -161,7 +168,7 @@ def tail(
         for mq in queues:
             worker = threading.Thread(
                 target=_tail_queue,
-                args=(consumer, mq, starts[mq], expression, expression_type, arrived, stop),
+                args=(consumer, mq, starts[mq], expression, expression_type, arrived, stop, failed),
                 name=f"txmq-tail-{mq}",
                 daemon=True,
             )
@@ -170,6 +177,8 @@ def tail(
         if output == "text":
             click.echo(f"tailing {topic_name} ({len(queues)} queues); Ctrl-C stops", err=True)
         while count is None or printed < count:
+            if failed:
+                raise failed[0]
             try:
                 msg = arrived.get(timeout=0.5)
             except queue.Empty:
@@ -193,16 +202,28 @@ def _tail_queue(
     expression_type: ExpressionType,
     arrived: queue.Queue[MessageExt],
     stop: threading.Event,
+    failed: list[TxmqError],
 ) -> None:
+    backoff = Backoff(first=_TAIL_ERROR_BACKOFF_S, maximum=_TAIL_ERROR_BACKOFF_MAX_S)
     while not stop.is_set():
         try:
             result = consumer.pull(mq, expression, offset, 32, expression_type=expression_type, suspend=True)
-        except (TxmqError, RuntimeError) as err:
+        except RuntimeError:  # shut down
+            return
+        except TxmqError as err:
             if stop.is_set():
                 return
-            click.echo(f"warning: pull of {mq} failed: {err}", err=True)
-            stop.wait(_TAIL_ERROR_BACKOFF_S)
+            if not retriable(err):
+                failed.append(err)
+                stop.set()
+                return
+            if not backoff.failures:
+                click.echo(f"warning: pull of {mq} failed, retrying: {err}", err=True)
+            stop.wait(backoff.next_delay())
             continue
+        if backoff.failures:
+            click.echo(f"pull of {mq} works again", err=True)
+            backoff.reset()
         if result.status is PullStatus.OFFSET_ILLEGAL:
             click.echo(f"warning: offset {offset} of {mq} moved; continuing at {result.next_begin_offset}", err=True)
         for msg in result.messages:
@@ -229,14 +250,17 @@ def _print_message(msg: MessageExt, output: str) -> None:
 
 @click.command()
 @click.argument("group_name", metavar="GROUP")
-@click.option("--topic", "topic_name", help="Only this topic.")
+@option("--topic", "topic_name", help="Only this topic.")
 @_admin_command
 def lag(group_name: str, topic_name: str | None, endpoint: str, output: str) -> None:
     """GROUP's committed offset against the max offset of every queue it committed on
     (all its topics, or --topic), and the total lag. Queues the group never committed
     on are not listed."""
+    empty_reason = ""
     with Admin(endpoint) as admin:
         rows = admin.consume_offsets(group_name, topic_name)
+        if not rows:
+            empty_reason = no_offsets_reason(admin, group_name, topic_name)
     _emit_table(
         rows,
         [
@@ -254,4 +278,4 @@ def lag(group_name: str, topic_name: str | None, endpoint: str, output: str) -> 
         if rows:
             click.echo(f"total lag {sum(o.lag for o in rows)}")
         else:
-            click.echo(f"group {group_name} has no committed offsets" + (f" on {topic_name}" if topic_name else ""))
+            click.echo(empty_reason)

@@ -13,6 +13,7 @@ from txmq_cli import consume_cmds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="txmq-server", prog_name="txmq", message="%(prog)s %(version)s")
 def cli() -> None:
     """txmq: a transactional message broker with RocketMQ semantics."""
 

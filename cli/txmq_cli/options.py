@@ -52,24 +52,27 @@ def kebab(flag: str) -> str:
     return "--" + flag[2:].replace("_", "-")
 
 
-def option(*param_decls: str, **attrs: Any) -> Callable[[F], F]:
+def option(*param_decls: str, aliases: tuple[str, ...] = (), **attrs: Any) -> Callable[[F], F]:
     """``click.option`` with kebab-case long flags and their underscore spellings as
     hidden aliases. Declarations may be written either way; a name without dashes
-    (the Python parameter name) is passed through."""
+    (the Python parameter name) is passed through. ``aliases``: older names of the
+    same option (``("--expr",)``), accepted and hidden as well."""
     decls: list[str] = []
-    aliases: list[str] = []
+    aliases = tuple(dict.fromkeys(a for old in aliases for a in (kebab(old), "--" + old[2:].replace("-", "_"))))
+    hidden: list[str] = [a for a in aliases]
     for decl in param_decls:
         shown = kebab(decl)
         decls.append(shown)
         alias = "--" + shown[2:].replace("-", "_") if shown.startswith("--") and "/" not in shown else shown
         if alias != shown:
-            aliases.append(alias)
+            hidden.append(alias)
     # A hidden alias never names the parameter: click would take the longest flag.
     if not any(d.isidentifier() for d in decls):
         long_flags = [d for d in decls if d.startswith("--")]
         if long_flags:
             decls.append(long_flags[0][2:].replace("-", "_"))
+    hidden = list(dict.fromkeys(h for h in hidden if h not in decls))
     attrs.setdefault("cls", AliasedOption)
     if issubclass(attrs["cls"], AliasedOption):
-        attrs["hidden_aliases"] = tuple(aliases)
-    return click.option(*decls, *aliases, **attrs)
+        attrs["hidden_aliases"] = tuple(hidden)
+    return click.option(*decls, *hidden, **attrs)

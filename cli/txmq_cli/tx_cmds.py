@@ -14,6 +14,8 @@ from txmq._client import ClientCore, call
 from txmq.errors import NotFoundError
 from txmq.transaction import resume_transaction
 from txmq.v1 import errors_pb2, txcheck_pb2, txcheck_pb2_grpc
+from txmq_cli.failures import fail
+from txmq_cli.options import option
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 
@@ -23,15 +25,12 @@ def register(group: click.Group) -> None:
 
 
 def _endpoint_option(fn):
-    return click.option(
+    return option(
         "--endpoint", envvar="TXMQ_ENDPOINT", default=DEFAULT_ENDPOINT, show_default=True,
         help="Any txmq service, host:port.",
     )(fn)  # fmt: skip
 
 
-def _fail(err: TxmqError) -> None:
-    click.echo(f"error: {err}", err=True)
-    raise click.exceptions.Exit(1)
 
 
 @click.group()
@@ -42,7 +41,7 @@ def transaction() -> None:
 @transaction.command()
 @click.argument("transaction_id")
 @_endpoint_option
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def show(transaction_id: str, endpoint: str, output: str) -> None:
     """A transaction's state and timeline."""
     core = ClientCore(endpoint, route_refresh_interval=30)
@@ -53,7 +52,7 @@ def show(transaction_id: str, endpoint: str, output: str) -> None:
         stub = core.stub(addresses[0], txcheck_pb2_grpc.TransactionStub)
         resp = call(stub.QueryTransaction, txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id), timeout=10)
     except TxmqError as err:
-        _fail(err)
+        fail(err, endpoint)
     finally:
         core.close()
     if output == "json":
@@ -75,14 +74,14 @@ def show(transaction_id: str, endpoint: str, output: str) -> None:
 @transaction.command()
 @click.argument("transaction_id")
 @_endpoint_option
-@click.option("--store-id", default="", help="The store holding it (default: every store that has it).")
+@option("--store-id", default="", help="The store holding it (default: every store that has it).")
 def resume(transaction_id: str, endpoint: str, store_id: str) -> None:
     """Check a transaction discarded to TRANS_CHECK_MAX_TIME_TOPIC again (count reset)."""
     core = ClientCore(endpoint, route_refresh_interval=30)
     try:
         half = resume_transaction(core, transaction_id, store_id=store_id, timeout=10)
     except TxmqError as err:
-        _fail(err)
+        fail(err, endpoint)
     finally:
         core.close()
     click.echo(

@@ -5,11 +5,21 @@ from click.testing import CliRunner
 from txmq_cli.main import cli
 
 
-def test_an_unreachable_endpoint_is_a_typed_error_with_exit_code_1(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_endpoint_says_so_in_one_line_with_exit_code_1(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("TXMQ_ENDPOINT", "127.0.0.1:1")  # the env var stands in for --endpoint
-    result = CliRunner().invoke(cli, ["topic", "list"])
-    assert result.exit_code == 1
-    assert result.stderr.startswith("error: [CODE_UNAVAILABLE] ")
+    for args in (
+        ["topic", "list"],
+        ["fetch", "T", "--queue-id", "0"],
+        ["tail", "T"],
+        ["lag", "G"],
+        ["transaction", "show", "tx-1"],
+        ["send", "T", "body"],
+    ):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.stderr.startswith("error: no txmq service answers at 127.0.0.1:1: "), (args, result.stderr)
+        assert "`txmq up`" in result.stderr and "--endpoint" in result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.output, (args, result.output)
 
 
 def test_query_needs_exactly_one_of_key_and_unique_id() -> None:

@@ -20,6 +20,7 @@ from typing import Callable
 from txmq._client import ClientCore, call
 from txmq._consumer_types import PullResult, PullStatus
 from txmq._convert import message_ext_from_proto, message_queue_to_proto
+from txmq._failures import FailureLog, retriable
 from txmq._subscription import Subscription
 from txmq._validation import check_group, check_topic
 from txmq.errors import InternalError, NotFoundError, TxmqError, UnavailableError
@@ -44,6 +45,7 @@ class PullClient:
         # Set before the core closes: a call racing the close must not open a new
         # channel (Channels would) for a long poll nobody ends.
         self.closed = False
+        self.failures = FailureLog(log)
 
     # -- routes ----------------------------------------------------------------------
 
@@ -175,18 +177,23 @@ class PullClient:
     ) -> list[str] | None:
         """Heartbeat every pull instance in ``addresses`` (``leaving``: tell them this
         consumer is gone); the union of the live consumer ids they report (membership
-        is per instance), or None when none answered."""
+        is per instance), or None when none answered. An error a retry cannot fix is
+        raised; others are logged (bounded, see ``_failures``)."""
         request = pull_pb2.ConsumerHeartbeatRequest(
             consumer_group=self.group, client_id=client_id, topics=topics, leaving=leaving
         )
         members: set[str] = set()
         answered = False
         for address in addresses:
+            what = f"heartbeat of {client_id} to pull instance {address}"
             try:
                 response = call(self.pull_stub(address).ConsumerHeartbeat, request, timeout=self.timeout)
             except TxmqError as err:
-                log.warning("heartbeat of %s to pull instance %s failed: %s", client_id, address, err)
+                if not retriable(err):
+                    raise
+                self.failures.failed(("heartbeat", address), what, err)
                 continue
+            self.failures.recovered(("heartbeat", address), what)
             answered = True
             members.update(response.consumer_ids)
         return sorted(members) if answered else None

@@ -107,14 +107,26 @@ class Admin:
         perm: Perm = READ_WRITE,
         attributes: dict[str, str] | None = None,
         store_id: str | None = None,
+        exist_ok: bool = False,
     ) -> TopicConfig:
         """Create the topic on every store (or on ``store_id``). Queue counts default to
-        the store's ``default_topic_queue_nums``. Returns the config as stored."""
+        the store's ``default_topic_queue_nums``. Returns the config as stored. A store
+        that has the topic already raises ``CODE_TOPIC_ALREADY_EXISTS``; with
+        ``exist_ok`` its topic is left as it is (not compared or changed) and returned."""
         check_topic(name)
         config = TopicConfig(name, read_queue_nums or 0, write_queue_nums or 0, perm, dict(attributes or {}))
         request = store_pb2.CreateTopicRequest(topic=topic_config_to_proto(config))
-        answers = [self._call(s, self._admin_stub(s).CreateTopic, request) for s in self._stores(store_id)]
-        return topic_config_from_proto(answers[0].topic)
+
+        def create(store: _Store) -> TopicConfig:
+            try:
+                return topic_config_from_proto(self._call(store, self._admin_stub(store).CreateTopic, request).topic)
+            except TxmqError as err:
+                if not (exist_ok and err.code == errors_pb2.CODE_TOPIC_ALREADY_EXISTS):
+                    raise
+            found = self._call(store, self._admin_stub(store).GetTopic, store_pb2.GetTopicRequest(name=name))
+            return topic_config_from_proto(found.topic)
+
+        return [create(s) for s in self._stores(store_id)][0]
 
     def update_topic(
         self,
@@ -184,14 +196,30 @@ class Admin:
         retry_max_times: int = 16,
         retry_queue_nums: int = 1,
         store_id: str | None = None,
+        exist_ok: bool = False,
     ) -> SubscriptionGroupConfig:
+        """Create the group on every store (or on ``store_id``). A store that has it
+        already raises ``CODE_SUBSCRIPTION_GROUP_ALREADY_EXISTS``; with ``exist_ok`` its
+        group is left as it is and returned."""
         check_group(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         config = SubscriptionGroupConfig(
             name, consume_enable, consume_broadcast_enable, retry_max_times, retry_queue_nums
         )
         request = store_pb2.CreateSubscriptionGroupRequest(group=group_config_to_proto(config))
-        answers = [self._call(s, self._admin_stub(s).CreateSubscriptionGroup, request) for s in self._stores(store_id)]
-        return group_config_from_proto(answers[0].group)
+
+        def create(store: _Store) -> SubscriptionGroupConfig:
+            try:
+                answer = self._call(store, self._admin_stub(store).CreateSubscriptionGroup, request)
+                return group_config_from_proto(answer.group)
+            except TxmqError as err:
+                if not (exist_ok and err.code == errors_pb2.CODE_SUBSCRIPTION_GROUP_ALREADY_EXISTS):
+                    raise
+            found = self._call(
+                store, self._admin_stub(store).GetSubscriptionGroup, store_pb2.GetSubscriptionGroupRequest(group_name=name)
+            )
+            return group_config_from_proto(found.group)
+
+        return [create(s) for s in self._stores(store_id)][0]
 
     def update_subscription_group(
         self,

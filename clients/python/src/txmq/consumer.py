@@ -23,13 +23,15 @@ import grpc
 from txmq._backoff import delay as backoff_delay
 from txmq._client import ClientCore, parse_endpoints
 from txmq._consumer_types import ConsumeFromWhere, ConsumeStatus, ExpressionType, PullResult, PullStatus
+from txmq._failures import FailureLog, retriable
 from txmq._process_queue import ProcessQueue, Timer
 from txmq._pulling import PullClient, to_pull_result
 from txmq._rebalance import MembershipView, allocate_averagely
 from txmq._subscription import Subscription, build_subscription
 from txmq._validation import check_group
-from txmq.errors import BadRequestError, TxmqError
+from txmq.errors import BadRequestError, NotFoundError, TxmqError
 from txmq.message import MessageExt, MessageQueue
+from txmq.models import ServiceKind
 from txmq.v1 import errors_pb2
 
 __all__ = [
@@ -47,12 +49,15 @@ log = logging.getLogger("txmq.consumer")
 T = TypeVar("T")
 
 MessageListener = Callable[[list[MessageExt]], ConsumeStatus]
+ErrorCallback = Callable[[TxmqError], None]
 
 DEFAULT_SUSPEND_TIMEOUT_S = 15.0  # RocketMQ's brokerSuspendMaxTimeMillis
 _FLOW_CONTROL_PAUSE_S = 0.05  # RocketMQ's PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
 # Heartbeat intervals without any answer after which a consumer gives its queues up
 # (the pull service forgets a consumer after 3 of the default 10 s intervals).
 _SILENT_HEARTBEATS = 3
+# A queue whose pulls keep failing (retriably) waits up to this long between attempts.
+_PULL_ERROR_BACKOFF_MAX_S = 30.0
 
 
 def _positive(**values: float) -> None:
@@ -210,6 +215,15 @@ class PushConsumer:
     logged and skipped. (RocketMQ sends it back to a ``%RETRY%group`` topic and finally
     to a dead-letter queue; txmq has neither yet.)
 
+    Errors: ``start()`` checks every subscription against the cluster (the topic's
+    route, then one pull that answers at once, which the pull service validates as any
+    pull: the group exists and may consume, the topic is readable, the expression
+    parses) and raises a non-retriable ``TxmqError`` there. Later, a retriable error
+    (see ``txmq._failures``) is retried with backoff and logged a bounded number of
+    times; a non-retriable one stops the whole consumer (offsets committed, the group
+    told), is passed to ``on_error(err)`` (on the consumer's service thread, after the
+    stop) and raised by ``wait()``.
+
     See ``_rebalance`` and docs/consumers.md for how queues change hands.
     """
 
@@ -237,9 +251,12 @@ class PushConsumer:
         timeout: float = 5.0,
         route_refresh_interval: float = 30.0,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+        on_error: ErrorCallback | None = None,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         parse_endpoints(endpoint)
+        if on_error is not None and not callable(on_error):
+            raise TypeError("on_error must be callable")
         _positive(
             consume_thread_max=consume_thread_max,
             consume_message_batch_max_size=consume_message_batch_max_size,
@@ -301,6 +318,10 @@ class PushConsumer:
         self._timer: Timer | None = None
         self._dispatcher: concurrent.futures.ThreadPoolExecutor | None = None
         self._consumers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._on_error = on_error
+        self._error: TxmqError | None = None
+        self._stopped = threading.Event()
+        self._failures = FailureLog(log)
 
     # -- configuration -----------------------------------------------------------------
 
@@ -348,7 +369,23 @@ class PushConsumer:
             core = ClientCore(
                 self.endpoint, route_refresh_interval=self._route_refresh_interval, interceptors=self._interceptors
             )
-            self._client = PullClient(core, self.group, timeout=self._timeout)
+            client = PullClient(core, self.group, timeout=self._timeout)
+            subs = list(self._subs.values())
+            self._state = "starting"
+        try:
+            for sub in subs:
+                self._check_subscription(client, sub)
+        except BaseException:
+            client.close()
+            with self._lock:
+                if self._state == "starting":
+                    self._state = "created"  # fix the subscription and start again
+            raise
+        with self._lock:
+            if self._state != "starting":  # shut down meanwhile
+                client.close()
+                return
+            self._client = client
             self._timer = Timer(f"txmq-consumer-timer-{self.group}")
             self._dispatcher = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="txmq-consumer-pull")
             self._consumers = concurrent.futures.ThreadPoolExecutor(
@@ -361,15 +398,65 @@ class PushConsumer:
         self._timer.start()
         self._service.start()
 
+    def _check_subscription(self, client: PullClient, sub: Subscription) -> None:
+        """Raise what makes ``sub`` fail for good; a retriable failure (a service down)
+        is logged and left to the running consumer."""
+        try:
+            queues = client.message_queues(sub.topic)
+            if not queues:
+                raise NotFoundError(f"topic {sub.topic!r} has no readable queue", code=errors_pb2.CODE_TOPIC_NOT_READABLE)
+            mq = queues[0]
+            high = client.queue_range(mq)[1]
+            # Validated as every pull is; answered at once (no hold), reads nothing new.
+            client.pull(mq, sub, high, max_nums=1, suspend_timeout=None)
+        except TxmqError as err:
+            if err.code == errors_pb2.CODE_TOPIC_NOT_FOUND and self._stores_live(client):
+                raise  # stores are up and none has it: it does not exist
+            if not retriable(err):
+                raise
+            log.warning(
+                "consumer %s: cannot check the subscription to %s now (%s); starting anyway", self.client_id, sub.topic, err
+            )
+
+    @staticmethod
+    def _stores_live(client: PullClient) -> bool:
+        try:
+            return bool(client.core.routes.endpoints(ServiceKind.STORE, timeout=client.timeout))
+        except TxmqError:
+            return False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the consumer stops (``shutdown()``, or an error a retry cannot
+        fix, which is raised here) or ``timeout`` seconds pass; True if it stopped."""
+        stopped = self._stopped.wait(timeout)
+        if self._error is not None:
+            raise self._error
+        return stopped
+
+    @property
+    def error(self) -> TxmqError | None:
+        """The error that stopped the consumer, if one did."""
+        return self._error
+
     def shutdown(self) -> None:
         """Stop pulling, let running listeners finish, commit every queue's offset, tell
         the pull instances this consumer is leaving (the rest of the group takes its
-        queues at their next rebalance) and close. Idempotent."""
+        queues at their next rebalance) and close. Idempotent; after a stop on an error
+        it only waits for that stop to end."""
+        with self._lock:
+            if self._state in ("created", "starting", "stopped"):  # start() sees "stopped" and backs out
+                self._state = "stopped"
+                self._stopped.set()
+                return
+        if not self._stop() and self._service is not threading.current_thread():
+            self._stopped.wait()  # another thread is stopping it
+
+    def _stop(self) -> bool:
+        """Stop a running consumer; False when another thread does (or did)."""
         with self._lock:
             if self._state != "running":
-                self._state = "stopped"
-                return
-            self._state = "stopped"
+                return False
+            self._state = "stopping"
             queues = list(self._queues.values())
         self._wake.set()
         assert self._service and self._timer and self._dispatcher and self._consumers and self._client
@@ -385,8 +472,15 @@ class PushConsumer:
         with self._lock:
             self._queues.clear()
             topics = sorted(self._subs)
-        self._client.heartbeat(self._pull_addresses(topics), self.client_id, topics, leaving=True)
+        try:
+            self._client.heartbeat(self._pull_addresses(topics), self.client_id, topics, leaving=True)
+        except TxmqError as err:
+            log.info("consumer %s: telling the group it leaves failed: %s", self.client_id, err)
         self._client.close()
+        with self._lock:
+            self._state = "stopped"
+        self._stopped.set()
+        return True
 
     def __enter__(self) -> "PushConsumer":
         self.start()
@@ -399,7 +493,23 @@ class PushConsumer:
 
     @property
     def _running(self) -> bool:
-        return self._state == "running"
+        return self._state == "running" and self._error is None
+
+    def _fail(self, err: TxmqError) -> None:
+        """A retry cannot fix ``err``: have the service thread stop the consumer."""
+        with self._lock:
+            if self._error is not None or self._state != "running":
+                return
+            self._error = err
+        log.error("consumer %s of group %s stops: %s (a retry cannot fix this)", self.client_id, self.group, err)
+        self._wake.set()
+
+    def _handle(self, key: object, what: str, err: TxmqError) -> None:
+        """A failed background call: stop on a non-retriable error, else log (bounded)."""
+        if retriable(err):
+            self._failures.failed(key, f"consumer {self.client_id}: {what}", err)
+        else:
+            self._fail(err)
 
     # -- heartbeat, rebalance, commits (the service thread) -----------------------------
 
@@ -407,9 +517,27 @@ class PushConsumer:
         while self._running:
             try:
                 self._serve()
+            except TxmqError as err:
+                self._handle("service", "service loop", err)
+                self._wake.wait(self._heartbeat_interval)
             except Exception:  # a bug here must not end heartbeats for good
                 log.exception("consumer %s: service loop failed; restarting it", self.client_id)
                 self._wake.wait(self._heartbeat_interval)
+        error = self._error
+        if error is None:
+            return  # shut down by shutdown()
+        try:
+            self._stop()
+        except Exception:  # noqa: BLE001 - the stop is best effort; the error is what matters
+            log.exception("consumer %s: stopping after an error failed", self.client_id)
+            with self._lock:
+                self._state = "stopped"
+            self._stopped.set()
+        if self._on_error is not None:
+            try:
+                self._on_error(error)
+            except Exception:  # noqa: BLE001
+                log.exception("consumer %s: the on_error callback failed", self.client_id)
 
     def _serve(self) -> None:
         next_heartbeat = next_rebalance = 0.0
@@ -456,10 +584,13 @@ class PushConsumer:
         assert self._client is not None
         addresses: set[str] = set()
         for topic in topics:
+            what = f"finding the pull instances of topic {topic}"
             try:
                 addresses.update(self._client.pull_addresses(topic))
             except TxmqError as err:
-                log.warning("consumer %s: no pull instance for topic %s: %s", self.client_id, topic, err)
+                self._handle(("pull-addresses", topic), what, err)
+            else:
+                self._failures.recovered(("pull-addresses", topic), f"consumer {self.client_id}: {what}")
         return sorted(addresses)
 
     def _heartbeat(self, now: float) -> bool | None:
@@ -493,11 +624,13 @@ class PushConsumer:
         for mq in sorted(mq for mq in owned if mq.topic not in subs):
             self._release(mq)
         for topic in subs:
+            what = f"route of topic {topic}"
             try:
                 queues = sorted(self._client.route(topic).read_queues())
             except TxmqError as err:
-                log.warning("consumer %s: route of %s failed, rebalance later: %s", self.client_id, topic, err)
+                self._handle(("route", topic), what, err)
                 continue
+            self._failures.recovered(("route", topic), f"consumer {self.client_id}: {what}")
             mine = set(allocate_averagely(queues, list(view.members), self.client_id))
             for mq in sorted(mq for mq in owned if mq.topic == topic and mq not in mine):
                 self._release(mq)
@@ -507,12 +640,17 @@ class PushConsumer:
                 if not view.may_take_over(now):
                     retry_at = view.takeover_at()
                     continue
+                what = f"starting on {mq}"
                 try:
                     self._acquire(mq)
                 except TxmqError as err:
-                    log.warning("consumer %s: cannot start on %s yet: %s", self.client_id, mq, err)
+                    self._handle(("acquire", mq), what, err)
+                    if not self._running:
+                        return None
                     at = now + self._pull_error_backoff
                     retry_at = at if retry_at is None else min(retry_at, at)
+                else:
+                    self._failures.recovered(("acquire", mq), f"consumer {self.client_id}: {what}")
         return retry_at
 
     def _acquire(self, mq: MessageQueue) -> None:
@@ -545,6 +683,7 @@ class PushConsumer:
             if pq.running:
                 log.warning("consumer %s: releasing %s with %d listener(s) still running", self.client_id, mq, pq.running)
         self._commit(pq)
+        self._failures.forget(("pull", mq))
         log.info("consumer %s: released %s at offset %s", self.client_id, mq, pq.committed)
 
     def _drop(self, pq: ProcessQueue) -> None:
@@ -569,11 +708,13 @@ class PushConsumer:
             point = pq.commit_point()
             if point == pq.committed:
                 return
+        what = f"committing the offset of {pq.mq}"
         try:
             self._client.commit_offset(pq.mq, point)
         except TxmqError as err:
-            log.warning("consumer %s: committing %s at %d failed: %s", self.client_id, pq.mq, point, err)
+            self._handle(("commit", pq.mq), what, err)
             return
+        self._failures.recovered(("commit", pq.mq), f"consumer {self.client_id}: {what}")
         with pq.lock:
             pq.committed = point
 
@@ -637,7 +778,7 @@ class PushConsumer:
             self._on_pulled(pq, future, sub)
         except Exception as exc:  # keep the queue going whatever happened
             log.exception("consumer %s: handling a pull of %s failed", self.client_id, pq.mq)
-            self._pull_failed(pq, TxmqError(f"handling a pull failed: {exc!r}"))
+            self._pull_failed(pq, TxmqError(f"handling a pull failed: {exc!r}", retriable=True))
 
     def _pull_failed(self, pq: ProcessQueue, err: TxmqError) -> None:
         assert self._client is not None and self._timer is not None
@@ -645,9 +786,15 @@ class PushConsumer:
             if pq.dropped:
                 return
             pq.failures += 1
-        log.warning("consumer %s: pull of %s failed, retrying: %s", self.client_id, pq.mq, err)
+            failures = pq.failures
+        self._handle(("pull", pq.mq), f"pull of {pq.mq}", err)
+        if not self._running:
+            return
         self._client.core.routes.mark_stale(pq.mq.topic)
-        self._timer.call_later(self._pull_error_backoff, self._pull, pq)
+        wait = backoff_delay(
+            failures, first=self._pull_error_backoff, maximum=max(self._pull_error_backoff, _PULL_ERROR_BACKOFF_MAX_S)
+        )
+        self._timer.call_later(wait, self._pull, pq)
 
     def _on_pulled(self, pq: ProcessQueue, future: grpc.Future, sub: Subscription) -> None:
         with pq.lock:
@@ -671,6 +818,8 @@ class PushConsumer:
         with pq.lock:
             if pq.dropped:
                 return
+            if pq.failures:
+                self._failures.recovered(("pull", pq.mq), f"consumer {self.client_id}: pull of {pq.mq}")
             pq.failures = 0
             if result.status is PullStatus.FOUND:
                 fresh = pq.take(result.messages, result.next_begin_offset)

@@ -38,6 +38,15 @@ class TxmqError(Exception):
         self.code = self.default_code if code is None else code
         self.retriable = self.default_retriable if retriable is None else retriable
         self.metadata = dict(metadata or {})
+        #: The call failed in gRPC's transport, with no answer from a txmq service
+        #: (set by ``from_rpc_error``; never sent on).
+        self.transport = False
+
+    @property
+    def unreachable(self) -> bool:
+        """No txmq service answered: the address refused or did not answer in time
+        (UNAVAILABLE or DEADLINE_EXCEEDED from the transport, not from a service)."""
+        return self.transport and self.code in (errors_pb2.CODE_UNAVAILABLE, errors_pb2.CODE_UPSTREAM_TIMEOUT)
 
     @property
     def code_name(self) -> str:
@@ -77,7 +86,11 @@ class TxmqError(Exception):
         status = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
         text = err.details() if hasattr(err, "details") else str(err)
         cls, code = _BY_GRPC_STATUS.get(status, (InternalError, errors_pb2.CODE_INTERNAL_ERROR))
-        return cls(f"{status.name}: {text}", code=code)
+        # Without an ErrorDetail no txmq service decided this: a broken stream
+        # (INTERNAL: RST_STREAM, UNKNOWN, ABORTED, CANCELLED by the peer) may well pass.
+        made = cls(f"{status.name}: {text}", code=code, retriable=True if status in _TRANSIENT_STATUSES else None)
+        made.transport = True
+        return made
 
 
 class BadRequestError(TxmqError):
@@ -157,6 +170,16 @@ _BY_GRPC_STATUS: dict[grpc.StatusCode, tuple[type[TxmqError], int]] = {
     grpc.StatusCode.FAILED_PRECONDITION: (ConflictError, errors_pb2.CODE_CONFLICT),
     grpc.StatusCode.ALREADY_EXISTS: (ConflictError, errors_pb2.CODE_CONFLICT),
 }
+
+
+_TRANSIENT_STATUSES = frozenset(
+    {
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
 
 
 def error(code: int, message: str, **metadata: str) -> TxmqError:
