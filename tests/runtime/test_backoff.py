@@ -74,7 +74,7 @@ async def test_retrying_a_call_waits_by_the_policy_on_the_clock() -> None:
 
     policy = BackoffPolicy(first_ms=100, max_ms=250)
     retry = retrying(policy, retry=retry_if_exception_type(ConnectionError), stop=stop_after_attempt(5), clock=clock)
-    task = asyncio.create_task(retry(flaky))
+    task: asyncio.Task[str] = asyncio.create_task(retry(flaky))
     while not task.done():  # time moves 1 ms at a time
         for _ in range(3):
             await asyncio.sleep(0)
@@ -95,7 +95,7 @@ async def test_retrying_gives_up_with_the_last_error() -> None:
         stop=stop_after_attempt(2),
         clock=clock,
     )
-    task = asyncio.create_task(retry(broken))
+    task: asyncio.Task[None] = asyncio.create_task(retry(broken))
     while not task.done():
         await asyncio.sleep(0)
         clock.advance(1)

@@ -36,7 +36,7 @@ from txmq_runtime.clock import SYSTEM_CLOCK
 from txmq_runtime.etcd import RETRYABLE, etcd_client
 from txmq_runtime.lease import VALID_FRACTION, Campaign, FencedLease, Holding, LeaseLapsed
 
-TTL_MS = 3_000
+TTL_MS = 10_000  # real seconds only matter to etcd; the margin logic runs on a manual clock
 VALID_MS = int(TTL_MS * VALID_FRACTION)
 HOLDER = Path(__file__).with_name("lease_holder.py")
 
@@ -247,6 +247,16 @@ def journal(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
+async def campaign_until_won(lease: FencedLease, key: str, value: bytes, timeout_s: float = 20.0) -> Holding:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        won = await lease.campaign(key, value)
+        if won.holding is not None:
+            return won.holding
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{lease.name} did not win {key} within {timeout_s} s")
+
+
 def spawn_holder(endpoint: str, key: str, ttl_ms: int, log: Path) -> subprocess.Popen[bytes]:
     with open(log.with_suffix(".log"), "wb") as child_log:  # its own log lines (warnings)
         return subprocess.Popen(
@@ -263,21 +273,18 @@ async def test_a_paused_holder_wakes_detects_the_loss_and_does_not_act(
     b = FencedLease(client, name="b", ttl_ms=ttl_ms)  # the system clock, as in production
     try:
         await eventually("the child to hold the key and act", lambda: any(r["kind"] == "acted" for r in journal(log)))
-        epoch_a = next(r["epoch"] for r in journal(log) if r["kind"] == "held")
         b.start()
         await eventually("b's lease", b.valid)
         assert (await b.campaign(key, b"b")).holding is None  # the child holds it
 
         os.kill(child.pid, signal.SIGSTOP)
-        # The child keeps its lease no more: b campaigns until etcd expired it.
-        while True:
-            sent_ms = SYSTEM_CLOCK.now_ms()
-            won = await b.campaign(key, b"b")
-            if won.holding is not None:
-                break
-            await asyncio.sleep(0.05)
-        assert won.holding.epoch > epoch_a
-        assert b.holds(key) is not None  # b acts from here on
+        # The child refreshes its lease no more: b campaigns until etcd expired it.
+        won = await campaign_until_won(b, key, b"b")
+        assert b.holds(key) == won  # b may act from here on
+        before = journal(log)  # complete: the child is stopped
+        assert before[-1]["kind"] == "acted", before[-3:]  # it was holding, and acting, when paused
+        epoch_a = before[-1]["epoch"]
+        assert won.epoch > epoch_a
 
         woke_ms = SYSTEM_CLOCK.now_ms()
         os.kill(child.pid, signal.SIGCONT)
@@ -286,14 +293,11 @@ async def test_a_paused_holder_wakes_detects_the_loss_and_does_not_act(
             "the child to look again after waking",
             lambda: any(r["kind"] == "idle" and r["checked_ms"] > woke_ms for r in journal(log)),
         )
-        records = journal(log)
-        # ... it noticed the loss, and every action it took was checked before b could
-        # hold the key: none after waking.
-        assert any(r["kind"] == "lost" and r["epoch"] == epoch_a for r in records), records[-5:]
-        acted = [r for r in records if r["kind"] == "acted"]
-        assert acted and all(r["epoch"] == epoch_a and r["checked_ms"] < sent_ms for r in acted), acted[-3:]
+        after = journal(log)[len(before) :]
+        # ... it noticed the loss, and neither acted nor got the key back.
+        assert any(r["kind"] == "lost" and r["epoch"] == epoch_a for r in after), after[:5]
+        assert not [r for r in after if r["kind"] in ("acted", "held")], after[:5]
         assert b.holds(key) is not None and (await client.get(key.encode())).value == b"b"
-        assert not any(r["kind"] == "held" and r["epoch"] != epoch_a for r in records)  # it never got it back
     finally:
         os.kill(child.pid, signal.SIGCONT)
         child.kill()
@@ -353,17 +357,19 @@ async def test_holders_survive_etcd_restarts_and_never_hold_together(tmp_path: P
             (server.stop if how == "terminate" else server.kill)()
             # Nobody can refresh: the holder stops holding within 2/3 of the TTL.
             await eventually("the holder to lose validity", lambda: holder() is None)
-            assert losses[current] and losses[current][-1][2] == "the lease was not refreshed in time"
+            assert losses[current] and losses[current][-1][2] == "the lease was not refreshed in time", losses
             server.start()
             await eventually("a holder again", lambda: holder() is not None, timeout_s=30)
             now = holder()
-            held = leases[now].holds(key)  # type: ignore[index]
+            assert now is not None
+            held = leases[now].holds(key)
             assert held is not None
-            kv = await clients[0].get(key.encode())
+            kv = await clients[now].get(key.encode())  # the holder's client: connected again
             assert kv is not None and kv.value == b"ab"[now : now + 1] and kv.mod_revision == held.epoch
-            # The same holder (its lease survived the restart: same epoch) or, had its
-            # lease expired, the other with a greater one.
-            assert (now == current and held.epoch == epochs[-1]) or (now != current and held.epoch > epochs[-1])
+            # The same holder with the same epoch (its lease survived the restart: the key
+            # was adopted again) or, had its lease expired meanwhile, a new campaign's
+            # winner (either of them) with a greater epoch.
+            assert held.epoch > epochs[-1] or (held.epoch == epochs[-1] and now == current), (epochs, now, losses)
             epochs.append(held.epoch)
         assert both_held == []
     finally:
