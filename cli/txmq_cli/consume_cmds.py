@@ -261,6 +261,9 @@ def lag(group_name: str, topic_name: str | None, endpoint: str, output: str) -> 
         rows = admin.consume_offsets(group_name, topic_name)
         if not rows:
             empty_reason = no_offsets_reason(admin, group_name, topic_name)
+    if empty_reason and output == "text":
+        click.echo(empty_reason)
+        return
     _emit_table(
         rows,
         [
@@ -275,7 +278,4 @@ def lag(group_name: str, topic_name: str | None, endpoint: str, output: str) -> 
         output,
     )
     if output == "text":
-        if rows:
-            click.echo(f"total lag {sum(o.lag for o in rows)}")
-        else:
-            click.echo(empty_reason)
+        click.echo(f"total lag {sum(o.lag for o in rows)}")
