@@ -80,7 +80,10 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
     txcheck = service_factory.start("txcheck", *FAST_TXCHECK, "--metrics_port", "0")
     pull = service_factory.start("pull", "--metrics_port", "0")
     gateway = service_factory.start("gateway", "--metrics_port", "0")
-    ports = {name: metrics_port(p) for name, p in (("store", store), ("txcheck", txcheck), ("pull", pull), ("gateway", gateway))}
+    ports = {
+        name: metrics_port(p)
+        for name, p in (("store", store), ("txcheck", txcheck), ("pull", pull), ("gateway", gateway))
+    }
     assert len(set(ports.values())) == 4
     before = {name: scrape(port) for name, port in ports.items()}
     for name, samples in before.items():
@@ -94,7 +97,9 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
     with Admin(store.address) as admin:
         admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
     with grpc.insecure_channel(store.address) as ch:
-        store_id = store_pb2_grpc.StoreAdminStub(ch).GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=10).store_id
+        store_id = (
+            store_pb2_grpc.StoreAdminStub(ch).GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=10).store_id
+        )
         # An error is counted under its status.
         with pytest.raises(grpc.RpcError) as missing:
             store_pb2_grpc.StoreAdminStub(ch).GetTopic(store_pb2.GetTopicRequest(name="NoSuchTopic"), timeout=10)
@@ -114,7 +119,9 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
             pull_pb2.PullMessageRequest(consumer_group=group, queue=queue, queue_offset=0, max_messages=32), timeout=10
         )
         assert [m.message.body for m in first.messages] == bodies
-        stub.UpdateConsumerOffset(pull_pb2.UpdateConsumerOffsetRequest(consumer_group=group, queue=queue, offset=2), timeout=10)
+        stub.UpdateConsumerOffset(
+            pull_pb2.UpdateConsumerOffsetRequest(consumer_group=group, queue=queue, offset=2), timeout=10
+        )
 
         # A held long poll, woken by a send.
         held: list[pull_pb2.PullMessageResponse] = []
@@ -144,7 +151,9 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
     assert delta("store", "rocketmq_throughput_in_total", topic=topic) == sent_bytes
     assert delta("store", "rocketmq_messages_out_total", topic=topic) == 6
     assert delta("store", "rocketmq_throughput_out_total", topic=topic) == sent_bytes
-    assert delta("store", "rocketmq_message_size_bucket", le="1024.0") >= 4  # 1, 10, 100, 1000 and "wake"
+    assert delta("store", "rocketmq_message_size_bucket", le="1024.0") == 5  # 1, 10, 100, 1000 and "wake"
+    assert delta("store", "rocketmq_message_size_bucket", le="4096.0") == 6  # and 2000
+    assert delta("store", "rocketmq_message_size_sum") == sent_bytes
     assert delta("store", "rocketmq_rpc_latency_count", service="Store", action="SendMessage", result="OK") == 6
     assert delta("store", "rocketmq_rpc_latency_count", service="StoreAdmin", action="GetTopic", result=error_code) == 1
     assert delta("store", "txmq_store_flush_seconds_count") >= 1  # sync flush: a group commit per send at most
@@ -154,9 +163,11 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
     assert value(now, "txmq_store_disk_free_bytes", store_id=store_id) > 0
     assert value(now, "rocketmq_storage_size", store_id=store_id) > 0
     assert value(now, "rocketmq_storage_flush_behind_bytes", store_id=store_id) == 0  # sync flush
-    assert value(now, "txmq_store_commitlog_bytes", store_id=store_id) - value(
-        before["store"], "txmq_store_commitlog_bytes", store_id=store_id
-    ) > sent_bytes
+    assert (
+        value(now, "txmq_store_commitlog_bytes", store_id=store_id)
+        - value(before["store"], "txmq_store_commitlog_bytes", store_id=store_id)
+        > sent_bytes
+    )
 
     # pull: what consumers got, the long poll and its end, latency
     assert delta("pull", "txmq_pull_messages_total", consumer_group=group, topic=topic) == 6

@@ -15,6 +15,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
+
 from txmq_runtime import metrics
 from txmq_runtime.metrics import RpcMetrics, Sample, ScrapeCollector, TopicCounters, call_on_loop
 
@@ -177,6 +178,7 @@ def test_rocketmq_v2_responses_are_labelled_by_their_in_band_code() -> None:
 
 def test_txcheck_counts_each_timeline_event_kind() -> None:
     from prometheus_client import REGISTRY
+
     from txmq_txcheck.timeline import Timeline
 
     names = {
@@ -202,6 +204,7 @@ def test_txcheck_counts_each_timeline_event_kind() -> None:
 
 def test_pull_counts_messages_per_group_and_long_poll_outcomes() -> None:
     from prometheus_client import REGISTRY
+
     from txmq.v1 import common_pb2, pull_pb2
     from txmq_pull import metrics as pull_metrics
     from txmq_pull.hold import WakeReason
@@ -260,8 +263,12 @@ async def test_store_collector_reports_lag_half_messages_and_sizes(tmp_path: Pat
         await store.close()
 
 
+LES = ("1024.0", "4096.0", "524288.0", "4.194304e+06", "+Inf")
+
+
 def test_store_counts_in_by_topic_runs_and_out_per_read() -> None:
     from prometheus_client import REGISTRY
+
     from txmq_store import metrics as store_metrics
 
     class Rec:
@@ -271,8 +278,24 @@ def test_store_counts_in_by_topic_runs_and_out_per_read() -> None:
     def get(name: str, topic: str) -> float:
         return REGISTRY.get_sample_value(name, {"topic": topic}) or 0
 
+    def sizes() -> dict[str, float]:
+        out = {le: REGISTRY.get_sample_value("rocketmq_message_size_bucket", {"le": le}) or 0 for le in LES}
+        return {**out, "sum": REGISTRY.get_sample_value("rocketmq_message_size_sum") or 0}
+
     before = {t: (get("rocketmq_messages_in_total", t), get("rocketmq_throughput_in_total", t)) for t in "XY"}
+    sizes_before = sizes()
     store_metrics.count_in([Rec("X", b"ab"), Rec("X", b"c"), Rec("Y", b"defg"), Rec("X", b"")])
+    store_metrics.count_in([Rec("Z", b"z" * 1024), Rec("Z", b"z" * 1025), Rec("Z", b"z" * (5 * 1024 * 1024))])
+    grown = {k: v - sizes_before[k] for k, v in sizes().items()}
+    # Cumulative buckets: <= 1 KiB holds 2, 1, 4, 0 and exactly 1024 bytes; 1025 is in <= 4 KiB; 5 MiB only in +Inf.
+    assert grown == {
+        "1024.0": 5,
+        "4096.0": 6,
+        "524288.0": 6,
+        "4.194304e+06": 6,
+        "+Inf": 7,
+        "sum": 7 + 2049 + 5 * 1024 * 1024,
+    }
     assert get("rocketmq_messages_in_total", "X") - before["X"][0] == 3
     assert get("rocketmq_throughput_in_total", "X") - before["X"][1] == 3
     assert get("rocketmq_messages_in_total", "Y") - before["Y"][0] == 1

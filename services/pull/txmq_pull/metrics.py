@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import Counter, Gauge
+
 from txmq.v1 import pull_pb2
 from txmq_runtime.metrics import TopicCounters
 

@@ -35,7 +35,6 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 import prometheus_client
-from google.protobuf.message import Message as ProtoMessage
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
@@ -96,18 +95,32 @@ def _split_method(method: str) -> tuple[str, str]:
     return service.rpartition(".")[2], action
 
 
+#: Response type -> the names of its ``status.code`` enum values, or None when it has no
+#: Status message with a code (txmq's own responses): decided once per type.
+_CODE_NAMES: dict[type, dict[int, str] | None] = {}
+
+
+def _code_names(response_type: type) -> dict[int, str] | None:
+    names = None
+    descriptor = getattr(response_type, "DESCRIPTOR", None)
+    status = descriptor.fields_by_name.get("status") if descriptor is not None else None
+    if status is not None and status.message_type is not None:
+        code = status.message_type.fields_by_name.get("code")
+        if code is not None and code.enum_type is not None:
+            names = {v.number: v.name for v in code.enum_type.values}
+    _CODE_NAMES[response_type] = names
+    return names
+
+
 def _in_band_result(response: object) -> str | None:
     """A RocketMQ v2 response's ``status.code`` name (apache.rocketmq.v2.Status); None
     for responses without a status message (txmq's own: their errors are gRPC statuses)."""
-    status = getattr(response, "status", None)
-    if not isinstance(status, ProtoMessage):
+    t = type(response)
+    names = _CODE_NAMES[t] if t in _CODE_NAMES else _code_names(t)
+    if names is None:
         return None
-    field = status.DESCRIPTOR.fields_by_name.get("code")
-    if field is None or field.enum_type is None:
-        return None
-    code = status.code
-    value = field.enum_type.values_by_number.get(code)
-    return value.name if value is not None else str(code)
+    code = response.status.code  # type: ignore[attr-defined]
+    return names.get(code) or str(code)
 
 
 _STATUS_BY_NUMBER = {c.value[0]: c.name for c in grpc.StatusCode}

@@ -29,11 +29,15 @@ from __future__ import annotations
 
 import shutil
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
 from txmq_runtime.metrics import MESSAGE_SIZE_BUCKETS, Sample, ScrapeCollector, TopicCounters
 
 from .configs import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
@@ -49,9 +53,6 @@ MESSAGES_IN = Counter("rocketmq_messages_in", "Messages stored, per topic.", ["t
 THROUGHPUT_IN = Counter("rocketmq_throughput_in", "Message body bytes stored, per topic.", ["topic"])
 MESSAGES_OUT = Counter("rocketmq_messages_out", "Messages served by GetMessage, per topic.", ["topic"])
 THROUGHPUT_OUT = Counter("rocketmq_throughput_out", "Message body bytes served by GetMessage, per topic.", ["topic"])
-MESSAGE_SIZE = Histogram(
-    "rocketmq_message_size", "Body size of each message stored, in bytes.", buckets=MESSAGE_SIZE_BUCKETS
-)
 FLUSH_SECONDS = Histogram(
     "txmq_store_flush_seconds",
     "Duration of each commit-log fsync that had bytes to write (sync mode: one per group commit).",
@@ -60,7 +61,40 @@ FLUSH_SECONDS = Histogram(
 
 _IN = TopicCounters(MESSAGES_IN, THROUGHPUT_IN)
 _OUT = TopicCounters(MESSAGES_OUT, THROUGHPUT_OUT)
-_observe_size = MESSAGE_SIZE.observe
+
+
+class SizeHistogram(Collector):
+    """``rocketmq_message_size``: a histogram kept as plain bucket counts, because a
+    ``prometheus_client`` Histogram's ``observe`` (a lock and a walk over the buckets,
+    about 3 us) would cost a fifth of a batched send per message; here a message costs a
+    ``bisect`` and an add on the event loop thread. Exposed on scrape (a copy of the list
+    under the GIL)."""
+
+    def __init__(self, buckets: Sequence[float], registry: CollectorRegistry | None = REGISTRY) -> None:
+        self.bounds = tuple(buckets)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last: above every bound
+        self.sum = 0
+        if registry is not None:
+            registry.register(self)
+
+    def describe(self) -> Iterable[Metric]:
+        return [HistogramMetricFamily("rocketmq_message_size", "Body size of each message stored, in bytes.")]
+
+    def collect(self) -> Iterable[Metric]:
+        counts, total = list(self.counts), self.sum
+        cumulative, buckets = 0, []
+        for bound, n in zip(self.bounds, counts, strict=False):
+            cumulative += n
+            buckets.append((floatToGoString(bound), cumulative))
+        buckets.append(("+Inf", cumulative + counts[-1]))
+        family = HistogramMetricFamily("rocketmq_message_size", "Body size of each message stored, in bytes.")
+        family.add_metric([], buckets, total)
+        return [family]
+
+
+MESSAGE_SIZE = SizeHistogram(MESSAGE_SIZE_BUCKETS)
+_size_counts = MESSAGE_SIZE.counts
+_size_bounds = MESSAGE_SIZE.bounds
 
 
 class _Record(Protocol):
@@ -71,10 +105,12 @@ class _Record(Protocol):
 def count_in(records: Sequence[_Record]) -> None:
     """Messages stored by one send (a batch mostly has one topic: one pair of incs)."""
     topic = ""
-    n = size = 0
+    n = size = batch = 0
+    counts, bounds = _size_counts, _size_bounds
     for rec in records:
         b = len(rec.body)
-        _observe_size(b)
+        counts[bisect_left(bounds, b)] += 1
+        batch += b
         if rec.topic != topic:
             if n:
                 _IN.count((topic,), n, size)
@@ -83,6 +119,7 @@ def count_in(records: Sequence[_Record]) -> None:
         size += b
     if n:
         _IN.count((topic,), n, size)
+    MESSAGE_SIZE.sum += batch
 
 
 def count_out(topic: str, messages: Iterable[_Record]) -> None:
