@@ -46,7 +46,8 @@ async def test_leadership_lapses_before_the_lease_can_expire_and_moves(etcd) -> 
             assert a.leads("store-0") and not b.leads("store-0")
             assert (await client.get(key)).value == b"a"
             epoch_a = a.epoch("store-0")
-            assert epoch_a == (await client.get(key)).mod_revision and b.epoch("store-0") is None
+            assert epoch_a is not None and epoch_a == (await client.get(key)).mod_revision
+            assert b.epoch("store-0") is None
 
             # No refresh for most of the TTL: a stops deciding on its own (and stops its
             # loop), while etcd still keeps its key (nobody else can have taken it yet).
@@ -63,7 +64,8 @@ async def test_leadership_lapses_before_the_lease_can_expire_and_moves(etcd) -> 
             # and steps down.
             await client.delete(key)
             await b.tick()
-            assert b.leads("store-0") and b.epoch("store-0") > epoch_a
+            epoch_b = b.epoch("store-0")
+            assert b.leads("store-0") and epoch_b is not None and epoch_b > epoch_a
             await a.tick()
             assert not a.leads("store-0") and a.led == set()
             assert events[3:] == [("b", "elected", "store-0"), ("a", "lost", "store-0")]
@@ -73,6 +75,9 @@ async def test_leadership_lapses_before_the_lease_can_expire_and_moves(etcd) -> 
             assert await client.get(key) is None
             await a.tick()
             assert a.leads("store-0") and events[-2:] == [("b", "lost", "store-0"), ("a", "elected", "store-0")]
+            # Won back after another leader: a new epoch, so a decision a started under its
+            # first leadership fails its fence (service.py) instead of writing.
+            assert a.epoch("store-0") > epoch_b > epoch_a
         finally:
             await a.close()
             await b.close()

@@ -194,8 +194,13 @@ class TxcheckNode:
         deadline = self._monotonic() + wait_s
         backoff = Backoff(_LEADER_RETRY)
         while True:
-            if self.elector.leads(store_id):
-                return await self.ledger(store_id).end(request, fence=lambda: self.elector.leads(store_id))
+            if (epoch := self.elector.epoch(store_id)) is not None:
+                # The fence: still leading under the same epoch (a leadership lost and won
+                # back meanwhile has a new one: another leader may have decided in between).
+                def fence(epoch: int = epoch) -> bool:
+                    return self.elector.epoch(store_id) == epoch
+
+                return await self.ledger(store_id).end(request, fence=fence)
             if request.forwarded:
                 reason = f"forwarded to {self.instance_id}, which does not lead the store"
             else:
