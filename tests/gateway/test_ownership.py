@@ -170,10 +170,14 @@ async def test_first_caller_claims_others_forward_and_a_forwarded_call_is_never_
         # A forwarded call for an unowned group is claimed by its receiver.
         assert await b.route("H", forwarded=True) is None and b.owns("H")
 
-        # A clean stop revokes the lease: the groups move at the next call.
+        # A clean stop revokes the lease: the groups move at the next call, with a
+        # greater epoch (the fencing token of the ownership).
+        epoch_a = a.epoch(GROUP)
+        assert epoch_a is not None and b.epoch(GROUP) is None
         await a.close()
         assert await etcd_conn.get(a.key(GROUP).encode()) is None
         assert await b.route(GROUP) is None and b.owns(GROUP)
+        assert (b.epoch(GROUP) or 0) > epoch_a and a.epoch(GROUP) is None
         assert lost == []  # closing is not losing: the consumer core is closed with it
     finally:
         await a.close()
@@ -238,8 +242,10 @@ async def test_a_restarted_instance_takes_over_its_previous_incarnations_key(etc
         a = ownership(etcd_conn, prefix, "a", lost)
         await a.start(timeout_s=5)
         try:
+            old_revision = (await etcd_conn.get(key.encode())).mod_revision
             assert await a.route(GROUP) is None and a.owns(GROUP)
             assert Owner.decode((await etcd_conn.get(key.encode())).value) == Owner("a", "a.example:8081", a.lease_id)
+            assert (a.epoch(GROUP) or 0) > old_revision  # the old incarnation's writes are older
             assert await a.route(GROUP + "2") == Owner("x", "x:1", other_lease.id)  # another live owner
         finally:
             await a.close()
