@@ -35,6 +35,8 @@ def test_topic_crud(admin: Admin, unique_name: Callable[[str], str], wait_route:
     with pytest.raises(ConflictError) as info:
         admin.create_topic(name)
     assert info.value.code == errors_pb2.CODE_TOPIC_ALREADY_EXISTS
+    # exist_ok: the existing topic, unchanged (not the settings asked for).
+    assert admin.create_topic(name, read_queue_nums=8, exist_ok=True) == created
 
     updated = admin.update_topic(name, write_queue_nums=3, perm=Perm.READ)
     assert (updated.read_queue_nums, updated.write_queue_nums, updated.perm) == (3, 3, Perm.READ)
@@ -83,6 +85,7 @@ def test_subscription_group_crud(admin: Admin, unique_name: Callable[[str], str]
     with pytest.raises(ConflictError) as info:
         admin.create_subscription_group(name)
     assert info.value.code == errors_pb2.CODE_SUBSCRIPTION_GROUP_ALREADY_EXISTS
+    assert admin.create_subscription_group(name, retry_max_times=1, exist_ok=True) == created
 
     updated = admin.update_subscription_group(name, consume_enable=False)
     assert (updated.consume_enable, updated.retry_max_times) == (False, 5)

@@ -40,6 +40,11 @@ def test_topic_commands(txmq, unique_name, wait_route) -> None:  # type: ignore[
     text = txmq("topic", "get", name).stdout
     assert name in text and "4 (r--)" in text
 
+    again = txmq("topic", "create", name, ok=False)
+    assert again.exit_code == 1 and again.stderr.startswith("error: [CODE_TOPIC_ALREADY_EXISTS] ")
+    assert txmq("topic", "create", name, "--exist-ok", "--read-queues", "5", "-o", "json")["read_queue_nums"] == 2
+    assert txmq("topic", "create", name, "--exist_ok", "-o", "json")["name"] == name  # the old spelling still works
+
     assert name in [t["name"] for t in txmq("topic", "list", "-o", "json")]
     assert name in txmq("topic", "list").stdout
 
@@ -54,6 +59,8 @@ def test_group_commands(txmq, unique_name) -> None:  # type: ignore[no-untyped-d
     created = txmq("group", "create", name, "--retry-max-times", "3", "--consume-disable", "-o", "json")
     assert (created["group_name"], created["retry_max_times"], created["consume_enable"]) == (name, 3, False)
     assert txmq("group", "get", name, "-o", "json") == created
+    assert txmq("group", "create", name, ok=False).stderr.startswith("error: [CODE_SUBSCRIPTION_GROUP_ALREADY_EXISTS] ")
+    assert txmq("group", "create", name, "--exist-ok", "-o", "json") == created
     assert name in [g["group_name"] for g in txmq("group", "list", "-o", "json")]
     assert name in txmq("group", "list").stdout
     txmq("group", "delete", name)
