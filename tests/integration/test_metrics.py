@@ -211,8 +211,44 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
         ok = stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=md, timeout=10)
         assert ok.status.code == pb.Code.OK
         nope = stub.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name="NoSuchTopic")), metadata=md, timeout=10)
+        # A SimpleConsumer receive: the messages are in flight until acked.
+        receive = svc.ReceiveMessageRequest(
+            group=pb.Resource(name="GW-metrics"),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
+            filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+            batch_size=32,
+        )
+        frames = list(stub.ReceiveMessage(receive, metadata=md, timeout=30))
+        received = [f.message for f in frames if f.HasField("message")]
+        assert sorted(m.body for m in received) == sorted([*bodies, b"wake", b"commit", b"unknown"])
+        assert frames[-1].status.code == pb.Code.OK
+        inflight = dict(consumer_group="GW-metrics", topic=topic)
+        assert value(scrape(ports["gateway"]), "rocketmq_consumer_inflight_messages", **inflight) == 8
+        first = received[0]
+        acked = stub.AckMessage(
+            svc.AckMessageRequest(
+                group=pb.Resource(name="GW-metrics"),
+                topic=pb.Resource(name=topic),
+                entries=[
+                    svc.AckMessageEntry(
+                        message_id=first.system_properties.message_id,
+                        receipt_handle=first.system_properties.receipt_handle,
+                    )
+                ],
+            ),
+            metadata=md,
+            timeout=10,
+        )
+        assert acked.status.code == pb.Code.OK
+        assert value(scrape(ports["gateway"]), "rocketmq_consumer_inflight_messages", **inflight) == 7
     not_found = pb.Code.Name(nope.status.code)
     assert not_found != "OK"
     gw = dict(service="MessagingService", action="QueryRoute")
     assert delta("gateway", "rocketmq_rpc_latency_count", **gw, result="OK") == 1
     assert delta("gateway", "rocketmq_rpc_latency_count", **gw, result=not_found) == 1
+    gw["action"] = "ReceiveMessage"
+    assert delta("gateway", "rocketmq_rpc_latency_count", **gw, result="OK") == 1
+    assert (
+        delta("gateway", "rocketmq_rpc_latency_count", service="MessagingService", action="AckMessage", result="OK")
+        == 1
+    )

@@ -1030,6 +1030,10 @@ class SimpleConsumerCore:
 
     # -- clients ---------------------------------------------------------------------
 
+    def in_flight(self) -> list[tuple[str, str, int]]:
+        """(group, topic, messages delivered and not yet acked) per subscription (metrics)."""
+        return [(group, topic, sub.live) for (group, topic), sub in self._subscriptions.items()]
+
     def client_gone(self, client_id: str) -> None:
         """``client_id`` terminated or expired: its auto-renewed messages become visible
         to the group again after CLEAR_INVISIBLE_MS (their handles keep working until)."""

@@ -15,6 +15,7 @@ from txmq_runtime.server import ServiceContext, ServiceParts
 from txmq_gateway.auth import Authenticator
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
+from txmq_gateway.metrics import COLLECTOR as GATEWAY_METRICS
 from txmq_gateway.ownership import Forwarder, GroupOwnership, GroupRouter
 from txmq_gateway.producer import ProducerCore
 from txmq_gateway.servicer import MessagingServicer, add_messaging_servicer
@@ -44,6 +45,7 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
     # and receipt handles carry it).
     instance_id = settings.instance_id or f"gateway-{socket.gethostname()}-{os.getpid()}"
     consumer = SimpleConsumerCore(backend, settings, instance_id=instance_id)
+    GATEWAY_METRICS.add(consumer)
     clients = ClientHub(backend, settings, on_client_gone=consumer.client_gone)
     # Consumer groups are owned by one replica each (ownership.py): its lease lives as
     # long as the instance's registration would (registration_ttl_ms).
@@ -82,6 +84,7 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
         await router.close()
 
     async def close() -> None:
+        GATEWAY_METRICS.discard(consumer)
         await stopping()
         await backend.close()
 

@@ -117,8 +117,8 @@ def _in_band_result(response: object) -> str | None:
     for responses without a status message (txmq's own: their errors are gRPC statuses)."""
     t = type(response)
     names = _CODE_NAMES[t] if t in _CODE_NAMES else _code_names(t)
-    if names is None:
-        return None
+    if names is None or not response.HasField("status"):  # type: ignore[attr-defined]
+        return None  # (a message frame of a stream: its status is the last frame's)
     code = response.status.code  # type: ignore[attr-defined]
     return names.get(code) or str(code)
 
