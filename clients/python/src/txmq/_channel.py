@@ -15,6 +15,8 @@ import grpc
 
 from txmq._backoff import Backoff
 from txmq._client import ClientCore
+from txmq._failures import retriable
+from txmq.errors import TxmqError
 from txmq.models import ServiceKind
 from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
 
@@ -45,6 +47,8 @@ class ProducerChannel:
         self._outgoing: queue.Queue | None = None
         self._call = None
         self.address: str | None = None
+        #: Why the channel gave up: a refusal a reconnect cannot fix (txmq._failures).
+        self.error: TxmqError | None = None
         self._thread = threading.Thread(target=self._run, name=f"txmq-channel-{group}", daemon=True)
 
     def start(self) -> None:
@@ -120,8 +124,13 @@ class ProducerChannel:
                     self._on_check(command.check)
         except grpc.RpcError as exc:
             if not self._stopped.is_set():
-                code = exc.code() if isinstance(exc, grpc.Call) else exc
-                log.info("producer channel to %s broke: %s", address, code)
+                err = TxmqError.from_rpc_error(exc)
+                if not retriable(err):  # refused for good: stop reconnecting
+                    self.error = err
+                    self._stopped.set()
+                    log.error("producer channel of %s refused by %s; not reconnecting: %s", self._group, address, err)
+                else:
+                    log.info("producer channel to %s broke: %s", address, err)
         finally:
             self.connected.clear()
             with self._lock:

@@ -132,7 +132,10 @@ class TransactionProducer(Producer):
 
     def start(self, *, wait_channel: float = 0.0) -> None:
         """Open the client and the channel for checks; ``wait_channel`` > 0 waits that
-        long for the channel to open (returns either way; it keeps reconnecting)."""
+        long for the channel to open (returns either way while it keeps reconnecting).
+        A channel the transaction service refuses for a reason a reconnect cannot fix
+        stops reconnecting: ``channel_error`` says why, and this raises it when it
+        happened within ``wait_channel``."""
         super().start()
         with self._lock:
             if self._channel is None:
@@ -143,7 +146,18 @@ class TransactionProducer(Producer):
                 self._channel.start()
             channel = self._channel
         if wait_channel > 0:
-            channel.connected.wait(wait_channel)
+            deadline = time.monotonic() + wait_channel
+            while not channel.connected.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+                if channel.error is not None:
+                    raise channel.error
+                if time.monotonic() >= deadline:
+                    break
+
+    @property
+    def channel_error(self) -> TxmqError | None:
+        """Why the check channel stopped reconnecting (None while it is open or retrying)."""
+        channel = self._channel
+        return channel.error if channel is not None else None
 
     @property
     def channel_open(self) -> bool:
