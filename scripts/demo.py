@@ -37,7 +37,7 @@ from txmq_cli.cluster import LocalCluster
 
 # The demo shortens the check loop (RocketMQ's defaults: every 30 s, 6 s immunity) so an
 # unanswered transaction is checked within seconds.
-TXCHECK_ARGS = ["--transaction_check_interval_ms", "1000", "--transaction_timeout_ms", "1000"]
+TXCHECK_ARGS = ["--transaction-check-interval-ms", "1000", "--transaction-timeout-ms", "1000"]
 
 
 class OrderService(TransactionListener):
@@ -262,7 +262,7 @@ def main() -> None:
     if data_dir.exists() and not args.keep_data:
         shutil.rmtree(data_dir)
     # The store exports offset snapshots and transaction events every second (analytics).
-    store_args = ["--export_interval_ms", "1000"]
+    store_args = ["--export-interval-ms", "1000"]
     with LocalCluster(data_dir=data_dir, txcheck_args=TXCHECK_ARGS, store_args=store_args) as cluster:
         print(f"txmq cluster up; bootstrap address {cluster.bootstrap}; logs in {cluster.log_dir}")
         demo(cluster.bootstrap, cluster.gateway_address)
