@@ -22,7 +22,7 @@ from txmq.v1 import common_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_gr
 
 pytestmark = pytest.mark.slow
 
-METRICS_LINE = re.compile(r"metrics on http://\S+/metrics \(bound port (\d+)\)")
+METRICS_LINE = re.compile(r"metrics on http://(\S+)/metrics \(bound port \d+\)")
 WAIT_S = 30.0
 FAST_TXCHECK = (
     "--transaction_check_interval_ms", "200",
@@ -31,18 +31,18 @@ FAST_TXCHECK = (
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 
-def metrics_port(process: ServiceProcess) -> int:
-    """The port the service logged for its /metrics server."""
+def metrics_address(process: ServiceProcess) -> str:
+    """host:port the service logged for its /metrics server."""
     found = METRICS_LINE.search(Path(process.process.log_path).read_text())
     assert found, f"no metrics line in {process.process.log_path}"
-    return int(found.group(1))
+    return found.group(1)
 
 
 Samples = list[tuple[str, dict[str, str], float]]
 
 
-def scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+def scrape(address: str) -> Samples:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
         assert response.status == 200
         text = response.read().decode()
     return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples]
@@ -79,12 +79,14 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
     store = service_factory.store("--flush_mode", "sync", "--metrics_port", "0")
     txcheck = service_factory.start("txcheck", *FAST_TXCHECK, "--metrics_port", "0")
     pull = service_factory.start("pull", "--metrics_port", "0")
-    gateway = service_factory.start("gateway", "--metrics_port", "0")
+    # metrics_host: the gateway's /metrics on another loopback address than its gRPC port.
+    gateway = service_factory.start("gateway", "--metrics_port", "0", "--metrics_host", "127.0.0.2")
     ports = {
-        name: metrics_port(p)
+        name: metrics_address(p)
         for name, p in (("store", store), ("txcheck", txcheck), ("pull", pull), ("gateway", gateway))
     }
     assert len(set(ports.values())) == 4
+    assert ports["gateway"].startswith("127.0.0.2:") and ports["store"].startswith("127.0.0.1:")
     before = {name: scrape(port) for name, port in ports.items()}
     for name, samples in before.items():
         assert value(samples, "process_cpu_seconds_total") > 0, name  # the default collectors are there

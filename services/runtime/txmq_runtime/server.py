@@ -188,8 +188,9 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
             stack.push_async_callback(parts.stopping)  # LIFO: runs before _stop_server
 
         labels = {}
-        if (metrics_port := metrics.serve(host=settings.host, port=settings.metrics_port, stack=stack)) is not None:
-            labels["metrics"] = join_host_port(_advertised_host(settings.host), metrics_port)
+        metrics_host = settings.metrics_host or settings.host
+        if (metrics_port := metrics.serve(host=metrics_host, port=settings.metrics_port, stack=stack)) is not None:
+            labels["metrics"] = join_host_port(_advertised_host(metrics_host), metrics_port)
         instance_id = parts.instance_id or settings.instance_id or f"{name}-{socket.gethostname()}-{os.getpid()}"
         endpoint = common_pb2.Endpoint(
             kind=kind,

@@ -72,3 +72,4 @@ class ServiceSettings(BaseSettings):
     metrics_port: int = Field(
         -1, ge=-1, le=65535, description="Prometheus /metrics HTTP port on host; 0 picks a free port, -1 turns it off."
     )
+    metrics_host: str = Field("", description="Address the /metrics HTTP server binds to; empty: host.")
