@@ -91,7 +91,7 @@ async def test_a_blocked_loop_times_the_read_out() -> None:
 
 def _blocking_call(loop: asyncio.AbstractEventLoop) -> None:
     blocker = threading.Event()
-    loop.call_soon_threadsafe(blocker.wait, 1.0)  # holds the loop for a second
+    loop.call_soon_threadsafe(blocker.wait, 0.3)  # holds the loop for 0.3 s
     call_on_loop(loop, lambda: None, timeout_s=0.05)
 
 
