@@ -12,10 +12,9 @@ import argparse
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-
-import threading
 
 from txmq import (
     Admin,
@@ -79,26 +78,38 @@ def demo(bootstrap: str, gateway: str) -> None:
         with Producer(group="demo-producer", endpoint=bootstrap) as producer:
             banner("send one message with tag and key")
             first = producer.send(
-                Message("DemoOrders", b'{"order": 1, "amount": 42}', tags="created", keys=("order-1",),
-                        properties={"region": "eu"})
+                Message(
+                    "DemoOrders",
+                    b'{"order": 1, "amount": 42}',
+                    tags="created",
+                    keys=("order-1",),
+                    properties={"region": "eu"},
+                )
             )
-            print(f"   {first.status.name} msg_id={first.msg_id} offset_msg_id={first.offset_msg_id}"
-                  f" queue={first.message_queue} queue_offset={first.queue_offset}")
+            print(
+                f"   {first.status.name} msg_id={first.msg_id} offset_msg_id={first.offset_msg_id}"
+                f" queue={first.message_queue} queue_offset={first.queue_offset}"
+            )
 
             banner("send a batch of 1000 messages")
             t0 = time.perf_counter()
             results = producer.send_batch(
-                [Message("DemoOrders", f"order {i}".encode() * 10, tags="batch", keys=(f"order-b{i}",))
-                 for i in range(1000)]
+                [
+                    Message("DemoOrders", f"order {i}".encode() * 10, tags="batch", keys=(f"order-b{i}",))
+                    for i in range(1000)
+                ]
             )
             dt = time.perf_counter() - t0
-            print(f"   {len(results)} acknowledged in {dt * 1000:.1f} ms; all OK: "
-                  f"{all(r.status.name == 'OK' for r in results)}")
+            print(
+                f"   {len(results)} acknowledged in {dt * 1000:.1f} ms; all OK: "
+                f"{all(r.status.name == 'OK' for r in results)}"
+            )
 
         banner("view the first message by its offsetMsgId")
         view = admin.view_message(first.offset_msg_id)
-        print(f"   topic={view.topic} tags={view.tags} keys={view.keys} body={view.body!r}"
-              f" properties={view.properties}")
+        print(
+            f"   topic={view.topic} tags={view.tags} keys={view.keys} body={view.body!r} properties={view.properties}"
+        )
 
         banner("query by key and by unique id")
         by_key = admin.query_messages_by_key("DemoOrders", "order-b500")
@@ -112,8 +123,11 @@ def demo(bootstrap: str, gateway: str) -> None:
 
         banner("bad input gets a typed error and stores nothing")
         with Producer(group="demo-producer", endpoint=bootstrap) as producer:
-            for bad in (Message("NoSuchTopic", b"x"), Message("bad topic!", b"x"),
-                        Message("RMQ_SYS_TRANS_HALF_TOPIC", b"x")):
+            for bad in (
+                Message("NoSuchTopic", b"x"),
+                Message("bad topic!", b"x"),
+                Message("RMQ_SYS_TRANS_HALF_TOPIC", b"x"),
+            ):
                 try:
                     producer.send(bad)
                     print(f"   UNEXPECTED: {bad.topic!r} accepted")
@@ -131,8 +145,10 @@ def demo(bootstrap: str, gateway: str) -> None:
         rocketmq_client(gateway, admin)
 
         status = admin.store_status()[0]
-        banner(f"store {status.store_id}: commit log {status.commit_log_min_offset}.."
-               f"{status.commit_log_max_offset}, flush mode {status.flush_mode}")
+        banner(
+            f"store {status.store_id}: commit log {status.commit_log_min_offset}.."
+            f"{status.commit_log_max_offset}, flush mode {status.flush_mode}"
+        )
 
 
 def transactions(bootstrap: str, admin: Admin) -> None:
@@ -154,7 +170,9 @@ def transactions(bootstrap: str, admin: Admin) -> None:
             time.sleep(0.2)
         print(f"   timeline of {slow}:")
         for at_ms, kind, detail in info.timeline:
-            print(f"     {time.strftime('%H:%M:%S', time.localtime(at_ms / 1000))}.{at_ms % 1000:03d} {kind:15} {detail}")
+            print(
+                f"     {time.strftime('%H:%M:%S', time.localtime(at_ms / 1000))}.{at_ms % 1000:03d} {kind:15} {detail}"
+            )
         for arg, r in results.items():
             # The newest copy with this id: the committed one on DemoPayments, or else
             # the (invisible) half message on the system topic.
@@ -168,8 +186,10 @@ def transactions(bootstrap: str, admin: Admin) -> None:
 def long_polling(bootstrap: str, admin: Admin) -> None:
     banner("long polling: a tag-filtered and an SQL92-filtered consumer, both already waiting")
     admin.create_topic("DemoEvents", read_queue_nums=1, write_queue_nums=1)
-    with PullConsumer("demo-pollers", bootstrap, suspend_timeout=20.0) as consumer, \
-            Producer(group="demo-producer", endpoint=bootstrap) as producer:
+    with (
+        PullConsumer("demo-pollers", bootstrap, suspend_timeout=20.0) as consumer,
+        Producer(group="demo-producer", endpoint=bootstrap) as producer,
+    ):
         (mq,) = consumer.fetch_message_queues("DemoEvents")
         waiters = {
             "tag 'shipped'": ("shipped", ExpressionType.TAG),
@@ -186,17 +206,23 @@ def long_polling(bootstrap: str, admin: Admin) -> None:
             t.start()
         time.sleep(0.5)  # both are held by the pull service now
         print("   send: tag 'created', region 'us', amount 500  (matches neither)")
-        producer.send(Message("DemoEvents", b"order 7 created", tags="created", properties={"region": "us", "amount": "500"}))
+        producer.send(
+            Message("DemoEvents", b"order 7 created", tags="created", properties={"region": "us", "amount": "500"})
+        )
         time.sleep(0.5)
         print(f"   after 0.5 s, answered so far: {sorted(answers) or 'none'}")
         sent = time.perf_counter()
         print("   send: tag 'shipped', region 'eu', amount 250  (matches both)")
-        producer.send(Message("DemoEvents", b"order 8 shipped", tags="shipped", properties={"region": "eu", "amount": "250"}))
+        producer.send(
+            Message("DemoEvents", b"order 8 shipped", tags="shipped", properties={"region": "eu", "amount": "250"})
+        )
         for t in threads:
             t.join(30)
         for name, (at, result) in sorted(answers.items()):
-            print(f"   {name}: {result.status.name} {[m.body for m in result.messages]}"
-                  f" {1000 * (at - sent):.1f} ms after the matching send; next offset {result.next_begin_offset}")
+            print(
+                f"   {name}: {result.status.name} {[m.body for m in result.messages]}"
+                f" {1000 * (at - sent):.1f} ms after the matching send; next offset {result.next_begin_offset}"
+            )
 
 
 def push_consumers(bootstrap: str, admin: Admin) -> None:
@@ -211,6 +237,7 @@ def push_consumers(bootstrap: str, admin: Admin) -> None:
                     return ConsumeStatus.RECONSUME_LATER  # a stuck consumer: its offset stops moving
                 consumed[group] += len(messages)
             return ConsumeStatus.CONSUME_SUCCESS
+
         return listener
 
     consumers = []

@@ -14,8 +14,9 @@ import enum
 import functools
 import json
 import sys
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import click
 

@@ -26,19 +26,34 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 
 
 @click.command(context_settings=_PASS_THROUGH)
-@option("--data-dir", default="./data", show_default=True, type=click.Path(file_okay=False),
-        help="Data of etcd and the store; logs under <data-dir>/logs.")
+@option(
+    "--data-dir",
+    default="./data",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Data of etcd and the store; logs under <data-dir>/logs.",
+)
 @option("--host", default="127.0.0.1", show_default=True, help="Address every process binds to.")
 @option("--store-port", default=DEFAULT_PORTS["store"], show_default=True, type=int)
 @option("--pull-port", default=DEFAULT_PORTS["pull"], show_default=True, type=int)
 @option("--txcheck-port", default=DEFAULT_PORTS["txcheck"], show_default=True, type=int)
-@option("--gateway-port", default=DEFAULT_PORTS["gateway"], show_default=True, type=int,
-        help="RocketMQ 5 clients connect here.")
+@option(
+    "--gateway-port",
+    default=DEFAULT_PORTS["gateway"],
+    show_default=True,
+    type=int,
+    help="RocketMQ 5 clients connect here.",
+)
 @option("--etcd-client-port", default=2379, show_default=True, type=int)
 @option("--etcd-peer-port", default=2380, show_default=True, type=int)
 @option("--etcd-prefix", default="/txmq", show_default=True, help="Key prefix in etcd.")
-@option("--start-timeout-s", default=60.0, show_default=True, type=float,
-        help="How long each process may take to report SERVING.")
+@option(
+    "--start-timeout-s",
+    default=60.0,
+    show_default=True,
+    type=float,
+    help="How long each process may take to report SERVING.",
+)
 @click.pass_context
 def up(ctx: click.Context, **options: object) -> None:
     """Run etcd, store, txcheck, pull and the RocketMQ gateway locally until Ctrl-C or SIGTERM.

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import click
 
-from txmq_cli import admin_cmds, analytics_cmds, cluster_cmds
-from txmq_cli import tx_cmds
-from txmq_cli import consume_cmds
+from txmq_cli import admin_cmds, analytics_cmds, cluster_cmds, consume_cmds, tx_cmds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -31,8 +31,6 @@ def _endpoint_option(fn):
     )(fn)  # fmt: skip
 
 
-
-
 @click.group()
 def transaction() -> None:
     """Transactional messages: look-up and admin."""
@@ -50,7 +48,9 @@ def show(transaction_id: str, endpoint: str, output: str) -> None:
         if not addresses:
             raise NotFoundError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
         stub = core.stub(addresses[0], txcheck_pb2_grpc.TransactionStub)
-        resp = call(stub.QueryTransaction, txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id), timeout=10)
+        resp = call(
+            stub.QueryTransaction, txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id), timeout=10
+        )
     except TxmqError as err:
         fail(err, endpoint)
     finally:

@@ -10,9 +10,9 @@ import sys
 import threading
 
 from click.testing import CliRunner
-from txmq_cli.main import cli
 
 from txmq import Admin, Message, Producer, PullConsumer
+from txmq_cli.main import cli
 
 from .conftest import Topics, unique
 
@@ -33,7 +33,9 @@ def test_pull_with_tag_and_sql_filters(bootstrap: str, new_topic: Topics, produc
     assert [m["body"] for m in answer["messages"]] == ["m0", "m1", "m2"]
     assert answer["next_begin_offset"] == 3 and answer["queue"]["queue_id"] == 1
 
-    code, out, _ = _run("fetch", topic, "--queue-id", "1", "--tag-expr", "A", "--max", "1", "--endpoint", bootstrap, "-o", "json")
+    code, out, _ = _run(
+        "fetch", topic, "--queue-id", "1", "--tag-expr", "A", "--max", "1", "--endpoint", bootstrap, "-o", "json"
+    )
     assert code == 0
     assert [m["body"] for m in json.loads(out)["messages"]] == ["m0"]
 
@@ -66,7 +68,17 @@ def test_tail_prints_messages_as_they_arrive(bootstrap: str, new_topic: Topics, 
     sender.start()
     try:
         code, out, _ = _run(
-            "tail", topic, "--tag-expr", "keep", "--from-beginning", "--count", "3", "--endpoint", bootstrap, "-o", "json"
+            "tail",
+            topic,
+            "--tag-expr",
+            "keep",
+            "--from-beginning",
+            "--count",
+            "3",
+            "--endpoint",
+            bootstrap,
+            "-o",
+            "json",
         )
     finally:
         sender.join()
@@ -74,7 +86,9 @@ def test_tail_prints_messages_as_they_arrive(bootstrap: str, new_topic: Topics, 
     bodies = sorted(json.loads(line)["body"] for line in out.splitlines())
     assert bodies == ["before", "live-1", "live-2"]
 
-    code, out, _ = _run("tail", topic, "--sql", "TAGS = 'drop'", "--from-beginning", "--count", "1", "--endpoint", bootstrap)
+    code, out, _ = _run(
+        "tail", topic, "--sql", "TAGS = 'drop'", "--from-beginning", "--count", "1", "--endpoint", bootstrap
+    )
     assert code == 0
     assert "skip-me" in out and "tags=drop" in out
 
@@ -98,7 +112,10 @@ def test_lag_shows_committed_offsets_against_max(bootstrap: str, new_topic: Topi
     nobody = unique("nobody")
     code, out, err = _run("lag", nobody, "--endpoint", bootstrap)
     assert code == 1 and out == ""
-    assert err == f"error: [CODE_SUBSCRIPTION_GROUP_NOT_FOUND] subscription group '{nobody}' does not exist (`txmq group list` shows the groups)\n"
+    assert err == (
+        f"error: [CODE_SUBSCRIPTION_GROUP_NOT_FOUND] subscription group '{nobody}' does not exist"
+        " (`txmq group list` shows the groups)\n"
+    )
     code, _, err = _run("offsets", topic, "--group", nobody, "--endpoint", bootstrap)
     assert code == 1 and "does not exist" in err
     with Admin(bootstrap) as admin:
@@ -119,7 +136,12 @@ def test_tail_and_fetch_end_with_one_line_on_errors_a_retry_cannot_fix(bootstrap
         ["fetch", topic, "--queue-id", "0", "--sql", "region = "],
     ):
         code, out, err = _run(*args, "--endpoint", bootstrap)
-        assert code == 1 and out == "" and err.startswith("error: [CODE_ILLEGAL_FILTER_EXPRESSION] ") and err.count("\n") == 1
+        assert (
+            code == 1
+            and out == ""
+            and err.startswith("error: [CODE_ILLEGAL_FILTER_EXPRESSION] ")
+            and err.count("\n") == 1
+        )
     missing = unique("missing")
     for args in (["tail", missing], ["fetch", missing, "--queue-id", "0"]):
         code, out, err = _run(*args, "--endpoint", bootstrap)

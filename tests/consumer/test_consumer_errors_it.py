@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
+from support import ServiceFactory
 
 from txmq import (
     Admin,
@@ -32,7 +34,10 @@ from .consumer_settings import FAST
 
 def _consumer(bootstrap: str, group: str, **options: object) -> PushConsumer:
     consumer = PushConsumer(
-        group, bootstrap, consume_from=ConsumeFromWhere.FIRST_OFFSET, **{**FAST, **options}  # type: ignore[arg-type]
+        group,
+        bootstrap,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        **{**FAST, **options},  # type: ignore[arg-type]
     )
     consumer.register_message_listener(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
     return consumer
@@ -130,3 +135,55 @@ def test_a_later_non_retriable_error_stops_the_consumer_and_is_reported(
             consumer.start()
     finally:
         consumer.shutdown()  # after a stop on an error: returns at once
+
+
+def test_a_retriable_error_is_retried_with_a_bounded_number_of_lines(
+    service_factory: ServiceFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pull service goes away and comes back: the consumer keeps trying, logs one
+    line when a call starts failing (not one per attempt) and one when it works again."""
+    store = service_factory.store()
+    pull = service_factory.start("pull")
+    topic, group = unique("retry"), unique("retry-group")
+    with Admin(store.address) as admin:
+        admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
+    consumed: list[bytes] = []
+    consumer = PushConsumer(
+        group,
+        store.address,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        **{**FAST, "route_refresh_interval": 0.5},  # type: ignore[arg-type]
+    )
+    consumer.register_message_listener(
+        lambda msgs: consumed.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS
+    )
+    consumer.subscribe(topic)
+    key = ("pull-addresses", topic)
+    with caplog.at_level(logging.INFO, logger="txmq"), Producer("retry-producer", store.address) as producer:
+        consumer.start()
+        try:
+            producer.send(Message(topic, b"one"))
+            wait_until(lambda: consumed == [b"one"], what="the first message consumed")
+            pull.stop()
+            started = time.monotonic()
+            # Heartbeats (every 0.2 s) find no pull instance; wait for many failures.
+            wait_until(lambda: consumer._failures.failing(key) >= 20, what="20 failed look-ups")
+            elapsed = time.monotonic() - started
+            lines = [r for r in caplog.records if f"finding the pull instances of topic {topic}" in r.getMessage()]
+            assert len(lines) <= 1 + int(elapsed // 60), [r.getMessage() for r in lines]
+            assert consumer.wait(timeout=0.01) is False  # still running: a retry can fix this
+
+            pull.restart()
+            producer.send(Message(topic, b"two"))
+            wait_until(
+                lambda: b"two" in consumed, timeout_s=60, what="consuming again"
+            )  # "one" may come again: at least once
+            again = [
+                r
+                for r in caplog.records
+                if f"finding the pull instances of topic {topic} works again" in r.getMessage()
+            ]
+            assert len(again) == 1 and consumer._failures.failing(key) == 0
+        finally:
+            consumer.shutdown()
+    assert consumer.error is None

@@ -83,7 +83,9 @@ def test_failure_log_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
         for _ in range(8 * 59):  # eight a second for 59 s: one line
             failures.failed("q1", "pull of q1", err)
             clock.t += 0.125
-        assert [r.getMessage() for r in caplog.records] == ["pull of q1 failed, retrying with backoff: [CODE_UNAVAILABLE] down"]
+        assert [r.getMessage() for r in caplog.records] == [
+            "pull of q1 failed, retrying with backoff: [CODE_UNAVAILABLE] down"
+        ]
         assert failures.failing("q1") == 8 * 59
         clock.t += 1.0
         failures.failed("q1", "pull of q1", err)  # a minute after the first line: one more, with the count

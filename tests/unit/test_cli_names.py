@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import click
 from click.testing import CliRunner
+
 from txmq_cli.cluster import SERVICES
 from txmq_cli.main import cli
 from txmq_cli.options import option
@@ -43,7 +44,7 @@ def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[
 def test_every_flag_of_every_command_is_kebab_case_in_help() -> None:
     runner = CliRunner()
     checked = 0
-    for path, command in _commands(cli):
+    for path, _command in _commands(cli):
         if path[0] in SERVICES:
             continue  # pass-through: their flags are the settings' (below)
         shown = runner.invoke(cli, [*path, "--help"]).output

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Callable, Hashable
 
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
@@ -75,7 +75,9 @@ class FailureLog:
         """``key``'s call succeeded: one line if it had failed."""
         run = self._runs.pop(key, None)
         if run is not None:
-            self._log.info("%s works again after %d failure(s) in %.0fs", what, run.failures, self._now() - run.first_at)
+            self._log.info(
+                "%s works again after %d failure(s) in %.0fs", what, run.failures, self._now() - run.first_at
+            )
 
     def forget(self, key: Hashable) -> None:
         """Drop ``key``'s run without a line (the queue was released)."""

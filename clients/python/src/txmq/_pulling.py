@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 from txmq._client import ClientCore, call
 from txmq._consumer_types import PullResult, PullStatus

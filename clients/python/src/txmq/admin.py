@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 from txmq._client import ClientCore, call
 from txmq._convert import (
@@ -69,7 +70,7 @@ class Admin:
     def close(self) -> None:
         self._core.close()
 
-    def __enter__(self) -> "Admin":
+    def __enter__(self) -> Admin:
         return self
 
     def __exit__(
@@ -126,7 +127,8 @@ class Admin:
             found = self._call(store, self._admin_stub(store).GetTopic, store_pb2.GetTopicRequest(name=name))
             return topic_config_from_proto(found.topic)
 
-        return [create(s) for s in self._stores(store_id)][0]
+        answers = [create(s) for s in self._stores(store_id)]  # every store, in order
+        return answers[0]
 
     def update_topic(
         self,
@@ -215,11 +217,14 @@ class Admin:
                 if not (exist_ok and err.code == errors_pb2.CODE_SUBSCRIPTION_GROUP_ALREADY_EXISTS):
                     raise
             found = self._call(
-                store, self._admin_stub(store).GetSubscriptionGroup, store_pb2.GetSubscriptionGroupRequest(group_name=name)
+                store,
+                self._admin_stub(store).GetSubscriptionGroup,
+                store_pb2.GetSubscriptionGroupRequest(group_name=name),
             )
             return group_config_from_proto(found.group)
 
-        return [create(s) for s in self._stores(store_id)][0]
+        answers = [create(s) for s in self._stores(store_id)]  # every store, in order
+        return answers[0]
 
     def update_subscription_group(
         self,

@@ -15,8 +15,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import grpc
 
@@ -114,7 +115,7 @@ class PullConsumer:
         if client is not None:
             client.close()
 
-    def __enter__(self) -> "PullConsumer":
+    def __enter__(self) -> PullConsumer:
         self.start()
         return self
 
@@ -391,9 +392,7 @@ class PushConsumer:
             self._consumers = concurrent.futures.ThreadPoolExecutor(
                 self._consume_thread_max, thread_name_prefix=f"txmq-consume-{self.group}"
             )
-            self._service = threading.Thread(
-                target=self._service_loop, name=f"txmq-consumer-{self.group}", daemon=True
-            )
+            self._service = threading.Thread(target=self._service_loop, name=f"txmq-consumer-{self.group}", daemon=True)
             self._state = "running"
         self._timer.start()
         self._service.start()
@@ -404,7 +403,9 @@ class PushConsumer:
         try:
             queues = client.message_queues(sub.topic)
             if not queues:
-                raise NotFoundError(f"topic {sub.topic!r} has no readable queue", code=errors_pb2.CODE_TOPIC_NOT_READABLE)
+                raise NotFoundError(
+                    f"topic {sub.topic!r} has no readable queue", code=errors_pb2.CODE_TOPIC_NOT_READABLE
+                )
             mq = queues[0]
             high = client.queue_range(mq)[1]
             # Validated as every pull is; answered at once (no hold), reads nothing new.
@@ -415,7 +416,10 @@ class PushConsumer:
             if not retriable(err):
                 raise
             log.warning(
-                "consumer %s: cannot check the subscription to %s now (%s); starting anyway", self.client_id, sub.topic, err
+                "consumer %s: cannot check the subscription to %s now (%s); starting anyway",
+                self.client_id,
+                sub.topic,
+                err,
             )
 
     @staticmethod
@@ -482,7 +486,7 @@ class PushConsumer:
         self._stopped.set()
         return True
 
-    def __enter__(self) -> "PushConsumer":
+    def __enter__(self) -> PushConsumer:
         self.start()
         return self
 
@@ -528,7 +532,7 @@ class PushConsumer:
             return  # shut down by shutdown()
         try:
             self._stop()
-        except Exception:  # noqa: BLE001 - the stop is best effort; the error is what matters
+        except Exception:
             log.exception("consumer %s: stopping after an error failed", self.client_id)
             with self._lock:
                 self._state = "stopped"
@@ -536,7 +540,7 @@ class PushConsumer:
         if self._on_error is not None:
             try:
                 self._on_error(error)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("consumer %s: the on_error callback failed", self.client_id)
 
     def _serve(self) -> None:
@@ -681,7 +685,9 @@ class PushConsumer:
             while pq.running and (remaining := deadline - time.monotonic()) > 0:
                 pq.lock.wait(remaining)
             if pq.running:
-                log.warning("consumer %s: releasing %s with %d listener(s) still running", self.client_id, mq, pq.running)
+                log.warning(
+                    "consumer %s: releasing %s with %d listener(s) still running", self.client_id, mq, pq.running
+                )
         self._commit(pq)
         self._failures.forget(("pull", mq))
         log.info("consumer %s: released %s at offset %s", self.client_id, mq, pq.committed)

@@ -8,7 +8,8 @@ services raise ``TxmqError`` subclasses from their cores and map them in one pla
 
 from __future__ import annotations
 
-from typing import ClassVar, Mapping
+from collections.abc import Mapping
+from typing import ClassVar
 
 import grpc
 
@@ -64,17 +65,17 @@ class TxmqError(Exception):
         )
 
     @staticmethod
-    def for_code(code: int) -> type["TxmqError"]:
+    def for_code(code: int) -> type[TxmqError]:
         """The error class for a domain code (by its HTTP-like range)."""
         return _BY_RANGE.get(code // 100, InternalError if code >= 50000 else TxmqError)
 
     @staticmethod
-    def from_detail(detail: errors_pb2.ErrorDetail) -> "TxmqError":
+    def from_detail(detail: errors_pb2.ErrorDetail) -> TxmqError:
         cls = TxmqError.for_code(detail.code)
         return cls(detail.message, code=detail.code, retriable=detail.retriable, metadata=dict(detail.metadata))
 
     @staticmethod
-    def from_rpc_error(err: grpc.RpcError) -> "TxmqError":
+    def from_rpc_error(err: grpc.RpcError) -> TxmqError:
         """Decode a failed call. Calls that carry no ErrorDetail (transport failures,
         deadlines) map by gRPC status alone."""
         trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None

@@ -173,13 +173,15 @@ class TransactionProducer(Producer):
             executor.shutdown(wait=True, cancel_futures=True)
         super().shutdown()
 
-    def __enter__(self) -> "TransactionProducer":
+    def __enter__(self) -> TransactionProducer:
         self.start()
         return self
 
     # -- transactions ----------------------------------------------------------------
 
-    def send_message_in_transaction(self, msg: Message, arg: Any = None, *, timeout: float | None = None) -> TransactionSendResult:
+    def send_message_in_transaction(
+        self, msg: Message, arg: Any = None, *, timeout: float | None = None
+    ) -> TransactionSendResult:
         """Store ``msg`` as a half message, run the local transaction, end it."""
         if self.listener is None:
             raise TxmqError("a TransactionListener is required", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
@@ -365,7 +367,9 @@ def query_transaction(core: ClientCore, transaction_id: str, *, timeout: float =
     return transaction_info_from_proto(_first_answer(core, "QueryTransaction", request, timeout=timeout))
 
 
-def resume_transaction(core: ClientCore, transaction_id: str, *, store_id: str = "", timeout: float = 10.0) -> MessageExt:
+def resume_transaction(
+    core: ClientCore, transaction_id: str, *, store_id: str = "", timeout: float = 10.0
+) -> MessageExt:
     """ResumeTransaction through any live txcheck replica: a transaction discarded to
     TRANS_CHECK_MAX_TIME_TOPIC goes back to the half queue with its check count reset.
     Returns the new half message (``store_id`` empty: every store that has it)."""
