@@ -66,6 +66,11 @@ def test_bad_sql92_fails_start_with_the_sql_error_code(bootstrap: str, new_topic
     consumer.start()
     try:
         wait_until(lambda: len(consumer.assignment()) == 4, what=f"queues of {topic} assigned")
+        # Subscribing again while running is checked the same way, and changes nothing.
+        with pytest.raises(BadRequestError) as again:
+            consumer.subscribe(topic, "region = ", ExpressionType.SQL92)
+        assert again.value.code == errors_pb2.CODE_ILLEGAL_FILTER_EXPRESSION
+        assert consumer.wait(timeout=0.01) is False and consumer.error is None
     finally:
         consumer.shutdown()
 

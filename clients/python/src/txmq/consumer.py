@@ -330,8 +330,13 @@ class PushConsumer:
         self, topic: str, expression: str = "*", expression_type: ExpressionType = ExpressionType.TAG
     ) -> None:
         """Consume ``topic`` (messages matching ``expression``). Subscribing again
-        replaces the expression; allowed before and after ``start``."""
+        replaces the expression; allowed before and after ``start``. After ``start``
+        it is checked against the cluster first, as ``start()`` checks (a subscription
+        that cannot work raises here and changes nothing)."""
         sub = build_subscription(topic, expression, expression_type)
+        client = self._client
+        if client is not None and self._running:
+            self._check_subscription(client, sub)
         with self._lock:
             self._subs[topic] = sub
             self._rebalance_now = True
