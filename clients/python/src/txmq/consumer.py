@@ -504,21 +504,23 @@ class PushConsumer:
     def _running(self) -> bool:
         return self._state == "running" and self._error is None
 
-    def _fail(self, err: TxmqError) -> None:
-        """A retry cannot fix ``err``: have the service thread stop the consumer."""
+    def _fail(self, err: TxmqError) -> bool:
+        """A retry cannot fix ``err``: have the service thread stop the consumer. False
+        when it is stopping already."""
         with self._lock:
             if self._error is not None or self._state != "running":
-                return
+                return False
             self._error = err
         log.error("consumer %s of group %s stops: %s (a retry cannot fix this)", self.client_id, self.group, err)
         self._wake.set()
+        return True
 
     def _handle(self, key: object, what: str, err: TxmqError) -> None:
         """A failed background call: stop on a non-retriable error, else log (bounded)."""
         if retriable(err):
             self._failures.failed(key, f"consumer {self.client_id}: {what}", err)
-        else:
-            self._fail(err)
+        elif not self._fail(err):  # while stopping (e.g. the last commits): say it once
+            log.warning("consumer %s: %s failed: %s", self.client_id, what, err)
 
     # -- heartbeat, rebalance, commits (the service thread) -----------------------------
 
