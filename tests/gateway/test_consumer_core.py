@@ -3,15 +3,17 @@ redelivery after the invisible duration, changes, receipt-handle validity, long 
 committed offsets, dead letters, auto-renew, concurrent receives and FIFO message groups.
 
 The fake backend keeps queues in memory and answers pulls like the pull service
-(FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL, held pulls woken by arrivals).
-Invisibility runs on a manual clock, so no test sleeps for it; long-polling tests wait
-real (short) times and assert only generous bounds."""
+(FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL, held pulls woken by arrivals);
+tests/gateway/test_backend_contract.py checks those answers against the real backend.
+Everything runs on one manual clock (the core's invisibility, holds and back-offs, the
+fake's held pulls), so no test sleeps: a hold ends when the test advances the clock, and
+a receive that returns without it was woken, not timed out. Only the stress tests move
+the clock in the background (``ticking``), where the interleaving is the point."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +34,8 @@ from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
 
+from support.clock import ManualClock, settle, ticking, until
+
 GROUP = "G"
 TOPIC = "T"
 ALL = common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_TAG, expression="*")
@@ -39,17 +43,6 @@ INVISIBLE_MS = 30_000
 GUARD_S = 10  # a hang guard, not a timing claim
 
 QKey = tuple[str, str, int]  # (store, topic, queue id)
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 def _tag_filter(expression: common_pb2.FilterExpression) -> Callable[[common_pb2.Message], bool]:
@@ -62,8 +55,10 @@ def _tag_filter(expression: common_pb2.FilterExpression) -> Callable[[common_pb2
 
 @dataclass
 class FakeBackend:
-    """The part of ``Backend`` the consumer core uses, in memory."""
+    """The part of ``Backend`` the consumer core uses, in memory; held pulls wait on
+    ``clock``."""
 
+    clock: ManualClock = field(default_factory=ManualClock)
     stores: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> store -> queue nums
     logs: dict[QKey, list[common_pb2.MessageView]] = field(default_factory=dict)
     min_offsets: dict[QKey, int] = field(default_factory=dict)
@@ -76,7 +71,8 @@ class FakeBackend:
     send_error: TxmqError | None = None
     ignore_tag_filter: bool = False  # answer like a tag-hash collision: every message
     no_hold: bool = False  # answer held pulls at once (a pull instance stopping)
-    _arrivals: dict[QKey, asyncio.Future[None]] = field(default_factory=dict)
+    held: int = 0  # pulls waiting for an arrival now
+    _arrivals: dict[QKey, asyncio.Event] = field(default_factory=dict)
     _round: int = 0
 
     def add_topic(self, topic: str = TOPIC, queues: dict[str, int] | None = None) -> None:
@@ -108,8 +104,8 @@ class FakeBackend:
         view = common_pb2.MessageView(message=message, queue_offset=offset, store_id=store_id, store_timestamp_ms=1)
         log.append(view)
         arrival = self._arrivals.pop((store_id, topic, queue_id), None)
-        if arrival is not None and not arrival.done():
-            arrival.set_result(None)
+        if arrival is not None:
+            arrival.set()
         return view
 
     def bounds(self, key: QKey) -> tuple[int, int]:
@@ -187,12 +183,13 @@ class FakeBackend:
         q = request.queue
         key = (q.store_id, q.topic, q.queue_id)
         arrival = self._arrivals.get(key)
-        if arrival is None or arrival.done():
-            arrival = self._arrivals[key] = asyncio.get_running_loop().create_future()
+        if arrival is None:
+            arrival = self._arrivals[key] = asyncio.Event()
+        self.held += 1
         try:
-            await asyncio.wait_for(asyncio.shield(arrival), request.suspend_timeout_ms / 1000)
-        except TimeoutError:
-            pass
+            await self.clock.wait(arrival, self.clock.now_ms() + request.suspend_timeout_ms)
+        finally:
+            self.held -= 1
         return self._read(request)
 
 
@@ -240,9 +237,9 @@ class Env:
 
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
-    backend = FakeBackend()
-    backend.add_topic()
     clock = ManualClock()
+    backend = FakeBackend(clock)
+    backend.add_topic()
     cores: list[SimpleConsumerCore] = []
 
     def make(**settings: Any) -> SimpleConsumerCore:
@@ -268,6 +265,27 @@ def offsets(deliveries: list[Delivery]) -> list[tuple[str, int, int]]:
 
 def bodies(deliveries: list[Delivery]) -> list[str]:
     return [d.view.message.body.decode() for d in deliveries]
+
+
+async def holding(env: Env, pulls: int = 1) -> None:
+    """Until ``pulls`` held pulls wait (on the clock, for an arrival), then until every
+    task blocked."""
+    await until(lambda: env.backend.held >= pulls)
+    await settle()
+
+
+async def receive_until_timeout(
+    env: Env, hold_ms: int, core: SimpleConsumerCore | None = None, *, pulls: int = 1, **kwargs: Any
+) -> list[Delivery]:
+    """A receive that holds exactly ``hold_ms`` (with ``pulls`` held pulls): still waiting
+    1 ms before, answered at."""
+    held = asyncio.ensure_future(env.receive(core, **kwargs))
+    await holding(env, pulls)
+    env.clock.advance(hold_ms - 1)
+    await settle()
+    assert not held.done()
+    env.clock.advance(1)
+    return await asyncio.wait_for(held, GUARD_S)
 
 
 async def expect_code(code: int, awaitable: Any) -> GatewayError:
@@ -377,7 +395,7 @@ async def test_change_wakes_a_held_receive(env: Env) -> None:
     env.backend.put("m0")
     [d] = await env.receive()
     held = asyncio.ensure_future(env.receive(long_polling_timeout_ms=5_000))
-    await asyncio.sleep(0.05)
+    await holding(env)
     assert not held.done()
     await env.change(d, 0)
     [again] = await asyncio.wait_for(held, GUARD_S)
@@ -463,33 +481,28 @@ async def test_batch_size_is_cut_to_the_maximum(env: Env) -> None:
 
 async def test_long_polling_wakes_when_a_message_arrives(env: Env) -> None:
     env.backend.add_topic(TOPIC, {"s1": 2, "s2": 2})
-    started = time.monotonic()
     held = asyncio.ensure_future(env.receive(long_polling_timeout_ms=20_000))
-    await asyncio.sleep(0.05)
+    await holding(env, 4)  # a held pull on each of the four queues
     assert not held.done()
     env.backend.put("late", store_id="s2", queue_id=1)
-    got = await asyncio.wait_for(held, GUARD_S)
+    got = await asyncio.wait_for(held, GUARD_S)  # the clock did not move: woken, not timed out
     assert bodies(got) == ["late"]
-    assert time.monotonic() - started < 5  # woken, not timed out
     held_pulls = [p for p in env.backend.pulls if p.suspend]
     assert {(p.queue.store_id, p.queue.queue_id) for p in held_pulls} == {("s1", 0), ("s1", 1), ("s2", 0), ("s2", 1)}
     assert all(0 < p.suspend_timeout_ms <= 20_000 for p in held_pulls)
 
 
 async def test_empty_list_at_the_polling_timeout(env: Env) -> None:
-    started = time.monotonic()
-    assert await env.receive(long_polling_timeout_ms=200) == []
-    assert time.monotonic() - started >= 0.15
+    assert await receive_until_timeout(env, 200, long_polling_timeout_ms=200) == []
+    assert [p.suspend_timeout_ms for p in env.backend.pulls if p.suspend] == [200]
 
 
 async def test_polling_time_is_cut_to_the_maximum_and_the_deadline(env: Env) -> None:
     core = env.make(max_long_polling_timeout_ms=100)
-    started = time.monotonic()
-    assert await env.receive(core, long_polling_timeout_ms=60_000) == []
-    assert time.monotonic() - started < 5
-    started = time.monotonic()
-    assert await env.receive(long_polling_timeout_ms=20_000, time_remaining_ms=700) == []
-    assert time.monotonic() - started < 5
+    assert await receive_until_timeout(env, 100, core, long_polling_timeout_ms=60_000) == []
+    # the call's deadline less the reserve for the answer
+    reserve = consumer_module.DEADLINE_RESERVE_MS
+    assert await receive_until_timeout(env, 700 - reserve, long_polling_timeout_ms=20_000, time_remaining_ms=700) == []
 
 
 async def test_a_message_for_one_of_two_held_receives(env: Env) -> None:
@@ -498,13 +511,13 @@ async def test_a_message_for_one_of_two_held_receives(env: Env) -> None:
     env.backend.add_topic(TOPIC, {"s1": 2})
     a = asyncio.ensure_future(env.receive(long_polling_timeout_ms=5_000, batch_size=1))
     b = asyncio.ensure_future(env.receive(long_polling_timeout_ms=5_000, batch_size=1))
-    await asyncio.sleep(0.05)
+    await holding(env, 2)  # one of them holds both queues, the other waits for a release
     env.backend.put("one", queue_id=0)
     done, _ = await asyncio.wait([a, b], timeout=GUARD_S, return_when=asyncio.FIRST_COMPLETED)
     first = done.pop().result()
     assert bodies(first) == ["one"]
     other = b if a.done() else a
-    await asyncio.sleep(0.05)
+    await settle()
     assert not other.done()
     env.backend.put("two", queue_id=1)
     assert bodies(await asyncio.wait_for(other, GUARD_S)) == ["two"]
@@ -512,7 +525,7 @@ async def test_a_message_for_one_of_two_held_receives(env: Env) -> None:
 
 async def test_close_answers_held_receives(env: Env) -> None:
     held = asyncio.ensure_future(env.receive(long_polling_timeout_ms=20_000))
-    await asyncio.sleep(0.05)
+    await holding(env)
     await env.core.close()
     assert await asyncio.wait_for(held, GUARD_S) == []
     await expect_code(Code.INTERNAL_SERVER_ERROR, env.receive())
@@ -538,7 +551,8 @@ async def test_concurrent_receives_never_get_the_same_message(env: Env) -> None:
             for d in got:
                 await env.ack(d)
 
-    await asyncio.wait_for(asyncio.gather(*(consumer() for _ in range(8))), GUARD_S)
+    async with ticking(env.clock):
+        await asyncio.wait_for(asyncio.gather(*(consumer() for _ in range(8))), GUARD_S)
     assert len(seen) == sent and len(set(seen)) == sent
 
 
@@ -551,12 +565,13 @@ async def test_concurrent_held_receives_never_get_the_same_message(env: Env) -> 
         while len(seen) < total:
             seen.extend(offsets(await env.receive(batch_size=2, long_polling_timeout_ms=300)))
 
-    consumers = asyncio.gather(*(consumer() for _ in range(6)))
-    for i in range(total):
-        env.backend.put(f"m{i}", queue_id=i % 4)
-        if i % 5 == 0:
-            await asyncio.sleep(0.01)
-    await asyncio.wait_for(consumers, GUARD_S)
+    async with ticking(env.clock):
+        consumers = asyncio.gather(*(consumer() for _ in range(6)))
+        for i in range(total):
+            env.backend.put(f"m{i}", queue_id=i % 4)
+            if i % 5 == 0:
+                await settle(10)
+        await asyncio.wait_for(consumers, GUARD_S)
     assert len(seen) == total and len(set(seen)) == total
 
 
@@ -647,14 +662,6 @@ async def test_non_matching_messages_are_skipped(env: Env) -> None:
 # -- dead letters ----------------------------------------------------------------------
 
 
-async def wait_for(condition: Callable[[], bool]) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), GUARD_S)
-
-
 async def test_dead_letter_after_max_delivery_attempts(env: Env) -> None:
     core = env.make(max_delivery_attempts=2)
     env.backend.put("poison", tags="T1", properties={"k": "v", "REAL_TOPIC": "x", "TXMQ_CHECK_WAITS": "1"})
@@ -664,7 +671,7 @@ async def test_dead_letter_after_max_delivery_attempts(env: Env) -> None:
     assert second.delivery_attempt == 2
     env.clock.advance(INVISIBLE_MS)
     assert await env.receive(core) == []  # third delivery: to the DLQ instead
-    await wait_for(lambda: bool(env.backend.sent))
+    await until(lambda: bool(env.backend.sent))
     [(store_id, copy)] = env.backend.sent
     assert store_id == "s1"
     assert env.backend.ensured == [("s1", DLQ_PREFIX + GROUP, 1)]
@@ -686,12 +693,12 @@ async def test_a_failed_dead_letter_send_is_retried(env: Env) -> None:
     env.backend.send_error = error(errors_pb2.CODE_UNAVAILABLE, "store down")
     env.clock.advance(INVISIBLE_MS)
     assert await env.receive(core) == []
-    await asyncio.sleep(0.02)
+    await settle()
     assert env.backend.sent == []
     env.backend.send_error = None
     env.clock.advance(5_000)
     assert await env.receive(core) == []
-    await wait_for(lambda: len(env.backend.sent) == 1)
+    await until(lambda: len(env.backend.sent) == 1)
 
 
 async def test_the_client_may_ask_for_fewer_attempts(env: Env) -> None:
@@ -699,7 +706,7 @@ async def test_the_client_may_ask_for_fewer_attempts(env: Env) -> None:
     await env.receive(max_delivery_attempts=1)
     env.clock.advance(INVISIBLE_MS)
     assert await env.receive(max_delivery_attempts=1) == []
-    await wait_for(lambda: len(env.backend.sent) == 1)
+    await until(lambda: len(env.backend.sent) == 1)
 
 
 async def test_forward_to_dead_letter_queue_on_request(env: Env) -> None:
@@ -772,11 +779,9 @@ async def test_a_refused_pull_is_raised(env: Env) -> None:
 
 async def test_a_refused_held_pull_is_raised(env: Env) -> None:
     env.backend.pull_errors["s1"] = error(errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, "no group")
-    started = time.monotonic()
-    with pytest.raises(TxmqError) as info:
+    with pytest.raises(TxmqError) as info:  # the clock does not move: raised, not timed out
         await env.receive(long_polling_timeout_ms=5_000)  # nothing to read: the held pull fails
     assert info.value.code == errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND
-    assert time.monotonic() - started < 2
 
 
 async def test_a_failing_store_is_raised_when_it_is_the_only_one(env: Env) -> None:
@@ -788,8 +793,12 @@ async def test_a_failing_store_is_raised_when_it_is_the_only_one(env: Env) -> No
 
 async def test_early_empty_answers_to_held_pulls_do_not_spin(env: Env) -> None:
     env.backend.no_hold = True
-    assert await env.receive(long_polling_timeout_ms=500) == []
-    assert len(env.backend.pulls) < 10
+    held = asyncio.ensure_future(env.receive(long_polling_timeout_ms=500))
+    for _ in range(50):  # 500 ms in steps of 10
+        await settle()
+        env.clock.advance(10)
+    assert await asyncio.wait_for(held, GUARD_S) == []
+    assert len(env.backend.pulls) < 10  # backed off ERROR_BACKOFF_MS after each early answer
 
 
 async def test_one_failing_store_does_not_stop_the_others(env: Env) -> None:
@@ -799,7 +808,8 @@ async def test_one_failing_store_does_not_stop_the_others(env: Env) -> None:
     env.backend.put("stuck", store_id="s1")
     assert bodies(await env.receive()) == ["ok"]
     del env.backend.pull_errors["s1"]
-    await asyncio.sleep(0.3)  # past the queue's back-off
+    assert await env.receive() == []  # s1 is still backed off
+    env.clock.advance(consumer_module.ERROR_BACKOFF_MS)  # past the queue's back-off
     assert bodies(await env.receive()) == ["stuck"]
 
 
@@ -858,22 +868,18 @@ async def test_fifo_a_nack_keeps_the_successor_waiting(env: Env) -> None:
 async def test_fifo_the_ack_wakes_a_receive_held_on_the_successor(env: Env) -> None:
     put_fifo_sample(env)
     got = by_body(await env.receive(batch_size=10))
-    started = time.monotonic()
     held = asyncio.ensure_future(env.receive(batch_size=10, long_polling_timeout_ms=5_000))
-    await asyncio.sleep(0.1)
+    await holding(env)
     assert not held.done()
     await env.ack(got["g1-a"])
-    assert bodies(await asyncio.wait_for(held, GUARD_S)) == ["g1-b"]
-    assert time.monotonic() - started < 4  # woken, not timed out
+    assert bodies(await asyncio.wait_for(held, GUARD_S)) == ["g1-b"]  # the clock did not move
 
 
 async def test_fifo_a_receive_with_only_blocked_messages_does_not_spin(env: Env) -> None:
     put_fifo_sample(env)
     await env.receive(batch_size=10)
     pulls = len(env.backend.pulls)
-    started = time.monotonic()
-    assert await env.receive(batch_size=10, long_polling_timeout_ms=300) == []
-    assert time.monotonic() - started >= 0.25
+    assert await receive_until_timeout(env, 300, batch_size=10, long_polling_timeout_ms=300) == []
     assert len(env.backend.pulls) - pulls < 10  # one held pull, not a loop
 
 
@@ -920,10 +926,8 @@ async def test_fifo_a_dead_letter_after_max_attempts_releases_the_successor(env:
     put_group(env, "g1-b", "g1")
     assert bodies(await env.receive(core)) == ["g1-a"]
     env.clock.advance(INVISIBLE_MS)
-    started = time.monotonic()
-    # this receive sends g1-a to the DLQ and is woken when that is done
+    # this receive sends g1-a to the DLQ and is woken when that is done (the clock stays)
     assert bodies(await env.receive(core, long_polling_timeout_ms=5_000)) == ["g1-b"]
-    assert time.monotonic() - started < 4
     [(_, copy)] = env.backend.sent
     assert copy.body == b"g1-a"
 
@@ -957,7 +961,7 @@ async def test_fifo_waiting_messages_are_bounded_per_queue(env: Env, monkeypatch
     [a] = await env.receive(batch_size=10)
     assert bodies([a]) == ["g1-a"]
     pulls = len(env.backend.pulls)
-    assert await env.receive(batch_size=10, long_polling_timeout_ms=200) == []
+    assert await receive_until_timeout(env, 200, pulls=0, batch_size=10, long_polling_timeout_ms=200) == []
     # three wait; the queue is not read past them (plain-x is not reached), not even held
     assert len(env.backend.pulls) == pulls
     await env.core.flush()
@@ -978,7 +982,7 @@ async def test_fifo_a_saturated_queue_does_not_hold_up_the_others(
         put_group(env, body, "g1", queue_id=0)
     assert bodies(await env.receive(batch_size=10)) == ["g1-a"]
     held = asyncio.ensure_future(env.receive(batch_size=10, long_polling_timeout_ms=5_000))
-    await asyncio.sleep(0.05)
+    await holding(env)
     put_group(env, "other", None, queue_id=1)
     assert bodies(await asyncio.wait_for(held, GUARD_S)) == ["other"]
 
@@ -1014,7 +1018,7 @@ async def test_fifo_concurrent_receives_never_break_the_order(env: Env) -> None:
                     assert all((key[0], key[1], o) in acked for o in earlier), (key, group)
                 out.add(key)
             for d in got:
-                await asyncio.sleep(rng.random() / 500)
+                await settle(rng.randrange(4))
                 key = (d.view.store_id, d.view.message.queue_id, d.view.queue_offset)
                 out.discard(key)
                 if rng.random() < 0.2:
@@ -1023,7 +1027,8 @@ async def test_fifo_concurrent_receives_never_break_the_order(env: Env) -> None:
                     await env.ack(d)
                     acked.add(key)
 
-    await asyncio.wait_for(asyncio.gather(*(consumer() for _ in range(8))), GUARD_S * 2)
+    async with ticking(env.clock):
+        await asyncio.wait_for(asyncio.gather(*(consumer() for _ in range(8))), GUARD_S * 2)
     assert len(acked) == total
     await env.core.flush()
     for store_id, qid in queues:  # everything acked: committed up to the end

@@ -1,12 +1,18 @@
 """The one manual clock of the test suite: time moves only when a test calls
 ``advance``; sleepers and waiters whose deadline passed wake up. Implements
-``txmq_runtime.clock.Clock`` (monotonic ``now_ms`` and wall ``wall_ms`` move together)."""
+``txmq_runtime.clock.Clock`` (monotonic ``now_ms`` and wall ``wall_ms`` move together).
+
+Helpers for tests on it: ``settle`` (let the other tasks run), ``until`` (run them until a
+condition holds, guarded by loop rounds, not time) and ``ticking`` (move the clock in the
+background, for stress tests whose point is the interleaving)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
+from collections.abc import AsyncIterator, Callable
 
 #: Where the wall clock of a new ManualClock starts (2024-01-01T00:00:00Z).
 DEFAULT_WALL_MS = 1_704_067_200_000
@@ -74,3 +80,41 @@ class ManualClock:
         finally:
             for w in waiters:
                 w.cancel()
+
+
+async def settle(rounds: int = 100) -> None:
+    """Let the other tasks of the loop run ``rounds`` times (until they block on the
+    clock, an event or I/O); no time passes on any clock."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def until(condition: Callable[[], bool], *, rounds: int = 100_000) -> None:
+    """Run the other tasks until ``condition()`` holds. The guard counts loop rounds, not
+    time: a condition that never comes fails the test instead of hanging it."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition not reached")
+
+
+@contextlib.asynccontextmanager
+async def ticking(clock: ManualClock, *, step_ms: int = 1, every_s: float = 0.001) -> AsyncIterator[ManualClock]:
+    """Move ``clock`` by ``step_ms`` every ``every_s`` real seconds while the block runs:
+    for stress tests where many tasks wait on timeouts and only their interleaving
+    matters. With the defaults the manual clock never runs ahead of real time, so a
+    deadline that real time would not reach is not reached either."""
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            clock.advance(step_ms)
+
+    task = asyncio.get_running_loop().create_task(tick())
+    try:
+        yield clock
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

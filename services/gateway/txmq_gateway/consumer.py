@@ -113,7 +113,6 @@ import heapq
 import itertools
 import logging
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -122,6 +121,7 @@ from txmq._validation import RESERVED_PROPERTIES
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, pull_pb2
 from txmq_runtime.backoff import BackoffPolicy
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.tags import parse_tag_expression
 
 from txmq_gateway.backend import Backend
@@ -131,8 +131,6 @@ from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
 
 log = logging.getLogger("txmq.gateway.consumer")
-
-Clock = Callable[[], int]
 
 DLQ_PREFIX = "%DLQ%"
 # Names the topic a dead letter came from. RocketMQ's RETRY_TOPIC is reserved for
@@ -155,7 +153,7 @@ ERROR_BACKOFF_MS = 200
 ERROR_BACKOFF_MAX_MS = 5_000
 ERROR_BACKOFF = BackoffPolicy(first_ms=ERROR_BACKOFF_MS, max_ms=ERROR_BACKOFF_MAX_MS)
 # A held read answering empty this long before its hold ends is an early answer.
-EARLY_ANSWER_S = 0.05
+EARLY_ANSWER_MS = 50
 # Handles acked this recently answer a repeated ack with OK.
 RECENT_ACKS = 10_000
 # A receive goes round at least this often when reads only skip messages (non-matching,
@@ -164,10 +162,6 @@ MIN_SCAN_ROUNDS = 3
 # At most this many messages of one queue wait behind an earlier message of their FIFO
 # group; with that many waiting the queue is not read further until some are released.
 MAX_WAITING_PER_QUEUE = 1024
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +252,7 @@ class _Queue:
     committed: int | None = None  # what the store holds as the group's offset
     in_flight: dict[int, _InFlight] = field(default_factory=dict)
     busy: bool = False  # a read is in progress (one reader per queue at a time)
-    retry_at: float = 0.0  # loop time before which the queue is left alone (errors)
+    retry_at: int = 0  # clock time (now_ms) before which the queue is left alone (errors)
     failures: int = 0
     init: asyncio.Task[None] | None = None
     # FIFO: message group -> its un-acked offsets here (in flight or waiting), ascending.
@@ -368,14 +362,14 @@ class SimpleConsumerCore:
         backend: Backend,
         settings: GatewaySettings,
         *,
-        clock: Clock = monotonic_ms,
+        clock: Clock = SYSTEM_CLOCK,
         commit_interval_ms: int = 1_000,
         epoch: str | None = None,
         instance_id: str = "",
     ) -> None:
         self.backend = backend
         self.settings = settings
-        self.clock = clock
+        self.clock = clock  # now_ms for deadlines, holds and backoff; sleep_ms for the committer
         self.commit_interval_ms = commit_interval_ms
         self.epoch = epoch or secrets.token_hex(4)
         self.instance_id = instance_id  # named in receipt handles
@@ -458,8 +452,7 @@ class SimpleConsumerCore:
         hold_ms = self._polling_ms(long_polling_timeout_ms, time_remaining_ms)
         sub = self._subscription(group, topic)
         queues = await self._readable_queues(sub)
-        loop = asyncio.get_running_loop()
-        end = loop.time() + hold_ms / 1000
+        end = self.clock.now_ms() + hold_ms
         rounds = 0
         while not self._closed and not sub.dropped:
             self._take_due(sub, batch)
@@ -470,9 +463,9 @@ class SimpleConsumerCore:
             moved = await self._scan(sub, queues, batch)
             if batch.out:
                 break
-            if moved and (rounds < MIN_SCAN_ROUNDS or loop.time() < end):
+            if moved and (rounds < MIN_SCAN_ROUNDS or self.clock.now_ms() < end):
                 continue  # only skipped messages: read on at once
-            if loop.time() >= end - 0.001:
+            if self.clock.now_ms() >= end - 1:
                 break
             await self._hold(sub, queues, batch, end)
             if batch.out:
@@ -529,7 +522,7 @@ class SimpleConsumerCore:
     def _take_due(self, sub: _Subscription, batch: _Batch) -> None:
         """Redeliver in-flight messages whose deadline passed (renewing auto-renewed ones,
         dead-lettering those out of attempts) until the batch is full."""
-        now = self.clock()
+        now = self.clock.now_ms()
         heap = sub.deadlines
         while heap and not batch.full and heap[0][0] <= now:
             _, ticket, entry = heapq.heappop(heap)
@@ -572,7 +565,7 @@ class SimpleConsumerCore:
     def _take_ready(self, sub: _Subscription, batch: _Batch) -> None:
         """Deliver FIFO messages whose predecessor in their group was settled, until the
         batch is full."""
-        now = self.clock()
+        now = self.clock.now_ms()
         for q in list(sub.queues.values()):
             if batch.full:
                 return
@@ -659,8 +652,7 @@ class SimpleConsumerCore:
         offsets, then read the queues with a backlog (a share of the batch each, round
         robin), concurrently. True when a cursor moved without delivering (skipped
         messages: worth reading on at once)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = self.clock.now_ms()
         usable = [q for q in queues if q.retry_at <= now]
         if not usable:
             return False
@@ -758,11 +750,11 @@ class SimpleConsumerCore:
     def _failed(self, batch: _Batch, queues: Iterable[_Queue], err: TxmqError) -> None:
         """A read (or offset query) failed: back the queues off, remember the error."""
         batch.error = err
-        now = asyncio.get_running_loop().time()
+        now = self.clock.now_ms()
         for q in queues:
             q.failures += 1
-            delay = ERROR_BACKOFF.delay_ms(q.failures)
-            q.retry_at = now + delay / 1000
+            delay = round(ERROR_BACKOFF.delay_ms(q.failures))
+            q.retry_at = now + delay
             log.warning("read of %s/%d failed (%s); left alone %d ms", q.store_id, q.queue_id, err, delay)
 
     async def _read(self, sub: _Subscription, q: _Queue, batch: _Batch, *, max_messages: int, hold_ms: int) -> bool:
@@ -802,7 +794,7 @@ class SimpleConsumerCore:
         before = q.cursor
         delivered = len(batch.out)
         if reply.status == pull_pb2.PULL_STATUS_FOUND:
-            now = self.clock()
+            now = self.clock.now_ms()
             next_offset = reply.next_begin_offset
             for view in reply.messages:
                 offset = view.queue_offset
@@ -848,7 +840,7 @@ class SimpleConsumerCore:
             log.warning("unexpected pull status %s on %s/%d", reply.status, q.store_id, q.queue_id)
         return len(batch.out) == delivered and q.cursor != before
 
-    async def _hold(self, sub: _Subscription, queues: list[_Queue], batch: _Batch, end: float) -> None:
+    async def _hold(self, sub: _Subscription, queues: list[_Queue], batch: _Batch, end: int) -> None:
         """Wait for a message: held reads on every queue nobody else is reading, until
         one returns, another receive releases a queue we could not read, an in-flight
         message becomes due (or visible by a change), a FIFO message is released (its
@@ -857,17 +849,17 @@ class SimpleConsumerCore:
         if any(q.ready for q in sub.queues.values()):
             return  # a FIFO message was released while this receive was reading
         loop = asyncio.get_running_loop()
-        now = loop.time()
-        timeout = end - now
+        now = self.clock.now_ms()
+        timeout_ms = end - now
         if sub.deadlines:
-            timeout = min(timeout, max(0.0, (sub.deadlines[0][0] - self.clock()) / 1000))
+            timeout_ms = min(timeout_ms, max(0, sub.deadlines[0][0] - now))
         backed_off = [q.retry_at for q in queues if q.retry_at > now]
         if backed_off:
-            timeout = min(timeout, min(backed_off) - now)
-        if timeout <= 0:
+            timeout_ms = min(timeout_ms, min(backed_off) - now)
+        if timeout_ms <= 0:
             return
         free = [q for q in queues if not q.busy and not q.saturated and q.cursor is not None and q.retry_at <= now]
-        hold_ms = int((end - now) * 1000)
+        hold_ms = end - now
         reads: list[asyncio.Task[bool]] = []
         held = free if hold_ms >= 1 else []
         for q in held:
@@ -876,13 +868,15 @@ class SimpleConsumerCore:
         wakers: list[asyncio.Future[None]] = [sub.visible.wait()]
         if len(reads) < len(queues):
             wakers.append(sub.released.wait())  # someone else reads a queue we do not
+        timer = loop.create_task(self.clock.sleep_ms(timeout_ms))
         try:
-            await asyncio.wait([*reads, *wakers], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([*reads, *wakers, timer], return_when=asyncio.FIRST_COMPLETED)
         finally:
+            timer.cancel()
             for task in reads:
                 task.cancel()
             results = await asyncio.gather(*reads, return_exceptions=True)
-        early = loop.time() < end - EARLY_ANSWER_S
+        early = self.clock.now_ms() < end - EARLY_ANSWER_MS
         for q, result in zip(held, results, strict=True):
             if isinstance(result, TxmqError):
                 if not result.retriable and not batch.out:
@@ -893,8 +887,8 @@ class SimpleConsumerCore:
             elif result is False and early and not batch.out:
                 # Answered empty long before its hold ended (a pull instance stopping):
                 # do not hold on it again at once.
-                q.retry_at = loop.time() + ERROR_BACKOFF_MS / 1000
-        if not batch.out and batch.error is not None and all(q.retry_at > loop.time() for q in queues):
+                q.retry_at = self.clock.now_ms() + ERROR_BACKOFF_MS
+        if not batch.out and batch.error is not None and all(q.retry_at > self.clock.now_ms() for q in queues):
             raise batch.error  # every queue failed lately
 
     # -- ack / change / dead letter -------------------------------------------------
@@ -926,7 +920,7 @@ class SimpleConsumerCore:
         unique_id = entry.view.message.unique_id
         if message_id and unique_id and message_id != unique_id:
             raise GatewayError(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle is not one of message {message_id}")
-        now = self.clock()
+        now = self.clock.now_ms()
         self._renew(sub, entry, now)
         if entry.deadline_ms <= now:
             raise GatewayError(Code.INVALID_RECEIPT_HANDLE, "the receipt handle is expired")
@@ -969,7 +963,7 @@ class SimpleConsumerCore:
         self._stop_renewing(entry)
         entry.version = next(self._versions)
         entry.invisible_ms = invisible_ms
-        self._schedule(sub, entry, self.clock() + invisible_ms)
+        self._schedule(sub, entry, self.clock.now_ms() + invisible_ms)
         self._compact(sub)
         sub.visible.fire()
         return self._handle(sub, entry)
@@ -1005,7 +999,7 @@ class SimpleConsumerCore:
         except Exception as exc:  # noqa: BLE001 - retried
             entry.forwarding = False
             if self._current(entry):
-                self._schedule(sub, entry, self.clock() + DLQ_RETRY_MS)
+                self._schedule(sub, entry, self.clock.now_ms() + DLQ_RETRY_MS)
                 sub.visible.fire()
             log.warning(
                 "group %s: dead-lettering message %s of %s failed (%s); retried in %d ms",
@@ -1038,7 +1032,7 @@ class SimpleConsumerCore:
         """``client_id`` terminated or expired: its auto-renewed messages become visible
         to the group again after CLEAR_INVISIBLE_MS (their handles keep working until)."""
         entries = self._renewing.pop(client_id, set())
-        now = self.clock()
+        now = self.clock.now_ms()
         for entry in entries:
             entry.renew_client = None
             if not self._current(entry) or entry.forwarding:
@@ -1077,7 +1071,7 @@ class SimpleConsumerCore:
 
     async def _flush_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.commit_interval_ms / 1000)
+            await self.clock.sleep_ms(self.commit_interval_ms)
             try:
                 await self.flush()
             except Exception:  # retried next round
