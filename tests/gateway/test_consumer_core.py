@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from support.clock import ManualClock, settle, ticking, until
+
 from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2
 from txmq_gateway import consumer as consumer_module
@@ -33,8 +35,6 @@ from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, encode_token
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
-
-from support.clock import ManualClock, settle, ticking, until
 
 GROUP = "G"
 TOPIC = "T"
@@ -362,7 +362,9 @@ async def test_round_robin_over_queues_and_stores(env: Env) -> None:
     assert len(everything) == 32
     per_queue: dict[tuple[str, int], int] = {}
     for d in everything:
-        per_queue[(d.view.store_id, d.view.message.queue_id)] = per_queue.get((d.view.store_id, d.view.message.queue_id), 0) + 1
+        per_queue[(d.view.store_id, d.view.message.queue_id)] = (
+            per_queue.get((d.view.store_id, d.view.message.queue_id), 0) + 1
+        )
     assert set(per_queue.values()) == {8}
 
 
@@ -416,7 +418,12 @@ async def test_change_validates_the_duration(env: Env) -> None:
 async def test_malformed_and_foreign_handles_are_refused(env: Env) -> None:
     env.backend.put("m0")
     [d] = await env.receive()
-    for bad in ("", "garbage!", encode_token({"x": 1}), encode_token({"e": 1, "s": "s1", "t": TOPIC, "q": 0, "o": 0, "v": 1})):
+    for bad in (
+        "",
+        "garbage!",
+        encode_token({"x": 1}),
+        encode_token({"e": 1, "s": "s1", "t": TOPIC, "q": 0, "o": 0, "v": 1}),
+    ):
         await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, receipt_handle=bad))
     h = ReceiptHandle.decode(d.receipt_handle)
     other_epoch = ReceiptHandle("other", h.store_id, h.topic, h.queue_id, h.offset, h.version).encode()
@@ -973,9 +980,7 @@ async def test_fifo_waiting_messages_are_bounded_per_queue(env: Env, monkeypatch
     assert bodies(await env.receive(batch_size=10)) == ["g1-c"]
 
 
-async def test_fifo_a_saturated_queue_does_not_hold_up_the_others(
-    env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_fifo_a_saturated_queue_does_not_hold_up_the_others(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(consumer_module, "MAX_WAITING_PER_QUEUE", 2)
     env.backend.add_topic(TOPIC, {"s1": 2})
     for body in ("g1-a", "g1-b", "g1-c", "g1-d"):

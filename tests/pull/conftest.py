@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 from txmq.v1 import common_pb2, pull_pb2, store_pb2, store_pb2_grpc
-from txmq_pull.clock import ManualClock
+from support.clock import ManualClock
 from txmq_pull.service import PullCore, build_core
 from txmq_pull.settings import PullSettings
 from txmq_pull.store_client import ClusterLocator

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
-from txmq_pull.clock import ManualClock
+from support.clock import ManualClock
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.settings import PullSettings
 from txmq_runtime.settings import load_settings

@@ -18,7 +18,7 @@ from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2, store_pb2
 
 from txmq_pull.arrivals import ArrivalFeed
-from txmq_pull.clock import Clock
+from txmq_runtime.clock import Clock
 from txmq_pull.filters import PullFilter, parse_filter
 from txmq_pull.hold import HoldService, QueueKey, ReadWatch, WakeReason
 from txmq_pull.settings import PullSettings

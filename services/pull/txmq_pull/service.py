@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from txmq_runtime.server import ServiceContext, ServiceParts
 
 from txmq_pull.arrivals import ArrivalFeed
-from txmq_pull.clock import Clock, MonotonicClock
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_pull.hold import HoldService
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.metrics import HELD_PULLS
@@ -53,7 +53,7 @@ class PullCore:
 
 
 def build_core(settings: PullSettings, locator: StoreLocator, *, clock: Clock | None = None) -> PullCore:
-    clock = clock or MonotonicClock()
+    clock = clock or SYSTEM_CLOCK
     clients = StoreClients(locator, timeout_ms=settings.store_rpc_timeout_ms)
     hold = HoldService(
         clock=clock,

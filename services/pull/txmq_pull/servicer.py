@@ -8,7 +8,7 @@ import grpc
 from txmq.v1 import pull_pb2, pull_pb2_grpc
 from txmq_runtime.grpc_errors import rpc
 
-from txmq_pull.clock import Clock
+from txmq_runtime.clock import Clock
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.metrics import pulled
 from txmq_pull.processor import PullProcessor
