@@ -27,6 +27,8 @@ from txmq_txcheck.checkloop import CheckLoop, CheckSettings  # noqa: E402
 from txmq_txcheck.ledger import Ledger  # noqa: E402
 from txmq_txcheck.store_client import StoreClient  # noqa: E402
 
+from support.clock import ManualClock  # noqa: E402
+
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
 GROUP = "PG_EXPORT"
 TX_TOPIC = "TxExport"
@@ -44,17 +46,6 @@ COMMIT = txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT
 ROLLBACK = txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_ms = T0
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
-
-
 class Sender:
     def __init__(self) -> None:
         self.checks: list[txcheck_pb2.CheckTransactionState] = []
@@ -70,7 +61,7 @@ class Sender:
 @dataclass
 class Env:
     store: MessageStore
-    clock: Clock
+    clock: ManualClock
     stub: store_pb2_grpc.StoreStub
     ledger: Ledger
     loop: CheckLoop
@@ -118,7 +109,7 @@ class Env:
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    clock = Clock()
+    clock = ManualClock(wall_ms=T0)
     settings = StoreSettings(data_dir=str(tmp_path / "store"), **SMALL)  # type: ignore[arg-type]
     store = await MessageStore.open(settings, advertised_address="127.0.0.1:1", clock=clock)
     store.create_topic(TX_TOPIC, read_queue_nums=2, write_queue_nums=2)

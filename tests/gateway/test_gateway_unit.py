@@ -17,6 +17,8 @@ from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError, from_exception
 from txmq_gateway.v2 import Code, pb
 
+from support.clock import ManualClock
+
 DATE = "20261122T101500Z"
 
 
@@ -130,8 +132,8 @@ def test_txmq_errors_map_to_v2_codes_and_keep_the_domain_name() -> None:
 
 
 async def test_dedupe_answers_a_repeat_with_the_first_result() -> None:
-    now = [0.0]
-    dedupe = SendDeduper(window_ms=1_000, max_entries=10, clock=lambda: now[0])
+    clock = ManualClock()
+    dedupe = SendDeduper(window_ms=1_000, max_entries=10, clock=clock)
     calls = []
 
     async def send() -> Sent:
@@ -142,7 +144,9 @@ async def test_dedupe_answers_a_repeat_with_the_first_result() -> None:
     again = await dedupe.once(("T", "m"), send)
     assert first == again and len(calls) == 1
     assert (await dedupe.once(("Other", "m"), send)).offset == 2  # per topic
-    now[0] = 1.5  # past the window: stored again
+    clock.advance(999)
+    assert (await dedupe.once(("T", "m"), send)).offset == 1  # still within the window: the first result
+    clock.advance(1)  # past the window: stored again
     assert (await dedupe.once(("T", "m"), send)).offset == 3
 
 

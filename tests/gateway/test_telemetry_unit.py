@@ -23,6 +23,8 @@ from txmq_gateway.telemetry import (
 )
 from txmq_gateway.v2 import Code, pb, svc, svc_grpc
 
+from support.clock import ManualClock
+
 GUARD_S = 10.0  # a hang guard, not a timing claim
 REFUSED_GROUP = "refused-topic"
 
@@ -132,14 +134,6 @@ async def env() -> AsyncIterator[Env]:
     finally:
         await backend.close()
         await server.stop(None)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -461,28 +455,28 @@ async def test_terminate_closes_the_producer_channels(env: Env, hub: ClientHub) 
 
 
 async def test_heartbeats_and_expiry(env: Env) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     hub = ClientHub(env.backend, GatewaySettings(client_expiry_ms=60_000), clock=clock)
     try:
         hub.heartbeat("client-h1", pb.SIMPLE_CONSUMER, "g1")
         info = hub.client("client-h1")
         assert info is not None and (info.client_type, info.group, info.sessions) == (pb.SIMPLE_CONSUMER, "g1", 0)
-        clock.now += 59
+        clock.advance(59_000)
         assert hub.expire() == []
         hub.heartbeat("client-h1", pb.SIMPLE_CONSUMER, "g1")
-        clock.now += 59
+        clock.advance(59_000)
         assert hub.expire() == []
-        clock.now += 2
+        clock.advance(2_000)
         assert hub.expire() == ["client-h1"]
         assert hub.client("client-h1") is None
 
         # a client holding a stream does not expire; it does once the stream is gone
         async with stream(hub, "client-h2") as s:
             await s.ask(producer_settings())
-            clock.now += 3_600
+            clock.advance(3_600_000)
             assert hub.expire() == []
         assert hub.expire() == []  # last seen when its stream ended
-        clock.now += 61
+        clock.advance(61_000)
         assert hub.expire() == ["client-h2"]
 
         hub.heartbeat("client-h3", pb.PRODUCER, "")
@@ -558,13 +552,13 @@ def test_terminated_and_expired_clients_are_reported_gone() -> None:
     from txmq_gateway.settings import GatewaySettings
     from txmq_gateway.telemetry import ClientHub
 
-    now = [100.0]
+    clock = ManualClock()
     gone: list[str] = []
-    hub = ClientHub(None, GatewaySettings(client_expiry_ms=1_000), clock=lambda: now[0], on_client_gone=gone.append)  # type: ignore[arg-type]
+    hub = ClientHub(None, GatewaySettings(client_expiry_ms=1_000), clock=clock, on_client_gone=gone.append)  # type: ignore[arg-type]
     hub._ensure_sweeper = lambda: None  # type: ignore[method-assign] - no event loop needed here
     hub.heartbeat("a", 3, "G")
     hub.heartbeat("b", 3, "G")
     hub.terminate("a", "G")
     assert gone == ["a"]
-    now[0] += 2
+    clock.advance(2_000)
     assert hub.expire() == ["b"] and gone == ["a", "b"]

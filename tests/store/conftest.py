@@ -18,6 +18,8 @@ from txmq_store.model import OutgoingMessage
 from txmq_store.servicer import add_store_servicers
 from txmq_store.settings import StoreSettings
 
+from support.clock import ManualClock
+
 ADDRESS = "127.0.0.1:10911"
 SMALL = dict(
     commitlog_segment_bytes=64 * 1024,
@@ -32,17 +34,11 @@ SMALL = dict(
 )
 
 
-class FakeClock:
-    """Milliseconds since the epoch, moved by hand."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
+#: The store's wall clock in these tests starts here (2023-11-14 22:13:20 UTC).
+T0_MS = 1_700_000_000_000
+#: The ``clock`` fixture's type (the suite's one manual clock; the store takes it as its
+#: wall clock: ``clock()`` is the time it stamps).
+FakeClock = ManualClock
 
 
 class CountingFsync:
@@ -85,8 +81,8 @@ class StoreFactory:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock(wall_ms=T0_MS)
 
 
 @pytest.fixture

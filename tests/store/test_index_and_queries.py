@@ -74,7 +74,7 @@ async def test_queue_offsets_and_search_by_time(store: MessageStore, clock: Fake
     stamps = []
     for i in range(10):
         await store.send([msg(b"%d" % i, queue_id=1)])
-        stamps.append(clock.now_ms)
+        stamps.append(clock())
         clock.advance(100)
     (q,) = store.queue_offsets("TopicA", 1)
     assert (q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp_ms) == (1, 0, 10, stamps[-1])
@@ -110,7 +110,7 @@ async def test_consume_offsets(stores: StoreFactory, clock: FakeClock) -> None:
             store.commit_consume_offset(**kw)  # type: ignore[arg-type]
         assert info.value.code == code
     rows = store.list_consume_offsets(group="CID_SYS_RMQ_TRANS")
-    assert [(r.topic, r.offset, r.updated_at_ms) for r in rows] == [("RMQ_SYS_TRANS_HALF_TOPIC", 4, clock.now_ms)]
+    assert [(r.topic, r.offset, r.updated_at_ms) for r in rows] == [("RMQ_SYS_TRANS_HALF_TOPIC", 4, clock())]
     await store.persist_offsets()
     store.delete_topic("TopicA")
     with pytest.raises(TxmqError) as info:

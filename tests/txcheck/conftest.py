@@ -1,5 +1,7 @@
 """Fixtures for the transaction tests: a real store (in process, served over a real
-grpc.aio server) sharing a fake clock with the check loop, so time is driven by hand."""
+grpc.aio server) sharing a manual clock with the check loop, so time is driven by hand.
+The clock's wall time starts at the real time: the store compares record times with
+its files' mtimes."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from txmq_txcheck.checkloop import CheckLoop, CheckSettings
 from txmq_txcheck.ledger import Ledger
 from txmq_txcheck.store_client import StoreClient
 
+from support.clock import ManualClock
+
 SMALL = dict(
     commitlog_segment_bytes=256 * 1024,
     consume_queue_units_per_file=256,
@@ -30,17 +34,6 @@ SMALL = dict(
 )
 GROUP = "PG_TX"
 TOPIC = "TxTopic"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_ms = time.time_ns() // 1_000_000
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
 
 
 class FakeSender:
@@ -64,7 +57,7 @@ class Env:
     store: MessageStore
     client: StoreClient
     stub: store_pb2_grpc.StoreStub
-    clock: FakeClock
+    clock: ManualClock
     ledger: Ledger
     sender: FakeSender
     loop: CheckLoop
@@ -111,7 +104,7 @@ class Env:
 
 
 async def open_env(path: Path, **overrides: object) -> tuple[Env, grpc.aio.Server, grpc.aio.Channel]:
-    clock = FakeClock()
+    clock = ManualClock(wall_ms=time.time_ns() // 1_000_000)
     settings = StoreSettings(data_dir=str(path / "store"), **{**SMALL, **overrides})  # type: ignore[arg-type]
     store = await MessageStore.open(settings, advertised_address="127.0.0.1:10911", clock=clock)
     store.create_topic(TOPIC, read_queue_nums=4, write_queue_nums=4)

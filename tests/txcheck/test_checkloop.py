@@ -1,4 +1,4 @@
-"""The check loop against a real store, time driven by a fake clock (no sleeps)."""
+"""The check loop against a real store, time driven by a manual clock (no sleeps)."""
 
 from __future__ import annotations
 
@@ -246,9 +246,6 @@ async def test_failure_mid_queue_saves_progress(env: Env) -> None:
 
 async def test_round_time_limit_per_queue(env: Env) -> None:
     """A round stops at the per-queue time limit and the next one goes on from there."""
-
-    class SlowClock:
-        pass
 
     rs = [await env.half(str(i).encode()) for i in range(3)]
     env.clock.advance(7_000)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, route_pb2, store_pb2, txcheck_pb2
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import TransactionHandle, decoded_body, to_txmq_message
@@ -56,18 +56,18 @@ class Sent:
 class SendDeduper:
     """(topic, message id) -> the first successful result, for ``window_ms``; bounded."""
 
-    def __init__(self, *, window_ms: int, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self._window_s = window_ms / 1000
+    def __init__(self, *, window_ms: int, max_entries: int, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._window_ms = window_ms
         self._max = max_entries
         self._clock = clock
-        self._done: OrderedDict[tuple[str, str], tuple[float, Sent]] = OrderedDict()
+        self._done: OrderedDict[tuple[str, str], tuple[int, Sent]] = OrderedDict()
         self._inflight: dict[tuple[str, str], asyncio.Future[Sent]] = {}
 
     async def once(self, key: tuple[str, str], send: Callable[[], Awaitable[Sent]]) -> Sent:
         """``send()`` unless ``key`` succeeded recently or is being sent (then that result)."""
-        if self._window_s <= 0 or not key[1]:
+        if self._window_ms <= 0 or not key[1]:
             return await send()
-        now = self._clock()
+        now = self._clock.now_ms()
         self._expire(now)
         hit = self._done.get(key)
         if hit is not None:
@@ -87,15 +87,15 @@ class SendDeduper:
         finally:
             self._inflight.pop(key, None)
         future.set_result(result)
-        self._done[key] = (self._clock(), result)
+        self._done[key] = (self._clock.now_ms(), result)
         while len(self._done) > self._max:
             self._done.popitem(last=False)
         return result
 
-    def _expire(self, now: float) -> None:
+    def _expire(self, now: int) -> None:
         while self._done:
             key, (at, _) = next(iter(self._done.items()))
-            if now - at < self._window_s:
+            if now - at < self._window_ms:
                 break
             del self._done[key]
 

@@ -25,7 +25,6 @@ import asyncio
 import functools
 import itertools
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -33,6 +32,7 @@ import grpc
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2
 from txmq_runtime.backoff import Backoff, BackoffPolicy
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import (
@@ -260,7 +260,7 @@ class ClientInfo:
     client_id: str
     client_type: int
     group: str
-    last_seen: float
+    last_seen_ms: int  # on the hub's clock (now_ms)
     sessions: int
 
 
@@ -269,7 +269,7 @@ class _Client:
     client_id: str
     client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
     group: str = ""
-    last_seen: float = 0.0
+    last_seen_ms: int = 0
     sessions: set[_Session] = field(default_factory=set)
 
 
@@ -314,7 +314,7 @@ class ClientHub:
         backend: Backend,
         settings: GatewaySettings,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
         on_client_gone: Callable[[str], None] | None = None,
     ) -> None:
         self.backend = backend
@@ -342,7 +342,7 @@ class ClientHub:
             client.client_type = client_type
         if group:
             client.group = group
-        client.last_seen = self._clock()
+        client.last_seen_ms = self._clock.now_ms()
         self._ensure_sweeper()
 
     def terminate(self, client_id: str, group: str) -> None:
@@ -363,7 +363,7 @@ class ClientHub:
         client = self._clients.get(client_id)
         if client is None:
             return None
-        return ClientInfo(client.client_id, client.client_type, client.group, client.last_seen, len(client.sessions))
+        return ClientInfo(client.client_id, client.client_type, client.group, client.last_seen_ms, len(client.sessions))
 
     def clients(self) -> list[ClientInfo]:
         return [info for cid in list(self._clients) if (info := self.client(cid)) is not None]
@@ -382,8 +382,8 @@ class ClientHub:
     def expire(self) -> list[str]:
         """Forget the clients with no stream and no heartbeat for ``client_expiry_ms``;
         their ids."""
-        limit = self._clock() - self.settings.client_expiry_ms / 1000
-        gone = [c.client_id for c in self._clients.values() if not c.sessions and c.last_seen < limit]
+        limit = self._clock.now_ms() - self.settings.client_expiry_ms
+        gone = [c.client_id for c in self._clients.values() if not c.sessions and c.last_seen_ms < limit]
         for client_id in gone:
             del self._clients[client_id]
             log.info("client %s expired", client_id)
@@ -400,7 +400,7 @@ class ClientHub:
     def _client(self, client_id: str) -> _Client:
         client = self._clients.get(client_id)
         if client is None:
-            client = self._clients[client_id] = _Client(client_id, last_seen=self._clock())
+            client = self._clients[client_id] = _Client(client_id, last_seen_ms=self._clock.now_ms())
         return client
 
     def _ensure_sweeper(self) -> None:
@@ -444,7 +444,7 @@ class ClientHub:
         if client_id:
             client = self._client(client_id)
             client.sessions.add(session)
-            client.last_seen = self._clock()
+            client.last_seen_ms = self._clock.now_ms()
         self._ensure_sweeper()
         log.debug("telemetry session %d of %s open", session.seq, client_id or "<no client id>")
         return session
@@ -485,7 +485,7 @@ class ClientHub:
         session.client_type = client_settings.client_type
         client = self._client(session.client_id)
         client.client_type = client_settings.client_type
-        client.last_seen = self._clock()
+        client.last_seen_ms = self._clock.now_ms()
         if client_settings.client_type in CONSUMER_TYPES:
             client.group = client_settings.subscription.group.name
         if client_settings.client_type == pb.PRODUCER:
@@ -563,7 +563,7 @@ class ClientHub:
         client = self._clients.get(session.client_id)
         if client is not None:
             client.sessions.discard(session)
-            client.last_seen = self._clock()
+            client.last_seen_ms = self._clock.now_ms()
         log.debug("telemetry session %d of %s ended: %s", session.seq, session.client_id, reason)
 
     async def _end_session(self, session: _Session) -> None:

@@ -13,13 +13,29 @@ Two kinds of time, never mixed:
 
 Waiting goes through the clock too (``sleep_ms``, ``wait``), so a manual clock can wake
 sleepers when a test advances it.
+
+The rule (one convention for every service):
+
+- A core that measures intervals, keeps deadlines or waits takes a ``Clock``
+  (``clock: Clock = SYSTEM_CLOCK``): the pull hold, the gateway consumer core, the leases.
+- A core that only stamps or compares wall times (the store's record and offset
+  timestamps, txcheck's ledger and check loop, which age half messages against their
+  stored born time as RocketMQ does) takes a ``WallClock``: a bare callable returning
+  ``wall_ms``, taken from a Clock (``clock.wall_ms``; ``wall_clock_ms`` is
+  ``SYSTEM_CLOCK.wall_ms``). Tests pass their ``ManualClock`` itself (it is callable).
+- Nothing else reads ``time.time()``, ``time.monotonic()`` or ``loop.time()``; outside
+  the cores (process wiring, CLI, benchmarks) real time is fine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol
+
+#: Milliseconds since the Unix epoch, as a bare callable (``Clock.wall_ms``).
+WallClock = Callable[[], int]
 
 
 class Clock(Protocol):

@@ -14,7 +14,6 @@ import ipaddress
 import logging
 import os
 import socket
-import time
 from collections import deque
 from pathlib import Path
 from typing import Awaitable, Callable, Sequence
@@ -22,6 +21,7 @@ from typing import Awaitable, Callable, Sequence
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
 from txmq.v1 import errors_pb2
+from txmq_runtime.clock import WallClock, wall_clock_ms
 from txmq_runtime.settings import describe
 
 from . import metrics as store_metrics
@@ -83,16 +83,12 @@ from .validation import (
 
 log = logging.getLogger("txmq.store")
 
-Clock = Callable[[], int]  # milliseconds since the epoch
+Clock = WallClock  # milliseconds since the epoch (txmq_runtime.clock's rule)
 DEFAULT_MAX_MESSAGES = 32
 MAX_QUERY_RESULTS = 1000
 MAX_QUEUE_NUMS = 1024
 SCAN_BYTES = 16_000  # consume-queue bytes one read may scan at least (RocketMQ)
 END_OF_TIME_MS = 2**63 - 1
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _not_found(code: int, what: str, **metadata: str) -> TxmqError:

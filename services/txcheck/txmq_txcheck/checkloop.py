@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
+from txmq_runtime.clock import WallClock
 
 from txmq_txcheck.constants import (
     CHECK_MAX_TIME_TOPIC,
@@ -49,7 +49,7 @@ from txmq_txcheck.store_client import StoreClient
 
 log = logging.getLogger("txmq.txcheck.loop")
 
-Clock = Callable[[], int]
+Clock = WallClock  # milliseconds since the epoch (txmq_runtime.clock's rule)
 PULL_BATCH = 32
 # RocketMQ MAX_RETRY_COUNT_WHEN_HALF_NULL / OP pulls: small bounds per round.
 _MAX_EMPTY_OP_PULLS = 1

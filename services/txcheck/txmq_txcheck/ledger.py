@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from txmq._validation import check_group as check_group_name
 from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
+from txmq_runtime.clock import WallClock
 
 from txmq_txcheck.constants import (
     HALF_TOPIC,
@@ -50,7 +51,7 @@ from txmq_txcheck.timeline import Timeline
 
 log = logging.getLogger("txmq.txcheck.ledger")
 
-Clock = Callable[[], int]
+Clock = WallClock  # milliseconds since the epoch (txmq_runtime.clock's rule)
 COMMIT = "C"
 ROLLBACK = "R"
 _RESOLUTION = {

@@ -15,13 +15,12 @@ import asyncio
 import logging
 import os
 import socket
-import time
-from collections.abc import Callable
 
 import grpc
 from txmq.errors import ERROR_DETAIL_KEY, TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2, txcheck_pb2_grpc
 from txmq_runtime.backoff import Backoff, BackoffPolicy
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.etcd import EtcdMirror
 from txmq_runtime.grpc_errors import abort, rpc
 from txmq_runtime.server import ServiceContext, ServiceParts
@@ -42,10 +41,6 @@ _FORWARD_TIMEOUT_S = 10.0
 _LEADER_RETRY = BackoffPolicy(first_ms=20, max_ms=200)
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class _LeaderUnreachable(Exception):
     """Forwarding found no leader to decide (transport failure, or it no longer leads)."""
 
@@ -62,13 +57,13 @@ class TxcheckNode:
         ctx: ServiceContext[TxcheckSettings],
         instance_id: str,
         *,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         s = ctx.settings
         self.ctx = ctx
         self.settings = s
         self.instance_id = instance_id
-        self._monotonic = monotonic
+        self._clock = clock
         self.timeline = Timeline()
         self.channels = ProducerChannels(
             etcd=ctx.etcd,
@@ -129,7 +124,7 @@ class TxcheckNode:
             client = self._clients[store_id] = StoreClient.dial(address, store_id=store_id)
             self._ledgers[store_id] = Ledger(
                 client,
-                clock=wall_clock_ms,
+                clock=self._clock.wall_ms,
                 transaction_timeout_ms=self.settings.transaction_timeout_ms,
                 timeline=self.timeline,
                 op_batch_max_entries=self.settings.op_batch_max_entries,
@@ -151,7 +146,7 @@ class TxcheckNode:
             ledger.store,
             ledger,
             self.channels,
-            clock=wall_clock_ms,
+            clock=self._clock.wall_ms,
             settings=CheckSettings(
                 transaction_timeout_ms=s.transaction_timeout_ms,
                 check_max=s.transaction_check_max,
@@ -191,7 +186,7 @@ class TxcheckNode:
         wait_s = 0.0 if request.forwarded else self.settings.leader_wait_ms / 1000
         if time_remaining_s is not None:
             wait_s = min(wait_s, max(0.0, time_remaining_s - 0.5))
-        deadline = self._monotonic() + wait_s
+        deadline_ms = self._clock.now_ms() + wait_s * 1000
         backoff = Backoff(_LEADER_RETRY)
         while True:
             if (epoch := self.elector.epoch(store_id)) is not None:
@@ -218,10 +213,10 @@ class TxcheckNode:
                             return await self._forward_end(address, request, store_id, time_remaining_s)
                         except _LeaderUnreachable as exc:
                             reason = str(exc)
-            remaining = deadline - self._monotonic()
-            if remaining <= 0:
+            remaining_ms = deadline_ms - self._clock.now_ms()
+            if remaining_ms <= 0:
                 raise not_leader(store_id, reason)
-            await backoff.sleep(at_most_ms=remaining * 1000)
+            await backoff.sleep(at_most_ms=remaining_ms)
 
     def _txcheck_address(self, instance_id: str) -> str | None:
         for e in self.ctx.cluster.endpoints(common_pb2.SERVICE_KIND_TXCHECK):
