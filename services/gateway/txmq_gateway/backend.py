@@ -23,7 +23,7 @@ from txmq.v1 import (
     txcheck_pb2,
     txcheck_pb2_grpc,
 )
-from txmq_runtime.calls import CHANNEL_OPTIONS, call
+from txmq_runtime.calls import call, internal_channel
 from txmq_runtime.registry import ClusterView
 
 log = logging.getLogger("txmq.gateway.backend")
@@ -50,7 +50,7 @@ class Backend:
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._channels[address] = internal_channel(address)
         return channel
 
     def addresses(self, kind: int) -> list[str]:

@@ -51,7 +51,7 @@ import grpc
 from txmq_gateway.convert import duration
 from txmq_gateway.status import GatewayError, from_exception
 from txmq_gateway.v2 import Code, svc, svc_grpc
-from txmq_runtime.calls import CHANNEL_OPTIONS
+from txmq_runtime.calls import internal_channel
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.etcd import RETRYABLE, EtcdMirror
 from txmq_runtime.lease import FencedLease, Holding, LeaseLapsed
@@ -364,7 +364,7 @@ class Forwarder:
     ) -> None:
         self.instance_id = instance_id
         self.timeout_s = timeout_ms / 1000
-        self._channel_factory = channel_factory or (lambda a: grpc.aio.insecure_channel(a, options=CHANNEL_OPTIONS))
+        self._channel_factory = channel_factory or internal_channel
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._background: set[asyncio.Task[None]] = set()
 

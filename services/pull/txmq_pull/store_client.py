@@ -12,7 +12,7 @@ from typing import Protocol
 import grpc
 from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
-from txmq_runtime.calls import CHANNEL_OPTIONS
+from txmq_runtime.calls import internal_channel
 from txmq_runtime.calls import call as _call
 from txmq_runtime.registry import ClusterView
 
@@ -119,7 +119,7 @@ class StoreClients:
     def for_address(self, address: str) -> StoreClient:
         client = self._clients.get(address)
         if client is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = internal_channel(address)
             client = self._clients[address] = StoreClient(address, channel, timeout_s=self._timeout_s)
         return client
 

@@ -1,5 +1,5 @@
-"""The calling side of service-to-service gRPC: channel options for long-lived internal
-channels, and awaiting a call with its failure re-raised as the callee's TxmqError."""
+"""The calling side of service-to-service gRPC: channels (and their options) for long-lived
+internal links, and awaiting a call with its failure re-raised as the callee's TxmqError."""
 
 from __future__ import annotations
 
@@ -9,21 +9,29 @@ from typing import TypeVar
 import grpc
 from txmq.errors import TxmqError
 
+from txmq_runtime import keepalive
 from txmq_runtime.server import MAX_MESSAGE_BYTES
 
 T = TypeVar("T")
 
-CHANNEL_OPTIONS = (
+_BASE_OPTIONS = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     # Re-dial a restarted peer quickly.
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2_000),
-    # Streams (arrivals, producer channels) are long-lived and may be idle: keep them
-    # alive through proxies.
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_permit_without_calls", 1),
 )
+
+
+def channel_options() -> tuple[tuple[str, int], ...]:
+    """Options of a long-lived channel to another txmq service: message limits, quick
+    re-dial, and this process's keepalive (txmq_runtime.keepalive: the servers permit it)."""
+    return (*_BASE_OPTIONS, *keepalive.current().client_options())
+
+
+def internal_channel(address: str) -> grpc.aio.Channel:
+    """An asyncio channel to another txmq service at ``address``, with ``channel_options``."""
+    return grpc.aio.insecure_channel(address, options=channel_options())
 
 
 async def call(rpc: Callable[[], Awaitable[T]]) -> T:

@@ -34,7 +34,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from txmq.v1 import common_pb2
 
-from txmq_runtime import metrics
+from txmq_runtime import keepalive, metrics
 from txmq_runtime.etcd import etcd_client
 from txmq_runtime.net import join_host_port
 from txmq_runtime.registry import ClusterView, EtcdKeys, Registration, encode, kind_name
@@ -147,7 +147,9 @@ async def run_service(*, kind: int, settings: S, setup: Setup[S]) -> None:
 
 async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setup[S]) -> None:
     name = kind_name(kind)
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=metrics.server_interceptors())
+    ka = keepalive.Keepalive.of(settings)
+    keepalive.configure(ka)  # the channels this process dials (txmq_runtime.calls)
+    server = grpc.aio.server(options=(*SERVER_OPTIONS, *ka.server_options()), interceptors=metrics.server_interceptors())
     port = server.add_insecure_port(join_host_port(settings.host, settings.port))
     address = settings.advertised_address or join_host_port(_advertised_host(settings.host), port)
     keys = EtcdKeys(settings.etcd_prefix)

@@ -47,7 +47,10 @@ def describe(settings: BaseModel) -> dict[str, str]:
     return {k: str(v) for k, v in settings.model_dump().items()}
 
 
-from pydantic import Field  # noqa: E402
+from pydantic import Field, model_validator  # noqa: E402
+from typing import Self  # noqa: E402
+
+from txmq_runtime.keepalive import KEEPALIVE_PERMIT_TIME_MS, KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS  # noqa: E402
 
 
 class ServiceSettings(BaseSettings):
@@ -73,3 +76,26 @@ class ServiceSettings(BaseSettings):
         -1, ge=-1, le=65535, description="Prometheus /metrics HTTP port on host; 0 picks a free port, -1 turns it off."
     )
     metrics_host: str = Field("", description="Address the /metrics HTTP server binds to; empty: host.")
+    keepalive_time_ms: int = Field(
+        KEEPALIVE_TIME_MS,
+        ge=100,
+        description="Keepalive ping interval on links to and from other services, idle ones included.",
+    )
+    keepalive_timeout_ms: int = Field(
+        KEEPALIVE_TIMEOUT_MS, ge=100, description="How long a keepalive ping waits for its ack before the link is closed."
+    )
+    keepalive_permit_time_ms: int = Field(
+        KEEPALIVE_PERMIT_TIME_MS,
+        ge=0,
+        description="Shortest interval between a client's pings the server accepts (GOAWAY too_many_pings below it); "
+        "at most half keepalive_time_ms.",
+    )
+
+    @model_validator(mode="after")
+    def _server_permits_its_own_pings(self) -> Self:
+        if self.keepalive_permit_time_ms * 2 > self.keepalive_time_ms:
+            raise ValueError(
+                f"keepalive_permit_time_ms ({self.keepalive_permit_time_ms}) must be at most half of "
+                f"keepalive_time_ms ({self.keepalive_time_ms}): servers must permit the pings clients send"
+            )
+        return self

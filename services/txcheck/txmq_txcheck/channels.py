@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
+from txmq_runtime.calls import internal_channel
 from txmq_runtime.etcd import EtcdMirror
 
 log = logging.getLogger("txmq.txcheck.channels")
@@ -171,7 +172,7 @@ class ProducerChannels:
     async def _forward(self, e: ChannelEntry, command: txcheck_pb2.ServerCommand) -> bool:
         channel = self._peers.get(e.address)
         if channel is None:
-            channel = self._peers[e.address] = grpc.aio.insecure_channel(e.address)
+            channel = self._peers[e.address] = internal_channel(e.address)
         request = txcheck_pb2.DeliverCheckRequest(channel_key=e.key, check=command.check)
         try:
             await txcheck_pb2_grpc.TransactionPeerStub(channel).DeliverCheck(request, timeout=_FORWARD_TIMEOUT_S)

@@ -20,6 +20,7 @@ import grpc
 from txmq.errors import ERROR_DETAIL_KEY, TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2, txcheck_pb2_grpc
 from txmq_runtime.backoff import Backoff, BackoffPolicy
+from txmq_runtime.calls import internal_channel
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.etcd import EtcdMirror
 from txmq_runtime.grpc_errors import abort, rpc
@@ -227,7 +228,7 @@ class TxcheckNode:
     def _peer(self, address: str) -> grpc.aio.Channel:
         channel = self._peers.get(address)
         if channel is None:
-            channel = self._peers[address] = grpc.aio.insecure_channel(address)
+            channel = self._peers[address] = internal_channel(address)
         return channel
 
     async def _forward_end(

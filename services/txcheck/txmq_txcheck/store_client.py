@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import grpc
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
+from txmq_runtime.calls import internal_channel
 
 from txmq_txcheck.constants import CHECK_GROUP
 
@@ -25,7 +26,7 @@ class StoreClient:
 
     @classmethod
     def dial(cls, address: str, *, store_id: str = "") -> "StoreClient":
-        return cls(grpc.aio.insecure_channel(address), store_id=store_id, address=address)
+        return cls(internal_channel(address), store_id=store_id, address=address)
 
     async def close(self) -> None:
         await self._channel.close()

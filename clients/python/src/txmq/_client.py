@@ -24,9 +24,18 @@ log = logging.getLogger("txmq.client")
 
 # Big batches must fit in one call; the store enforces its own, smaller, limits.
 MAX_GRPC_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Keepalive pings on every channel, idle ones included (a producer channel may wait hours
+#: for a check): a vanished server is noticed within 30 + 10 s. txmq's servers permit a
+#: ping every keepalive_permit_time_ms (default 10 s, txmq_runtime.keepalive); keep this
+#: interval at least twice that.
+KEEPALIVE_TIME_MS = 30_000
 _CHANNEL_OPTIONS = (
     ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
 )
 
 Req = TypeVar("Req")
