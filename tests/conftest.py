@@ -11,6 +11,19 @@
 - ``private_store``: per test, a callable starting a fresh store (same as
   ``service_factory.store``), e.g. for crash tests: ``s = private_store(); s.kill();
   s.restart()``.
+
+The slow marker is set here, by rule (``pytest_collection_modifyitems``), so a new test is
+marked by what it uses rather than by hand; ``-m "not slow"`` is the fast inner loop
+(tests/README.md). A test is slow when it
+
+- uses a fixture that starts service processes, Spark or a cluster, directly or through
+  another fixture (``SLOW_FIXTURES``: ``txmq_cluster``, ``service_factory`` and so
+  ``private_store``, ``spark``, ...);
+- lives in a module named ``*_it.py`` (integration tests) or under a path listed in
+  ``SLOW_PATHS`` (modules that start processes, Node or the official clients by hand);
+- or is marked ``@pytest.mark.slow`` itself (a test with its own subprocess).
+
+Tests on the one session etcd alone stay in the fast loop.
 """
 
 from __future__ import annotations
@@ -54,3 +67,48 @@ def service_factory(etcd: EtcdServer, tmp_path: Path) -> Iterator[ServiceFactory
 @pytest.fixture
 def private_store(service_factory: ServiceFactory) -> Callable[..., ServiceProcess]:
     return service_factory.store
+
+
+#: Fixtures that start service processes, Spark or a whole cluster: their users are slow.
+SLOW_FIXTURES = frozenset(
+    {
+        "txmq_cluster",  # store + pull + txcheck + gateway processes
+        "service_factory",  # per-test processes (private_store too)
+        "fast_cluster",  # tests/consumer: a store and a pull process
+        "spark",  # tests/analytics: a Spark session
+    }
+)
+#: Paths (relative to tests/) whose tests start processes, Node or the official clients
+#: without one of the fixtures above.
+SLOW_PATHS = (
+    "e2e/",  # services, producers and killers as processes
+    "integration/",  # service processes, etcd restarts, txmq up
+    "polyglot/",  # Node.js clients
+    "bench/",  # benchmark harnesses over real services
+    "gateway/test_official_client.py",  # the official RocketMQ client against a gateway process
+    "gateway/test_ownership.py",  # several gateway processes
+    "gateway/test_tls.py",  # gateway processes with certificates
+)
+
+
+def _slow_reason(item: pytest.Item) -> str | None:
+    used = SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    if used:
+        return "uses " + ", ".join(sorted(used))
+    path = Path(str(item.path)).resolve()
+    try:
+        relative = path.relative_to(Path(__file__).resolve().parent).as_posix()
+    except ValueError:
+        return None
+    if path.name.endswith("_it.py"):
+        return "an integration module (*_it.py)"
+    for prefix in SLOW_PATHS:
+        if relative == prefix or relative.startswith(prefix):
+            return f"under {prefix}"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is None and _slow_reason(item) is not None:
+            item.add_marker(pytest.mark.slow)

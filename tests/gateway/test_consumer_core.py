@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from support.clock import ManualClock, settle, ticking, until
 
 from txmq.errors import TxmqError, error
-from txmq.v1 import common_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2
+from txmq.v1 import common_pb2, errors_pb2
 from txmq_gateway import consumer as consumer_module
 from txmq_gateway.consumer import (
     DLQ_PREFIX,
@@ -36,161 +36,12 @@ from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
 
+from .fake_backend import TOPIC, FakeBackend
+
 GROUP = "G"
-TOPIC = "T"
 ALL = common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_TAG, expression="*")
 INVISIBLE_MS = 30_000
 GUARD_S = 10  # a hang guard, not a timing claim
-
-QKey = tuple[str, str, int]  # (store, topic, queue id)
-
-
-def _tag_filter(expression: common_pb2.FilterExpression) -> Callable[[common_pb2.Message], bool]:
-    text = expression.expression.strip()
-    if expression.type == common_pb2.FILTER_TYPE_SQL92 or not text or text == "*":
-        return lambda m: True
-    tags = {t.strip() for t in text.split("||")}
-    return lambda m: m.tags in tags
-
-
-@dataclass
-class FakeBackend:
-    """The part of ``Backend`` the consumer core uses, in memory; held pulls wait on
-    ``clock``."""
-
-    clock: ManualClock = field(default_factory=ManualClock)
-    stores: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> store -> queue nums
-    logs: dict[QKey, list[common_pb2.MessageView]] = field(default_factory=dict)
-    min_offsets: dict[QKey, int] = field(default_factory=dict)
-    offsets: dict[tuple[str, str, str, int], int] = field(default_factory=dict)  # (store, group, topic, qid)
-    commits: list[tuple[str, str, str, int, int]] = field(default_factory=list)
-    pulls: list[pull_pb2.PullMessageRequest] = field(default_factory=list)
-    sent: list[tuple[str, common_pb2.Message]] = field(default_factory=list)
-    ensured: list[tuple[str, str, int]] = field(default_factory=list)
-    pull_errors: dict[str, TxmqError] = field(default_factory=dict)  # store -> error every pull raises
-    send_error: TxmqError | None = None
-    ignore_tag_filter: bool = False  # answer like a tag-hash collision: every message
-    no_hold: bool = False  # answer held pulls at once (a pull instance stopping)
-    held: int = 0  # pulls waiting for an arrival now
-    _arrivals: dict[QKey, asyncio.Event] = field(default_factory=dict)
-    _round: int = 0
-
-    def add_topic(self, topic: str = TOPIC, queues: dict[str, int] | None = None) -> None:
-        self.stores[topic] = queues or {"s1": 1}
-        for store_id, nums in self.stores[topic].items():
-            for qid in range(nums):
-                self.logs.setdefault((store_id, topic, qid), [])
-
-    def put(
-        self,
-        body: str,
-        *,
-        topic: str = TOPIC,
-        store_id: str = "s1",
-        queue_id: int = 0,
-        tags: str = "",
-        properties: dict[str, str] | None = None,
-    ) -> common_pb2.MessageView:
-        log = self.logs[(store_id, topic, queue_id)]
-        offset = self.min_offsets.get((store_id, topic, queue_id), 0) + len(log)
-        message = common_pb2.Message(
-            topic=topic,
-            body=body.encode(),
-            tags=tags,
-            unique_id=f"id-{store_id}-{queue_id}-{offset}",
-            queue_id=queue_id,
-            properties=properties or {},
-        )
-        view = common_pb2.MessageView(message=message, queue_offset=offset, store_id=store_id, store_timestamp_ms=1)
-        log.append(view)
-        arrival = self._arrivals.pop((store_id, topic, queue_id), None)
-        if arrival is not None:
-            arrival.set()
-        return view
-
-    def bounds(self, key: QKey) -> tuple[int, int]:
-        low = self.min_offsets.get(key, 0)
-        return low, low + len(self.logs[key])
-
-    async def queues(self, topic: str) -> list[route_pb2.QueueData]:
-        if topic not in self.stores:
-            raise error(errors_pb2.CODE_TOPIC_NOT_FOUND, f"no topic {topic}")
-        return [
-            route_pb2.QueueData(store_id=s, read_queue_nums=n, write_queue_nums=n, perm=6)
-            for s, n in self.stores[topic].items()
-        ]
-
-    async def queue_offsets(self, store_id: str, topic: str) -> dict[int, tuple[int, int]]:
-        await asyncio.sleep(0)
-        return {qid: self.bounds((store_id, topic, qid)) for qid in range(self.stores[topic][store_id])}
-
-    async def query_offset(self, store_id: str, *, group: str, topic: str, queue_id: int) -> int | None:
-        await asyncio.sleep(0)
-        return self.offsets.get((store_id, group, topic, queue_id))
-
-    async def commit_offset(self, store_id: str, *, group: str, topic: str, queue_id: int, offset: int) -> None:
-        await asyncio.sleep(0)
-        self.commits.append((store_id, group, topic, queue_id, offset))
-        self.offsets[(store_id, group, topic, queue_id)] = offset
-
-    async def ensure_topic(self, store_id: str, topic: str, *, queue_nums: int = 1) -> None:
-        self.ensured.append((store_id, topic, queue_nums))
-        if topic not in self.stores:
-            self.add_topic(topic, {store_id: queue_nums})
-
-    async def send(self, store_id: str, message: common_pb2.Message, **_: Any) -> store_pb2.SendResult:
-        await asyncio.sleep(0)
-        if self.send_error is not None:
-            raise self.send_error
-        self.sent.append((store_id, message))
-        return store_pb2.SendResult()
-
-    def _read(self, request: pull_pb2.PullMessageRequest) -> pull_pb2.PullMessageResponse:
-        q = request.queue
-        key = (q.store_id, q.topic, q.queue_id)
-        low, high = self.bounds(key)
-        offset = request.queue_offset
-        reply = pull_pb2.PullMessageResponse(min_offset=low, max_offset=high)
-        if offset < low or offset > high:
-            reply.status = pull_pb2.PULL_STATUS_OFFSET_ILLEGAL
-            reply.next_begin_offset = low if offset < low else high
-            return reply
-        if offset == high:
-            reply.status = pull_pb2.PULL_STATUS_NO_NEW_MSG
-            reply.next_begin_offset = offset
-            return reply
-        matches = (lambda m: True) if self.ignore_tag_filter else _tag_filter(request.filter)
-        log = self.logs[key]
-        cursor = offset
-        while cursor < high and len(reply.messages) < (request.max_messages or 32):
-            view = log[cursor - low]
-            cursor += 1
-            if matches(view.message):
-                reply.messages.append(view)
-        reply.status = pull_pb2.PULL_STATUS_FOUND if reply.messages else pull_pb2.PULL_STATUS_NO_MATCHED_MSG
-        reply.next_begin_offset = cursor
-        return reply
-
-    async def pull(self, request: pull_pb2.PullMessageRequest) -> pull_pb2.PullMessageResponse:
-        self.pulls.append(request)
-        await asyncio.sleep(0)
-        err = self.pull_errors.get(request.queue.store_id)
-        if err is not None:
-            raise err
-        reply = self._read(request)
-        if reply.status != pull_pb2.PULL_STATUS_NO_NEW_MSG or not request.suspend or self.no_hold:
-            return reply
-        q = request.queue
-        key = (q.store_id, q.topic, q.queue_id)
-        arrival = self._arrivals.get(key)
-        if arrival is None:
-            arrival = self._arrivals[key] = asyncio.Event()
-        self.held += 1
-        try:
-            await self.clock.wait(arrival, self.clock.now_ms() + request.suspend_timeout_ms)
-        finally:
-            self.held -= 1
-        return self._read(request)
 
 
 @dataclass
