@@ -12,28 +12,20 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 from support import ServiceFactory
+from support.waiting import unique_name, wait_until
 
 from txmq import Admin, Producer
 
 CONSUMER_EXPIRY_MS = 2000
 
 
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 30.0, what: str = "condition") -> None:
-    """Polls until ``predicate()`` holds (a liveness wait, not a timing assertion)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout_s}s"
-        time.sleep(0.05)
+unique = unique_name  # the consumer tests' name for it
+__all__ = ["unique", "wait_until"]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -19,6 +18,8 @@ import grpc
 import pytest
 from txmq.v1 import common_pb2, pull_pb2, store_pb2, store_pb2_grpc
 from support.clock import ManualClock
+from support.waiting import eventually as eventually  # re-exported: the pull tests import it from here
+from support.waiting import unique_name
 from txmq_pull.service import PullCore, build_core
 from txmq_pull.settings import PullSettings
 from txmq_pull.store_client import ClusterLocator
@@ -29,7 +30,7 @@ STORE_ID = "store-0"  # the session cluster's store (no --store_id)
 
 
 def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+    return unique_name(prefix, sep="_")
 
 
 @dataclass
@@ -172,15 +173,6 @@ async def _close_or_explain(core: PullCore) -> None:
         for task in asyncio.all_tasks():
             task.print_stack(file=out)
         pytest.fail(f"PullCore.close() did not finish in 30 s; tasks:\n{out.getvalue()}")
-
-
-async def eventually(check: Callable[[], object], *, timeout_s: float = 10.0) -> None:
-    """Wait (yielding to the loop) until ``check()`` is truthy; a guard, not a timing claim."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not check():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
 
 
 async def arrivals_live(core: PullCore, access: StoreAccess, topic: str) -> int:

@@ -2,36 +2,24 @@
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Callable, Iterator
 
 import pytest
+from support import waiting as support_waiting
 
 from txmq import Admin, NotFoundError, Producer, TopicRoute
-
-
-def _unique_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture
 def unique_name() -> Callable[[str], str]:
     """Tests share the session cluster: every test uses names of its own."""
-    return _unique_name
-
-
-def _wait_until(predicate: Callable[[], bool], *, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+    return support_waiting.unique_name
 
 
 @pytest.fixture
 def wait_until() -> Callable[..., None]:
     """Polls until a condition holds (for state that spreads through etcd watches)."""
-    return _wait_until
+    return support_waiting.wait_until
 
 
 @pytest.fixture
@@ -59,7 +47,7 @@ def wait_route(admin: Admin) -> Callable[..., None]:
             except NotFoundError:
                 return False
 
-        _wait_until(shows)
+        support_waiting.wait_until(shows)
 
     return wait
 
@@ -71,7 +59,7 @@ def new_topic(admin: Admin) -> Iterator[Callable[..., str]]:
     created: list[str] = []
 
     def create(*, queues: int = 4) -> str:
-        name = _unique_name("sdk")
+        name = support_waiting.unique_name("sdk")
         admin.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
         created.append(name)
         return name

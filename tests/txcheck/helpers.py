@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from typing import Callable
 
 import aetcd
 import grpc
 from support import ServiceProcess
+from support.waiting import WAIT_S as WAIT_S  # re-exported for the tests
+from support.waiting import wait_until
 
 from txmq import Admin, LocalTransactionState, TransactionListener
 from txmq.v1 import store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
@@ -22,18 +23,10 @@ FAST = (
     "--leader_ttl_ms", "1000",
     "--registration_ttl_ms", "1000",
 )  # fmt: skip
-WAIT_S = 30.0
 
 
 def wait_for(what: str, predicate: Callable[[], object], timeout_s: float = WAIT_S) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return wait_until(predicate, timeout_s=timeout_s, what=what)
 
 
 class Listener(TransactionListener):
