@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from support.clock import ManualClock
 
@@ -48,12 +47,16 @@ class FakeBackend:
     commits: list[tuple[str, str, str, int, int]] = field(default_factory=list)
     pulls: list[pull_pb2.PullMessageRequest] = field(default_factory=list)
     sent: list[tuple[str, common_pb2.Message]] = field(default_factory=list)
+    sends: list[tuple[str, common_pb2.Message, str, bool]] = field(default_factory=list)  # + group, prepared
+    halves: list[tuple[str, common_pb2.Message]] = field(default_factory=list)  # prepared, not visible
     ensured: list[tuple[str, str, int]] = field(default_factory=list)
     pull_errors: dict[str, TxmqError] = field(default_factory=dict)  # store -> error every pull raises
     send_error: TxmqError | None = None
     ignore_tag_filter: bool = False  # answer like a tag-hash collision: every message
     no_hold: bool = False  # answer held pulls at once (a pull instance stopping)
     held: int = 0  # pulls waiting for an arrival now
+    commit_log_offset: int = 0  # where the next stored message starts
+    _next_queue: int = 0
     _arrivals: dict[QKey, asyncio.Event] = field(default_factory=dict)
 
     def add_topic(self, topic: str = TOPIC, queues: dict[str, int] | None = None) -> None:
@@ -131,15 +134,53 @@ class FakeBackend:
         elif store_id not in self.stores[topic]:
             self.add_topic(topic, {**self.stores[topic], store_id: queue_nums})
 
-    async def send(self, store_id: str, message: common_pb2.Message, **_: Any) -> store_pb2.SendResult:
+    async def send(
+        self, store_id: str, message: common_pb2.Message, *, producer_group: str = "", prepared: bool = False
+    ) -> store_pb2.SendResult:
+        """Store ``message`` (in its ``queue_id``, else the next queue round robin); a
+        prepared one is kept aside, invisible to pulls and queue offsets."""
         await asyncio.sleep(0)
         if self.send_error is not None:
             raise self.send_error
-        self._queue_nums(store_id, message.topic)
+        self.sends.append((store_id, message, producer_group, prepared))
+        return self._store(store_id, message, prepared=prepared)
+
+    async def send_batch(self, store_id: str, messages: list[common_pb2.Message]) -> list[store_pb2.SendResult]:
+        """Store ``messages`` in order, all or none (the store validates the batch whole)."""
+        await asyncio.sleep(0)
+        if self.send_error is not None:
+            raise self.send_error
+        for message in messages:
+            self._queue_nums(store_id, message.topic)
+        for message in messages:
+            self.sends.append((store_id, message, "", False))
+        return [self._store(store_id, m, prepared=False) for m in messages]
+
+    def _store(self, store_id: str, message: common_pb2.Message, *, prepared: bool) -> store_pb2.SendResult:
+        nums = self._queue_nums(store_id, message.topic)
+        at = self.commit_log_offset
+        self.commit_log_offset += 100 + len(message.body)
+        if prepared:
+            self.halves.append((store_id, message))
+            msg_id = message.unique_id or f"half-{at}"
+            return store_pb2.SendResult(
+                status=store_pb2.SEND_STATUS_OK, msg_id=msg_id, commit_log_offset=at, transaction_id=msg_id
+            )
+        stored = common_pb2.Message()
+        stored.CopyFrom(message)
+        if not stored.HasField("queue_id"):
+            stored.queue_id = self._next_queue % nums
+            self._next_queue += 1
+        elif not 0 <= stored.queue_id < nums:
+            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"queue id {stored.queue_id} is illegal", topic=stored.topic)
         self.sent.append((store_id, message))
-        view = self._append(store_id, message)
+        view = self._append(store_id, stored)
         return store_pb2.SendResult(
-            status=store_pb2.SEND_STATUS_OK, msg_id=view.message.unique_id, queue_offset=view.queue_offset
+            status=store_pb2.SEND_STATUS_OK,
+            msg_id=view.message.unique_id,
+            queue=common_pb2.MessageQueue(topic=stored.topic, store_id=store_id, queue_id=stored.queue_id),
+            queue_offset=view.queue_offset,
+            commit_log_offset=at,
         )
 
     def _read(self, request: pull_pb2.PullMessageRequest) -> pull_pb2.PullMessageResponse:

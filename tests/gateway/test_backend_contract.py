@@ -20,7 +20,7 @@ import pytest
 from support.clock import ManualClock, settle
 
 from txmq.errors import TxmqError
-from txmq.v1 import common_pb2, errors_pb2, pull_pb2
+from txmq.v1 import common_pb2, errors_pb2, pull_pb2, store_pb2
 from txmq_gateway.backend import Backend
 from txmq_runtime.etcd import etcd_client
 from txmq_runtime.registry import ClusterView, EtcdKeys
@@ -227,6 +227,53 @@ async def test_a_pull_of_an_unknown_topic_or_queue_is_refused(side: Side) -> Non
     topic = await side.new_topic(queue_nums=1)
     await expect_code(errors_pb2.CODE_ILLEGAL_QUEUE_ID, lambda: side.pull(topic, 0, queue_id=1))
     await expect_code(errors_pb2.CODE_TOPIC_NOT_FOUND, lambda: side.pull(f"nope-{uuid.uuid4().hex[:8]}", 0))
+
+
+async def test_a_send_answers_where_the_message_is(side: Side) -> None:
+    topic = await side.new_topic(queue_nums=2)
+    message = common_pb2.Message(topic=topic, body=b"m0", queue_id=1, unique_id=uuid.uuid4().hex.upper())
+    first = await side.backend.send(side.store_id, message)
+    assert first.status == store_pb2.SEND_STATUS_OK and first.msg_id == message.unique_id
+    assert (first.queue.topic, first.queue.store_id, first.queue.queue_id, first.queue_offset) == (
+        topic, side.store_id, 1, 0
+    )  # fmt: skip
+    message.unique_id = uuid.uuid4().hex.upper()
+    second = await side.backend.send(side.store_id, message)
+    assert second.queue_offset == 1 and second.commit_log_offset > first.commit_log_offset
+
+
+async def test_a_send_without_a_queue_goes_to_one_the_store_picks(side: Side) -> None:
+    topic = await side.new_topic(queue_nums=2)
+    result = await side.backend.send(side.store_id, common_pb2.Message(topic=topic, body=b"anywhere"))
+    assert result.queue.queue_id in (0, 1) and result.msg_id
+    reply = await side.pull(topic, result.queue_offset, queue_id=result.queue.queue_id)
+    assert bodies_of(reply) == ["anywhere"] and reply.messages[0].message.unique_id == result.msg_id
+
+
+async def test_a_send_to_an_unknown_topic_is_refused(side: Side) -> None:
+    message = common_pb2.Message(topic=f"nope-{uuid.uuid4().hex[:8]}", body=b"x", queue_id=0)
+    await expect_code(errors_pb2.CODE_TOPIC_NOT_FOUND, lambda: side.backend.send(side.store_id, message))
+
+
+async def test_a_batch_is_stored_in_order(side: Side) -> None:
+    topic = await side.new_topic()
+    messages = [
+        common_pb2.Message(topic=topic, body=f"b{i}".encode(), queue_id=0, unique_id=uuid.uuid4().hex.upper())
+        for i in range(3)
+    ]
+    results = await side.backend.send_batch(side.store_id, messages)
+    assert [r.msg_id for r in results] == [m.unique_id for m in messages]
+    assert [r.queue_offset for r in results] == [0, 1, 2]
+    assert bodies_of(await side.pull(topic, 0)) == ["b0", "b1", "b2"]
+
+
+async def test_a_prepared_send_is_not_visible(side: Side) -> None:
+    topic = await side.new_topic()
+    message = common_pb2.Message(topic=topic, body=b"half", queue_id=0, unique_id=uuid.uuid4().hex.upper())
+    result = await side.backend.send(side.store_id, message, producer_group="contract-producers", prepared=True)
+    assert result.status == store_pb2.SEND_STATUS_OK and result.transaction_id == result.msg_id == message.unique_id
+    assert await side.backend.queue_offsets(side.store_id, topic) == {0: (0, 0)}
+    assert (await side.pull(topic, 0)).status == pull_pb2.PULL_STATUS_NO_NEW_MSG
 
 
 # -- long polling ------------------------------------------------------------------------

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from typing import Any
 
 import pytest
+from support.clock import ManualClock
+
 from txmq.errors import error
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, store_pb2
 from txmq_gateway.auth import Authenticator, parse_authorization, sign
@@ -17,7 +20,7 @@ from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError, from_exception
 from txmq_gateway.v2 import Code, pb
 
-from support.clock import ManualClock
+from .fake_backend import FakeBackend
 
 DATE = "20261122T101500Z"
 
@@ -193,21 +196,11 @@ async def test_dedupe_forgets_the_oldest_beyond_max_entries() -> None:
 # -- placement and routes ---------------------------------------------------------------
 
 
-class FakeBackend:
-    def __init__(self, queues: list[route_pb2.QueueData]) -> None:
-        self._queues = queues
-        self.sent: list[tuple[str, common_pb2.Message, str, bool]] = []
-
-    async def queues(self, topic: str) -> list[route_pb2.QueueData]:
-        return self._queues
-
-    async def send(self, store_id: str, message: common_pb2.Message, *, producer_group: str = "", prepared: bool = False) -> store_pb2.SendResult:
-        self.sent.append((store_id, message, producer_group, prepared))
-        return store_pb2.SendResult(status=store_pb2.SEND_STATUS_OK, msg_id=message.unique_id, queue_offset=len(self.sent), commit_log_offset=100)
-
-
 def core(queues: list[route_pb2.QueueData]) -> tuple[ProducerCore, FakeBackend]:
-    backend = FakeBackend(queues)
+    """A producer core over the contract-checked fake backend (fake_backend.py) with topic
+    Orders on ``queues``; ``backend.sends`` records (store, message, group, prepared)."""
+    backend = FakeBackend(commit_log_offset=100)
+    backend.add_topic("Orders", {q.store_id: q.write_queue_nums for q in queues})
     return ProducerCore(backend, GatewaySettings()), backend  # type: ignore[arg-type]
 
 
@@ -223,7 +216,7 @@ async def test_fifo_messages_of_one_group_always_go_to_the_same_queue() -> None:
         message = v2_message(message_group="order-42")
         message.system_properties.message_id = f"id{i}"
         await producer.send_one(message)
-    placed = {(store, m.queue_id) for store, m, _, _ in backend.sent}
+    placed = {(store, m.queue_id) for store, m, _, _ in backend.sends}
     assert len(placed) == 1
 
 
@@ -233,14 +226,14 @@ async def test_normal_messages_alternate_stores_and_let_the_store_pick_the_queue
         message = v2_message()
         message.system_properties.message_id = f"id{i}"
         await producer.send_one(message)
-    assert {store for store, *_ in backend.sent} == {"s1", "s2"}
-    assert not any(m.HasField("queue_id") for _, m, _, _ in backend.sent)
+    assert {store for store, *_ in backend.sends} == {"s1", "s2"}
+    assert not any(m.HasField("queue_id") for _, m, _, _ in backend.sends)
 
 
 async def test_transactional_send_is_a_half_message_of_the_topic_group() -> None:
     producer, backend = core(TWO_STORES[:1])
     sent = await producer.send_one(v2_message(message_type=pb.TRANSACTION))
-    _, _, group, prepared = backend.sent[0]
+    _, _, group, prepared = backend.sends[0]
     assert (group, prepared) == ("Orders", True)
     handle = TransactionHandle.decode(sent.transaction_id)
     assert (handle.store_id, handle.commit_log_offset, handle.transaction_id) == ("s1", 100, "01ABC")
@@ -262,7 +255,7 @@ async def test_bad_sends_are_refused_with_a_v2_code_and_store_nothing(change, co
     change(message)
     response = await producer.send(svc_request(message))
     assert response.status.code == code and response.entries[0].status.code == code
-    assert backend.sent == []
+    assert backend.sends == []
 
 
 def svc_request(*messages: pb.Message):  # type: ignore[no-untyped-def]
@@ -346,32 +339,31 @@ async def test_a_receive_read_to_the_end_releases_nothing() -> None:
 # -- coalesced sends ---------------------------------------------------------------------
 
 
-class BatchingBackend:
-    """A store that takes a while per call and records each call's size."""
+class BatchingBackend(FakeBackend):
+    """The contract-checked fake (fake_backend.py) as a store that holds every call until
+    ``release`` is set, records each call's size and refuses ``refuse_body`` (fault
+    injection)."""
 
     def __init__(self, refuse_body: bytes | None = None) -> None:
+        super().__init__()
+        self.add_topic("T", {"s1": 1})
         self.calls: list[int] = []
         self.release = asyncio.Event()
         self.refuse_body = refuse_body
-        self.offset = 0
 
-    def _result(self, message: common_pb2.Message) -> store_pb2.SendResult:
-        self.offset += 1
-        return store_pb2.SendResult(status=store_pb2.SEND_STATUS_OK, msg_id=message.unique_id, queue_offset=self.offset)
-
-    async def send(self, store_id: str, message: common_pb2.Message, **_: object) -> store_pb2.SendResult:
+    async def send(self, store_id: str, message: common_pb2.Message, **kwargs: Any) -> store_pb2.SendResult:
         self.calls.append(1)
         await self.release.wait()
         if message.body == self.refuse_body:
             raise error(errors_pb2.CODE_ILLEGAL_MESSAGE, "bad body")
-        return self._result(message)
+        return await super().send(store_id, message, **kwargs)
 
     async def send_batch(self, store_id: str, messages: list[common_pb2.Message]) -> list[store_pb2.SendResult]:
         self.calls.append(len(messages))
         await self.release.wait()
         if any(m.body == self.refuse_body for m in messages):
             raise error(errors_pb2.CODE_ILLEGAL_MESSAGE, "bad body", index="1")  # nothing stored
-        return [self._result(m) for m in messages]
+        return await super().send_batch(store_id, messages)
 
 
 async def test_sends_arriving_during_a_store_call_go_together_in_one_batch() -> None:
