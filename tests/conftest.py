@@ -84,7 +84,6 @@ SLOW_PATHS = (
     "e2e/",  # services, producers and killers as processes
     "integration/",  # service processes, etcd restarts, txmq up
     "polyglot/",  # Node.js clients
-    "bench/",  # benchmark harnesses over real services
     "gateway/test_official_client.py",  # the official RocketMQ client against a gateway process
     "gateway/test_ownership.py",  # several gateway processes
     "gateway/test_tls.py",  # gateway processes with certificates
