@@ -70,7 +70,12 @@ def test_signature_is_hmac_sha1_of_the_date() -> None:
     # RFC 2202 test case 2: key "Jefe", data "what do ya want for nothing?".
     assert sign(b"Jefe", "what do ya want for nothing?") == "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79"
     fields = parse_authorization("MQv2-HMAC-SHA1 Credential=a, SignedHeaders=x-mq-date-time, Signature=ff")
-    assert fields == {"algorithm": "MQv2-HMAC-SHA1", "Credential": "a", "SignedHeaders": "x-mq-date-time", "Signature": "ff"}
+    assert fields == {
+        "algorithm": "MQv2-HMAC-SHA1",
+        "Credential": "a",
+        "SignedHeaders": "x-mq-date-time",
+        "Signature": "ff",
+    }
 
 
 # -- conversion -------------------------------------------------------------------------
@@ -80,21 +85,35 @@ def v2_message(**system: object) -> pb.Message:
     fields: dict[str, object] = {"message_id": "01ABC", "message_type": pb.NORMAL, "born_host": "10.0.0.1", **system}
     sp = pb.SystemProperties(**fields)  # type: ignore[arg-type]
     sp.born_timestamp.FromMilliseconds(1_700_000_000_123)
-    return pb.Message(topic=pb.Resource(name="Orders"), body=b"payload", system_properties=sp, user_properties={"k": "v"})
+    return pb.Message(
+        topic=pb.Resource(name="Orders"), body=b"payload", system_properties=sp, user_properties={"k": "v"}
+    )
 
 
 def test_message_round_trip_keeps_what_clients_read() -> None:
     stored = to_txmq_message(v2_message(tag="TagA", keys=["k1", "k2"], message_group="g1"))
     assert (stored.topic, stored.body, stored.tags, list(stored.keys), stored.unique_id) == (
-        "Orders", b"payload", "TagA", ["k1", "k2"], "01ABC"
+        "Orders",
+        b"payload",
+        "TagA",
+        ["k1", "k2"],
+        "01ABC",
     )
     assert stored.born_timestamp_ms == 1_700_000_000_123
-    view = common_pb2.MessageView(message=stored, queue_offset=7, store_timestamp_ms=1_700_000_000_500, store_host="s:1")
+    view = common_pb2.MessageView(
+        message=stored, queue_offset=7, store_timestamp_ms=1_700_000_000_500, store_host="s:1"
+    )
     view.message.queue_id = 3
     back = to_v2_message(view, receipt_handle="h", delivery_attempt=2, invisible_ms=1500)
     sp = back.system_properties
     assert dict(back.user_properties) == {"k": "v"}  # the gateway's own properties are hidden
-    assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group, sp.born_host) == ("TagA", ["k1", "k2"], "01ABC", "g1", "10.0.0.1")
+    assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group, sp.born_host) == (
+        "TagA",
+        ["k1", "k2"],
+        "01ABC",
+        "g1",
+        "10.0.0.1",
+    )
     assert (sp.queue_id, sp.queue_offset, sp.receipt_handle, sp.delivery_attempt) == (3, 7, "h", 2)
     assert sp.invisible_duration.ToMilliseconds() == 1500
     # MD5, upper-case hex (RocketMQ's proxy; the Node.js client prints CRC32 in decimal).
@@ -111,7 +130,9 @@ def test_reserved_property_names_are_refused() -> None:
 
 def test_half_message_is_shown_under_its_real_topic() -> None:
     view = common_pb2.MessageView(
-        message=common_pb2.Message(topic="RMQ_SYS_TRANS_HALF_TOPIC", body=b"x", properties={"REAL_TOPIC": "Orders", "PGROUP": "Orders"})
+        message=common_pb2.Message(
+            topic="RMQ_SYS_TRANS_HALF_TOPIC", body=b"x", properties={"REAL_TOPIC": "Orders", "PGROUP": "Orders"}
+        )
     )
     back = to_v2_message(view)
     assert back.topic.name == "Orders" and dict(back.user_properties) == {}
@@ -304,13 +325,21 @@ async def test_messages_of_an_abandoned_receive_are_visible_again_at_once() -> N
     from txmq_gateway.servicer import MessagingServicer
     from txmq_gateway.v2 import svc
 
-    views = [common_pb2.MessageView(message=common_pb2.Message(topic="T", body=b"x", unique_id=f"m{i}")) for i in range(2)]
+    views = [
+        common_pb2.MessageView(message=common_pb2.Message(topic="T", body=b"x", unique_id=f"m{i}")) for i in range(2)
+    ]
     consumer = FakeConsumer([Delivery(v, f"h{i}", 1, 30_000) for i, v in enumerate(views)])
     servicer = MessagingServicer(
-        address="127.0.0.1:1", auth=Authenticator("", ""), backend=None, producer=None,  # type: ignore[arg-type]
-        consumer=consumer, clients=None,  # type: ignore[arg-type]
+        address="127.0.0.1:1",
+        auth=Authenticator("", ""),
+        backend=None,
+        producer=None,  # type: ignore[arg-type]
+        consumer=consumer,
+        clients=None,  # type: ignore[arg-type]
     )
-    request = svc.ReceiveMessageRequest(group=pb.Resource(name="G"), message_queue=pb.MessageQueue(topic=pb.Resource(name="T")))
+    request = svc.ReceiveMessageRequest(
+        group=pb.Resource(name="G"), message_queue=pb.MessageQueue(topic=pb.Resource(name="T"))
+    )
     stream = servicer.ReceiveMessage(request, FakeContext())  # type: ignore[arg-type]
     first = await anext(stream)
     assert first.message.system_properties.receipt_handle == "h0"
@@ -328,8 +357,12 @@ async def test_a_receive_read_to_the_end_releases_nothing() -> None:
     view = common_pb2.MessageView(message=common_pb2.Message(topic="T", body=b"x", unique_id="m"))
     consumer = FakeConsumer([Delivery(view, "h", 1, 30_000)])
     servicer = MessagingServicer(
-        address="127.0.0.1:1", auth=Authenticator("", ""), backend=None, producer=None,  # type: ignore[arg-type]
-        consumer=consumer, clients=None,  # type: ignore[arg-type]
+        address="127.0.0.1:1",
+        auth=Authenticator("", ""),
+        backend=None,
+        producer=None,  # type: ignore[arg-type]
+        consumer=consumer,
+        clients=None,  # type: ignore[arg-type]
     )
     frames = [f async for f in servicer.ReceiveMessage(svc.ReceiveMessageRequest(), FakeContext())]  # type: ignore[arg-type]
     assert [f.WhichOneof("content") for f in frames] == ["message", "status"]
@@ -371,6 +404,7 @@ async def test_sends_arriving_during_a_store_call_go_together_in_one_batch() -> 
 
     backend = BatchingBackend()
     coalescer = SendCoalescer(backend, "s1")  # type: ignore[arg-type]
+
     def send(i: int) -> asyncio.Task[store_pb2.SendResult]:
         return asyncio.create_task(coalescer.send(common_pb2.Message(topic="T", body=b"x", unique_id=f"m{i}")))
 
@@ -392,10 +426,16 @@ async def test_a_refused_batch_falls_back_to_single_sends_so_one_bad_message_fai
     backend = BatchingBackend(refuse_body=b"bad")
     coalescer = SendCoalescer(backend, "s1")  # type: ignore[arg-type]
     bodies = [b"first", b"ok", b"bad", b"ok2"]
-    sends = [asyncio.create_task(coalescer.send(common_pb2.Message(topic="T", body=b, unique_id=b.decode()))) for b in bodies[:1]]
+    sends = [
+        asyncio.create_task(coalescer.send(common_pb2.Message(topic="T", body=b, unique_id=b.decode())))
+        for b in bodies[:1]
+    ]
     for _ in range(5):
         await asyncio.sleep(0)
-    sends += [asyncio.create_task(coalescer.send(common_pb2.Message(topic="T", body=b, unique_id=b.decode()))) for b in bodies[1:]]
+    sends += [
+        asyncio.create_task(coalescer.send(common_pb2.Message(topic="T", body=b, unique_id=b.decode())))
+        for b in bodies[1:]
+    ]
     for _ in range(5):
         await asyncio.sleep(0)
     backend.release.set()

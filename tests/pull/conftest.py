@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-from txmq.v1 import common_pb2, pull_pb2, store_pb2, store_pb2_grpc
 from support.clock import ManualClock
 from support.waiting import eventually as eventually  # re-exported: the pull tests import it from here
 from support.waiting import unique_name
+
+from txmq.v1 import common_pb2, pull_pb2, store_pb2, store_pb2_grpc
 from txmq_pull.service import PullCore, build_core
 from txmq_pull.settings import PullSettings
 from txmq_pull.store_client import ClusterLocator

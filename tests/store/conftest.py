@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator, Callable
 
 import grpc
 import pytest
+from support.clock import ManualClock
+
 from txmq.v1 import store_pb2_grpc
 from txmq_store.message_store import MessageStore
 from txmq_store.model import OutgoingMessage
 from txmq_store.servicer import add_store_servicers
 from txmq_store.settings import StoreSettings
-
-from support.clock import ManualClock
 
 ADDRESS = "127.0.0.1:10911"
 SMALL = dict(

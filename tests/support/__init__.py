@@ -5,15 +5,6 @@ The process classes are the ones ``txmq up`` uses (txmq_cli.cluster); this packa
 what only tests need. The pytest fixtures built on it live in tests/conftest.py.
 """
 
-from txmq_cli.cluster import (
-    ChildProcess,
-    EtcdServer,
-    LocalCluster,
-    ProcessExited,
-    ServiceProcess,
-    wait_serving,
-)
-
 from support.processes import (
     ServiceFactory,
     child_pids,
@@ -21,6 +12,14 @@ from support.processes import (
     new_etcd,
     new_local_cluster,
     wait_key_deleted,
+)
+from txmq_cli.cluster import (
+    ChildProcess,
+    EtcdServer,
+    LocalCluster,
+    ProcessExited,
+    ServiceProcess,
+    wait_serving,
 )
 
 __all__ = [

@@ -6,12 +6,14 @@ its files' mtimes."""
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator
 
 import grpc
 import pytest
+from support.clock import ManualClock
+
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc, txcheck_pb2
 from txmq_store.message_store import MessageStore
 from txmq_store.servicer import add_store_servicers
@@ -19,8 +21,6 @@ from txmq_store.settings import StoreSettings
 from txmq_txcheck.checkloop import CheckLoop, CheckSettings
 from txmq_txcheck.ledger import Ledger
 from txmq_txcheck.store_client import StoreClient
-
-from support.clock import ManualClock
 
 SMALL = dict(
     commitlog_segment_bytes=256 * 1024,
@@ -94,13 +94,23 @@ class Env:
         return out
 
     async def topic_messages(self, topic: str) -> list[common_pb2.MessageView]:
-        r = await self.stub.GetMessage(store_pb2.GetMessageRequest(topic=topic, queue_id=0, offset=0, max_messages=1000))
+        r = await self.stub.GetMessage(
+            store_pb2.GetMessageRequest(topic=topic, queue_id=0, offset=0, max_messages=1000)
+        )
         return list(r.messages)
 
     def new_loop(self, client: StoreClient | None = None, **settings: int) -> CheckLoop:
         c = client or self.client
-        return CheckLoop(c, self.ledger if client is None else Ledger(c, clock=self.clock, transaction_timeout_ms=6000, timeline=self.ledger.timeline),
-                         self.sender, clock=self.clock, settings=CheckSettings(**settings), store_id="store-0")
+        return CheckLoop(
+            c,
+            self.ledger
+            if client is None
+            else Ledger(c, clock=self.clock, transaction_timeout_ms=6000, timeline=self.ledger.timeline),
+            self.sender,
+            clock=self.clock,
+            settings=CheckSettings(**settings),
+            store_id="store-0",
+        )
 
 
 async def open_env(path: Path, **overrides: object) -> tuple[Env, grpc.aio.Server, grpc.aio.Channel]:

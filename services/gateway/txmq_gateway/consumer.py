@@ -120,15 +120,14 @@ from dataclasses import dataclass, field
 from txmq._validation import RESERVED_PROPERTIES
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, pull_pb2
-from txmq_runtime.backoff import BackoffPolicy
-from txmq_runtime.clock import SYSTEM_CLOCK, Clock
-from txmq_runtime.tags import parse_tag_expression
-
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, decode_token, encode_token
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
+from txmq_runtime.backoff import BackoffPolicy
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
+from txmq_runtime.tags import parse_tag_expression
 
 log = logging.getLogger("txmq.gateway.consumer")
 
@@ -557,9 +556,7 @@ class SimpleConsumerCore:
     def _compact(self, sub: _Subscription) -> None:
         """Drop dead heap entries when they dominate (acked or rescheduled messages)."""
         if len(sub.deadlines) > 2 * sub.live + 64:
-            sub.deadlines = [
-                (e.deadline_ms, e.ticket, e) for q in sub.queues.values() for e in q.in_flight.values()
-            ]
+            sub.deadlines = [(e.deadline_ms, e.ticket, e) for q in sub.queues.values() for e in q.in_flight.values()]
             heapq.heapify(sub.deadlines)
 
     def _take_ready(self, sub: _Subscription, batch: _Batch) -> None:
@@ -733,9 +730,7 @@ class SimpleConsumerCore:
                 raise result
 
     async def _init_cursor(self, sub: _Subscription, q: _Queue, min_offset: int) -> None:
-        committed = await self.backend.query_offset(
-            q.store_id, group=sub.group, topic=sub.topic, queue_id=q.queue_id
-        )
+        committed = await self.backend.query_offset(q.store_id, group=sub.group, topic=sub.topic, queue_id=q.queue_id)
         if q.cursor is not None:
             return
         if committed is None:
@@ -968,7 +963,9 @@ class SimpleConsumerCore:
         sub.visible.fire()
         return self._handle(sub, entry)
 
-    async def forward_to_dead_letter_queue(self, *, group: str, topic: str, receipt_handle: str, message_id: str) -> None:
+    async def forward_to_dead_letter_queue(
+        self, *, group: str, topic: str, receipt_handle: str, message_id: str
+    ) -> None:
         """Move the message to %DLQ%<group> and ack it."""
         sub, entry = self._lookup(group, topic, receipt_handle, message_id)
         entry.forwarding = True
@@ -1038,7 +1035,9 @@ class SimpleConsumerCore:
             if not self._current(entry) or entry.forwarding:
                 continue
             sub = entry.sub
-            deadline = entry.deadline_ms if now < entry.deadline_ms < now + CLEAR_INVISIBLE_MS else now + CLEAR_INVISIBLE_MS
+            deadline = (
+                entry.deadline_ms if now < entry.deadline_ms < now + CLEAR_INVISIBLE_MS else now + CLEAR_INVISIBLE_MS
+            )
             self._schedule(sub, entry, deadline)
             sub.visible.fire()
         if entries:
@@ -1094,7 +1093,9 @@ class SimpleConsumerCore:
                 return
             results = await asyncio.gather(
                 *(
-                    self.backend.commit_offset(q.store_id, group=sub.group, topic=sub.topic, queue_id=q.queue_id, offset=t)
+                    self.backend.commit_offset(
+                        q.store_id, group=sub.group, topic=sub.topic, queue_id=q.queue_id, offset=t
+                    )
                     for sub, q, t in jobs
                 ),
                 return_exceptions=True,
