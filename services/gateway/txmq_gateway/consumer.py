@@ -116,6 +116,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from txmq._validation import RESERVED_PROPERTIES
 from txmq.errors import TxmqError
@@ -863,9 +864,10 @@ class SimpleConsumerCore:
         wakers: list[asyncio.Future[None]] = [sub.visible.wait()]
         if len(reads) < len(queues):
             wakers.append(sub.released.wait())  # someone else reads a queue we do not
-        timer = loop.create_task(self.clock.sleep_ms(timeout_ms))
+        timer = loop.create_task(self.clock.sleep_ms(timeout_ms))  # the hold's end, on the clock
+        waiting: list[asyncio.Future[Any]] = [*reads, *wakers, timer]
         try:
-            await asyncio.wait([*reads, *wakers, timer], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             timer.cancel()
             for task in reads:
