@@ -11,6 +11,11 @@
 - ``private_store``: per test, a callable starting a fresh store (same as
   ``service_factory.store``), e.g. for crash tests: ``s = private_store(); s.kill();
   s.restart()``.
+- SDK clients of the session cluster (a package may override ``bootstrap`` to point them
+  at a cluster of its own): ``bootstrap`` (its address), ``admin`` (an ``Admin``),
+  ``new_topic`` (``new_topic(queues=4)`` creates a topic of the test's own, deleted after
+  it: ``support.topics.Topics``), ``producer`` (a ``Producer`` of group
+  ``<package>-test-producer``).
 
 The slow marker is set here, by rule (``pytest_collection_modifyitems``), so a new test is
 marked by what it uses rather than by hand; ``-m "not slow"`` is the fast inner loop
@@ -33,6 +38,9 @@ from pathlib import Path
 
 import pytest
 from support import EtcdServer, LocalCluster, ServiceFactory, ServiceProcess, new_etcd, new_local_cluster
+from support.topics import Topics
+
+from txmq import Admin, Producer
 
 
 @pytest.fixture(scope="session")
@@ -67,6 +75,36 @@ def service_factory(etcd: EtcdServer, tmp_path: Path) -> Iterator[ServiceFactory
 @pytest.fixture
 def private_store(service_factory: ServiceFactory) -> Callable[..., ServiceProcess]:
     return service_factory.store
+
+
+def _package(request: pytest.FixtureRequest) -> str:
+    return Path(str(request.node.path)).parent.name
+
+
+@pytest.fixture
+def bootstrap(txmq_cluster: LocalCluster) -> str:
+    return txmq_cluster.bootstrap
+
+
+@pytest.fixture
+def admin(bootstrap: str) -> Iterator[Admin]:
+    with Admin(bootstrap) as client:
+        yield client
+
+
+@pytest.fixture
+def new_topic(admin: Admin, request: pytest.FixtureRequest) -> Iterator[Topics]:
+    topics = Topics(admin, prefix=_package(request))
+    try:
+        yield topics
+    finally:
+        topics.delete_all()
+
+
+@pytest.fixture
+def producer(bootstrap: str, request: pytest.FixtureRequest) -> Iterator[Producer]:
+    with Producer(f"{_package(request)}-test-producer", bootstrap) as client:
+        yield client
 
 
 #: Fixtures that start service processes, Spark or a whole cluster: their users are slow.

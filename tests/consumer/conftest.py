@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 
 import pytest
 from support import ServiceFactory
+from support.topics import Topics
 from support.waiting import unique_name, wait_until
-
-from txmq import Admin, Producer
 
 CONSUMER_EXPIRY_MS = 2000
 
 
 unique = unique_name  # the consumer tests' name for it
-__all__ = ["unique", "wait_until"]
+# bootstrap, admin, new_topic (a Topics) and producer: tests/conftest.py
+__all__ = ["Topics", "unique", "wait_until"]
 
 
 @dataclass(frozen=True)
@@ -48,48 +48,6 @@ def fast_cluster(etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clu
         yield Cluster(pull.address, pull.address)
     finally:
         factory.close()
-
-
-@pytest.fixture
-def bootstrap(session_cluster: Cluster) -> str:
-    return session_cluster.bootstrap
-
-
-class Topics:
-    """Creates topics on one cluster and deletes them at the end of the test."""
-
-    def __init__(self, admin: Admin) -> None:
-        self.admin = admin
-        self.created: list[str] = []
-
-    def __call__(self, *, queues: int = 4) -> str:
-        name = unique("cons")
-        self.admin.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
-        self.created.append(name)
-        return name
-
-    def delete_all(self) -> None:
-        for name in self.created:
-            self.admin.delete_topic(name)
-
-
-@pytest.fixture
-def admin(bootstrap: str) -> Iterator[Admin]:
-    with Admin(bootstrap) as client:
-        yield client
-
-
-@pytest.fixture
-def new_topic(admin: Admin) -> Iterator[Topics]:
-    topics = Topics(admin)
-    yield topics
-    topics.delete_all()
-
-
-@pytest.fixture
-def producer(bootstrap: str) -> Iterator[Producer]:
-    with Producer("consumer-test-producer", bootstrap) as client:
-        yield client
 
 
 @dataclass

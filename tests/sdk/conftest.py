@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from support import waiting as support_waiting
 
-from txmq import Admin, NotFoundError, Producer, TopicRoute
+from txmq import Admin, NotFoundError, TopicRoute
 
 
 @pytest.fixture
@@ -20,17 +20,6 @@ def unique_name() -> Callable[[str], str]:
 def wait_until() -> Callable[..., None]:
     """Polls until a condition holds (for state that spreads through etcd watches)."""
     return support_waiting.wait_until
-
-
-@pytest.fixture
-def bootstrap(txmq_cluster) -> str:  # type: ignore[no-untyped-def]
-    return txmq_cluster.bootstrap
-
-
-@pytest.fixture
-def admin(bootstrap: str) -> Iterator[Admin]:
-    with Admin(bootstrap) as client:
-        yield client
 
 
 @pytest.fixture
@@ -53,28 +42,5 @@ def wait_route(admin: Admin) -> Callable[..., None]:
 
 
 @pytest.fixture
-def new_topic(admin: Admin) -> Iterator[Callable[..., str]]:
-    """Creates topics (4 queues unless told) and deletes them after the test. Sends
-    right after creation must work: CreateTopic answers once the route is published."""
-    created: list[str] = []
-
-    def create(*, queues: int = 4) -> str:
-        name = support_waiting.unique_name("sdk")
-        admin.create_topic(name, read_queue_nums=queues, write_queue_nums=queues)
-        created.append(name)
-        return name
-
-    yield create
-    for name in created:
-        admin.delete_topic(name)
-
-
-@pytest.fixture
 def topic(new_topic: Callable[..., str]) -> str:
     return new_topic()
-
-
-@pytest.fixture
-def producer(bootstrap: str) -> Iterator[Producer]:
-    with Producer("sdk-test-producer", bootstrap) as client:
-        yield client
