@@ -5,15 +5,24 @@ Used by ``txmq up``, by the integration tests (tests/support) and from Python::
     with LocalCluster(data_dir="./data") as cluster:
         print(cluster.bootstrap)
 
-Readiness is read from the standard gRPC health service (etcd serves it too), never
-from logs. Each process writes its output to ``<data_dir>/logs/<name>.log``.
+Readiness is checked against our own processes, never just "something answers on the
+port" (another cluster may): a txmq service is ready when its log, written since this
+spawn, has the runtime's ready line and its process is alive; the line also names the
+port it bound, so a service may be given port 0 (the tests do: no bind-close-reuse race).
+etcd is ready when its log says it serves clients on our address and it answers the
+gRPC health check. Before anything starts, every fixed port is checked: a taken one is
+reported with the flag that chooses another. Each process writes its output to
+``<data_dir>/logs/<name>.log``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +32,7 @@ from typing import IO
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from txmq_runtime.net import join_host_port
 
 SERVICES = ("store", "txcheck", "pull", "gateway")
@@ -34,6 +44,44 @@ _HEALTH_CHANNEL_OPTIONS = (
     ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 200),
 )
+
+
+# The runtime's ready line (txmq_runtime.server): "<kind> <id> ready on <address> (bound port N, ...".
+READY_LINE = re.compile(r" ready on (?P<address>\S+) \(bound port (?P<port>\d+)")
+
+
+def etcd_serving_line(address: str) -> re.Pattern[str]:
+    """etcd's line (--log-level info) once it serves clients on ``address``:
+    ``{..."msg":"serving client traffic insecurely; ...","address":"127.0.0.1:2379"}``."""
+    return re.compile(r'"msg":"serving client traffic[^"]*","address":"' + re.escape(address) + '"')
+
+
+class PortsInUse(RuntimeError):
+    """Ports a cluster needs are taken (by another cluster, say); nothing was started."""
+
+    def __init__(self, taken: Sequence[tuple[str, str, int, str]]) -> None:
+        self.taken = list(taken)
+        super().__init__(
+            "; ".join(
+                f"{what} port {port} on {host} is in use (choose another with {flag})"
+                for what, host, port, flag in taken
+            )
+        )
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something listens on (or holds) ``host:port``: a bind there fails.
+    SO_REUSEADDR, as gRPC and etcd listen with it: a port left in TIME_WAIT is free."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
 
 
 class ProcessExited(RuntimeError):
@@ -59,6 +107,8 @@ class ChildProcess:
         self._own_session = own_session
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        #: Where this run's output starts in the log (the log is appended across runs).
+        self.log_offset = 0
 
     @property
     def pid(self) -> int | None:
@@ -78,6 +128,7 @@ class ChildProcess:
         self._log = open(self.log_path, "ab")
         self._log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
         self._log.flush()
+        self.log_offset = self._log.tell()
         self._proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
@@ -115,6 +166,30 @@ class ChildProcess:
             self._log.close()
             self._log = None
         return self._proc.returncode
+
+    def wait_log_line(self, pattern: re.Pattern[str], *, timeout_s: float) -> re.Match[str]:
+        """The first match of ``pattern`` in a line this run logged, once it is there.
+
+        Raises ProcessExited if the process ends first, TimeoutError after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with open(self.log_path, "rb") as log:
+            log.seek(self.log_offset)
+            pending = b""
+            while True:
+                running = self.running()  # before reading: a line logged before the exit is seen
+                chunk = log.read()
+                lines = (pending + chunk).split(b"\n")
+                pending = lines.pop()
+                for line in lines:
+                    if found := pattern.search(line.decode(errors="replace")):
+                        return found
+                if not running:
+                    raise ProcessExited(self)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{self.name} (pid {self.pid}) not ready after {timeout_s} s; log {self.log_path}"
+                    )
+                time.sleep(0.02)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -175,6 +250,7 @@ class EtcdServer:
     ) -> None:
         self.host = host
         self.client_port = client_port
+        self.peer_port = peer_port
         self.data_dir = Path(data_dir)
         client_url = f"http://{join_host_port(host, client_port)}"
         peer_url = f"http://{join_host_port(host, peer_port)}"
@@ -191,7 +267,7 @@ class EtcdServer:
                 "--initial-cluster", f"txmq={peer_url}",
                 "--heartbeat-interval", str(heartbeat_interval_ms),
                 "--election-timeout", str(election_timeout_ms),
-                "--log-level", "warn",
+                "--log-level", "info",  # its "serving client traffic" line tells readiness
             ],
             log_path=log_path,
             own_session=True,
@@ -202,8 +278,12 @@ class EtcdServer:
         return join_host_port(self.host, self.client_port)
 
     def start(self, *, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
         self.process.spawn()
-        wait_serving(self.endpoint, process=self.process, timeout_s=timeout_s)
+        # Our etcd says it serves our address (an etcd of another cluster on that port
+        # would make ours exit instead), then answers there.
+        self.process.wait_log_line(etcd_serving_line(self.endpoint), timeout_s=timeout_s)
+        wait_serving(self.endpoint, process=self.process, timeout_s=max(0.1, deadline - time.monotonic()))
 
     def stop(self) -> int | None:
         return self.process.terminate(timeout_s=_STOP_MARGIN_S)
@@ -213,7 +293,9 @@ class EtcdServer:
 
 
 class ServiceProcess:
-    """One txmq service (``python -m txmq_<service>``) with its flags."""
+    """One txmq service (``python -m txmq_<service>``) with its flags. ``port`` 0: the
+    service picks a free one; ``address`` names the bound port once it is ready, and a
+    restart reuses that port."""
 
     def __init__(
         self,
@@ -229,14 +311,17 @@ class ServiceProcess:
         if service not in SERVICES:
             raise ValueError(f"unknown service {service!r}; one of {SERVICES}")
         self.service = service
-        self.address = join_host_port(host, port)
+        self.host = host
+        self.port = port
+        #: The port the running (or last) process bound, read from its ready line.
+        self.bound_port: int | None = None
         self.args = list(args)
         self.process = ChildProcess(
             name=service,
             argv=[
                 sys.executable, "-m", f"txmq_{service}",
                 "--host", host,
-                "--port", str(port),
+                "--port", str(port),  # a restart puts the bound port here
                 "--etcd_endpoints", etcd_endpoints,
                 "--etcd_prefix", etcd_prefix,
                 *self.args,  # last, so they win over the flags above
@@ -244,11 +329,18 @@ class ServiceProcess:
             log_path=log_path,
         )
 
+    @property
+    def address(self) -> str:
+        """host:port it serves on (the bound port once known)."""
+        return join_host_port(self.host, self.bound_port or self.port)
+
     def spawn(self) -> None:
         self.process.spawn()
 
     def wait_serving(self, *, timeout_s: float = 60.0) -> None:
-        wait_serving(self.address, process=self.process, timeout_s=timeout_s)
+        """Wait for this run's ready line (the process alive); learn the bound port."""
+        ready = self.process.wait_log_line(READY_LINE, timeout_s=timeout_s)
+        self.bound_port = int(ready["port"])
 
     def start(self, *, timeout_s: float = 60.0) -> None:
         self.spawn()
@@ -265,7 +357,23 @@ class ServiceProcess:
         """Start again with the same flags (same port, same data), e.g. after ``kill``."""
         if self.process.running():
             raise RuntimeError(f"{self.service} is still running")
+        if self.bound_port is not None:
+            self.process.argv[self.process.argv.index("--port") + 1] = str(self.bound_port)  # same address
         self.start(timeout_s=timeout_s)
+
+
+def _flag_values(args: Sequence[str], flags: Sequence[str]) -> list[tuple[str, int]]:
+    """(flag, port) for each of ``flags`` (kebab-case) in ``args``, spelled ``--a-b N``,
+    ``--a_b N`` or ``--a-b=N``."""
+    found = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        flag = name.replace("_", "-") if name.startswith("--") else name
+        if flag in flags:
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if value.lstrip("-").isdigit():
+                found.append((flag, int(value)))
+    return found
 
 
 class LocalCluster:
@@ -354,12 +462,35 @@ class LocalCluster:
         """The address a client starts from (any service answers route look-ups)."""
         return self.store_address
 
+    def fixed_ports(self) -> list[tuple[str, str, int, str]]:
+        """(what, host, port, the `txmq up` flag choosing it) of every non-zero port
+        this cluster will listen on."""
+        ports: list[tuple[str, str, int, str]] = []
+        if self.etcd is not None:
+            ports += [
+                ("etcd client", self.etcd.host, self.etcd.client_port, "--etcd-client-port"),
+                ("etcd peer", self.etcd.host, self.etcd.peer_port, "--etcd-peer-port"),
+            ]
+        for name, service in self.services.items():
+            ports.append((name, service.host, service.port, f"--{name}-port"))
+            for flag, value in _flag_values(service.args, ("--metrics-port", "--tls-port")):
+                ports.append((f"{name} {flag[2:-5]}", service.host, value, flag))
+        return [p for p in ports if p[2] > 0]
+
+    def check_ports(self) -> None:
+        """Raise PortsInUse naming every port that is taken; start nothing."""
+        taken = [p for p in self.fixed_ports() if port_in_use(p[1], p[2])]
+        if taken:
+            raise PortsInUse(taken)
+
     def processes(self) -> list[ChildProcess]:
         head = [] if self.etcd is None else [self.etcd.process]
         return head + [s.process for s in self.services.values()]
 
     def start(self) -> None:
-        """Start everything and wait until each is SERVING; on failure stop what started."""
+        """Check the ports, start everything and wait until each of our processes is
+        ready; on failure stop what started. PortsInUse: nothing was started."""
+        self.check_ports()
         try:
             if self.etcd is not None:
                 self.etcd.start(timeout_s=self._start_timeout_s)

@@ -11,7 +11,7 @@ from types import FrameType
 
 import click
 
-from txmq_cli.cluster import DEFAULT_PORTS, SERVICES, LocalCluster, ProcessExited
+from txmq_cli.cluster import DEFAULT_PORTS, SERVICES, LocalCluster, PortsInUse, ProcessExited
 from txmq_cli.options import option
 
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
@@ -77,6 +77,9 @@ def up(ctx: click.Context, **options: object) -> None:
             err=True,
         )
         click.echo(dead.log_tail(), err=True)
+        code = 1
+    except PortsInUse as exc:
+        click.echo(f"not started: {exc}", err=True)
         code = 1
     except ProcessExited as exc:
         click.echo(f"start-up failed: {exc}", err=True)

@@ -1,4 +1,10 @@
-"""Free ports, private etcd prefixes and per-test service processes."""
+"""Private etcd prefixes, per-test service processes, and free ports for etcd.
+
+txmq services start on port 0 and report the port they bound in their ready line
+(txmq_cli.cluster.ServiceProcess reads it): no port is picked for them here. Only etcd
+still gets ports from ``free_port`` (bind, close, reuse: a small race): on port 0 it
+would advertise ``:0`` to its members and its own gRPC gateway, which dials that address
+and logs a warning every second."""
 
 from __future__ import annotations
 
@@ -13,8 +19,9 @@ from txmq_cli.cluster import EtcdServer, LocalCluster, ServiceProcess
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now. Services refuse to share a port (no
-    SO_REUSEPORT), so the rare clash fails loudly at start-up instead of misrouting."""
+    """A port nothing listens on right now (for etcd, and for tests that need a port
+    before anything listens on it). Services refuse to share a port (no SO_REUSEPORT),
+    so the rare clash fails loudly at start-up instead of misrouting."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -31,12 +38,13 @@ def new_etcd(base_dir: Path) -> EtcdServer:
 
 
 def new_local_cluster(base_dir: Path, **options: object) -> LocalCluster:
-    """A LocalCluster (not started yet) on free ports with its data under ``base_dir``."""
+    """A LocalCluster (not started yet) with its data under ``base_dir``: services on
+    port 0 (their addresses are known once started), etcd on free ports."""
     ports = {
-        "store_port": free_port(),
-        "pull_port": free_port(),
-        "txcheck_port": free_port(),
-        "gateway_port": free_port(),
+        "store_port": 0,
+        "pull_port": 0,
+        "txcheck_port": 0,
+        "gateway_port": 0,
         "etcd_client_port": free_port(),
         "etcd_peer_port": free_port(),
     }
@@ -60,11 +68,12 @@ class ServiceFactory:
 
     def start(self, service: str, *args: str, wait: bool = True) -> ServiceProcess:
         """Start ``python -m txmq_<service>`` with ``args`` (``--flag``, ``value`` ...)
-        on a free port; with ``wait``, return once it is SERVING."""
+        on port 0; with ``wait``, return once it is ready (``.address`` names the port
+        it bound; before that it is unknown)."""
         n = len(self._started)
         process = ServiceProcess(
             service,
-            port=free_port(),
+            port=0,
             etcd_endpoints=self.etcd_endpoints,
             etcd_prefix=self.etcd_prefix,
             log_path=self._base_dir / f"{service}-{n}.log",

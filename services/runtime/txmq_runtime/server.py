@@ -35,7 +35,7 @@ from grpc_reflection.v1alpha import reflection
 from txmq.v1 import common_pb2
 
 from txmq_runtime import keepalive, metrics
-from txmq_runtime.etcd import etcd_client
+from txmq_runtime.etcd import RETRYABLE, etcd_client
 from txmq_runtime.net import join_host_port
 from txmq_runtime.registry import ClusterView, EtcdKeys, Registration, encode, kind_name
 from txmq_runtime.route import add_route_servicer
@@ -50,8 +50,10 @@ SERVER_OPTIONS = (
     # Fail loudly on a port in use instead of sharing it with another process.
     ("grpc.so_reuseport", 0),
 )
-# How long start-up waits for etcd before giving up (etcd may start a moment later).
-ETCD_STARTUP_TIMEOUT_S = 30.0
+
+
+class StartupFailed(Exception):
+    """Start-up cannot succeed (etcd unreachable, port taken): one line says why."""
 
 
 S = TypeVar("S", bound=ServiceSettings)
@@ -98,6 +100,9 @@ def serve(*, kind: int, settings_cls: type[S], setup: Setup[S], argv: Sequence[s
     configure_logging(settings.log_level)
     try:
         asyncio.run(run_service(kind=kind, settings=settings, setup=setup))
+    except StartupFailed as exc:
+        log.error("%s did not start: %s", kind_name(kind), exc)
+        sys.exit(1)
     except Exception:
         log.exception("%s failed", kind_name(kind))
         sys.exit(1)
@@ -150,7 +155,12 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     ka = keepalive.Keepalive.of(settings)
     keepalive.configure(ka)  # the channels this process dials (txmq_runtime.calls)
     server = grpc.aio.server(options=(*SERVER_OPTIONS, *ka.server_options()), interceptors=metrics.server_interceptors())
-    port = server.add_insecure_port(join_host_port(settings.host, settings.port))
+    try:
+        port = server.add_insecure_port(join_host_port(settings.host, settings.port))
+    except RuntimeError:  # grpc: "Failed to bind to address ..."
+        raise StartupFailed(
+            f"cannot listen on {join_host_port(settings.host, settings.port)} (in use?); choose another with --port"
+        ) from None
     address = settings.advertised_address or join_host_port(_advertised_host(settings.host), port)
     keys = EtcdKeys(settings.etcd_prefix)
     etcd = etcd_client(settings.etcd_endpoints)
@@ -160,7 +170,14 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(etcd.close)
         cluster = ClusterView(etcd, keys)
-        await cluster.start(timeout_s=ETCD_STARTUP_TIMEOUT_S)
+        startup_s = settings.etcd_startup_timeout_ms / 1000
+        try:
+            await cluster.start(timeout_s=startup_s)
+        except TimeoutError:
+            raise StartupFailed(
+                f"etcd at {settings.etcd_endpoints} not reachable within {startup_s:g} s "
+                "(--etcd-endpoints; --etcd-startup-timeout-ms)"
+            ) from None
         stack.push_async_callback(cluster.close)
         registration = Registration(etcd, ttl_ms=settings.registration_ttl_ms)
         ctx = ServiceContext(
@@ -202,7 +219,10 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
             labels=labels,
         )
         await registration.put(keys.service(kind, instance_id), encode(endpoint))
-        await registration.start(give_up_after_s=ETCD_STARTUP_TIMEOUT_S)
+        try:
+            await registration.start(give_up_after_s=startup_s)
+        except RETRYABLE as exc:
+            raise StartupFailed(f"could not register in etcd at {settings.etcd_endpoints}: {exc}") from None
         stack.push_async_callback(registration.close)
 
         for service in ["", *served]:

@@ -76,6 +76,9 @@ class ServiceSettings(BaseSettings):
         -1, ge=-1, le=65535, description="Prometheus /metrics HTTP port on host; 0 picks a free port, -1 turns it off."
     )
     metrics_host: str = Field("", description="Address the /metrics HTTP server binds to; empty: host.")
+    etcd_startup_timeout_ms: int = Field(
+        30_000, ge=100, description="How long start-up waits for etcd before the service exits with an error."
+    )
     keepalive_time_ms: int = Field(
         KEEPALIVE_TIME_MS,
         ge=100,
