@@ -103,6 +103,9 @@ Choices, compared with the RocketMQ 5 proxy (for docs/gateway.md):
 - Not modelled: the receive ``attempt_id`` (a retried receive gets new messages; the
   first ones come back after their invisible duration), resetting a group's offset
   while the gateway runs (restart the gateway).
+- **Time**: invisibility deadlines, holds, read back-offs and the committer's period all
+  run on the injected ``txmq_runtime.clock.Clock`` (``now_ms``, ``sleep_ms``); nothing
+  here reads the event loop's clock, so tests drive it with a manual clock.
 """
 
 from __future__ import annotations
