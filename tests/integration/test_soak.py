@@ -7,8 +7,8 @@ policy: no ping within 5 minutes without data), the store could answer GOAWAY
 too_many_pings when a call followed unanswered pings, and the pull service's arrival
 stream failed (a WARNING) and re-dialed; whether that happens within this test depends on
 timing (gRPC's default client budget of two pings without data mostly hid it), while a
-server that does not permit what its clients send is cut every time. After the idle period, with no warning or error in any
-service's log: a long poll held since before the idle period is woken by a send, a
+server that does not permit what its clients send is cut every time. After the idle
+period, with no warning or error in any service's log: a long poll held since before the idle period is woken by a send, a
 transaction check reaches its producer over the channel it opened before the idle
 period, and the gateway serves the official RocketMQ client.
 """
@@ -158,7 +158,9 @@ def test_idle_links_survive_many_ping_policy_windows(
             held = pull.PullMessage.future(
                 pull_pb2.PullMessageRequest(
                     consumer_group=f"soak-consumer-{suffix}",
-                    queue=common_pb2.MessageQueue(topic=topic, store_id=queue.queue.store_id, queue_id=queue.queue.queue_id),
+                    queue=common_pb2.MessageQueue(
+                        topic=topic, store_id=queue.queue.store_id, queue_id=queue.queue.queue_id
+                    ),
                     queue_offset=queue.max_offset,
                     max_messages=8,
                     suspend=True,
