@@ -8,9 +8,9 @@ too_many_pings when a call followed unanswered pings, and the pull service's arr
 stream failed (a WARNING) and re-dialed; whether that happens within this test depends on
 timing (gRPC's default client budget of two pings without data mostly hid it), while a
 server that does not permit what its clients send is cut every time. After the idle
-period, with no warning or error in any service's log: a long poll held since before the idle period is woken by a send, a
-transaction check reaches its producer over the channel it opened before the idle
-period, and the gateway serves the official RocketMQ client.
+period, with no warning or error in any service's log: a long poll held since before the
+idle period is woken by a send, a transaction check reaches its producer over the channel
+it opened before the idle period, and the gateway serves the official RocketMQ client.
 """
 
 from __future__ import annotations
