@@ -114,6 +114,9 @@ SLOW_FIXTURES = frozenset(
         "service_factory",  # per-test processes (private_store too)
         "fast_cluster",  # tests/consumer: a store and a pull process
         "spark",  # tests/analytics: a Spark session
+        # tests/helm: every rendered manifest against the Kubernetes schemas (~1 s per
+        # scenario and version, over half the fast loop's time); rendering stays fast.
+        "kubernetes_validate",
     }
 )
 #: Paths (relative to tests/) whose tests start processes, Node or the official clients
