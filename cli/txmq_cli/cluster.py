@@ -338,7 +338,9 @@ class ServiceProcess:
         self.process.spawn()
 
     def wait_serving(self, *, timeout_s: float = 60.0) -> None:
-        """Wait for this run's ready line (the process alive); learn the bound port."""
+        """Wait for this run's ready line (the process alive); learn the bound port.
+        The line is logged at INFO: a service run with ``--log-level WARNING`` is never
+        seen ready."""
         ready = self.process.wait_log_line(READY_LINE, timeout_s=timeout_s)
         self.bound_port = int(ready["port"])
 

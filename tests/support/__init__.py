@@ -1,5 +1,6 @@
-"""Integration-test support: real etcd and real txmq service processes on free ports,
-with temp dirs, readiness through the gRPC health service, and clean teardown.
+"""Integration-test support: real etcd and real txmq service processes (services on
+port 0, the bound port read from their ready line; etcd on free ports), with temp dirs,
+readiness checked against our own processes, and clean teardown.
 
 The process classes are the ones ``txmq up`` uses (txmq_cli.cluster); this package adds
 what only tests need. The pytest fixtures built on it live in tests/conftest.py.
