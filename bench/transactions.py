@@ -25,6 +25,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+
+from bench import procs
+from bench.txmq_target import GRPC_OPTIONS, wait_serving
 from txmq import (
     LocalTransactionState,
     Message,
@@ -33,15 +36,11 @@ from txmq import (
     TransactionProducer,
 )
 from txmq.ids import new_unique_id
+from txmq.protocol import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
-
-from bench import procs
-from bench.txmq_target import GRPC_OPTIONS, wait_serving
 
 TOPIC = "BenchTx"
 GROUP = "bench_tx"
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-CHECK_GROUP = "CID_SYS_RMQ_TRANS"
 
 
 class Node:
@@ -240,11 +239,11 @@ async def part_c(node: Node, n: int, body: bytes, in_flight: int, timeout_s: flo
     print(f"  (c) {n} transactions sent and committed in {setup_s:.1f}s ({n / setup_s:.0f}/s)", flush=True)
     async with grpc.aio.insecure_channel(node.address) as ch:
         stub = store_pb2_grpc.StoreStub(ch)
-        half_end = (await stub.GetQueueOffsets(store_pb2.GetQueueOffsetsRequest(topic=HALF_TOPIC), timeout=10)).queues[0].max_offset
+        half_end = (await stub.GetQueueOffsets(store_pb2.GetQueueOffsetsRequest(topic=TRANS_HALF_TOPIC), timeout=10)).queues[0].max_offset
 
         async def progress() -> int:
             r = await stub.QueryConsumeOffset(
-                store_pb2.QueryConsumeOffsetRequest(consumer_group=CHECK_GROUP, topic=HALF_TOPIC, queue_id=0), timeout=10
+                store_pb2.QueryConsumeOffsetRequest(consumer_group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=0), timeout=10
             )
             return r.offset if r.found else 0
 

@@ -31,7 +31,9 @@ import aetcd
 import grpc
 import pytest
 from support import ServiceFactory, ServiceProcess
+
 from txmq import Admin, PullConsumer, PullStatus
+from txmq.protocol import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC
 from txmq.v1 import store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
 
 N = 3000
@@ -39,8 +41,6 @@ OUTCOMES = ("commit", "rollback", "unknown_commit", "unknown_rollback", "never")
 COMMITTED = {"commit", "unknown_commit"}
 ROLLED_BACK = {"rollback", "unknown_rollback"}
 GROUP = "PG_E2E"
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TXCHECK_FLAGS = (
     "--transaction_check_interval_ms", "500",
     "--transaction_timeout_ms", "500",
@@ -199,7 +199,7 @@ def test_transactions_with_producer_and_leader_killed(service_factory: ServiceFa
             stub = store_pb2_grpc.StoreStub(ch)
             # What was stored as a half message (the victim died part-way), by scenario id.
             txid_of: dict[str, str] = {}
-            for m in read_topic(stub, HALF_TOPIC):
+            for m in read_topic(stub, TRANS_HALF_TOPIC):
                 eid = m.message.properties.get("E2E_ID")
                 if eid is not None and m.message.properties.get("REAL_TOPIC") == topic:
                     txid_of.setdefault(eid, m.message.unique_id)
@@ -211,7 +211,7 @@ def test_transactions_with_producer_and_leader_killed(service_factory: ServiceFa
 
             def discarded() -> list:
                 return [
-                    m for m in read_topic(stub, DISCARD_TOPIC)
+                    m for m in read_topic(stub, TRANS_CHECK_MAX_TIME_TOPIC)
                     if m.message.properties.get("REAL_TOPIC") == topic
                 ]  # fmt: skip
 
@@ -269,7 +269,7 @@ def test_transactions_with_producer_and_leader_killed(service_factory: ServiceFa
         assert {m.unique_id for m in consumed} == {txid_of[e] for e in want_committed}
         assert all(m.body == m.properties["E2E_ID"].encode() for m in consumed)
         with grpc.insecure_channel(store.address) as ch:
-            final = [m for m in read_topic(store_pb2_grpc.StoreStub(ch), DISCARD_TOPIC) if m.message.properties.get("REAL_TOPIC") == topic]
+            final = [m for m in read_topic(store_pb2_grpc.StoreStub(ch), TRANS_CHECK_MAX_TIME_TOPIC) if m.message.properties.get("REAL_TOPIC") == topic]
         assert {m.message.properties.get("E2E_ID") for m in final} == want_discarded
         assert {m.message.unique_id for m in final} == {txid_of[e] for e in want_discarded}
         print(

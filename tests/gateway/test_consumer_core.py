@@ -22,11 +22,10 @@ import pytest
 from support.clock import ManualClock, settle, ticking, until
 
 from txmq.errors import TxmqError, error
+from txmq.protocol import DLQ_GROUP_TOPIC_PREFIX, PROPERTY_DLQ_ORIGIN_TOPIC
 from txmq.v1 import common_pb2, errors_pb2
 from txmq_gateway import consumer as consumer_module
 from txmq_gateway.consumer import (
-    DLQ_PREFIX,
-    PROPERTY_DLQ_ORIGIN_TOPIC,
     Delivery,
     ReceiptHandle,
     SimpleConsumerCore,
@@ -532,8 +531,8 @@ async def test_dead_letter_after_max_delivery_attempts(env: Env) -> None:
     await until(lambda: bool(env.backend.sent))
     [(store_id, copy)] = env.backend.sent
     assert store_id == "s1"
-    assert env.backend.ensured == [("s1", DLQ_PREFIX + GROUP, 1)]
-    assert copy.topic == DLQ_PREFIX + GROUP
+    assert env.backend.ensured == [("s1", DLQ_GROUP_TOPIC_PREFIX + GROUP, 1)]
+    assert copy.topic == DLQ_GROUP_TOPIC_PREFIX + GROUP
     assert copy.body == b"poison" and copy.tags == "T1"
     assert copy.unique_id == first.view.message.unique_id
     assert dict(copy.properties) == {"k": "v", PROPERTY_DLQ_ORIGIN_TOPIC: TOPIC}
@@ -574,7 +573,7 @@ async def test_forward_to_dead_letter_queue_on_request(env: Env) -> None:
         group=GROUP, topic=TOPIC, receipt_handle=d.receipt_handle, message_id=d.view.message.unique_id
     )
     [(_, copy)] = env.backend.sent
-    assert copy.topic == DLQ_PREFIX + GROUP and copy.unique_id == d.view.message.unique_id
+    assert copy.topic == DLQ_GROUP_TOPIC_PREFIX + GROUP and copy.unique_id == d.view.message.unique_id
     env.clock.advance(INVISIBLE_MS)
     assert await env.receive() == []
     await env.ack(d)  # it counts as acked: a repeated ack is fine

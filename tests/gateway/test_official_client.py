@@ -54,6 +54,7 @@ from support.scripts import (
     unique_name,
     wait_for,
 )
+
 from txmq.v1 import txcheck_pb2
 
 SCENARIOS = Path(__file__).resolve().parent / "rmq_scenarios"

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
+from support.clock import ManualClock
+
 from txmq.v1 import common_pb2, txcheck_pb2, txcheck_pb2_grpc
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import TransactionHandle
@@ -22,8 +24,6 @@ from txmq_gateway.telemetry import (
     server_settings,
 )
 from txmq_gateway.v2 import Code, pb, svc, svc_grpc
-
-from support.clock import ManualClock
 
 GUARD_S = 10.0  # a hang guard, not a timing claim
 REFUSED_GROUP = "refused-topic"

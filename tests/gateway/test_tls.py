@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from support import LocalCluster, ServiceProcess, free_port
+
 from txmq import Admin
 from txmq_gateway.v2 import pb, svc, svc_grpc
 

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import ServiceFactory, ServiceProcess
 
 from txmq import Admin, LocalTransactionState, Message, Producer, TransactionListener, TransactionProducer
+from txmq.protocol import TRANS_HALF_TOPIC
 from txmq.v1 import common_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
 
 pytestmark = pytest.mark.slow
@@ -28,7 +29,6 @@ FAST_TXCHECK = (
     "--transaction_check_interval_ms", "200",
     "--transaction_timeout_ms", "300",
 )  # fmt: skip
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 
 def metrics_address(process: ServiceProcess) -> str:
@@ -197,7 +197,7 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
     assert 1 <= answered <= sent
     assert delta("txcheck", "txmq_txcheck_discarded_total") == 0
     # Three half messages, and each check puts its half message back renewed (RocketMQ's check).
-    assert delta("store", "rocketmq_messages_in_total", topic=HALF_TOPIC) == 3 + sent
+    assert delta("store", "rocketmq_messages_in_total", topic=TRANS_HALF_TOPIC) == 3 + sent
     assert delta("store", "rocketmq_messages_in_total", topic=topic) == 6 + 2  # the two commits
     wait_for(
         "the check loop to pass every half message",

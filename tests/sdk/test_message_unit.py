@@ -11,9 +11,10 @@ from txmq._convert import (
     topic_config_to_proto,
     topic_route_from_proto,
 )
-from txmq._validation import RESERVED_PROPERTIES, check_message, check_topic
 from txmq.models import TopicConfig
+from txmq.protocol import RESERVED_PROPERTIES
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, store_pb2
+from txmq.validation import check_message, check_topic
 
 
 def test_message_normalises_keys_and_copies_properties() -> None:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from txmq.errors import TxmqError
-from txmq.v1 import errors_pb2, txcheck_pb2
-from txmq_txcheck.checkloop import resume
-from txmq_txcheck.constants import (
-    CHECK_MAX_TIME_TOPIC,
-    HALF_TOPIC,
-    OP_TOPIC,
+from txmq.protocol import (
     PROPERTY_CHECK_TIMES,
     PROPERTY_CHECK_WAITS,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
 )
+from txmq.v1 import errors_pb2, txcheck_pb2
+from txmq_txcheck.checkloop import resume
 from txmq_txcheck.store_client import StoreClient
 from txmq_txcheck.txquery import query_transaction
 
@@ -41,9 +42,9 @@ async def test_young_half_is_not_checked_then_is(env: Env) -> None:
     assert check.message.message.topic == "TxTopic"  # as the producer sent it
     # The check names the put-back copy, with the count raised.
     copy = await env.client.view(check.commit_log_offset)
-    assert copy.message.topic == HALF_TOPIC and copy.queue_offset == check.tran_state_table_offset
+    assert copy.message.topic == TRANS_HALF_TOPIC and copy.queue_offset == check.tran_state_table_offset
     assert copy.message.properties[PROPERTY_CHECK_TIMES] == "1"
-    assert await progress(env, HALF_TOPIC) == r.queue_offset + 1
+    assert await progress(env, TRANS_HALF_TOPIC) == r.queue_offset + 1
 
 
 async def test_check_answer_commits_put_back_copy(env: Env) -> None:
@@ -62,7 +63,7 @@ async def test_check_answer_commits_put_back_copy(env: Env) -> None:
     env.clock.advance(7_000)
     rep = await env.loop.check_once()
     assert rep.checked == [] and c.tran_state_table_offset in rep.skipped_resolved
-    assert await progress(env, HALF_TOPIC) == c.tran_state_table_offset + 1
+    assert await progress(env, TRANS_HALF_TOPIC) == c.tran_state_table_offset + 1
 
 
 async def test_remove_map_skips_resolved_and_saves_op_progress(env: Env) -> None:
@@ -73,8 +74,8 @@ async def test_remove_map_skips_resolved_and_saves_op_progress(env: Env) -> None
     rep = await env.loop.check_once()
     assert rep.skipped_resolved == [a.queue_offset, c.queue_offset]
     assert rep.checked == [b.transaction_id]
-    assert await progress(env, HALF_TOPIC) == c.queue_offset + 1
-    assert await progress(env, OP_TOPIC) == len(await env.topic_messages(OP_TOPIC))
+    assert await progress(env, TRANS_HALF_TOPIC) == c.queue_offset + 1
+    assert await progress(env, TRANS_OP_HALF_TOPIC) == len(await env.topic_messages(TRANS_OP_HALF_TOPIC))
 
 
 async def test_unanswered_checks_until_max_then_discarded_and_resumed(env: Env) -> None:
@@ -87,7 +88,7 @@ async def test_unanswered_checks_until_max_then_discarded_and_resumed(env: Env) 
     rep = await env.loop.check_once()
     assert rep.discarded == [r.transaction_id] and rep.checked == []
     assert len(env.sender.checks) == 15
-    kept = await env.topic_messages(CHECK_MAX_TIME_TOPIC)
+    kept = await env.topic_messages(TRANS_CHECK_MAX_TIME_TOPIC)
     assert [m.message.unique_id for m in kept] == [r.transaction_id]
     assert kept[0].message.properties[PROPERTY_CHECK_TIMES] == "15"
     env.clock.advance(7_000)
@@ -184,7 +185,7 @@ async def test_decided_transaction_is_settled_not_checked(env: Env) -> None:
     env.clock.advance(7_000)
     rep = await env.loop.check_once()
     assert rep.settled == [r.transaction_id] and env.sender.checks == []
-    assert len(await env.topic_messages(OP_TOPIC)) == 1
+    assert len(await env.topic_messages(TRANS_OP_HALF_TOPIC)) == 1
     assert len(await env.real_messages()) == 1
 
 
@@ -223,7 +224,7 @@ async def test_rounds_do_not_overlap(env: Env) -> None:
     rep = await first
     assert rep.checked == [r.transaction_id]
     assert len(env.sender.checks) == 1
-    halves = await env.topic_messages(HALF_TOPIC)
+    halves = await env.topic_messages(TRANS_HALF_TOPIC)
     assert len(halves) == 2  # the original and one put-back, not two
 
 
@@ -237,7 +238,7 @@ async def test_failure_mid_queue_saves_progress(env: Env) -> None:
     rep = await loop.check_once()
     assert rep.error is not None
     assert rep.checked == [rs[0].transaction_id, rs[1].transaction_id]
-    assert await progress(env, HALF_TOPIC) == rs[2].queue_offset
+    assert await progress(env, TRANS_HALF_TOPIC) == rs[2].queue_offset
     env.clock.advance(7_000)
     rep = await loop.check_once()
     assert rep.error is None
@@ -262,4 +263,4 @@ async def test_round_time_limit_per_queue(env: Env) -> None:
     finally:
         del env.client.put
     assert rep.checked == [rs[0].transaction_id, rs[1].transaction_id]
-    assert await progress(env, HALF_TOPIC) == rs[2].queue_offset
+    assert await progress(env, TRANS_HALF_TOPIC) == rs[2].queue_offset

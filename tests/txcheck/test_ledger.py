@@ -6,17 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from txmq.errors import TxmqError
-from txmq.v1 import errors_pb2, txcheck_pb2
-from txmq_txcheck.constants import (
-    HALF_TOPIC,
-    OP_TOPIC,
+from txmq.protocol import (
     PROPERTY_OP_DECISIONS,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from txmq.v1 import errors_pb2, txcheck_pb2
 from txmq_txcheck.ledger import Ledger, OpEntry, committed_copy
 
 from .conftest import GROUP, TOPIC, Env, open_env
@@ -30,7 +31,7 @@ async def test_half_message_is_rewritten_and_invisible(env: Env) -> None:
     r = await env.half(b"half", props={"k": "v"})
     assert r.transaction_id and r.transaction_id == r.msg_id
     half = await env.client.view(r.commit_log_offset)
-    assert half.message.topic == HALF_TOPIC and half.message.queue_id == 0
+    assert half.message.topic == TRANS_HALF_TOPIC and half.message.queue_id == 0
     props = half.message.properties
     assert props[PROPERTY_REAL_TOPIC] == TOPIC and props[PROPERTY_REAL_QUEUE_ID] == str(r.queue.queue_id)
     assert props["PGROUP"] == GROUP and props["TRAN_MSG"] == "true" and props["k"] == "v"
@@ -64,7 +65,7 @@ async def test_commit_restores_on_real_topic_and_writes_op(env: Env) -> None:
     assert copy.prepared_transaction_offset == r.commit_log_offset
     visible = await env.real_messages()
     assert [m.message.unique_id for m in visible] == [r.transaction_id]
-    ops = await env.topic_messages(OP_TOPIC)
+    ops = await env.topic_messages(TRANS_OP_HALF_TOPIC)
     assert len(ops) == 1 and ops[0].message.tags == "d" and ops[0].message.body == str(r.queue_offset).encode()
     assert ops[0].message.properties[PROPERTY_OP_DECISIONS] == f"{r.queue_offset}:{r.transaction_id}:C"
 
@@ -74,14 +75,14 @@ async def test_rollback_writes_only_op(env: Env) -> None:
     resp = await env.ledger.end(env.end_request(r, ROLLBACK))
     assert not resp.HasField("committed")
     assert await env.real_messages() == []
-    ops = await env.topic_messages(OP_TOPIC)
+    ops = await env.topic_messages(TRANS_OP_HALF_TOPIC)
     assert [o.message.body for o in ops] == [str(r.queue_offset).encode()]
 
 
 async def test_unknown_changes_nothing(env: Env) -> None:
     r = await env.half()
     await env.ledger.end(env.end_request(r, UNKNOWN))
-    assert await env.real_messages() == [] and await env.topic_messages(OP_TOPIC) == []
+    assert await env.real_messages() == [] and await env.topic_messages(TRANS_OP_HALF_TOPIC) == []
 
 
 @pytest.mark.parametrize(
@@ -165,7 +166,7 @@ async def test_crash_between_copy_and_op_is_healed(env: Env) -> None:
     fresh = Ledger(env.client, clock=env.clock, transaction_timeout_ms=6000)
     await fresh.end(env.end_request(r, COMMIT, from_check=True))
     assert len(await env.real_messages()) == 1
-    assert [o.message.body for o in await env.topic_messages(OP_TOPIC)] == [str(r.queue_offset).encode()]
+    assert [o.message.body for o in await env.topic_messages(TRANS_OP_HALF_TOPIC)] == [str(r.queue_offset).encode()]
 
 
 async def test_late_commit_not_from_check_refused(env: Env) -> None:
@@ -191,7 +192,7 @@ async def test_concurrent_decisions_each_get_an_op_entry(env: Env) -> None:
 
     rs = [await env.half(str(i).encode()) for i in range(6)]
     await asyncio.gather(*(env.ledger.end(env.end_request(r, ROLLBACK)) for r in rs))
-    ops = await env.topic_messages(OP_TOPIC)
+    ops = await env.topic_messages(TRANS_OP_HALF_TOPIC)
     offsets = sorted(int(x) for o in ops for x in o.message.body.decode().split(","))
     assert offsets == sorted(r.queue_offset for r in rs)
 
@@ -204,7 +205,7 @@ async def test_op_writes_ready_together_share_one_op_message(env: Env) -> None:
 
     entries = [OpEntry(half_offset=i, transaction_id=f"tx{i}", decision=ROLLBACK) for i in range(6)]
     await asyncio.gather(*(env.ledger.ops.write(e) for e in entries))
-    (op,) = await env.topic_messages(OP_TOPIC)
+    (op,) = await env.topic_messages(TRANS_OP_HALF_TOPIC)
     assert op.message.body == b"0,1,2,3,4,5"
 
 
@@ -215,7 +216,7 @@ async def test_fence_refuses_a_new_decision_without_writing(env: Env) -> None:
             await env.ledger.end(env.end_request(r, resolution), fence=lambda: False)
         assert info.value.code == errors_pb2.CODE_UNAVAILABLE and info.value.retriable
         assert info.value.metadata["reason"] == "no_leader"
-    assert await env.real_messages() == [] and await env.topic_messages(OP_TOPIC) == []
+    assert await env.real_messages() == [] and await env.topic_messages(TRANS_OP_HALF_TOPIC) == []
     assert await env.ledger.decision_of(r.transaction_id) is None
     # Once decided, the same decision again is only an answer: no fence needed.
     await env.ledger.end(env.end_request(r, COMMIT), fence=lambda: True)

@@ -125,6 +125,7 @@ def test_two_replicas_one_leads_the_other_takes_over(service_factory: ServiceFac
 
 def test_cli_show_and_resume(cluster) -> None:
     from click.testing import CliRunner
+
     from txmq_cli.main import cli
 
     store, _ = cluster
@@ -141,6 +142,7 @@ def test_cli_show_and_resume(cluster) -> None:
 
 def test_discarded_transaction_is_shown_and_resumed(service_factory: ServiceFactory) -> None:
     from click.testing import CliRunner
+
     from txmq_cli.main import cli
 
     store = service_factory.store()

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
+
 from txmq.errors import TxmqError, error
 from txmq.v1 import (
     common_pb2,

@@ -121,8 +121,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from txmq._validation import RESERVED_PROPERTIES
 from txmq.errors import TxmqError
+from txmq.protocol import DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PROPERTY_DLQ_ORIGIN_TOPIC, is_system_property
 from txmq.v1 import common_pb2, pull_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, decode_token, encode_token
@@ -135,12 +135,9 @@ from txmq_runtime.tags import parse_tag_expression
 
 log = logging.getLogger("txmq.gateway.consumer")
 
-DLQ_PREFIX = "%DLQ%"
-# Names the topic a dead letter came from. RocketMQ's RETRY_TOPIC is reserved for
-# producers (the store refuses it in SendMessage); TXMQ_ names are hidden from v2
-# consumers as RocketMQ hides RETRY_TOPIC.
-PROPERTY_DLQ_ORIGIN_TOPIC = "TXMQ_DLQ_ORIGIN_TOPIC"
-PERM_READ = 4
+# A dead letter names its origin in TXMQ_DLQ_ORIGIN_TOPIC. RocketMQ's RETRY_TOPIC is
+# reserved for producers (the store refuses it in SendMessage); TXMQ_ names are hidden
+# from v2 consumers as RocketMQ hides RETRY_TOPIC.
 
 # How long before the call's deadline a held receive answers (time to write the answer).
 DEADLINE_RESERVE_MS = 500
@@ -986,7 +983,7 @@ class SimpleConsumerCore:
         self._remember_ack(receipt_handle)
         log.info(
             "group %s: message %s of %s forwarded to %s%s on request",
-            group, entry.view.message.unique_id, topic, DLQ_PREFIX, group,
+            group, entry.view.message.unique_id, topic, DLQ_GROUP_TOPIC_PREFIX, group,
         )  # fmt: skip
 
     def _dead_letter_later(self, sub: _Subscription, entry: _InFlight, *, reason: str) -> None:
@@ -1012,13 +1009,13 @@ class SimpleConsumerCore:
         self._settle(sub, entry)
         log.info(
             "group %s: message %s of %s moved to %s%s (%s)",
-            sub.group, entry.view.message.unique_id, sub.topic, DLQ_PREFIX, sub.group, reason,
+            sub.group, entry.view.message.unique_id, sub.topic, DLQ_GROUP_TOPIC_PREFIX, sub.group, reason,
         )  # fmt: skip
 
     async def _send_dead_letter(self, sub: _Subscription, entry: _InFlight) -> None:
         """Send a copy of the message to %DLQ%<group> on the store that holds it."""
         store_id = entry.queue.store_id
-        dlq = DLQ_PREFIX + sub.group
+        dlq = DLQ_GROUP_TOPIC_PREFIX + sub.group
         if (store_id, dlq) not in self._dlq_topics:
             await self.backend.ensure_topic(store_id, dlq, queue_nums=1)
             self._dlq_topics.add((store_id, dlq))
@@ -1159,7 +1156,7 @@ def dead_letter_copy(view: common_pb2.MessageView, dlq_topic: str, origin_topic:
         born_timestamp_ms=src.born_timestamp_ms or view.store_timestamp_ms,
     )
     for name, value in src.properties.items():
-        if name in RESERVED_PROPERTIES or name.startswith("TXMQ_"):
+        if is_system_property(name):
             continue
         copy.properties[name] = value
     copy.properties[PROPERTY_DLQ_ORIGIN_TOPIC] = origin_topic

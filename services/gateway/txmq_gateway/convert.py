@@ -15,40 +15,25 @@ import zlib
 from dataclasses import dataclass
 
 from google.protobuf import duration_pb2, timestamp_pb2
-from txmq.v1 import common_pb2
 
+from txmq import protocol
+from txmq.protocol import PROPERTY_CHECK_IMMUNITY, PROPERTY_REAL_TOPIC, PROPERTY_SHARDING_KEY
+from txmq.v1 import common_pb2
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code, pb
 
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"  # a half message's topic (set by the store)
-PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
-PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_MESSAGE_GROUP = PROPERTY_SHARDING_KEY
+# The gateway's own (a system prefix of txmq.protocol, so never user properties).
 PROPERTY_MESSAGE_TYPE = "__RMQ_MESSAGE_TYPE"
 PROPERTY_BORN_HOST = "__RMQ_BORN_HOST"
-
-# Properties the store or txcheck add, or the gateway writes itself: not user properties.
-SYSTEM_PROPERTIES = frozenset(
-    {
-        "TAGS",
-        "KEYS",
-        "UNIQ_KEY",
-        PROPERTY_REAL_TOPIC,
-        "REAL_QID",
-        "PGROUP",
-        "TRAN_MSG",
-        "TRANSACTION_CHECK_TIMES",
-        "TRAN_PREPARED_QUEUE_OFFSET",
-        PROPERTY_CHECK_IMMUNITY,
-        PROPERTY_MESSAGE_GROUP,
-        PROPERTY_MESSAGE_TYPE,
-        PROPERTY_BORN_HOST,
-    }
-)
-SYSTEM_PROPERTY_PREFIXES = ("TXMQ_", "__RMQ_")
+#: v2 system properties txmq carries as RocketMQ-named message properties.
+V2_CARRIED_PROPERTIES = frozenset({PROPERTY_MESSAGE_GROUP, PROPERTY_CHECK_IMMUNITY})
 
 
 def is_system_property(name: str) -> bool:
-    return name in SYSTEM_PROPERTIES or name.startswith(SYSTEM_PROPERTY_PREFIXES)
+    """txmq.protocol's rule, plus the v2 fields carried as properties: refused as a v2
+    client's user property, hidden from v2 consumers."""
+    return protocol.is_system_property(name) or name in V2_CARRIED_PROPERTIES
 
 
 def from_ms(ms: int) -> timestamp_pb2.Timestamp:

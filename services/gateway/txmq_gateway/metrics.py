@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import GaugeMetricFamily
+
 from txmq_runtime.metrics import Sample, ScrapeCollector
 
 if TYPE_CHECKING:

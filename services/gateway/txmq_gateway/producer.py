@@ -26,13 +26,12 @@ from dataclasses import dataclass
 
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, route_pb2, store_pb2, txcheck_pb2
-from txmq_runtime.clock import SYSTEM_CLOCK, Clock
-
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import TransactionHandle, decoded_body, to_txmq_message
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError, from_exception, ok, overall
 from txmq_gateway.v2 import Code, pb, svc
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("txmq.gateway.producer")
 

@@ -9,8 +9,6 @@ import socket
 from pathlib import Path
 
 import grpc
-from txmq_runtime.net import join_host_port
-from txmq_runtime.server import ServiceContext, ServiceParts
 
 from txmq_gateway.auth import Authenticator
 from txmq_gateway.backend import Backend
@@ -21,6 +19,8 @@ from txmq_gateway.producer import ProducerCore
 from txmq_gateway.servicer import MessagingServicer, add_messaging_servicer
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.telemetry import ClientHub
+from txmq_runtime.net import join_host_port
+from txmq_runtime.server import ServiceContext, ServiceParts
 
 log = logging.getLogger("txmq.gateway.service")
 

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from txmq.v1 import common_pb2
 
+from txmq.v1 import common_pb2
 from txmq_gateway.auth import Authenticator
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pydantic import Field, model_validator
+
 from txmq_runtime.settings import ServiceSettings, service_config
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2 as E
-
 from txmq_gateway.v2 import Code, pb
 
 _BY_TXMQ_CODE: dict[int, int] = {

@@ -29,14 +29,12 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
 import grpc
-from txmq.errors import TxmqError
-from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2
-from txmq_runtime.backoff import Backoff, BackoffPolicy
-from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
+from txmq.errors import TxmqError
+from txmq.protocol import PROPERTY_REAL_TOPIC
+from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import (
-    PROPERTY_REAL_TOPIC,
     TransactionHandle,
     duration,
     to_v2_message,
@@ -44,6 +42,8 @@ from txmq_gateway.convert import (
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError, from_exception, ok, status
 from txmq_gateway.v2 import Code, pb, svc
+from txmq_runtime.backoff import Backoff, BackoffPolicy
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("txmq.gateway.telemetry")
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from txmq.v1 import common_pb2
-from txmq_runtime.server import serve
-
 from txmq_pull.service import setup
 from txmq_pull.settings import PullSettings
+from txmq_runtime.server import serve
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -34,9 +34,8 @@ from typing import Protocol, Self
 
 from txmq.errors import error
 from txmq.v1 import errors_pb2
-
-from txmq_runtime.clock import Clock
 from txmq_pull.metrics import long_poll_ended
+from txmq_runtime.clock import Clock
 
 log = logging.getLogger("txmq.pull.hold")
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from txmq._validation import check_group
 from txmq.errors import error
 from txmq.v1 import errors_pb2
-
+from txmq.validation import check_group
 from txmq_runtime.clock import Clock
 
 _PRUNE_EVERY = 1_000  # heartbeats between prunes of every group (silent groups vanish too)

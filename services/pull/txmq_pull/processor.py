@@ -13,20 +13,19 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from txmq._validation import check_group, check_topic, is_system_topic
 from txmq.errors import TxmqError, error
+from txmq.protocol import PERM_READ, is_system_topic
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2, store_pb2
-
+from txmq.validation import check_group, check_topic
 from txmq_pull.arrivals import ArrivalFeed
-from txmq_runtime.clock import Clock
 from txmq_pull.filters import PullFilter, parse_filter
 from txmq_pull.hold import HoldService, QueueKey, ReadWatch, WakeReason
 from txmq_pull.settings import PullSettings
 from txmq_pull.store_client import StoreClient, StoreClients
+from txmq_runtime.clock import Clock
 
 log = logging.getLogger("txmq.pull")
 
-PERM_READ = 4  # RocketMQ PermName.PERM_READ
 DEFAULT_MAX_MESSAGES = 32
 
 _S = store_pb2

@@ -6,10 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from txmq_runtime.server import ServiceContext, ServiceParts
-
 from txmq_pull.arrivals import ArrivalFeed
-from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_pull.hold import HoldService
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.metrics import HELD_PULLS
@@ -17,6 +14,8 @@ from txmq_pull.processor import PullProcessor, store_max_offsets
 from txmq_pull.servicer import PullServicer, add_pull_servicer
 from txmq_pull.settings import PullSettings
 from txmq_pull.store_client import ClusterLocator, StoreClients, StoreLocator
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
+from txmq_runtime.server import ServiceContext, ServiceParts
 
 log = logging.getLogger("txmq.pull.service")
 

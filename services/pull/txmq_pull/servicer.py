@@ -5,13 +5,13 @@ away cancels its call, which removes its held pull."""
 from __future__ import annotations
 
 import grpc
-from txmq.v1 import pull_pb2, pull_pb2_grpc
-from txmq_runtime.grpc_errors import rpc
 
-from txmq_runtime.clock import Clock
+from txmq.v1 import pull_pb2, pull_pb2_grpc
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.metrics import pulled
 from txmq_pull.processor import PullProcessor
+from txmq_runtime.clock import Clock
+from txmq_runtime.grpc_errors import rpc
 
 SERVICE_NAME = pull_pb2.DESCRIPTOR.services_by_name["Pull"].full_name
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydantic import Field
+
 from txmq_runtime.settings import ServiceSettings, service_config
 
 LONG_POLLING_CHECK_INTERVAL_MS = 5_000

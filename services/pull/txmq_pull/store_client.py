@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
 import grpc
+
 from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
-from txmq_runtime.calls import internal_channel
 from txmq_runtime.calls import call as _call
+from txmq_runtime.calls import internal_channel
 from txmq_runtime.registry import ClusterView
 
 _CHANNEL_CLOSE_TIMEOUT_S = 5.0

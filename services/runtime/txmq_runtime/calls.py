@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
-from txmq.errors import TxmqError
 
+from txmq.errors import TxmqError
 from txmq_runtime import keepalive
 from txmq_runtime.server import MAX_MESSAGE_BYTES
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import aetcd
 from google.protobuf import json_format
-from txmq.v1 import common_pb2, route_pb2
 
+from txmq.v1 import common_pb2, route_pb2
 from txmq_runtime.etcd import RETRYABLE, EtcdMirror, retrying
 
 log = logging.getLogger("txmq.registry")

@@ -5,9 +5,9 @@ etcd access."""
 from __future__ import annotations
 
 import grpc
+
 from txmq.errors import error
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, route_pb2_grpc
-
 from txmq_runtime.grpc_errors import rpc
 from txmq_runtime.registry import ClusterView
 

@@ -32,8 +32,8 @@ import aetcd
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from txmq.v1 import common_pb2
 
+from txmq.v1 import common_pb2
 from txmq_runtime import keepalive, metrics
 from txmq_runtime.etcd import RETRYABLE, etcd_client
 from txmq_runtime.net import join_host_port

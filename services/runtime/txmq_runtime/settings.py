@@ -47,8 +47,9 @@ def describe(settings: BaseModel) -> dict[str, str]:
     return {k: str(v) for k, v in settings.model_dump().items()}
 
 
-from pydantic import Field, model_validator  # noqa: E402
 from typing import Self  # noqa: E402
+
+from pydantic import Field, model_validator  # noqa: E402
 
 from txmq_runtime.keepalive import KEEPALIVE_PERMIT_TIME_MS, KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS  # noqa: E402
 

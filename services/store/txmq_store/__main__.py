@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from txmq.v1 import common_pb2
 from txmq_runtime.server import serve
-
 from txmq_store.service import setup
 from txmq_store.settings import StoreSettings
 

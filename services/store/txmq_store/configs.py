@@ -9,24 +9,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# Permission bits and system topics/groups: txmq.protocol, re-exported for the store.
+from txmq.protocol import (  # noqa: F401
+    DEFAULT_PERM,
+    PERM_ALL,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
+    SYSTEM_TOPIC_PREFIX,
+    TRANS_CHECK_GROUP,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    is_system_topic,
+)
+
 from .fileio import read_json, write_json_atomically
-
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
-PERM_ALL = PERM_READ | PERM_WRITE | PERM_INHERIT
-DEFAULT_PERM = PERM_READ | PERM_WRITE
-
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
-# The transaction check service's progress on the half and op queues (RocketMQ name).
-TRANS_CHECK_GROUP = "CID_SYS_RMQ_TRANS"
-
-
-def is_system_topic(name: str) -> bool:
-    return name.startswith(SYSTEM_TOPIC_PREFIX) or name == TRANS_CHECK_MAX_TIME_TOPIC
 
 
 @dataclass(slots=True)

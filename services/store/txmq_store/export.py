@@ -45,12 +45,31 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
+from txmq import protocol
 from txmq.errors import TxmqError
+from txmq.protocol import (
+    CHECK_SENT,
+    CHECK_WAITING,
+    HALF_STORED,
+    IMMUNITY_PUT_BACK,
+    PROPERTY_DISCARD_REASON,
+    PROPERTY_PREPARED_QUEUE_OFFSET,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PUT_BACK,
+    RESUMED,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    check_counts,
+    decode_op_entries,
+    half_record_kind,
+    is_system_topic,
+)
 from txmq.v1 import errors_pb2
 
-from .configs import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, is_system_topic
 from .fileio import fsync_path, read_json, write_json_atomically
-from .model import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 
 if TYPE_CHECKING:
     from .message_store import MessageStore
@@ -66,12 +85,7 @@ TABLES = (OFFSETS, QUEUES, TX_EVENTS)
 STATE_DIR = "_state"
 
 # Event types of tx_events.
-HALF_STORED = "half_stored"
-CHECK_SENT = "check_sent"
-CHECK_WAITING = "check_waiting"  # no live producer of the group: put back, not checked
-IMMUNITY_PUT_BACK = "immunity_put_back"
-RESUMED = "resumed"  # an admin brought a discarded transaction back
-PUT_BACK = "put_back"  # another copy of a half message (e.g. a retried send)
+# (the half-record kinds HALF_STORED ... PUT_BACK are txmq.protocol's)
 COMMITTED = "committed"
 ROLLED_BACK = "rolled_back"
 DISCARDED = "discarded"
@@ -79,16 +93,6 @@ EVENT_TYPES = (
     HALF_STORED, CHECK_SENT, CHECK_WAITING, IMMUNITY_PUT_BACK, RESUMED, PUT_BACK, COMMITTED, ROLLED_BACK, DISCARDED,
 )  # fmt: skip
 
-# Properties the transaction service writes (txmq_txcheck.constants; RocketMQ names).
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-PROPERTY_CHECK_WAITS = "TXMQ_CHECK_WAITS"
-PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
-PROPERTY_OP_DECISIONS = "TXMQ_OP_DECISIONS"
-PROPERTY_DISCARD_REASON = "TXMQ_DISCARD_REASON"
-_PUT_BACK_PROPERTIES = (PROPERTY_CHECK_TIMES, PROPERTY_CHECK_WAITS, PROPERTY_PREPARED_QUEUE_OFFSET)
 
 # GetMessageStatus / GET_MESSAGE_STATUS_* numbers.
 FOUND = 1
@@ -313,10 +317,8 @@ class ExportSource(Protocol):
 
 
 def is_committed_copy(r: Record, transaction_id: str) -> bool:
-    return (
-        r.unique_id == transaction_id
-        and r.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
-        and r.topic != TRANS_HALF_TOPIC
+    return protocol.is_committed_copy(
+        unique_id=r.unique_id, sys_flag=r.sys_flag, topic=r.topic, transaction_id=transaction_id
     )
 
 
@@ -546,36 +548,28 @@ class Exporter:
                 halves[(qid, rec.queue_offset)] = rec
                 txid = rec.unique_id
                 props = rec.properties
-                times, waits = _int(props.get(PROPERTY_CHECK_TIMES)), _int(props.get(PROPERTY_CHECK_WAITS))
+                times, waits = check_counts(props)
                 prev = self._pending.get(txid)
-                put_back = any(k in props for k in _PUT_BACK_PROPERTIES)
-                if prev is None and not put_back:
-                    kind, detail = HALF_STORED, ""
-                else:
-                    pt, pw = (prev.check_times, prev.check_waits) if prev else (0, 0)
-                    if times > pt:
-                        kind, detail = CHECK_SENT, f"check {times}"
-                    elif times < pt:
-                        kind, detail = RESUMED, "checks resumed"
-                    elif waits > pw:
-                        kind, detail = CHECK_WAITING, f"no live producer (wait {waits})"
-                    elif PROPERTY_PREPARED_QUEUE_OFFSET in props:
-                        kind, detail = IMMUNITY_PUT_BACK, ""
-                    else:
-                        kind, detail = PUT_BACK, ""
+                kind = half_record_kind(props, (prev.check_times, prev.check_waits) if prev else None)
+                detail = {
+                    CHECK_SENT: f"check {times}",
+                    RESUMED: "checks resumed",
+                    CHECK_WAITING: f"no live producer (wait {waits})",
+                }.get(kind, "")
                 p = _pending_of(rec, times, waits)
                 self._remember(txid, p)
                 event(kind, rec.store_ms, txid, p, half_offset=rec.queue_offset, record=rec, detail=detail)
         for qid in system_queues[TRANS_CHECK_MAX_TIME_TOPIC]:
             for rec in await self._read_new(TRANS_CHECK_MAX_TIME_TOPIC, qid):
                 props = rec.properties
-                p = _pending_of(rec, _int(props.get(PROPERTY_CHECK_TIMES)), _int(props.get(PROPERTY_CHECK_WAITS)))
+                p = _pending_of(rec, *check_counts(props))
                 self._remember(rec.unique_id, p)  # a resume may bring it back
                 event(DISCARDED, rec.store_ms, rec.unique_id, p, half_offset=_int(props.get(PROPERTY_PREPARED_QUEUE_OFFSET), -1),
                       record=rec, detail=props.get(PROPERTY_DISCARD_REASON, ""))  # fmt: skip
         for qid in system_queues[TRANS_OP_HALF_TOPIC]:
             for rec in await self._read_new(TRANS_OP_HALF_TOPIC, qid):
-                for n, (half_offset, txid, decision) in enumerate(_op_entries(rec)):
+                for n, entry in enumerate(decode_op_entries(rec.properties, rec.body)):
+                    half_offset, txid, decision = entry.half_offset, entry.transaction_id, entry.decision
                     half = halves.get((qid, half_offset))
                     if not txid or decision not in ("C", "R"):
                         # An op message without txmq's decisions: find the transaction.
@@ -589,7 +583,7 @@ class Exporter:
                         half = half or await self._half_at(qid, half_offset)
                         if half is not None and half.unique_id == txid:
                             props = half.properties
-                            p = _pending_of(half, _int(props.get(PROPERTY_CHECK_TIMES)), _int(props.get(PROPERTY_CHECK_WAITS)))
+                            p = _pending_of(half, *check_counts(props))
                     at, detail = rec.store_ms, f"op offset {rec.queue_offset}"
                     if decision == "C":
                         copy = await self.source.committed_copy(txid)
@@ -629,28 +623,6 @@ def _pending_of(rec: Record, times: int, waits: int) -> Pending:
         waits,
         rec.born_ms,
     )
-
-
-def _op_entries(rec: Record) -> list[tuple[int, str, str]]:
-    """(half offset, transaction id, C/R) per entry of an op message; without
-    TXMQ_OP_DECISIONS, the body's offsets with unknown id and decision."""
-    raw = rec.properties.get(PROPERTY_OP_DECISIONS)
-    out = []
-    if raw:
-        for part in raw.split(","):
-            off, _, rest = part.partition(":")
-            txid, _, decision = rest.rpartition(":")
-            try:
-                out.append((int(off), txid, decision))
-            except ValueError:
-                continue
-        return out
-    for part in rec.body.decode("ascii", "replace").split(","):
-        try:
-            out.append((int(part), "", ""))
-        except ValueError:
-            continue
-    return out
 
 
 def _int(raw: str | None, default: int = 0) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import Counter
+
 from txmq.errors import TxmqError, error
 from txmq.v1 import errors_pb2
 

@@ -38,16 +38,14 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from txmq.protocol import HALF_QUEUE_ID, TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
 from txmq_runtime.metrics import MESSAGE_SIZE_BUCKETS, Sample, ScrapeCollector, TopicCounters
-
-from .configs import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
 
 if TYPE_CHECKING:
     from .message_store import MessageStore
 
 #: Lag series one store reports at most per scrape (the rest are left out; see docs).
 MAX_LAG_SERIES = 10_000
-HALF_QUEUE_ID = 0
 
 MESSAGES_IN = Counter("rocketmq_messages_in", "Messages stored, per topic.", ["topic"])
 THROUGHPUT_IN = Counter("rocketmq_throughput_in", "Message body bytes stored, per topic.", ["topic"])

@@ -12,24 +12,23 @@ from typing import Callable, Mapping
 
 from txmq.ids import encode_offset_msg_id
 
-# System properties (RocketMQ MessageConst names).
-PROPERTY_TAGS = "TAGS"
-PROPERTY_KEYS = "KEYS"
-PROPERTY_UNIQ_KEY = "UNIQ_KEY"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
-KEY_SEPARATOR = " "
-# Carried by dedicated fields of a message, so never accepted as user properties.
-FIELD_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
-
-# sysflag transaction bits (RocketMQ MessageSysFlag).
-TRANSACTION_TYPE_MASK = 0xC
-TRANSACTION_NOT_TYPE = 0x0
-TRANSACTION_PREPARED_TYPE = 0x4
-TRANSACTION_COMMIT_TYPE = 0x8
-TRANSACTION_ROLLBACK_TYPE = 0xC
+# The protocol's names (properties, sysflag bits): txmq.protocol, re-exported for the store.
+from txmq.protocol import (  # noqa: F401
+    FIELD_PROPERTIES,
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
 
 
 def takes_queue_slot(sys_flag: int) -> bool:

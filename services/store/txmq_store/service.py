@@ -9,7 +9,6 @@ import logging
 from txmq.v1 import common_pb2
 from txmq_runtime.registry import EtcdKeys, Registration, encode
 from txmq_runtime.server import ServiceContext, ServiceParts
-
 from txmq_store.export import StoreExporter
 from txmq_store.message_store import MessageStore
 from txmq_store.metrics import COLLECTOR as STORE_METRICS

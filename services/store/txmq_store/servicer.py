@@ -7,6 +7,7 @@ import types
 from typing import Any, Iterator, Mapping, Sequence
 
 import grpc
+
 from txmq.errors import error
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.grpc_errors import rpc

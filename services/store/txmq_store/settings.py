@@ -6,6 +6,7 @@ import os
 from typing import Literal
 
 from pydantic import Field
+
 from txmq_runtime.settings import ServiceSettings, service_config
 
 KIB = 1024

@@ -11,10 +11,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Mapping
 
-from txmq._validation import RESERVED_PROPERTIES
-from txmq._validation import check_group as check_group_name  # one naming rule: SDK, store, pull, txcheck
 from txmq.errors import TxmqError, error
 from txmq.ids import new_unique_id
+from txmq.protocol import RESERVED_PROPERTIES
+from txmq.validation import check_group as check_group_name  # noqa: F401 - one naming rule: SDK, store, pull, txcheck
 from txmq.v1 import errors_pb2
 from txmq_runtime.tags import tag_hash_code
 

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from txmq.v1 import common_pb2
 from txmq_runtime.server import serve
-
 from txmq_txcheck.service import setup
 from txmq_txcheck.settings import TxcheckSettings
 

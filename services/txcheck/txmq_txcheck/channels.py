@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import grpc
+
 from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
 from txmq_runtime.calls import internal_channel
 from txmq_runtime.etcd import EtcdMirror

@@ -27,14 +27,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from txmq.errors import TxmqError, error
-from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
-from txmq_runtime.clock import WallClock
-
-from txmq_txcheck.constants import (
-    CHECK_MAX_TIME_TOPIC,
+from txmq.protocol import (
     HALF_QUEUE_ID,
-    HALF_TOPIC,
-    OP_TOPIC,
     PROPERTY_CHECK_TIMES,
     PROPERTY_CHECK_WAITS,
     PROPERTY_DISCARD_REASON,
@@ -42,8 +36,13 @@ from txmq_txcheck.constants import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     TRANSACTION_TYPE_MASK,
 )
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
+from txmq_runtime.clock import WallClock
 from txmq_txcheck.ledger import Ledger, immunity_ms, parse_op_entries
 from txmq_txcheck.store_client import StoreClient
 
@@ -98,7 +97,7 @@ def check_times(view: common_pb2.MessageView) -> int:
 
 
 def renewed_half(
-    view: common_pb2.MessageView, *, set_props: dict[str, str] | None = None, topic: str = HALF_TOPIC
+    view: common_pb2.MessageView, *, set_props: dict[str, str] | None = None, topic: str = TRANS_HALF_TOPIC
 ) -> store_pb2.SystemMessage:
     """A copy of a half record for the tail of the half queue (or another topic): same
     body, properties, unique id and born time; transaction bits cleared."""
@@ -241,8 +240,8 @@ class CheckLoop:
     async def _round(self, queue_id: int) -> RoundReport:
         s = self.settings
         start = self._clock()
-        half_offset = await self._progress(HALF_TOPIC, queue_id)
-        op_offset = await self._progress(OP_TOPIC, queue_id)
+        half_offset = await self._progress(TRANS_HALF_TOPIC, queue_id)
+        op_offset = await self._progress(TRANS_OP_HALF_TOPIC, queue_id)
         report = RoundReport(half_offset, half_offset, op_offset, op_offset)
         ops = _OpState(op_offset)
         new_offset = half_offset
@@ -260,7 +259,7 @@ class CheckLoop:
                     continue
                 msg = cache.get(i)
                 if msg is None:
-                    r = await self.store.get(HALF_TOPIC, queue_id, i, PULL_BATCH)
+                    r = await self.store.get(TRANS_HALF_TOPIC, queue_id, i, PULL_BATCH)
                     if r.status == FOUND and r.messages:
                         cache = {m.queue_offset: m for m in r.messages}
                         msg = cache.get(i)
@@ -326,11 +325,11 @@ class CheckLoop:
     async def _save(self, report: RoundReport, queue_id: int, half_before: int, half_after: int, ops: _OpState) -> None:
         try:
             if half_after != half_before:
-                await self.store.commit_offset(HALF_TOPIC, queue_id, half_after)
+                await self.store.commit_offset(TRANS_HALF_TOPIC, queue_id, half_after)
             report.half_offset_after = half_after
             op_after = ops.new_offset()
             if op_after != ops.start:
-                await self.store.commit_offset(OP_TOPIC, queue_id, op_after)
+                await self.store.commit_offset(TRANS_OP_HALF_TOPIC, queue_id, op_after)
             report.op_offset_after = op_after
         except Exception as exc:  # noqa: BLE001 - next round starts from the saved offsets
             log.warning("saving check progress on %s failed: %s", self.store_id, exc)
@@ -338,10 +337,10 @@ class CheckLoop:
 
     async def _fill(self, ops: _OpState, queue_id: int, half_offset: int) -> bool:
         """Load up to 32 more op messages into the removeMap; False when none came."""
-        r = await self.store.get(OP_TOPIC, queue_id, ops.next, PULL_BATCH)
+        r = await self.store.get(TRANS_OP_HALF_TOPIC, queue_id, ops.next, PULL_BATCH)
         if r.status == OFFSET_TOO_SMALL and r.next_begin_offset > ops.next:
             ops.next = ops.start = r.next_begin_offset
-            r = await self.store.get(OP_TOPIC, queue_id, ops.next, PULL_BATCH)
+            r = await self.store.get(TRANS_OP_HALF_TOPIC, queue_id, ops.next, PULL_BATCH)
         if r.status != FOUND or not r.messages:
             return False
         for m in r.messages:
@@ -396,13 +395,13 @@ class CheckLoop:
     async def _discard(self, msg: common_pb2.MessageView, reason: str) -> None:
         """RocketMQ 5 resolveDiscardMsg: keep it in TRANS_CHECK_MAX_TIME_TOPIC."""
         await self.store.put(
-            [renewed_half(msg, set_props={PROPERTY_DISCARD_REASON: reason}, topic=CHECK_MAX_TIME_TOPIC)],
+            [renewed_half(msg, set_props={PROPERTY_DISCARD_REASON: reason}, topic=TRANS_CHECK_MAX_TIME_TOPIC)],
             producer_group=_group(msg),
         )
         self.ledger.timeline.record(msg.message.unique_id, self._clock(), "discarded", reason)
         log.warning(
             "transaction %s (group %s) discarded to %s: %s",
-            msg.message.unique_id, _group(msg), CHECK_MAX_TIME_TOPIC, reason,
+            msg.message.unique_id, _group(msg), TRANS_CHECK_MAX_TIME_TOPIC, reason,
         )  # fmt: skip
 
 
@@ -430,11 +429,11 @@ def discarded_copy(views: list[common_pb2.MessageView]) -> common_pb2.MessageVie
     its latest discard was stored after its latest half record (a resumed transaction
     has a newer half record and is not discarded until discarded again). ``views``: all
     records of the transaction id on one store."""
-    discards = [v for v in views if v.message.topic == CHECK_MAX_TIME_TOPIC]
+    discards = [v for v in views if v.message.topic == TRANS_CHECK_MAX_TIME_TOPIC]
     if not discards:
         return None
     last = max(discards, key=lambda v: v.commit_log_offset)
-    halves = [v.commit_log_offset for v in views if v.message.topic == HALF_TOPIC]
+    halves = [v.commit_log_offset for v in views if v.message.topic == TRANS_HALF_TOPIC]
     if halves and max(halves) > last.commit_log_offset:
         return None
     return last

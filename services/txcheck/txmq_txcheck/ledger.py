@@ -29,44 +29,43 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from txmq._validation import check_group as check_group_name
+from txmq import protocol
 from txmq.errors import TxmqError, error
-from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
-from txmq_runtime.clock import WallClock
-
-from txmq_txcheck.constants import (
-    HALF_TOPIC,
+from txmq.protocol import (
+    OP_COMMIT,
+    OP_ROLLBACK,
     OP_TAG,
-    OP_TOPIC,
     PROPERTY_CHECK_IMMUNITY,
     PROPERTY_OP_DECISIONS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_TYPE_MASK,
+    OpEntry,
+    decode_op_entries,
+    encode_op_body,
+    encode_op_decisions,
 )
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
+from txmq.validation import check_group as check_group_name
+from txmq_runtime.clock import WallClock
 from txmq_txcheck.store_client import StoreClient
 from txmq_txcheck.timeline import Timeline
 
 log = logging.getLogger("txmq.txcheck.ledger")
 
 Clock = WallClock  # milliseconds since the epoch (txmq_runtime.clock's rule)
-COMMIT = "C"
-ROLLBACK = "R"
+COMMIT = OP_COMMIT
+ROLLBACK = OP_ROLLBACK
 _RESOLUTION = {
     txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT: COMMIT,
     txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK: ROLLBACK,
 }
 _WORD = {COMMIT: "commit", ROLLBACK: "rollback"}
 _CACHE_SIZE = 100_000
-
-
-@dataclass(frozen=True, slots=True)
-class OpEntry:
-    half_offset: int
-    transaction_id: str
-    decision: str  # COMMIT / ROLLBACK
 
 
 @dataclass(slots=True)
@@ -91,39 +90,20 @@ def immunity_ms(half: common_pb2.MessageView, transaction_timeout_ms: int) -> tu
 
 
 def parse_op_entries(view: common_pb2.MessageView) -> list[OpEntry]:
-    """The entries of one op message. Without TXMQ_OP_DECISIONS (written by another
-    tool), the body's offsets with unknown transaction and decision."""
-    raw = view.message.properties.get(PROPERTY_OP_DECISIONS)
-    out = []
-    if raw:
-        for part in raw.split(","):
-            off, _, rest = part.partition(":")
-            txid, _, dec = rest.rpartition(":")
-            try:
-                out.append(OpEntry(int(off), txid, dec))
-            except ValueError:
-                continue
-        return out
-    for part in view.message.body.decode("ascii", "replace").split(","):
-        try:
-            out.append(OpEntry(int(part), "", ""))
-        except ValueError:
-            continue
-    return out
+    """The entries of one op message (txmq.protocol's op-entry codec)."""
+    return decode_op_entries(view.message.properties, view.message.body)
 
 
 def op_message(entries: list[OpEntry], *, queue_id: int = 0) -> store_pb2.SystemMessage:
     """One op message for a batch of decisions (RocketMQ 5: offsets joined by ',')."""
     return store_pb2.SystemMessage(
         message=common_pb2.Message(
-            topic=OP_TOPIC,
+            topic=TRANS_OP_HALF_TOPIC,
             queue_id=queue_id,
-            body=",".join(str(e.half_offset) for e in entries).encode(),
+            body=encode_op_body(entries),
             tags=OP_TAG,
             keys=list(dict.fromkeys(e.transaction_id for e in entries if e.transaction_id)),
-            properties={
-                PROPERTY_OP_DECISIONS: ",".join(f"{e.half_offset}:{e.transaction_id}:{e.decision}" for e in entries)
-            },
+            properties={PROPERTY_OP_DECISIONS: encode_op_decisions(entries)},
         )
     )
 
@@ -192,10 +172,8 @@ def committed_copy(half: common_pb2.MessageView) -> store_pb2.SystemMessage:
 
 
 def is_committed_copy(view: common_pb2.MessageView, transaction_id: str) -> bool:
-    return (
-        view.message.unique_id == transaction_id
-        and view.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
-        and view.message.topic != HALF_TOPIC
+    return protocol.is_committed_copy(
+        unique_id=view.message.unique_id, sys_flag=view.sys_flag, topic=view.message.topic, transaction_id=transaction_id
     )
 
 
@@ -212,7 +190,7 @@ def not_leader(store_id: str, detail: str = "") -> TxmqError:
 
 
 def check_group(group: str) -> None:
-    """A legal producer group name (the one naming rule of txmq._validation)."""
+    """A legal producer group name (the one naming rule of txmq.validation)."""
     check_group_name(group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
 
 
@@ -265,7 +243,7 @@ class Ledger:
         """(records with the transaction's unique id, op messages keyed by it): both
         look-ups at once (one round trip of latency instead of two)."""
         by_id, ops = await asyncio.gather(
-            self.store.by_unique_id(transaction_id), self.store.by_key(OP_TOPIC, transaction_id)
+            self.store.by_unique_id(transaction_id), self.store.by_key(TRANS_OP_HALF_TOPIC, transaction_id)
         )
         return by_id, ops
 
@@ -286,7 +264,7 @@ class Ledger:
         half = None
         if commit_log_offset >= 0:
             half = next(
-                (v for v in by_id if v.commit_log_offset == commit_log_offset and v.message.topic == HALF_TOPIC), None
+                (v for v in by_id if v.commit_log_offset == commit_log_offset and v.message.topic == TRANS_HALF_TOPIC), None
             )
         if half is None:
             half = await self._half(commit_log_offset)
@@ -333,7 +311,7 @@ class Ledger:
             # The half record and the earlier decision are read together; the half is
             # validated first, as before.
             half, prior = await self._half_and_decision(txid, req.commit_log_offset)
-            if half is None or half.message.topic != HALF_TOPIC:
+            if half is None or half.message.topic != TRANS_HALF_TOPIC:
                 raise error(
                     errors_pb2.CODE_TRANSACTION_NOT_FOUND,
                     f"no half message at commit-log offset {req.commit_log_offset}",

@@ -17,6 +17,7 @@ import os
 import socket
 
 import grpc
+
 from txmq.errors import ERROR_DETAIL_KEY, TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2, txcheck_pb2_grpc
 from txmq_runtime.backoff import Backoff, BackoffPolicy
@@ -25,7 +26,6 @@ from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.etcd import EtcdMirror
 from txmq_runtime.grpc_errors import abort, rpc
 from txmq_runtime.server import ServiceContext, ServiceParts
-
 from txmq_txcheck.channels import ProducerChannels
 from txmq_txcheck.checkloop import CheckLoop, CheckSettings, resume
 from txmq_txcheck.leader import LeaderDirectory, LeaderElector, leaders_prefix

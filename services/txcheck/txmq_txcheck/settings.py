@@ -4,6 +4,7 @@ Check-loop defaults are RocketMQ 5's (BrokerConfig)."""
 from __future__ import annotations
 
 from pydantic import Field
+
 from txmq_runtime.settings import ServiceSettings, service_config
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import grpc
+
 from txmq.errors import TxmqError
+from txmq.protocol import TRANS_CHECK_GROUP
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.calls import internal_channel
-
-from txmq_txcheck.constants import CHECK_GROUP
 
 _TIMEOUT_S = 10.0
 MAX_QUERY_RESULTS = 1000
@@ -51,7 +51,7 @@ class StoreClient:
         return await self._call(
             self._stub.GetMessage,
             store_pb2.GetMessageRequest(
-                consumer_group=CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages
+                consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages
             ),
         )
 
@@ -85,12 +85,12 @@ class StoreClient:
     async def query_offset(self, topic: str, queue_id: int) -> int | None:
         r = await self._call(
             self._stub.QueryConsumeOffset,
-            store_pb2.QueryConsumeOffsetRequest(consumer_group=CHECK_GROUP, topic=topic, queue_id=queue_id),
+            store_pb2.QueryConsumeOffsetRequest(consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id),
         )
         return r.offset if r.found else None
 
     async def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
         await self._call(
             self._stub.CommitConsumeOffset,
-            store_pb2.CommitConsumeOffsetRequest(consumer_group=CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset),
+            store_pb2.CommitConsumeOffsetRequest(consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset),
         )

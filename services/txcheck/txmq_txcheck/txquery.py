@@ -6,18 +6,21 @@ is newer than its latest half record), waiting for ResumeTransaction."""
 
 from __future__ import annotations
 
-from txmq.v1 import common_pb2, txcheck_pb2
-
-from txmq_txcheck.constants import (
-    CHECK_MAX_TIME_TOPIC,
-    HALF_TOPIC,
-    OP_TOPIC,
-    PROPERTY_CHECK_TIMES,
-    PROPERTY_CHECK_WAITS,
+from txmq.protocol import (
+    CHECK_SENT,
+    CHECK_WAITING,
+    HALF_STORED,
+    IMMUNITY_PUT_BACK,
     PROPERTY_DISCARD_REASON,
-    PROPERTY_PREPARED_QUEUE_OFFSET,
     PROPERTY_PRODUCER_GROUP,
+    RESUMED,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    check_counts,
+    half_record_kind,
 )
+from txmq.v1 import common_pb2, txcheck_pb2
 from txmq_txcheck.checkloop import discarded_copy
 from txmq_txcheck.ledger import COMMIT, ROLLBACK, Ledger, is_committed_copy, parse_op_entries
 
@@ -30,8 +33,8 @@ def _props(v: common_pb2.MessageView) -> dict[str, str]:
 
 async def query_transaction(ledger: Ledger, txid: str) -> txcheck_pb2.QueryTransactionResponse | None:
     views = await ledger.store.by_unique_id(txid)
-    halves = [v for v in views if v.message.topic == HALF_TOPIC]
-    discards = [v for v in views if v.message.topic == CHECK_MAX_TIME_TOPIC]
+    halves = [v for v in views if v.message.topic == TRANS_HALF_TOPIC]
+    discards = [v for v in views if v.message.topic == TRANS_CHECK_MAX_TIME_TOPIC]
     copies = [v for v in views if is_committed_copy(v, txid)]
     if not halves and not copies:
         return None
@@ -41,25 +44,27 @@ async def query_transaction(ledger: Ledger, txid: str) -> txcheck_pb2.QueryTrans
     def add(at: int, kind: str, detail: str) -> None:
         events.append(txcheck_pb2.TransactionEvent(at_ms=at, kind=kind, detail=detail))
 
-    prev_times, prev_waits = 0, 0
+    previous: tuple[int, int] | None = None
     for n, h in enumerate(halves):
         p = _props(h)
-        times, waits = int(p.get(PROPERTY_CHECK_TIMES, "0") or 0), int(p.get(PROPERTY_CHECK_WAITS, "0") or 0)
+        times, waits = check_counts(p)
         where = f"half queue offset {h.queue_offset}, commit-log offset {h.commit_log_offset}"
-        if n == 0:
-            add(h.store_timestamp_ms, "half_stored", where)
-        elif times > prev_times:
-            add(h.store_timestamp_ms, "check_sent", f"check {times}; put back at {where}")
-        elif times < prev_times:
-            add(h.store_timestamp_ms, "resumed", f"checks resumed; {where}")
-        elif waits > prev_waits:
-            add(h.store_timestamp_ms, "check_waiting", f"no live producer (wait {waits}); put back at {where}")
-        elif PROPERTY_PREPARED_QUEUE_OFFSET in p:
-            add(h.store_timestamp_ms, "immunity_put_back", f"still immune; put back at {where}")
-        prev_times, prev_waits = times, waits
+        # The oldest record the store still holds stands for the half message.
+        kind = HALF_STORED if n == 0 else half_record_kind(p, previous)
+        if kind == HALF_STORED:
+            add(h.store_timestamp_ms, kind, where)
+        elif kind == CHECK_SENT:
+            add(h.store_timestamp_ms, kind, f"check {times}; put back at {where}")
+        elif kind == RESUMED:
+            add(h.store_timestamp_ms, kind, f"checks resumed; {where}")
+        elif kind == CHECK_WAITING:
+            add(h.store_timestamp_ms, kind, f"no live producer (wait {waits}); put back at {where}")
+        elif kind == IMMUNITY_PUT_BACK:
+            add(h.store_timestamp_ms, kind, f"still immune; put back at {where}")
+        previous = (times, waits)
     for d in discards:
-        add(d.store_timestamp_ms, "discarded", f"{_props(d).get(PROPERTY_DISCARD_REASON, '')}: kept in {CHECK_MAX_TIME_TOPIC}")
-    for op in await ledger.store.by_key(OP_TOPIC, txid):
+        add(d.store_timestamp_ms, "discarded", f"{_props(d).get(PROPERTY_DISCARD_REASON, '')}: kept in {TRANS_CHECK_MAX_TIME_TOPIC}")
+    for op in await ledger.store.by_key(TRANS_OP_HALF_TOPIC, txid):
         for e in parse_op_entries(op):
             if e.transaction_id == txid:
                 kind = "committed" if e.decision == COMMIT else "rolled_back"

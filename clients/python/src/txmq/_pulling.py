@@ -22,11 +22,11 @@ from txmq._consumer_types import PullResult, PullStatus
 from txmq._convert import message_ext_from_proto, message_queue_to_proto
 from txmq._failures import FailureLog, retriable
 from txmq._subscription import Subscription
-from txmq._validation import check_group, check_topic
 from txmq.errors import InternalError, NotFoundError, TxmqError, UnavailableError
 from txmq.message import MessageQueue
 from txmq.models import ServiceKind, TopicRoute
 from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
+from txmq.validation import check_group, check_topic
 
 log = logging.getLogger("txmq.consumer")
 

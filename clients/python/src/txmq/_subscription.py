@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from txmq._consumer_types import ExpressionType
-from txmq._validation import check_topic, is_system_topic
 from txmq.errors import BadRequestError, ForbiddenError
 from txmq.message import MessageExt
+from txmq.protocol import is_system_topic
 from txmq.v1 import common_pb2, errors_pb2
+from txmq.validation import check_topic
 
 SUB_ALL = "*"
 

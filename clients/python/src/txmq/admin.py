@@ -22,7 +22,6 @@ from txmq._convert import (
     topic_config_from_proto,
     topic_config_to_proto,
 )
-from txmq._validation import check_group, check_topic
 from txmq.errors import BadRequestError, NotFoundError, TxmqError, UnavailableError
 from txmq.ids import decode_offset_msg_id
 from txmq.message import MessageExt
@@ -39,6 +38,7 @@ from txmq.models import (
     TopicRoute,
 )
 from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
+from txmq.validation import check_group, check_topic
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -29,11 +29,11 @@ from txmq._process_queue import ProcessQueue, Timer
 from txmq._pulling import PullClient, to_pull_result
 from txmq._rebalance import MembershipView, allocate_averagely
 from txmq._subscription import Subscription, build_subscription
-from txmq._validation import check_group
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 from txmq.message import MessageExt, MessageQueue
 from txmq.models import ServiceKind
 from txmq.v1 import errors_pb2
+from txmq.validation import check_group
 
 __all__ = [
     "ConsumeFromWhere",

@@ -14,7 +14,6 @@ from txmq._backoff import delay as backoff_delay
 from txmq._client import ClientCore, call
 from txmq._convert import add_messages_to_proto, message_to_proto, send_result_from_proto, send_results_from_proto
 from txmq._selector import QueueSelector
-from txmq._validation import check_group, check_message, check_message_content, check_send_topic
 from txmq.errors import (
     BadRequestError,
     ForbiddenError,
@@ -26,6 +25,7 @@ from txmq.ids import new_unique_id, new_unique_ids
 from txmq.message import Message, MessageQueue, SendResult
 from txmq.models import TopicRoute
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
+from txmq.validation import check_group, check_message, check_message_content, check_send_topic
 
 log = logging.getLogger("txmq.producer")
 

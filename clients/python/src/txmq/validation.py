@@ -1,4 +1,5 @@
-"""Client-side checks, done before any network call (RocketMQ's ``Validators``).
+"""Client-side checks, done before any network call (RocketMQ's ``Validators``); the
+store, pull and txcheck services apply the same naming rules through this module.
 
 The store checks again; checking here turns an obvious mistake into an error that
 names the field, without a round trip, and keeps the retry loop from retrying it.
@@ -10,6 +11,7 @@ import re
 from typing import Iterable, Mapping
 
 from txmq.errors import BadRequestError, ForbiddenError, PayloadTooLargeError
+from txmq.protocol import KEY_SEPARATOR, RESERVED_PROPERTIES, is_system_topic
 from txmq.v1 import errors_pb2
 
 # RocketMQ's TopicValidator / Validators rules; groups share the character set.
@@ -17,75 +19,7 @@ _NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 
-# Property names the system sets or interprets (RocketMQ MessageConst.STRING_HASH_SET, plus
-# the transaction bookkeeping this broker writes: the check counter and transaction id).
-# A user property with one of these names would be overwritten or, worse, obeyed.
-RESERVED_PROPERTIES: frozenset[str] = frozenset(
-    {
-        "TRACE_ON",
-        "MSG_REGION",
-        "KEYS",
-        "TAGS",
-        "WAIT",
-        "DELAY",
-        "RETRY_TOPIC",
-        "REAL_TOPIC",
-        "REAL_QID",
-        "TRAN_MSG",
-        "PGROUP",
-        "MIN_OFFSET",
-        "MAX_OFFSET",
-        "BUYER_ID",
-        "ORIGIN_MESSAGE_ID",
-        "TRANSFER_FLAG",
-        "CORRECTION_FLAG",
-        "MQ2_FLAG",
-        "RECONSUME_TIME",
-        "UNIQ_KEY",
-        "MAX_RECONSUME_TIMES",
-        "CONSUME_START_TIME",
-        "POP_CK",
-        "POP_CK_OFFSET",
-        "1ST_POP_TIME",
-        "TRAN_PREPARED_QUEUE_OFFSET",
-        "DUP_INFO",
-        "EXTEND_UNIQ_INFO",
-        "INSTANCE_ID",
-        "CORRELATION_ID",
-        "REPLY_TO_CLIENT",
-        "TTL",
-        "ARRIVE_TIME",
-        "PUSH_REPLY_TIME",
-        "CLUSTER",
-        "MSG_TYPE",
-        "INNER_MULTI_QUEUE_OFFSET",
-        "TIMER_DELAY_SEC",
-        "TIMER_DELIVER_MS",
-        "TIMER_ENQUEUE_MS",
-        "TIMER_DEQUEUE_MS",
-        "TIMER_ROLL_TIMES",
-        "TIMER_OUT_MS",
-        "TIMER_DEL_UNIQKEY",
-        "TIMER_DELAY_LEVEL",
-        "__BORNHOST",
-        "BORN_TIMESTAMP",
-        "TRANSACTION_CHECK_TIMES",
-        "__transactionId__",
-    }
-)
-
-# Topics only the system writes (the store's rule, as RocketMQ's isSystemTopic: a prefix
-# plus the discard topic). The store refuses them too, but their routes are not published,
-# so without this check a producer would see "topic not found" instead of the reason.
-SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
-SYSTEM_TOPICS: frozenset[str] = frozenset({"TRANS_CHECK_MAX_TIME_TOPIC"})
-# The store joins keys with a space into RocketMQ's KEYS property.
-KEY_SEPARATOR = " "
 _INT32 = range(-(2**31), 2**31)
-
-
-def is_system_topic(topic: str) -> bool:
-    return topic.startswith(SYSTEM_TOPIC_PREFIX) or topic in SYSTEM_TOPICS
 
 
 # The store separates properties with these (common.proto), so they cannot appear in them.

@@ -1,0 +1,220 @@
+"""RocketMQ's protocol vocabulary as txmq speaks it: the one definition of each name.
+
+The store, the transaction service, the pull service, the gateway and the SDK import
+these instead of spelling them out (RocketMQ keeps the same in ``MessageConst``,
+``MessageSysFlag``, ``PermName``, ``TopicValidator`` and ``TransactionalMessageUtil``).
+txmq's own additions are prefixed ``TXMQ_``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# -- message properties (RocketMQ MessageConst names) ------------------------------------
+
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+#: A half message's real topic and queue (the store moves the message to the half topic).
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+#: Set by a producer: how long its transaction is immune from checks.
+PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+#: On a half message put back by the check loop: the queue offset of the first copy.
+PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+#: A FIFO message's group (RocketMQ 5 carries it as the sharding key).
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+#: txmq: how often a check waited because no producer of the group was connected.
+PROPERTY_CHECK_WAITS = "TXMQ_CHECK_WAITS"
+#: txmq: on op messages, the entries (see the op-entry codec below).
+PROPERTY_OP_DECISIONS = "TXMQ_OP_DECISIONS"
+#: txmq: on a discarded transaction's copy, why it was discarded.
+PROPERTY_DISCARD_REASON = "TXMQ_DISCARD_REASON"
+#: txmq: on a dead letter, the topic it came from.
+PROPERTY_DLQ_ORIGIN_TOPIC = "TXMQ_DLQ_ORIGIN_TOPIC"
+
+#: Properties with a field of their own in a txmq message: never user properties.
+FIELD_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
+#: The store joins a message's keys with this into KEYS.
+KEY_SEPARATOR = " "
+
+#: Property names the system sets or interprets (MessageConst.STRING_HASH_SET, plus the
+#: transaction bookkeeping txmq writes). A user property with one of these names would
+#: be overwritten or, worse, obeyed, so producers may not set them.
+RESERVED_PROPERTIES: frozenset[str] = frozenset(
+    {
+        "TRACE_ON", "MSG_REGION", PROPERTY_KEYS, PROPERTY_TAGS, "WAIT", "DELAY", "RETRY_TOPIC",
+        PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_PRODUCER_GROUP, "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", PROPERTY_UNIQ_KEY,
+        "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME",
+        PROPERTY_PREPARED_QUEUE_OFFSET, "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID",
+        "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
+        "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS",
+        "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
+        PROPERTY_CHECK_TIMES, "__transactionId__",
+    }
+)  # fmt: skip
+#: Names with these prefixes are the system's too: txmq's own and the gateway's.
+SYSTEM_PROPERTY_PREFIXES = ("TXMQ_", "__RMQ_")
+
+
+def is_system_property(name: str) -> bool:
+    """Whether the system set this property (a consumer's copy or a dead letter does
+    not carry it on): a reserved name or a system prefix."""
+    return name in RESERVED_PROPERTIES or name.startswith(SYSTEM_PROPERTY_PREFIXES)
+
+
+# -- sysflag (RocketMQ MessageSysFlag): the transaction type bits ------------------------
+
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+
+
+def transaction_type(sys_flag: int) -> int:
+    return sys_flag & TRANSACTION_TYPE_MASK
+
+
+# -- permissions (RocketMQ PermName) ------------------------------------------------------
+
+PERM_INHERIT = 1
+PERM_WRITE = 2
+PERM_READ = 4
+PERM_ALL = PERM_READ | PERM_WRITE | PERM_INHERIT
+DEFAULT_PERM = PERM_READ | PERM_WRITE
+
+# -- system topics and groups (RocketMQ TopicValidator, MixAll) ---------------------------
+
+SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+#: Where the check loop moves a transaction it gave up on (RocketMQ: no RMQ_SYS_ prefix).
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SYSTEM_TOPICS: frozenset[str] = frozenset({TRANS_CHECK_MAX_TIME_TOPIC})
+#: The half and op topics have one queue each.
+HALF_QUEUE_ID = 0
+#: The check loop's progress on the half and op queues.
+TRANS_CHECK_GROUP = "CID_SYS_RMQ_TRANS"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic.startswith(SYSTEM_TOPIC_PREFIX) or topic in SYSTEM_TOPICS
+
+
+# -- op entries: how a decision on a half message is recorded ------------------------------
+#
+# An op message on TRANS_OP_HALF_TOPIC (tag OP_TAG) records decisions on half messages.
+# Its body is RocketMQ 5's: the half queue offsets joined by ",". txmq adds the property
+# TXMQ_OP_DECISIONS, one ``<half queue offset>:<transaction id>:<C|R>`` per entry, comma
+# separated, in body order; the op message's keys are the transaction ids. An op message
+# without the property (another tool wrote it) yields its body's offsets with an unknown
+# transaction and decision.
+
+#: RocketMQ TransactionalMessageUtil.REMOVE_TAG.
+OP_TAG = "d"
+OP_COMMIT = "C"
+OP_ROLLBACK = "R"
+
+
+@dataclass(frozen=True, slots=True)
+class OpEntry:
+    half_offset: int
+    transaction_id: str = ""
+    decision: str = ""  # OP_COMMIT, OP_ROLLBACK, or "" (unknown)
+
+
+def encode_op_body(entries: list[OpEntry]) -> bytes:
+    return ",".join(str(e.half_offset) for e in entries).encode()
+
+
+def encode_op_decisions(entries: list[OpEntry]) -> str:
+    return ",".join(f"{e.half_offset}:{e.transaction_id}:{e.decision}" for e in entries)
+
+
+def decode_op_entries(properties: Mapping[str, str], body: bytes) -> list[OpEntry]:
+    """The entries of one op message, from its properties and body; unparsable parts
+    are skipped."""
+    out: list[OpEntry] = []
+    raw = properties.get(PROPERTY_OP_DECISIONS)
+    if raw:
+        for part in raw.split(","):
+            off, _, rest = part.partition(":")
+            txid, _, decision = rest.rpartition(":")
+            try:
+                out.append(OpEntry(int(off), txid, decision))
+            except ValueError:
+                continue
+        return out
+    for part in body.decode("ascii", "replace").split(","):
+        try:
+            out.append(OpEntry(int(part)))
+        except ValueError:
+            continue
+    return out
+
+
+def is_committed_copy(*, unique_id: str, sys_flag: int, topic: str, transaction_id: str) -> bool:
+    """Whether a record is the committed copy of ``transaction_id``: its unique id, the
+    COMMIT type, and not on the half topic (a half record never has the COMMIT type, but
+    a put-back may be read back before it is classified)."""
+    return (
+        unique_id == transaction_id
+        and transaction_type(sys_flag) == TRANSACTION_COMMIT_TYPE
+        and topic != TRANS_HALF_TOPIC
+    )
+
+
+# -- half records: what each record of a transaction on the half queue means --------------
+#
+# The check loop puts a half message back (a new record on the half queue) after each
+# round that looked at it; the record's properties tell why. Read in queue order, each
+# record of a transaction after its first is one of these.
+
+HALF_STORED = "half_stored"  # the producer's half message
+CHECK_SENT = "check_sent"  # put back after a check was sent (check times + 1)
+RESUMED = "resumed"  # an admin brought a discarded transaction back (check times reset)
+CHECK_WAITING = "check_waiting"  # no live producer of the group: put back, not checked
+IMMUNITY_PUT_BACK = "immunity_put_back"  # still inside its check immunity: put back
+PUT_BACK = "put_back"  # another copy with nothing new (e.g. a retried send)
+#: Properties only a put-back record carries.
+PUT_BACK_PROPERTIES = (PROPERTY_CHECK_TIMES, PROPERTY_CHECK_WAITS, PROPERTY_PREPARED_QUEUE_OFFSET)
+
+
+def _count(properties: Mapping[str, str], name: str) -> int:
+    try:
+        return int(properties.get(name) or 0)
+    except ValueError:
+        return 0
+
+
+def check_counts(properties: Mapping[str, str]) -> tuple[int, int]:
+    """(check times, check waits) of a half record; a bad value counts as 0."""
+    return _count(properties, PROPERTY_CHECK_TIMES), _count(properties, PROPERTY_CHECK_WAITS)
+
+
+def half_record_kind(properties: Mapping[str, str], previous: tuple[int, int] | None) -> str:
+    """What a half record means, given the (check times, check waits) of the
+    transaction's previous record, or None when it is the first one seen."""
+    if previous is None and not any(k in properties for k in PUT_BACK_PROPERTIES):
+        return HALF_STORED
+    times, waits = check_counts(properties)
+    prev_times, prev_waits = previous or (0, 0)
+    if times > prev_times:
+        return CHECK_SENT
+    if times < prev_times:
+        return RESUMED
+    if waits > prev_waits:
+        return CHECK_WAITING
+    if PROPERTY_PREPARED_QUEUE_OFFSET in properties:
+        return IMMUNITY_PUT_BACK
+    return PUT_BACK
