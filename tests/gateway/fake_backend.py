@@ -118,11 +118,11 @@ class FakeBackend:
         await asyncio.sleep(0)
         return {qid: self.bounds((store_id, topic, qid)) for qid in range(self._queue_nums(store_id, topic))}
 
-    async def query_offset(self, store_id: str, *, group: str, topic: str, queue_id: int) -> int | None:
+    async def query_consume_offset(self, store_id: str, *, group: str, topic: str, queue_id: int) -> int | None:
         await asyncio.sleep(0)
         return self.offsets.get((store_id, group, topic, queue_id))
 
-    async def commit_offset(self, store_id: str, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def commit_consume_offset(self, store_id: str, *, group: str, topic: str, queue_id: int, offset: int) -> None:
         await asyncio.sleep(0)
         self.commits.append((store_id, group, topic, queue_id, offset))
         self.offsets[(store_id, group, topic, queue_id)] = offset

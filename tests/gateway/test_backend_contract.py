@@ -301,13 +301,13 @@ async def test_a_held_pull_with_no_arrival_ends_with_no_new_msg(side: Side) -> N
 
 async def test_consume_offsets_are_kept_per_group_and_queue(side: Side) -> None:
     topic = await side.new_topic(queue_nums=2)
-    query = side.backend.query_offset
+    query = side.backend.query_consume_offset
     assert await query(side.store_id, group=GROUP, topic=topic, queue_id=0) is None
-    await side.backend.commit_offset(side.store_id, group=GROUP, topic=topic, queue_id=0, offset=0)
-    await side.backend.commit_offset(side.store_id, group=GROUP, topic=topic, queue_id=1, offset=0)
+    await side.backend.commit_consume_offset(side.store_id, group=GROUP, topic=topic, queue_id=0, offset=0)
+    await side.backend.commit_consume_offset(side.store_id, group=GROUP, topic=topic, queue_id=1, offset=0)
     for i in range(3):
         await side.send(topic, f"m{i}", queue_id=1)
-    await side.backend.commit_offset(side.store_id, group=GROUP, topic=topic, queue_id=1, offset=2)
+    await side.backend.commit_consume_offset(side.store_id, group=GROUP, topic=topic, queue_id=1, offset=2)
     assert await query(side.store_id, group=GROUP, topic=topic, queue_id=0) == 0
     assert await query(side.store_id, group=GROUP, topic=topic, queue_id=1) == 2
     assert await query(side.store_id, group="another-group", topic=topic, queue_id=1) is None

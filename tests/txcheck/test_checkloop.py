@@ -26,7 +26,7 @@ ROLLBACK = txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK
 
 
 async def progress(env: Env, topic: str) -> int | None:
-    return await env.client.query_offset(topic, 0)
+    return await env.client.query_consume_offset(topic, 0)
 
 
 async def test_young_half_is_not_checked_then_is(env: Env) -> None:

@@ -103,12 +103,12 @@ class Backend:
         stub = self.store(store_id)
         return list((await call(lambda: stub.SendBatch(request, timeout=self.timeout_s))).results)
 
-    async def commit_offset(self, store_id: str, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def commit_consume_offset(self, store_id: str, *, group: str, topic: str, queue_id: int, offset: int) -> None:
         request = store_pb2.CommitConsumeOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id, offset=offset)
         stub = self.store(store_id)
         await call(lambda: stub.CommitConsumeOffset(request, timeout=self.timeout_s))
 
-    async def query_offset(self, store_id: str, *, group: str, topic: str, queue_id: int) -> int | None:
+    async def query_consume_offset(self, store_id: str, *, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset of a queue; None when it has none."""
         request = store_pb2.QueryConsumeOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id)
         stub = self.store(store_id)

@@ -731,7 +731,7 @@ class SimpleConsumerCore:
                 raise result
 
     async def _init_cursor(self, sub: _Subscription, q: _Queue, min_offset: int) -> None:
-        committed = await self.backend.query_offset(q.store_id, group=sub.group, topic=sub.topic, queue_id=q.queue_id)
+        committed = await self.backend.query_consume_offset(q.store_id, group=sub.group, topic=sub.topic, queue_id=q.queue_id)
         if q.cursor is not None:
             return
         if committed is None:
@@ -1095,7 +1095,7 @@ class SimpleConsumerCore:
                 return
             results = await asyncio.gather(
                 *(
-                    self.backend.commit_offset(
+                    self.backend.commit_consume_offset(
                         q.store_id, group=sub.group, topic=sub.topic, queue_id=q.queue_id, offset=t
                     )
                     for sub, q, t in jobs

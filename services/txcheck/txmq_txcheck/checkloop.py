@@ -234,7 +234,7 @@ class CheckLoop:
                 log.exception("check round on %s failed", self.store_id)
 
     async def _progress(self, topic: str, queue_id: int) -> int:
-        found = await self.store.query_offset(topic, queue_id)
+        found = await self.store.query_consume_offset(topic, queue_id)
         return 0 if found is None else found
 
     async def _round(self, queue_id: int) -> RoundReport:
@@ -325,11 +325,11 @@ class CheckLoop:
     async def _save(self, report: RoundReport, queue_id: int, half_before: int, half_after: int, ops: _OpState) -> None:
         try:
             if half_after != half_before:
-                await self.store.commit_offset(TRANS_HALF_TOPIC, queue_id, half_after)
+                await self.store.commit_consume_offset(TRANS_HALF_TOPIC, queue_id, half_after)
             report.half_offset_after = half_after
             op_after = ops.new_offset()
             if op_after != ops.start:
-                await self.store.commit_offset(TRANS_OP_HALF_TOPIC, queue_id, op_after)
+                await self.store.commit_consume_offset(TRANS_OP_HALF_TOPIC, queue_id, op_after)
             report.op_offset_after = op_after
         except Exception as exc:  # noqa: BLE001 - next round starts from the saved offsets
             log.warning("saving check progress on %s failed: %s", self.store_id, exc)

@@ -82,14 +82,14 @@ class StoreClient:
         )
         return r.queues[0].max_offset if r.queues else 0
 
-    async def query_offset(self, topic: str, queue_id: int) -> int | None:
+    async def query_consume_offset(self, topic: str, queue_id: int) -> int | None:
         r = await self._call(
             self._stub.QueryConsumeOffset,
             store_pb2.QueryConsumeOffsetRequest(consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id),
         )
         return r.offset if r.found else None
 
-    async def commit_offset(self, topic: str, queue_id: int, offset: int) -> None:
+    async def commit_consume_offset(self, topic: str, queue_id: int, offset: int) -> None:
         await self._call(
             self._stub.CommitConsumeOffset,
             store_pb2.CommitConsumeOffsetRequest(consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset),
