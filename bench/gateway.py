@@ -20,10 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.procs import free_port, proc_cpu_s
 from txmq import Admin
 from txmq_cli.cluster import LocalCluster
-
-from bench.procs import free_port, proc_cpu_s
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -33,9 +32,22 @@ def run_side(
 ) -> dict[str, float]:
     cpu0 = {name: proc_cpu_s(pid) for name, pid in servers.items()}
     done = subprocess.run(
-        [sys.executable, "-m", "bench.gateway_client", client, mode, endpoint, topic,
-         str(args.messages), str(args.size), str(args.threads)],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "bench.gateway_client",
+            client,
+            mode,
+            endpoint,
+            topic,
+            str(args.messages),
+            str(args.size),
+            str(args.threads),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     if done.returncode != 0:
         raise RuntimeError(f"{client} {mode} failed:\n{done.stderr[-2000:]}")
@@ -57,7 +69,10 @@ def main() -> None:
     args = parser.parse_args()
     rows: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="txmq-bench-gw-") as tmp:
-        ports = {k: free_port() for k in ("store_port", "pull_port", "txcheck_port", "gateway_port", "etcd_client_port", "etcd_peer_port")}
+        ports = {
+            k: free_port()
+            for k in ("store_port", "pull_port", "txcheck_port", "gateway_port", "etcd_client_port", "etcd_peer_port")
+        }
         with LocalCluster(data_dir=tmp, **ports) as cluster:  # type: ignore[arg-type]
             with Admin(cluster.bootstrap) as admin:
                 admin.create_topic("BenchGateway", read_queue_nums=8, write_queue_nums=8)
@@ -67,15 +82,28 @@ def main() -> None:
                     for client, endpoint in (("txmq", cluster.bootstrap), ("rocketmq", cluster.gateway_address)):
                         result = run_side(client, mode, endpoint, "BenchGateway", args, servers)
                         rows.setdefault(f"{client}:{mode}", []).append(result)
-                        cpu = "  ".join(f"{k.removesuffix('_cpu_us_per_msg')} {v:4.0f}" for k, v in result.items() if k != "msg_s")
-                        print(f"round {round_no + 1} {client:8} {mode:11} {result['msg_s']:6.0f} msg/s   CPU µs/msg: {cpu}", flush=True)
+                        cpu = "  ".join(
+                            f"{k.removesuffix('_cpu_us_per_msg')} {v:4.0f}" for k, v in result.items() if k != "msg_s"
+                        )
+                        print(
+                            f"round {round_no + 1} {client:8} {mode:11} {result['msg_s']:6.0f} msg/s   CPU µs/msg: {cpu}",
+                            flush=True,
+                        )
     summary = {}
-    print(f"\nmedian of {args.rounds} rounds, {args.messages} messages of {args.size} B, {args.threads} threads, one per call")
+    print(
+        f"\nmedian of {args.rounds} rounds, {args.messages} messages of {args.size} B, {args.threads} threads, one per call"
+    )
     for mode in ("send", "transaction"):
         native = statistics.median(r["msg_s"] for r in rows[f"txmq:{mode}"])
         gateway = statistics.median(r["msg_s"] for r in rows[f"rocketmq:{mode}"])
-        summary[mode] = {"txmq_sdk_msg_s": native, "rocketmq_client_via_gateway_msg_s": gateway, "ratio": gateway / native}
-        print(f"  {mode:11} txmq SDK {native:7.0f} msg/s   RocketMQ client via gateway {gateway:7.0f} msg/s   ratio {gateway / native:.2f}x")
+        summary[mode] = {
+            "txmq_sdk_msg_s": native,
+            "rocketmq_client_via_gateway_msg_s": gateway,
+            "ratio": gateway / native,
+        }
+        print(
+            f"  {mode:11} txmq SDK {native:7.0f} msg/s   RocketMQ client via gateway {gateway:7.0f} msg/s   ratio {gateway / native:.2f}x"
+        )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"gateway-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({"args": vars(args), "rounds": rows, "summary": summary}, indent=2))

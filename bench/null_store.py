@@ -16,6 +16,7 @@ import signal
 import grpc
 from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from txmq.v1 import common_pb2, route_pb2, route_pb2_grpc, store_pb2, store_pb2_grpc
 
 STORE_ID = "null-0"
@@ -69,8 +70,15 @@ class Route(route_pb2_grpc.RouteServicer):
     async def QueryRoute(self, request, context):
         queues = []
         if request.topic in self.st.topics:
-            queues = [route_pb2.QueueData(store_id=STORE_ID, store_address=self.st.address,
-                                          read_queue_nums=QUEUES, write_queue_nums=QUEUES, perm=6)]
+            queues = [
+                route_pb2.QueueData(
+                    store_id=STORE_ID,
+                    store_address=self.st.address,
+                    read_queue_nums=QUEUES,
+                    write_queue_nums=QUEUES,
+                    perm=6,
+                )
+            ]
         return route_pb2.QueryRouteResponse(topic=request.topic, queues=queues)
 
 

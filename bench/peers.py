@@ -59,9 +59,7 @@ class RedisTarget(Target):
     async def start(self) -> None:
         import redis.asyncio as aredis
 
-        self.child = await asyncio.to_thread(
-            procs.start_redis, self.workdir, aof_always=self.aof_always
-        )
+        self.child = await asyncio.to_thread(procs.start_redis, self.workdir, aof_always=self.aof_always)
         self.r = aredis.Redis(
             host="127.0.0.1",
             port=self.child.port,
@@ -90,7 +88,7 @@ class RedisTarget(Target):
         if self.r is not None:
             try:
                 await self.r.aclose()
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
         await super().stop()
 
@@ -145,6 +143,6 @@ class NatsTarget(Target):
         if self.nc is not None:
             try:
                 await asyncio.wait_for(self.nc.close(), timeout=5)
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
         await super().stop()

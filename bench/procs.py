@@ -127,7 +127,7 @@ class Child:
         self.log_path = self.workdir / f"{self.name}.log"
 
     def start(self) -> Child:
-        log = open(self.log_path, "wb")  # noqa: SIM115
+        log = open(self.log_path, "wb")
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
@@ -203,13 +203,20 @@ def start_redis(workdir: Path, *, aof_always: bool) -> Child:
     port = free_port()
     argv = [
         exe,
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--protected-mode", "yes",
-        "--daemonize", "no",
-        "--dir", str(workdir),
-        "--save", "",
-        "--logfile", "",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--protected-mode",
+        "yes",
+        "--daemonize",
+        "no",
+        "--dir",
+        str(workdir),
+        "--save",
+        "",
+        "--logfile",
+        "",
     ]
     if aof_always:
         argv += ["--appendonly", "yes", "--appendfsync", "always"]
@@ -249,16 +256,26 @@ def start_etcd(workdir: Path) -> Child:
     cport, pport = free_port(), free_port()
     argv = [
         str(ETCD_BIN),
-        "--name", "bench",
-        "--data-dir", str(workdir / "etcd-data"),
-        "--listen-client-urls", f"http://127.0.0.1:{cport}",
-        "--advertise-client-urls", f"http://127.0.0.1:{cport}",
-        "--listen-peer-urls", f"http://127.0.0.1:{pport}",
-        "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
-        "--initial-cluster", f"bench=http://127.0.0.1:{pport}",
-        "--heartbeat-interval", "10",
-        "--election-timeout", "100",
-        "--log-level", "warn",
+        "--name",
+        "bench",
+        "--data-dir",
+        str(workdir / "etcd-data"),
+        "--listen-client-urls",
+        f"http://127.0.0.1:{cport}",
+        "--advertise-client-urls",
+        f"http://127.0.0.1:{cport}",
+        "--listen-peer-urls",
+        f"http://127.0.0.1:{pport}",
+        "--initial-advertise-peer-urls",
+        f"http://127.0.0.1:{pport}",
+        "--initial-cluster",
+        f"bench=http://127.0.0.1:{pport}",
+        "--heartbeat-interval",
+        "10",
+        "--election-timeout",
+        "100",
+        "--log-level",
+        "warn",
     ]
     c = Child("etcd", argv, workdir, cport).start()
     try:
@@ -269,8 +286,9 @@ def start_etcd(workdir: Path) -> Child:
     return c
 
 
-def start_store(workdir: Path, *, flush_mode: str, etcd_port: int,
-                extra_args: list[str] | None = None, module: str | None = None) -> Child:
+def start_store(
+    workdir: Path, *, flush_mode: str, etcd_port: int, extra_args: list[str] | None = None, module: str | None = None
+) -> Child:
     """A txmq store process (``python -m txmq_store``); readiness is checked by the caller
     through the gRPC health service. ``TXMQ_BENCH_STORE_MODULE`` names another module to run
     (for testing the harness against a stand-in)."""
@@ -278,12 +296,19 @@ def start_store(workdir: Path, *, flush_mode: str, etcd_port: int,
     data = workdir / "data"
     data.mkdir(exist_ok=True)
     argv = [
-        str(VENV_PY), "-m", module or os.environ.get("TXMQ_BENCH_STORE_MODULE", "txmq_store"),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--data_dir", str(data),
-        "--flush_mode", flush_mode,
-        "--etcd_endpoints", f"127.0.0.1:{etcd_port}",
+        str(VENV_PY),
+        "-m",
+        module or os.environ.get("TXMQ_BENCH_STORE_MODULE", "txmq_store"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--data_dir",
+        str(data),
+        "--flush_mode",
+        flush_mode,
+        "--etcd_endpoints",
+        f"127.0.0.1:{etcd_port}",
         *(extra_args or []),
     ]
     pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)

@@ -46,8 +46,7 @@ SYSTEMS = {
     "redis-aof": ("Redis Streams XADD, appendonly yes + appendfsync always", "sync"),
     "nats": ("NATS JetStream, file storage (default sync_interval)", "async"),
     # Not in "all": a no-op grpc.aio store (bench/null_store.py), the gRPC + client ceiling.
-    "grpc-null": ("no-op gRPC store (bench/null_store.py): the gRPC + Python client ceiling",
-                  "none"),
+    "grpc-null": ("no-op gRPC store (bench/null_store.py): the gRPC + Python client ceiling", "none"),
 }
 MODES = ("single", "batch")
 KNOWN_SCENARIOS = [f"{s}:{m}" for s in SYSTEMS for m in MODES]
@@ -55,19 +54,19 @@ ALL_SCENARIOS = [s for s in KNOWN_SCENARIOS if not s.startswith("grpc-null")]
 
 # (numerator, denominator, target or None, what it means)
 RATIOS = [
-    ("txmq-async:batch", "redis:batch", 1.5,
-     "batched async-flush txmq vs Redis pipelined XADD (no AOF)"),
-    ("txmq-sync:batch", "redis-aof:batch", 1.0,
-     "batched sync-flush txmq vs Redis pipelined XADD (appendfsync always)"),
+    ("txmq-async:batch", "redis:batch", 1.5, "batched async-flush txmq vs Redis pipelined XADD (no AOF)"),
+    ("txmq-sync:batch", "redis-aof:batch", 1.0, "batched sync-flush txmq vs Redis pipelined XADD (appendfsync always)"),
     ("txmq-async:single", "redis:single", None, "single-send async txmq vs Redis XADD (no AOF)"),
-    ("txmq-sync:single", "redis-aof:single", None,
-     "single-send sync txmq vs Redis XADD (appendfsync always)"),
+    ("txmq-sync:single", "redis-aof:single", None, "single-send sync txmq vs Redis XADD (appendfsync always)"),
     ("txmq-async:batch", "nats:batch", None, "batched async txmq vs JetStream async publish"),
     ("txmq-async:single", "nats:single", None, "single-send async txmq vs JetStream publish"),
-    ("txmq-async:batch", "grpc-null:batch", None,
-     "batched async txmq vs a no-op gRPC store (share of the gRPC + client ceiling)"),
-    ("txmq-async:single", "grpc-null:single", None,
-     "single-send async txmq vs a no-op gRPC store"),
+    (
+        "txmq-async:batch",
+        "grpc-null:batch",
+        None,
+        "batched async txmq vs a no-op gRPC store (share of the gRPC + client ceiling)",
+    ),
+    ("txmq-async:single", "grpc-null:single", None, "single-send async txmq vs a no-op gRPC store"),
 ]
 
 
@@ -129,8 +128,7 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[k]
 
 
-async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes,
-                bar=None) -> dict:
+async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes, bar=None) -> dict:
     """Send ``total`` messages with ``cfg.concurrency`` requests in flight; stop early at
     ``cfg.max_seconds``. Returns counts, elapsed time and request latencies."""
     unit = 1 if mode == "single" else cfg.batch_size
@@ -179,12 +177,23 @@ async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes,
 
 def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
     if system in ("txmq-async", "txmq-sync"):
-        return TxmqTarget(workdir, flush_mode=SYSTEMS[system][1], etcd=etcd,
-                          client=cfg.txmq_client, concurrency=cfg.concurrency,
-                          store_args=cfg.store_args)
+        return TxmqTarget(
+            workdir,
+            flush_mode=SYSTEMS[system][1],
+            etcd=etcd,
+            client=cfg.txmq_client,
+            concurrency=cfg.concurrency,
+            store_args=cfg.store_args,
+        )
     if system == "grpc-null":
-        return TxmqTarget(workdir, flush_mode="async", etcd=etcd, client=cfg.txmq_client,
-                          concurrency=cfg.concurrency, store_module="bench.null_store")
+        return TxmqTarget(
+            workdir,
+            flush_mode="async",
+            etcd=etcd,
+            client=cfg.txmq_client,
+            concurrency=cfg.concurrency,
+            store_module="bench.null_store",
+        )
     if system == "redis":
         return RedisTarget(workdir, aof_always=False, concurrency=cfg.concurrency)
     if system == "redis-aof":
@@ -200,13 +209,25 @@ def start_profiler(pid: int, out: Path, native: bool = False) -> subprocess.Pope
         click.echo("  (py-spy not installed: .venv/bin/pip install py-spy)", err=True)
         return None
     return subprocess.Popen(
-        [str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
-         "--output", str(out),
-         # --gil: sample only the thread holding the GIL, i.e. where the Python CPU goes
-         # (a thread blocked in C with the GIL released is not "work" for a GIL-bound
-         # process). --native instead shows C frames but must pause the process per sample.
-         *(["--native"] if native else ["--nonblocking", "--gil"]), "--threads"],
-        stdout=subprocess.DEVNULL, stderr=open(out.with_suffix(".log"), "wb"),
+        [
+            str(exe),
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "200",
+            "--output",
+            str(out),
+            # --gil: sample only the thread holding the GIL, i.e. where the Python CPU goes
+            # (a thread blocked in C with the GIL released is not "work" for a GIL-bound
+            # process). --native instead shows C frames but must pause the process per sample.
+            *(["--native"] if native else ["--nonblocking", "--gil"]),
+            "--threads",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(out.with_suffix(".log"), "wb"),
         start_new_session=True,
     )
 
@@ -271,11 +292,11 @@ def summarize_profile(path: Path, top: int = 25) -> str:
     return "\n".join(out)
 
 
-async def run_scenario(scenario: str, rnd: int, cfg: Config, tmp: procs.TempRoot, etcd: Etcd,
-                       progress: bool, run_id: str) -> Result:
+async def run_scenario(
+    scenario: str, rnd: int, cfg: Config, tmp: procs.TempRoot, etcd: Etcd, progress: bool, run_id: str
+) -> Result:
     system, mode = scenario.split(":")
-    res = Result(scenario=scenario, system=system, mode=mode, round=rnd,
-                 description=SYSTEMS[system][0])
+    res = Result(scenario=scenario, system=system, mode=mode, round=rnd, description=SYSTEMS[system][0])
     total = cfg.messages if mode == "batch" else cfg.single_messages
     body = os.urandom(cfg.body_bytes)
     workdir = tmp.sub(f"{scenario.replace(':', '-')}-r{rnd}")
@@ -302,8 +323,9 @@ async def run_scenario(scenario: str, rnd: int, cfg: Config, tmp: procs.TempRoot
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=total, desc=f"{scenario:<18}", unit="msg", unit_scale=True,
-                       leave=False, dynamic_ncols=True)
+            bar = tqdm(
+                total=total, desc=f"{scenario:<18}", unit="msg", unit_scale=True, leave=False, dynamic_ncols=True
+            )
         try:
             r = await drive(target, mode, total, cfg, body, bar)
         finally:
@@ -379,8 +401,14 @@ def machine_info() -> dict:
     except (ValueError, OSError):
         mem_gib = 0
     try:  # read-only; the working tree may hold uncommitted changes
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=procs.ROOT,
-                                capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=procs.ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
     return {
@@ -417,9 +445,11 @@ def best_of_rounds(results: list[Result]) -> dict[str, Result]:
 
 
 def format_table(rows: dict[str, Result]) -> str:
-    hdr = (f"{'scenario':<18} {'msgs/s':>9} {'MiB/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
-           f"{'srv us/m':>8} {'cli us/m':>8} "
-           f"{'srv cpu%':>8} {'cli cpu%':>8} {'krn cpu%':>8} {'oth cpu%':>8} {'msgs':>8}  note")
+    hdr = (
+        f"{'scenario':<18} {'msgs/s':>9} {'MiB/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'srv us/m':>8} {'cli us/m':>8} "
+        f"{'srv cpu%':>8} {'cli cpu%':>8} {'krn cpu%':>8} {'oth cpu%':>8} {'msgs':>8}  note"
+    )
     lines = [hdr, "-" * len(hdr)]
     for sc in KNOWN_SCENARIOS:
         r = rows.get(sc)
@@ -456,12 +486,17 @@ def compute_ratios(rows: dict[str, Result]) -> list[dict]:
             continue
         ok = not a.error and not b.error and b.msgs_per_s > 0
         ratio = a.msgs_per_s / b.msgs_per_s if ok else None
-        out.append({
-            "numerator": num, "denominator": den, "what": what, "ratio": ratio,
-            "target": target,
-            "meets_target": (ratio >= target) if (ratio is not None and target) else None,
-            "noisy": max(a.foreign_cpu_pct, b.foreign_cpu_pct) > NOISY_OTHER_CPU_PCT,
-        })
+        out.append(
+            {
+                "numerator": num,
+                "denominator": den,
+                "what": what,
+                "ratio": ratio,
+                "target": target,
+                "meets_target": (ratio >= target) if (ratio is not None and target) else None,
+                "noisy": max(a.foreign_cpu_pct, b.foreign_cpu_pct) > NOISY_OTHER_CPU_PCT,
+            }
+        )
     return out
 
 
@@ -491,8 +526,7 @@ async def run_all(cfg: Config, progress: bool, keep: bool, run_id: str) -> list[
             for sc in cfg.scenarios:
                 r = await run_scenario(sc, rnd, cfg, tmp, etcd, progress, run_id)
                 results.append(r)
-                status = (f"{r.msgs_per_s:,.0f} msgs/s, {r.mib_per_s:.1f} MiB/s"
-                          if r.messages else "")
+                status = f"{r.msgs_per_s:,.0f} msgs/s, {r.mib_per_s:.1f} MiB/s" if r.messages else ""
                 err = f"  ERROR: {r.error.splitlines()[0][:200]}" if r.error else ""
                 click.echo(f"[round {rnd + 1}/{cfg.rounds}] {sc:<18} {status}{err}", err=True)
     finally:
@@ -504,48 +538,120 @@ async def run_all(cfg: Config, progress: bool, keep: bool, run_id: str) -> list[
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--messages", type=click.IntRange(1), default=200_000, show_default=True,
-              help="Messages per batch scenario.")
-@click.option("--single-messages", type=click.IntRange(1), default=20_000, show_default=True,
-              help="Messages per single-send scenario.")
-@click.option("--batch-size", type=click.IntRange(1, 4096), default=64, show_default=True,
-              help="Messages per batch / pipeline / async-publish window.")
-@click.option("--concurrency", type=click.IntRange(1, 256), default=4, show_default=True,
-              help="Requests in flight from the one client process (every system).")
+@click.option(
+    "--messages", type=click.IntRange(1), default=200_000, show_default=True, help="Messages per batch scenario."
+)
+@click.option(
+    "--single-messages",
+    type=click.IntRange(1),
+    default=20_000,
+    show_default=True,
+    help="Messages per single-send scenario.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 4096),
+    default=64,
+    show_default=True,
+    help="Messages per batch / pipeline / async-publish window.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=4,
+    show_default=True,
+    help="Requests in flight from the one client process (every system).",
+)
 @click.option("--body-bytes", type=click.IntRange(1), default=1024, show_default=True)
-@click.option("--max-seconds", type=click.FloatRange(1), default=60.0, show_default=True,
-              help="Per-scenario cap on the measured phase.")
-@click.option("--warmup", "warmup_messages", type=click.IntRange(0), default=None,
-              help="Warm-up messages per scenario (not measured). Default: 5% of the count, "
-                   "at most 5000.")
-@click.option("--rounds", type=click.IntRange(1, 20), default=1, show_default=True,
-              help="Run every scenario this many times (interleaved); report the median.")
-@click.option("--scenarios", default="all", show_default=True,
-              help="Comma-separated list or globs of system:mode, e.g. 'txmq-*:batch,redis*'. "
-                   f"Known: {', '.join(KNOWN_SCENARIOS)} ('all' leaves out grpc-null).")
-@click.option("--txmq-client", type=click.Choice(["auto", "sdk", "stubs"]), default="auto",
-              show_default=True, help="SDK (txmq.Producer) or raw gRPC stubs.")
-@click.option("--store-arg", "store_args", multiple=True,
-              help="Extra flag for the store process, e.g. --store-arg=--log_level=WARNING.")
-@click.option("--profile", is_flag=True,
-              help="py-spy the store process during each txmq scenario (only the thread "
-                   "holding the GIL is sampled); write collapsed stacks and a top-frames "
-                   "summary to bench/results/.")
-@click.option("--profile-native", is_flag=True,
-              help="With --profile: include native (C) frames (py-spy --native; slower).")
-@click.option("--wait-quiet", "wait_quiet_s", type=click.FloatRange(0, 600), default=30.0,
-              show_default=True,
-              help="Before each measured phase, wait up to this long for the machine to be "
-                   "quiet (< 15% of a core busy): other processes skew the figures.")
-@click.option("--quick", is_flag=True,
-              help="Short run: 10k batch / 2k single messages, 15 s cap, 500 warm-up.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="JSON output (default bench/results/produce-<time>.json).")
+@click.option(
+    "--max-seconds",
+    type=click.FloatRange(1),
+    default=60.0,
+    show_default=True,
+    help="Per-scenario cap on the measured phase.",
+)
+@click.option(
+    "--warmup",
+    "warmup_messages",
+    type=click.IntRange(0),
+    default=None,
+    help="Warm-up messages per scenario (not measured). Default: 5% of the count, at most 5000.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 20),
+    default=1,
+    show_default=True,
+    help="Run every scenario this many times (interleaved); report the median.",
+)
+@click.option(
+    "--scenarios",
+    default="all",
+    show_default=True,
+    help="Comma-separated list or globs of system:mode, e.g. 'txmq-*:batch,redis*'. "
+    f"Known: {', '.join(KNOWN_SCENARIOS)} ('all' leaves out grpc-null).",
+)
+@click.option(
+    "--txmq-client",
+    type=click.Choice(["auto", "sdk", "stubs"]),
+    default="auto",
+    show_default=True,
+    help="SDK (txmq.Producer) or raw gRPC stubs.",
+)
+@click.option(
+    "--store-arg",
+    "store_args",
+    multiple=True,
+    help="Extra flag for the store process, e.g. --store-arg=--log_level=WARNING.",
+)
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="py-spy the store process during each txmq scenario (only the thread "
+    "holding the GIL is sampled); write collapsed stacks and a top-frames "
+    "summary to bench/results/.",
+)
+@click.option(
+    "--profile-native", is_flag=True, help="With --profile: include native (C) frames (py-spy --native; slower)."
+)
+@click.option(
+    "--wait-quiet",
+    "wait_quiet_s",
+    type=click.FloatRange(0, 600),
+    default=30.0,
+    show_default=True,
+    help="Before each measured phase, wait up to this long for the machine to be "
+    "quiet (< 15% of a core busy): other processes skew the figures.",
+)
+@click.option("--quick", is_flag=True, help="Short run: 10k batch / 2k single messages, 15 s cap, 500 warm-up.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON output (default bench/results/produce-<time>.json).",
+)
 @click.option("--keep-data", is_flag=True, help="Keep the temp dirs (logs, data).")
 @click.option("--progress/--no-progress", default=None, help="tqdm bars (default: on a tty).")
-def main(messages, single_messages, batch_size, concurrency, body_bytes, max_seconds,
-         warmup_messages, rounds, scenarios, txmq_client, store_args, profile, profile_native, wait_quiet_s,
-         quick, out, keep_data, progress):
+def main(
+    messages,
+    single_messages,
+    batch_size,
+    concurrency,
+    body_bytes,
+    max_seconds,
+    warmup_messages,
+    rounds,
+    scenarios,
+    txmq_client,
+    store_args,
+    profile,
+    profile_native,
+    wait_quiet_s,
+    quick,
+    out,
+    keep_data,
+    progress,
+):
     """Produce throughput: txmq store vs Redis Streams vs NATS JetStream."""
     if quick:
         messages, single_messages = min(messages, 10_000), min(single_messages, 2_000)
@@ -557,14 +663,23 @@ def main(messages, single_messages, batch_size, concurrency, body_bytes, max_sec
     picked = pick_scenarios(scenarios)
     wants_txmq = any(s.startswith("txmq") for s in picked)
     if wants_txmq and not store_available() and not os.environ.get("TXMQ_BENCH_STORE_MODULE"):
-        click.echo("txmq store not found (services/store/txmq_store/__main__.py); "
-                   "txmq scenarios will fail", err=True)
-    cfg = Config(messages=messages, single_messages=single_messages, batch_size=batch_size,
-                 concurrency=concurrency, body_bytes=body_bytes, max_seconds=max_seconds,
-                 warmup_messages=warmup_messages, rounds=rounds, scenarios=picked,
-                 txmq_client=txmq_client, store_args=list(store_args),
-                 profile=profile or profile_native, profile_native=profile_native,
-                 wait_quiet_s=wait_quiet_s)
+        click.echo("txmq store not found (services/store/txmq_store/__main__.py); txmq scenarios will fail", err=True)
+    cfg = Config(
+        messages=messages,
+        single_messages=single_messages,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        body_bytes=body_bytes,
+        max_seconds=max_seconds,
+        warmup_messages=warmup_messages,
+        rounds=rounds,
+        scenarios=picked,
+        txmq_client=txmq_client,
+        store_args=list(store_args),
+        profile=profile or profile_native,
+        profile_native=profile_native,
+        wait_quiet_s=wait_quiet_s,
+    )
     if progress is None:
         progress = sys.stderr.isatty()
     run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -580,9 +695,10 @@ def main(messages, single_messages, batch_size, concurrency, body_bytes, max_sec
     info = machine_info()
     click.echo("")
     click.echo(f"produce benchmark  {started:%Y-%m-%d %H:%M} UTC  {info['cores']} cores  {info['cpu']}")
-    click.echo(f"body {body_bytes} B, batch {batch_size}, {concurrency} requests in flight, "
-               f"one client process; rounds: {rounds}"
-               + (" (median of the quiet ones)" if rounds > 1 else ""))
+    click.echo(
+        f"body {body_bytes} B, batch {batch_size}, {concurrency} requests in flight, "
+        f"one client process; rounds: {rounds}" + (" (median of the quiet ones)" if rounds > 1 else "")
+    )
     click.echo("")
     print_report(rows)
     if cfg.profile:
@@ -615,10 +731,12 @@ def print_report(rows: dict[str, Result]) -> None:
     """The table, its legend, the clients and the ratios."""
     click.echo(format_table(rows))
     click.echo("")
-    click.echo("us/m = CPU microseconds per message (server process / this client); "
-               "cpu% over the measured phase,\n  100% = one core: srv = the server process, "
-               "cli = this client, krn = kernel threads + irq/softirq (writeback, journal, "
-               "loopback), oth = other processes (NOISY above 25%)")
+    click.echo(
+        "us/m = CPU microseconds per message (server process / this client); "
+        "cpu% over the measured phase,\n  100% = one core: srv = the server process, "
+        "cli = this client, krn = kernel threads + irq/softirq (writeback, journal, "
+        "loopback), oth = other processes (NOISY above 25%)"
+    )
     clients: dict[str, str] = {}
     for r in rows.values():
         clients.setdefault(r.system, r.client)

@@ -52,19 +52,24 @@ from bench.txmq_target import Etcd, TxmqTarget
 MIB = 1024 * 1024
 LAT_TOPIC, THR_TOPIC = "PullLat", "PullThr"
 GROUP = "bench_pull"
-BIG_STORE_ARGS = ["--max_transfer_count_in_memory", "1024",
-                  "--max_transfer_bytes_in_memory", str(4 * MIB)]
+BIG_STORE_ARGS = ["--max_transfer_count_in_memory", "1024", "--max_transfer_bytes_in_memory", str(4 * MIB)]
 
 SYSTEMS = {
     "txmq": "txmq store + pull service, SDK PullConsumer / Producer (store defaults: <= 32 msgs per pull)",
-    "txmq-big": "txmq as above, store flags --max_transfer_count_in_memory 1024 "
-                "--max_transfer_bytes_in_memory 4 MiB",
+    "txmq-big": "txmq as above, store flags --max_transfer_count_in_memory 1024 --max_transfer_bytes_in_memory 4 MiB",
     "nats": "NATS JetStream, file storage, pull consumer (nats-py fetch)",
     "redis": "Redis Streams, XREADGROUP (no AOF)",
 }
 TESTS = ("latency", "throughput")
-DEFAULT_SCENARIOS = ["txmq:latency", "txmq:throughput", "txmq-big:throughput",
-                     "nats:latency", "nats:throughput", "redis:latency", "redis:throughput"]
+DEFAULT_SCENARIOS = [
+    "txmq:latency",
+    "txmq:throughput",
+    "txmq-big:throughput",
+    "nats:latency",
+    "nats:throughput",
+    "redis:latency",
+    "redis:throughput",
+]
 
 
 @dataclass
@@ -126,8 +131,7 @@ class TxmqPull(TxmqTarget):
     the SDK's blocking ``Producer`` / ``PullConsumer`` (latency / drain run in a thread)."""
 
     def __init__(self, workdir: Path, etcd: Etcd, store_args: list[str] | None = None) -> None:
-        super().__init__(workdir, flush_mode="async", etcd=etcd, client="stubs", concurrency=4,
-                         store_args=store_args)
+        super().__init__(workdir, flush_mode="async", etcd=etcd, client="stubs", concurrency=4, store_args=store_args)
         self.pull_child: procs.Child | None = None
         self.consumer = None
         self.sdk_producer = None
@@ -146,16 +150,26 @@ class TxmqPull(TxmqTarget):
 
     def start_pull(self, etcd_port: int) -> procs.Child:
         port = procs.free_port()
-        argv = [str(procs.VENV_PY), "-m", "txmq_pull", "--host", "127.0.0.1", "--port", str(port),
-                "--etcd_endpoints", f"127.0.0.1:{etcd_port}", "--log_level", "WARNING"]
+        argv = [
+            str(procs.VENV_PY),
+            "-m",
+            "txmq_pull",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--etcd_endpoints",
+            f"127.0.0.1:{etcd_port}",
+            "--log_level",
+            "WARNING",
+        ]
         pp = os.pathsep.join(p for p in (str(procs.ROOT), os.environ.get("PYTHONPATH", "")) if p)
         return procs.Child("pull", argv, self.workdir, port, env={"PYTHONPATH": pp}).start()
 
     async def start(self) -> None:
         import txmq
-        from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
-
         from bench.txmq_target import wait_serving
+        from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 
         await super().start()
         etcd_port = self.etcd.child.port
@@ -166,13 +180,16 @@ class TxmqPull(TxmqTarget):
             await wait_serving(ch, self.pull_child, timeout_s=30)
         admin = store_pb2_grpc.StoreAdminStub(self.channel)
         for t in (LAT_TOPIC, THR_TOPIC):
-            await admin.CreateTopic(store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(
-                name=t, read_queue_nums=1, write_queue_nums=1)), timeout=10)
+            await admin.CreateTopic(
+                store_pb2.CreateTopicRequest(
+                    topic=common_pb2.TopicConfig(name=t, read_queue_nums=1, write_queue_nums=1)
+                ),
+                timeout=10,
+            )
         self._txmq = txmq
         self.consumer = txmq.PullConsumer(GROUP, self.endpoint, timeout=10.0)
         self.consumer.start()
-        self.sdk_producer = txmq.Producer(group="bench_pull_producer", endpoint=self.endpoint,
-                                          send_timeout=30.0)
+        self.sdk_producer = txmq.Producer(group="bench_pull_producer", endpoint=self.endpoint, send_timeout=30.0)
         self.sdk_producer.start()
         # Wait until the route names the pull instance and a pull goes through.
         deadline = time.monotonic() + 30
@@ -201,10 +218,13 @@ class TxmqPull(TxmqTarget):
         async def worker() -> None:
             while todo:
                 i = todo.pop()
-                msgs = [common_pb2.Message(topic=THR_TOPIC, body=body, unique_id=new_unique_id(),
-                                           born_timestamp_ms=now) for _ in range(min(256, n - i))]
-                resp = await self.store.SendBatch(store_pb2.SendBatchRequest(
-                    messages=msgs, producer_group="bench_pull_producer"), timeout=60)
+                msgs = [
+                    common_pb2.Message(topic=THR_TOPIC, body=body, unique_id=new_unique_id(), born_timestamp_ms=now)
+                    for _ in range(min(256, n - i))
+                ]
+                resp = await self.store.SendBatch(
+                    store_pb2.SendBatchRequest(messages=msgs, producer_group="bench_pull_producer"), timeout=60
+                )
                 if any(r.status != store_pb2.SEND_STATUS_OK for r in resp.results):
                     raise RuntimeError("prefill: send failed")
 
@@ -260,7 +280,8 @@ class TxmqPull(TxmqTarget):
 
     async def drain(self, n: int, batch: int, deadline: float) -> tuple[int, int]:
         got, pulls, self._thr_offset = await asyncio.to_thread(
-            self.drain_sync, n, batch, deadline, getattr(self, "_thr_offset", 0))
+            self.drain_sync, n, batch, deadline, getattr(self, "_thr_offset", 0)
+        )
         return got, pulls
 
     async def stop(self) -> None:
@@ -268,7 +289,7 @@ class TxmqPull(TxmqTarget):
             if c is not None:
                 try:
                     await asyncio.to_thread(c.shutdown)
-                except Exception:  # noqa: BLE001, S110
+                except Exception:  # noqa: BLE001
                     pass
         if self.pull_child is not None:
             await asyncio.to_thread(self.pull_child.stop)
@@ -293,8 +314,9 @@ class NatsPull(Target):
         from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 
         self.child = await asyncio.to_thread(procs.start_nats, self.workdir)
-        self.nc = await nats.connect(f"nats://127.0.0.1:{self.child.port}", connect_timeout=5,
-                                     max_reconnect_attempts=0, allow_reconnect=False)
+        self.nc = await nats.connect(
+            f"nats://127.0.0.1:{self.child.port}", connect_timeout=5, max_reconnect_attempts=0, allow_reconnect=False
+        )
         self.js = self.nc.jetstream(timeout=30, publish_async_max_pending=4000)
         for s in ("LAT", "THR"):
             await self.js.add_stream(name=s, subjects=[f"pull.{s.lower()}"], storage=StorageType.FILE)
@@ -322,8 +344,7 @@ class NatsPull(Target):
                 got.put_nowait(time.perf_counter())
                 n += len(msgs)
 
-        return await _async_latency(consume, lambda: self.js.publish("pull.lat", body), got, total,
-                                    pause_s, deadline)
+        return await _async_latency(consume, lambda: self.js.publish("pull.lat", body), got, total, pause_s, deadline)
 
     async def drain(self, n: int, batch: int, deadline: float) -> tuple[int, int]:
         import nats
@@ -342,7 +363,7 @@ class NatsPull(Target):
         if self.nc is not None:
             try:
                 await asyncio.wait_for(self.nc.close(), timeout=5)
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
         await super().stop()
 
@@ -364,8 +385,9 @@ class RedisPull(Target):
         import redis.asyncio as aredis
 
         self.child = await asyncio.to_thread(procs.start_redis, self.workdir, aof_always=False)
-        self.r = aredis.Redis(host="127.0.0.1", port=self.child.port, max_connections=8,
-                              socket_timeout=30, socket_connect_timeout=5)
+        self.r = aredis.Redis(
+            host="127.0.0.1", port=self.child.port, max_connections=8, socket_timeout=30, socket_connect_timeout=5
+        )
         await self.r.ping()
         for k in ("lat", "thr"):
             await self.r.xgroup_create(k, "g", id="0", mkstream=True)
@@ -388,8 +410,7 @@ class RedisPull(Target):
                     got.put_nowait(time.perf_counter())
                     n += len(res[0][1])
 
-        return await _async_latency(consume, lambda: self.r.xadd("lat", {b"d": body}), got, total,
-                                    pause_s, deadline)
+        return await _async_latency(consume, lambda: self.r.xadd("lat", {b"d": body}), got, total, pause_s, deadline)
 
     async def drain(self, n: int, batch: int, deadline: float) -> tuple[int, int]:
         got = pulls = 0
@@ -404,13 +425,14 @@ class RedisPull(Target):
         if self.r is not None:
             try:
                 await self.r.aclose()
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
         await super().stop()
 
 
-async def _async_latency(consume, send, got: asyncio.Queue, total: int, pause_s: float,
-                         deadline: float) -> tuple[list, list]:
+async def _async_latency(
+    consume, send, got: asyncio.Queue, total: int, pause_s: float, deadline: float
+) -> tuple[list, list]:
     task = asyncio.create_task(consume())
     lat, sends = [], []
     try:
@@ -425,7 +447,7 @@ async def _async_latency(consume, send, got: asyncio.Queue, total: int, pause_s:
         task.cancel()
         try:
             await task
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001, S110
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001
             pass
     return lat, sends
 
@@ -451,8 +473,7 @@ class Meter:
     def __init__(self, target: Target) -> None:
         self.target = target
         self.srv0, self.cli0 = target.server_cpu_s(), time.process_time()
-        self.us0, self.kt0, self.sys0 = (procs.user_system_s(), procs.kernel_threads_cpu_s(),
-                                         procs.system_busy_s())
+        self.us0, self.kt0, self.sys0 = (procs.user_system_s(), procs.kernel_threads_cpu_s(), procs.system_busy_s())
         self.t0 = time.perf_counter()
 
     def finish(self, res: Result, units: int, extra_ours: float = 0.0) -> None:
@@ -488,10 +509,12 @@ async def stop_profiles(profs: list) -> float:
     return cpu
 
 
-async def run_system(system: str, tests: list[str], rnd: int, cfg: Config, tmp: procs.TempRoot,
-                     etcd: Etcd, run_id: str) -> list[Result]:
-    results = [Result(scenario=f"{system}:{t}", system=system, test=t, round=rnd,
-                      description=SYSTEMS[system]) for t in tests]
+async def run_system(
+    system: str, tests: list[str], rnd: int, cfg: Config, tmp: procs.TempRoot, etcd: Etcd, run_id: str
+) -> list[Result]:
+    results = [
+        Result(scenario=f"{system}:{t}", system=system, test=t, round=rnd, description=SYSTEMS[system]) for t in tests
+    ]
     body = os.urandom(cfg.body_bytes)
     target = make_system(system, tmp.sub(f"{system}-r{rnd}"), etcd)
     try:
@@ -519,16 +542,14 @@ async def run_test(target, res: Result, cfg: Config, body: bytes, run_id: str) -
     tag = f"{run_id}-{res.scenario.replace(':', '-')}-r{res.round}"
     if res.test == "latency":
         if cfg.warmup_samples:
-            await target.latency(cfg.warmup_samples, cfg.pause_ms / 1000, body,
-                                 time.monotonic() + cfg.max_seconds)
+            await target.latency(cfg.warmup_samples, cfg.pause_ms / 1000, body, time.monotonic() + cfg.max_seconds)
         if cfg.wait_quiet_s:
             res.busy_before_pct = await asyncio.to_thread(procs.wait_quiet, cfg.wait_quiet_s)
         if cfg.profile and isinstance(target, TxmqPull):
             profs = start_profiles(target, tag)
             await asyncio.sleep(0.5)
         m = Meter(target)
-        lat, send = await target.latency(cfg.samples, cfg.pause_ms / 1000, body,
-                                         time.monotonic() + cfg.max_seconds)
+        lat, send = await target.latency(cfg.samples, cfg.pause_ms / 1000, body, time.monotonic() + cfg.max_seconds)
         m.finish(res, len(lat), await stop_profiles(profs))
         res.samples = len(lat)
         res.lat_p50_ms = 1000 * percentile(lat, 0.50)
@@ -577,11 +598,16 @@ async def run_all(cfg: Config, keep: bool, run_id: str) -> list[Result]:
             for system, tests in systems.items():
                 for r in await run_system(system, tests, rnd, cfg, tmp, etcd, run_id):
                     out.append(r)
-                    fig = (f"p50 {r.lat_p50_ms:.2f} ms p99 {r.lat_p99_ms:.2f} ms" if r.test == "latency"
-                           else f"{r.msgs_per_s:,.0f} msgs/s ({r.msgs_per_pull:.0f}/pull)")
+                    fig = (
+                        f"p50 {r.lat_p50_ms:.2f} ms p99 {r.lat_p99_ms:.2f} ms"
+                        if r.test == "latency"
+                        else f"{r.msgs_per_s:,.0f} msgs/s ({r.msgs_per_pull:.0f}/pull)"
+                    )
                     err = f"  ERROR: {r.error.splitlines()[0][:200]}" if r.error else ""
-                    click.echo(f"[round {rnd + 1}/{cfg.rounds}] {r.scenario:<20} {fig}"
-                               f"  oth {r.foreign_cpu_pct:.0f}%{err}", err=True)
+                    click.echo(
+                        f"[round {rnd + 1}/{cfg.rounds}] {r.scenario:<20} {fig}  oth {r.foreign_cpu_pct:.0f}%{err}",
+                        err=True,
+                    )
     finally:
         await asyncio.to_thread(etcd.stop)
         tmp.close()
@@ -611,25 +637,32 @@ def format_table(rows: dict[str, Result]) -> str:
     lat = [r for r in rows.values() if r.test == "latency"]
     thr = [r for r in rows.values() if r.test == "throughput"]
     if lat:
-        h = (f"{'wake-up latency':<20} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'max ms':>7} "
-             f"{'send p50':>8} {'srv us/s':>8} {'cli us/s':>8} {'oth cpu%':>8} {'samples':>7}  note")
+        h = (
+            f"{'wake-up latency':<20} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'max ms':>7} "
+            f"{'send p50':>8} {'srv us/s':>8} {'cli us/s':>8} {'oth cpu%':>8} {'samples':>7}  note"
+        )
         lines += [h, "-" * len(h)]
         for r in lat:
-            lines.append(f"{r.scenario:<20} {r.lat_p50_ms:>7.2f} {r.lat_p90_ms:>7.2f} {r.lat_p99_ms:>7.2f} "
-                         f"{r.lat_max_ms:>7.2f} {r.send_p50_ms:>8.2f} {r.server_us_per_unit:>8.0f} "
-                         f"{r.client_us_per_unit:>8.0f} {r.foreign_cpu_pct:>8.0f} {r.samples:>7}  "
-                         + _note(r))
+            lines.append(
+                f"{r.scenario:<20} {r.lat_p50_ms:>7.2f} {r.lat_p90_ms:>7.2f} {r.lat_p99_ms:>7.2f} "
+                f"{r.lat_max_ms:>7.2f} {r.send_p50_ms:>8.2f} {r.server_us_per_unit:>8.0f} "
+                f"{r.client_us_per_unit:>8.0f} {r.foreign_cpu_pct:>8.0f} {r.samples:>7}  " + _note(r)
+            )
         lines.append("")
     if thr:
-        h = (f"{'pull throughput':<20} {'msgs/s':>9} {'MiB/s':>7} {'msgs/pull':>9} {'srv us/m':>8} "
-             f"{'cli us/m':>8} {'srv cpu%':>8} {'cli cpu%':>8} {'oth cpu%':>8} {'msgs':>7}  note")
+        h = (
+            f"{'pull throughput':<20} {'msgs/s':>9} {'MiB/s':>7} {'msgs/pull':>9} {'srv us/m':>8} "
+            f"{'cli us/m':>8} {'srv cpu%':>8} {'cli cpu%':>8} {'oth cpu%':>8} {'msgs':>7}  note"
+        )
         lines += [h, "-" * len(h)]
         for r in thr:
             srv = 100 * r.server_cpu_s / r.seconds if r.seconds else 0
             cli = 100 * r.client_cpu_s / r.seconds if r.seconds else 0
-            lines.append(f"{r.scenario:<20} {r.msgs_per_s:>9,.0f} {r.mib_per_s:>7.1f} {r.msgs_per_pull:>9.1f} "
-                         f"{r.server_us_per_unit:>8.1f} {r.client_us_per_unit:>8.1f} {srv:>8.0f} {cli:>8.0f} "
-                         f"{r.foreign_cpu_pct:>8.0f} {r.messages:>7}  " + _note(r))
+            lines.append(
+                f"{r.scenario:<20} {r.msgs_per_s:>9,.0f} {r.mib_per_s:>7.1f} {r.msgs_per_pull:>9.1f} "
+                f"{r.server_us_per_unit:>8.1f} {r.client_us_per_unit:>8.1f} {srv:>8.0f} {cli:>8.0f} "
+                f"{r.foreign_cpu_pct:>8.0f} {r.messages:>7}  " + _note(r)
+            )
     return "\n".join(lines)
 
 
@@ -654,22 +687,47 @@ def compute_ratios(rows: dict[str, Result]) -> list[dict]:
     if t and peers:
         best = min(peers, key=lambda r: r.lat_p99_ms)
         ratio = t.lat_p99_ms / best.lat_p99_ms
-        out.append({"what": "txmq p99 wake-up latency / the better peer's p99", "peer": best.system,
-                    "ratio": ratio, "target": "<= 2.0x", "meets_target": ratio <= 2.0})
+        out.append(
+            {
+                "what": "txmq p99 wake-up latency / the better peer's p99",
+                "peer": best.system,
+                "ratio": ratio,
+                "target": "<= 2.0x",
+                "meets_target": ratio <= 2.0,
+            }
+        )
         for p in peers:
-            out.append({"what": f"txmq p50 wake-up latency / {p.system}",
-                        "ratio": t.lat_p50_ms / p.lat_p50_ms, "target": None, "meets_target": None})
+            out.append(
+                {
+                    "what": f"txmq p50 wake-up latency / {p.system}",
+                    "ratio": t.lat_p50_ms / p.lat_p50_ms,
+                    "target": None,
+                    "meets_target": None,
+                }
+            )
     nats_thr = ok("nats:throughput")
     for sysname in ("txmq", "txmq-big"):
         t = ok(f"{sysname}:throughput")
         if t and nats_thr:
             ratio = t.msgs_per_s / nats_thr.msgs_per_s
-            out.append({"what": f"{sysname} pull throughput / nats fetch", "ratio": ratio,
-                        "target": ">= 1.0x", "meets_target": ratio >= 1.0})
+            out.append(
+                {
+                    "what": f"{sysname} pull throughput / nats fetch",
+                    "ratio": ratio,
+                    "target": ">= 1.0x",
+                    "meets_target": ratio >= 1.0,
+                }
+            )
         rd = ok("redis:throughput")
         if t and rd:
-            out.append({"what": f"{sysname} pull throughput / redis XREADGROUP",
-                        "ratio": t.msgs_per_s / rd.msgs_per_s, "target": None, "meets_target": None})
+            out.append(
+                {
+                    "what": f"{sysname} pull throughput / redis XREADGROUP",
+                    "ratio": t.msgs_per_s / rd.msgs_per_s,
+                    "target": None,
+                    "meets_target": None,
+                }
+            )
     return out
 
 
@@ -699,8 +757,9 @@ def format_ratios(ratios: list[dict]) -> str:
         if x["target"]:
             t = f"  (target {x['target']}: {'MET' if x['meets_target'] else 'MISSED'})"
         rounds = " ".join(f"{v:.2f}" for v in x.get("per_round", []))
-        lines.append(f"  {x['what']:<52} {x['ratio']:>6.2f}x  [{rounds}; "
-                     f"{x.get('ratio_of_medians', x['ratio']):.2f}]{t}")
+        lines.append(
+            f"  {x['what']:<52} {x['ratio']:>6.2f}x  [{rounds}; {x.get('ratio_of_medians', x['ratio']):.2f}]{t}"
+        )
     return "\n".join(lines)
 
 
@@ -721,41 +780,102 @@ def pick(spec: str) -> list[str]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--samples", type=click.IntRange(1), default=1000, show_default=True,
-              help="Wake-up latency samples per latency scenario.")
+@click.option(
+    "--samples",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="Wake-up latency samples per latency scenario.",
+)
 @click.option("--warmup-samples", type=click.IntRange(0), default=50, show_default=True)
-@click.option("--pause-ms", type=click.FloatRange(0), default=10.0, show_default=True,
-              help="Pause before each send (the consumer parks meanwhile).")
-@click.option("--messages", type=click.IntRange(1), default=100_000, show_default=True,
-              help="Pre-filled messages drained per throughput scenario.")
+@click.option(
+    "--pause-ms",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_default=True,
+    help="Pause before each send (the consumer parks meanwhile).",
+)
+@click.option(
+    "--messages",
+    type=click.IntRange(1),
+    default=100_000,
+    show_default=True,
+    help="Pre-filled messages drained per throughput scenario.",
+)
 @click.option("--warmup-messages", type=click.IntRange(0), default=5_000, show_default=True)
-@click.option("--batch", type=click.IntRange(1, 4096), default=256, show_default=True,
-              help="Messages asked for per pull (max_nums / fetch / COUNT).")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 4096),
+    default=256,
+    show_default=True,
+    help="Messages asked for per pull (max_nums / fetch / COUNT).",
+)
 @click.option("--body-bytes", type=click.IntRange(1), default=1024, show_default=True)
-@click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True,
-              help="Interleaved rounds; the table shows the median round.")
-@click.option("--scenarios", default="all", show_default=True,
-              help="Comma list / globs of system:test; systems txmq, txmq-big, nats, redis; "
-                   "tests latency, throughput.")
-@click.option("--max-seconds", type=click.FloatRange(1), default=120.0, show_default=True,
-              help="Cap on each measured phase.")
-@click.option("--wait-quiet", "wait_quiet_s", type=click.FloatRange(0, 600), default=10.0,
-              show_default=True, help="Wait up to this long for a quiet machine before measuring.")
-@click.option("--profile", is_flag=True,
-              help="py-spy (--gil) the store, the pull service and this client in txmq scenarios.")
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 20),
+    default=3,
+    show_default=True,
+    help="Interleaved rounds; the table shows the median round.",
+)
+@click.option(
+    "--scenarios",
+    default="all",
+    show_default=True,
+    help="Comma list / globs of system:test; systems txmq, txmq-big, nats, redis; tests latency, throughput.",
+)
+@click.option(
+    "--max-seconds", type=click.FloatRange(1), default=120.0, show_default=True, help="Cap on each measured phase."
+)
+@click.option(
+    "--wait-quiet",
+    "wait_quiet_s",
+    type=click.FloatRange(0, 600),
+    default=10.0,
+    show_default=True,
+    help="Wait up to this long for a quiet machine before measuring.",
+)
+@click.option(
+    "--profile", is_flag=True, help="py-spy (--gil) the store, the pull service and this client in txmq scenarios."
+)
 @click.option("--quick", is_flag=True, help="300 samples, 20k messages, 1 round.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @click.option("--keep-data", is_flag=True)
-def main(samples, warmup_samples, pause_ms, messages, warmup_messages, batch, body_bytes, rounds,
-         scenarios, max_seconds, wait_quiet_s, profile, quick, out, keep_data):
+def main(
+    samples,
+    warmup_samples,
+    pause_ms,
+    messages,
+    warmup_messages,
+    batch,
+    body_bytes,
+    rounds,
+    scenarios,
+    max_seconds,
+    wait_quiet_s,
+    profile,
+    quick,
+    out,
+    keep_data,
+):
     """Pull path: wake-up latency and drain throughput, txmq vs NATS JetStream vs Redis."""
     if quick:
         samples, messages, rounds = min(samples, 300), min(messages, 20_000), 1
         warmup_messages, wait_quiet_s = min(warmup_messages, 1000), min(wait_quiet_s, 3)
-    cfg = Config(samples=samples, warmup_samples=warmup_samples, pause_ms=pause_ms,
-                 messages=messages, warmup_messages=warmup_messages, batch=batch,
-                 body_bytes=body_bytes, rounds=rounds, scenarios=pick(scenarios),
-                 wait_quiet_s=wait_quiet_s, max_seconds=max_seconds, profile=profile)
+    cfg = Config(
+        samples=samples,
+        warmup_samples=warmup_samples,
+        pause_ms=pause_ms,
+        messages=messages,
+        warmup_messages=warmup_messages,
+        batch=batch,
+        body_bytes=body_bytes,
+        rounds=rounds,
+        scenarios=pick(scenarios),
+        wait_quiet_s=wait_quiet_s,
+        max_seconds=max_seconds,
+        profile=profile,
+    )
     run_id = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
@@ -768,15 +888,19 @@ def main(samples, warmup_samples, pause_ms, messages, warmup_messages, batch, bo
     info = machine_info()
     click.echo("")
     click.echo(f"pull benchmark  {started:%Y-%m-%d %H:%M} UTC  {info['cores']} cores  {info['cpu']}")
-    click.echo(f"body {body_bytes} B; latency: {samples} samples, {pause_ms:g} ms pause; throughput: "
-               f"{messages} msgs, batch {batch}; rounds {rounds} (median round"
-               + (", quiet rounds preferred)" if rounds > 1 else ")"))
+    click.echo(
+        f"body {body_bytes} B; latency: {samples} samples, {pause_ms:g} ms pause; throughput: "
+        f"{messages} msgs, batch {batch}; rounds {rounds} (median round"
+        + (", quiet rounds preferred)" if rounds > 1 else ")")
+    )
     click.echo("")
     click.echo(format_table(rows))
     click.echo("")
-    click.echo("srv = the server processes (txmq: store + pull service; etcd not counted); cli = this "
-               "process;\n  us/s = CPU microseconds per latency sample, us/m per message drained; "
-               "oth = other processes' CPU (100 = one core; NOISY above 25%)")
+    click.echo(
+        "srv = the server processes (txmq: store + pull service; etcd not counted); cli = this "
+        "process;\n  us/s = CPU microseconds per latency sample, us/m per message drained; "
+        "oth = other processes' CPU (100 = one core; NOISY above 25%)"
+    )
     clients: dict[str, str] = {}
     for r in rows.values():
         clients.setdefault(r.system, r.client)

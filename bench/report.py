@@ -36,16 +36,19 @@ def load(paths: list[Path], client: str | None) -> tuple[list[Result], list[dict
 
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--client", type=click.Choice(["sdk", "stubs"]), default=None,
-              help="Only txmq rows measured with this client.")
+@click.option(
+    "--client", type=click.Choice(["sdk", "stubs"]), default=None, help="Only txmq rows measured with this client."
+)
 def main(files: tuple[Path, ...], client: str | None) -> None:
     results, docs = load(list(files), client)
     for p, d in zip(files, docs):
         m = d.get("machine", {})
         c = d.get("config", {})
-        click.echo(f"{p}: {d.get('started_at', '?')[:16]} UTC, {m.get('cores')} cores {m.get('cpu', '')}, "
-                   f"git {m.get('git_head', '?')}, batch {c.get('batch_size')}, "
-                   f"concurrency {c.get('concurrency')}, rounds {c.get('rounds')}")
+        click.echo(
+            f"{p}: {d.get('started_at', '?')[:16]} UTC, {m.get('cores')} cores {m.get('cpu', '')}, "
+            f"git {m.get('git_head', '?')}, batch {c.get('batch_size')}, "
+            f"concurrency {c.get('concurrency')}, rounds {c.get('rounds')}"
+        )
     rounds: dict[str, int] = {}
     for r in results:
         rounds[r.scenario] = rounds.get(r.scenario, 0) + 1

@@ -124,9 +124,12 @@ def timed_sends(fn, threads: int, seconds: float) -> tuple[int, float]:
 def part_a(node: Node, threads: int, seconds: float, rounds: int, body: bytes) -> dict:
     out: dict = {"threads": threads, "seconds_per_round": seconds, "rounds": []}
     listener = Noop()
-    with Producer(group="bench_plain", endpoint=node.address, send_timeout=30.0) as plain, TransactionProducer(
-        group=GROUP, endpoint=node.address, listener=listener, end_transaction_timeout=30.0, send_timeout=30.0
-    ) as tx:
+    with (
+        Producer(group="bench_plain", endpoint=node.address, send_timeout=30.0) as plain,
+        TransactionProducer(
+            group=GROUP, endpoint=node.address, listener=listener, end_transaction_timeout=30.0, send_timeout=30.0
+        ) as tx,
+    ):
         tx.start(wait_channel=10)
         plain.send(Message(TOPIC, body))  # warm-up: routes, channels
         tx.send_message_in_transaction(Message(TOPIC, body))
@@ -156,9 +159,10 @@ async def send_halves(address: str, n: int, body: bytes, *, in_flight: int, comm
     """``n`` half messages through Store.SendMessage(transaction_prepared), ``in_flight`` at
     once; with ``commit_via`` (a txcheck address) each is then committed by EndTransaction.
     Returns the elapsed seconds."""
-    async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as ch, grpc.aio.insecure_channel(
-        commit_via or address, options=GRPC_OPTIONS
-    ) as tch:
+    async with (
+        grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as ch,
+        grpc.aio.insecure_channel(commit_via or address, options=GRPC_OPTIONS) as tch,
+    ):
         stub, tx = store_pb2_grpc.StoreStub(ch), txcheck_pb2_grpc.TransactionStub(tch)
         left = iter(range(n))
 
@@ -239,11 +243,18 @@ async def part_c(node: Node, n: int, body: bytes, in_flight: int, timeout_s: flo
     print(f"  (c) {n} transactions sent and committed in {setup_s:.1f}s ({n / setup_s:.0f}/s)", flush=True)
     async with grpc.aio.insecure_channel(node.address) as ch:
         stub = store_pb2_grpc.StoreStub(ch)
-        half_end = (await stub.GetQueueOffsets(store_pb2.GetQueueOffsetsRequest(topic=TRANS_HALF_TOPIC), timeout=10)).queues[0].max_offset
+        half_end = (
+            (await stub.GetQueueOffsets(store_pb2.GetQueueOffsetsRequest(topic=TRANS_HALF_TOPIC), timeout=10))
+            .queues[0]
+            .max_offset
+        )
 
         async def progress() -> int:
             r = await stub.QueryConsumeOffset(
-                store_pb2.QueryConsumeOffsetRequest(consumer_group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=0), timeout=10
+                store_pb2.QueryConsumeOffsetRequest(
+                    consumer_group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=0
+                ),
+                timeout=10,
             )
             return r.offset if r.found else 0
 

@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
-from txmq.ids import new_unique_id
-from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 
 from bench import procs
 from bench.targets import Target
+from txmq.ids import new_unique_id
+from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 
 TOPIC = "BenchTopic"
 PRODUCER_GROUP = "bench_producer"
@@ -62,9 +62,7 @@ async def wait_serving(channel: grpc.aio.Channel, child: procs.Child, timeout_s:
     last = "no answer"
     while time.monotonic() < deadline:
         if child.proc.poll() is not None:
-            raise RuntimeError(
-                f"store exited with {child.proc.returncode} during start-up:\n{child.log_tail()}"
-            )
+            raise RuntimeError(f"store exited with {child.proc.returncode} during start-up:\n{child.log_tail()}")
         try:
             resp = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
             if resp.status == health_pb2.HealthCheckResponse.SERVING:
@@ -78,9 +76,18 @@ async def wait_serving(channel: grpc.aio.Channel, child: procs.Child, timeout_s:
 
 class TxmqTarget(Target):
     probe_messages = 0  # messages stored before the warm-up (the SDK probe)
-    def __init__(self, workdir: Path, *, flush_mode: str, etcd: Etcd, client: str,
-                 concurrency: int, store_args: list[str] | None = None,
-                 store_module: str | None = None) -> None:
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        flush_mode: str,
+        etcd: Etcd,
+        client: str,
+        concurrency: int,
+        store_args: list[str] | None = None,
+        store_module: str | None = None,
+    ) -> None:
         super().__init__(workdir)
         self.flush_mode = flush_mode
         self.etcd = etcd
@@ -96,8 +103,7 @@ class TxmqTarget(Target):
     @property
     def client_info(self) -> str:
         if self.client == "sdk":
-            return (f"txmq SDK (sync txmq.Producer, {self.concurrency} threads), "
-                    f"grpcio {grpc.__version__}")
+            return f"txmq SDK (sync txmq.Producer, {self.concurrency} threads), grpcio {grpc.__version__}"
         return f"raw stubs, grpc.aio {grpc.__version__}, one channel{self.fallback_note}"
 
     @property
@@ -107,15 +113,16 @@ class TxmqTarget(Target):
     async def start(self) -> None:
         etcd_port = await asyncio.to_thread(self.etcd.start)
         self.child = procs.start_store(
-            self.workdir, flush_mode=self.flush_mode, etcd_port=etcd_port,
-            extra_args=self.store_args, module=self.store_module,
+            self.workdir,
+            flush_mode=self.flush_mode,
+            etcd_port=etcd_port,
+            extra_args=self.store_args,
+            module=self.store_module,
         )
         self.channel = grpc.aio.insecure_channel(self.endpoint, options=GRPC_OPTIONS)
         await wait_serving(self.channel, self.child, timeout_s=30)
         admin = store_pb2_grpc.StoreAdminStub(self.channel)
-        await admin.CreateTopic(
-            store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(name=TOPIC)), timeout=10
-        )
+        await admin.CreateTopic(store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(name=TOPIC)), timeout=10)
         status = await admin.GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=10)
         if status.flush_mode and status.flush_mode.lower() != self.flush_mode:
             raise RuntimeError(f"store reports flush_mode={status.flush_mode!r}, wanted {self.flush_mode}")
@@ -141,7 +148,9 @@ class TxmqTarget(Target):
     def _msg(self, body: bytes) -> common_pb2.Message:
         # What a producer fills in: unique id and born time (the SDK does the same).
         return common_pb2.Message(
-            topic=TOPIC, body=body, unique_id=new_unique_id(),
+            topic=TOPIC,
+            body=body,
+            unique_id=new_unique_id(),
             born_timestamp_ms=int(time.time() * 1000),
         )
 
@@ -155,9 +164,7 @@ class TxmqTarget(Target):
 
     async def _stub_batch(self, bodies: list[bytes]) -> None:
         resp = await self.store.SendBatch(
-            store_pb2.SendBatchRequest(
-                messages=[self._msg(b) for b in bodies], producer_group=PRODUCER_GROUP
-            ),
+            store_pb2.SendBatchRequest(messages=[self._msg(b) for b in bodies], producer_group=PRODUCER_GROUP),
             timeout=30,
         )
         if len(resp.results) != len(bodies):
@@ -215,16 +222,14 @@ class TxmqTarget(Target):
             await self._stub_batch(bodies)
 
     async def stored_count(self) -> int:
-        resp = await self.store.GetQueueOffsets(
-            store_pb2.GetQueueOffsetsRequest(topic=TOPIC), timeout=10
-        )
+        resp = await self.store.GetQueueOffsets(store_pb2.GetQueueOffsetsRequest(topic=TOPIC), timeout=10)
         return sum(q.max_offset - q.min_offset for q in resp.queues)
 
     async def _close_sdk(self) -> None:
         if self.producer is not None:
             try:
                 await asyncio.to_thread(self.producer.shutdown)
-            except Exception:  # noqa: BLE001, S110
+            except Exception:  # noqa: BLE001
                 pass
             self.producer = None
         if self._pool is not None:

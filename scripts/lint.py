@@ -106,6 +106,7 @@ def write_baseline(counts: dict[Finding, int]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--update", action="store_true", help="shrink the baseline to the current findings")
+    parser.add_argument("--init", action="store_true", help="write the first baseline (only when there is none)")
     args = parser.parse_args()
 
     fmt = ruff_format_check()
@@ -116,6 +117,13 @@ def main() -> int:
     grown = {key: n for key, n in counts.items() if n > baseline.get(key, 0)}
     shrunk = {key: n for key, n in baseline.items() if counts.get(key, 0) < n}
 
+    if args.init:
+        if BASELINE.exists():
+            print("lint: a baseline exists; it may only shrink (--update)")
+            return 1
+        write_baseline(counts)
+        print(f"lint: first baseline, {sum(counts.values())} findings in {len({p for p, _ in counts})} files")
+        return 0 if not fmt else 1
     if args.update:
         if grown:
             for key in sorted(grown):

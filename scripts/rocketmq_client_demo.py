@@ -48,7 +48,9 @@ def main() -> None:
         print(f"   Producer.send -> message_id={receipt.message_id} offset={receipt.offset}")
         for resolution in ("commit", "rollback"):
             transaction = producer.begin_transaction()
-            receipt = producer.send(message(topic, f"transactional ({resolution})", "tx", f"rmq-{resolution}"), transaction)
+            receipt = producer.send(
+                message(topic, f"transactional ({resolution})", "tx", f"rmq-{resolution}"), transaction
+            )
             (transaction.commit if resolution == "commit" else transaction.rollback)()
             print(f"   transactional send + {resolution} -> message_id={receipt.message_id}")
     finally:

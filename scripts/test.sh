@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): idempotent setup with the test tools (the dev extra,
-# helm and the Kubernetes schemas, the Node.js client's npm packages), then the whole suite.
-# Extra arguments go to pytest (e.g. scripts/test.sh -k store -x).
+# helm and the Kubernetes schemas, the Node.js client's npm packages), the gates (ruff
+# format + lint and mypy as a ratchet: scripts/lint.py), then the whole suite.
+# Extra arguments go to pytest (e.g. scripts/test.sh -m "not slow", the fast loop).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh --test
+echo "test: gates (scripts/lint.py: ruff format, ruff and mypy against scripts/lint-baseline.json)"
+.venv/bin/python scripts/lint.py
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

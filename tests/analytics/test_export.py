@@ -16,6 +16,8 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from support.clock import ManualClock  # noqa: E402
+
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc, txcheck_pb2  # noqa: E402
 from txmq_store import export  # noqa: E402
 from txmq_store.export import Exporter, LocalSource, StoreExporter  # noqa: E402
@@ -26,8 +28,6 @@ from txmq_store.settings import StoreSettings  # noqa: E402
 from txmq_txcheck.checkloop import CheckLoop, CheckSettings  # noqa: E402
 from txmq_txcheck.ledger import Ledger  # noqa: E402
 from txmq_txcheck.store_client import StoreClient  # noqa: E402
-
-from support.clock import ManualClock  # noqa: E402
 
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
 GROUP = "PG_EXPORT"

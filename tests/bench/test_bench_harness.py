@@ -19,7 +19,9 @@ from bench import produce
 def test_pick_scenarios_globs_and_order():
     assert produce.pick_scenarios("all") == produce.ALL_SCENARIOS
     assert produce.pick_scenarios("redis:batch,txmq-*:batch") == [
-        "txmq-async:batch", "txmq-sync:batch", "redis:batch",
+        "txmq-async:batch",
+        "txmq-sync:batch",
+        "redis:batch",
     ]
     assert produce.pick_scenarios("nats") == ["nats:single", "nats:batch"]
     with pytest.raises(click.BadParameter):
@@ -31,10 +33,15 @@ def test_ratios_and_targets():
         system, mode = sc.split(":")
         return produce.Result(scenario=sc, system=system, mode=mode, round=0, msgs_per_s=rate)
 
-    rows = {s: res(s, r) for s, r in [
-        ("txmq-async:batch", 150.0), ("redis:batch", 100.0),
-        ("txmq-sync:batch", 90.0), ("redis-aof:batch", 100.0),
-    ]}
+    rows = {
+        s: res(s, r)
+        for s, r in [
+            ("txmq-async:batch", 150.0),
+            ("redis:batch", 100.0),
+            ("txmq-sync:batch", 90.0),
+            ("redis-aof:batch", 100.0),
+        ]
+    }
     by = {(x["numerator"], x["denominator"]): x for x in produce.compute_ratios(rows)}
     assert by[("txmq-async:batch", "redis:batch")]["ratio"] == pytest.approx(1.5)
     assert by[("txmq-async:batch", "redis:batch")]["meets_target"] is True
@@ -61,11 +68,26 @@ def test_tiny_redis_run(tmp_path):
     from click.testing import CliRunner
 
     out = tmp_path / "r.json"
-    r = CliRunner().invoke(produce.main, [
-        "--scenarios", "redis:batch", "--messages", "256", "--batch-size", "16",
-        "--warmup", "16", "--max-seconds", "10", "--wait-quiet", "0", "--no-progress",
-        "--out", str(out),
-    ])
+    r = CliRunner().invoke(
+        produce.main,
+        [
+            "--scenarios",
+            "redis:batch",
+            "--messages",
+            "256",
+            "--batch-size",
+            "16",
+            "--warmup",
+            "16",
+            "--max-seconds",
+            "10",
+            "--wait-quiet",
+            "0",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     import json
 

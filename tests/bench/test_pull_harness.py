@@ -24,23 +24,40 @@ def test_pick_defaults_and_globs():
 
 
 def _lat(system, rnd, p99, p50=1.0):
-    return pull.Result(scenario=f"{system}:latency", system=system, test="latency", round=rnd,
-                       lat_p99_ms=p99, lat_p50_ms=p50, samples=10)
+    return pull.Result(
+        scenario=f"{system}:latency",
+        system=system,
+        test="latency",
+        round=rnd,
+        lat_p99_ms=p99,
+        lat_p50_ms=p50,
+        samples=10,
+    )
 
 
 def _thr(system, rnd, rate):
-    return pull.Result(scenario=f"{system}:throughput", system=system, test="throughput", round=rnd,
-                       msgs_per_s=rate, messages=10)
+    return pull.Result(
+        scenario=f"{system}:throughput", system=system, test="throughput", round=rnd, msgs_per_s=rate, messages=10
+    )
 
 
 def test_ratios_are_paired_per_round_and_use_the_better_peer():
     results = [
-        _lat("txmq", 0, 4.0), _lat("nats", 0, 1.0), _lat("redis", 0, 2.0),  # 4.0 / 1.0
-        _lat("txmq", 1, 3.0), _lat("nats", 1, 3.0), _lat("redis", 1, 1.0),  # 3.0 / 1.0
-        _lat("txmq", 2, 2.0), _lat("nats", 2, 2.0), _lat("redis", 2, 2.0),  # 1.0
-        _thr("txmq", 0, 10.0), _thr("nats", 0, 20.0),
-        _thr("txmq", 1, 30.0), _thr("nats", 1, 20.0),
-        _thr("txmq", 2, 25.0), _thr("nats", 2, 20.0),
+        _lat("txmq", 0, 4.0),
+        _lat("nats", 0, 1.0),
+        _lat("redis", 0, 2.0),  # 4.0 / 1.0
+        _lat("txmq", 1, 3.0),
+        _lat("nats", 1, 3.0),
+        _lat("redis", 1, 1.0),  # 3.0 / 1.0
+        _lat("txmq", 2, 2.0),
+        _lat("nats", 2, 2.0),
+        _lat("redis", 2, 2.0),  # 1.0
+        _thr("txmq", 0, 10.0),
+        _thr("nats", 0, 20.0),
+        _thr("txmq", 1, 30.0),
+        _thr("nats", 1, 20.0),
+        _thr("txmq", 2, 25.0),
+        _thr("nats", 2, 20.0),
     ]
     ratios = {x["what"]: x for x in pull.paired_ratios(results, pull.median_rounds(results))}
     p99 = ratios["txmq p99 wake-up latency / the better peer's p99"]

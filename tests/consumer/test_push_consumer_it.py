@@ -15,7 +15,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from txmq_cli.cluster import ChildProcess
 
 from txmq import (
     Admin,
@@ -27,6 +26,7 @@ from txmq import (
     PullConsumer,
     PushConsumer,
 )
+from txmq_cli.cluster import ChildProcess
 
 from .conftest import (
     Cluster,
@@ -319,7 +319,11 @@ def test_a_consumer_that_cannot_heartbeat_gives_its_queues_up(
     fault = _BlockHeartbeats()
     got: list[bytes] = []
     c = PushConsumer(
-        group, session_cluster.bootstrap, consume_from=ConsumeFromWhere.FIRST_OFFSET, interceptors=[fault], **FAST  # type: ignore[arg-type]
+        group,
+        session_cluster.bootstrap,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        interceptors=[fault],
+        **FAST,  # type: ignore[arg-type]
     )
     c.subscribe(topic)
     c.register_message_listener(lambda msgs: got.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS)

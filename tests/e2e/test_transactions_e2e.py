@@ -51,7 +51,9 @@ TXCHECK_FLAGS = (
 WAIT_S = 120.0
 
 
-def wait_for(what: str, predicate: Callable[[], object], timeout_s: float = WAIT_S, *, detail: Callable[[], str] = lambda: "") -> object:
+def wait_for(
+    what: str, predicate: Callable[[], object], timeout_s: float = WAIT_S, *, detail: Callable[[], str] = lambda: ""
+) -> object:
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
@@ -67,7 +69,7 @@ class ProducerProc:
 
     def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
         self.name = name
-        self.log = open(log_path, "w")  # noqa: SIM115 - closed in close()
+        self.log = open(log_path, "w")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -127,7 +129,8 @@ def read_topic(stub: store_pb2_grpc.StoreStub, topic: str) -> list:
         offset = q.min_offset
         while offset < q.max_offset:
             r = stub.GetMessage(
-                store_pb2.GetMessageRequest(topic=topic, queue_id=q.queue_id, offset=offset, max_messages=256), timeout=10
+                store_pb2.GetMessageRequest(topic=topic, queue_id=q.queue_id, offset=offset, max_messages=256),
+                timeout=10,
             )
             if not r.messages and r.next_begin_offset <= offset:
                 break
@@ -154,7 +157,8 @@ def consume_all(consumer: PullConsumer, topic: str) -> list:
 def test_transactions_with_producer_and_leader_killed(service_factory: ServiceFactory, tmp_path: Path) -> None:
     store = service_factory.store("--flush_mode", "sync")
     replicas: dict[str, ServiceProcess] = {
-        name: service_factory.start("txcheck", *TXCHECK_FLAGS, "--instance_id", name) for name in ("txcheck-a", "txcheck-b")
+        name: service_factory.start("txcheck", *TXCHECK_FLAGS, "--instance_id", name)
+        for name in ("txcheck-a", "txcheck-b")
     }
     pull = service_factory.start("pull")
     topic = f"E2E-{uuid.uuid4().hex[:8]}"
@@ -169,7 +173,18 @@ def test_transactions_with_producer_and_leader_killed(service_factory: ServiceFa
     script = str(Path(__file__).with_name("tx_producer.py"))
 
     def producer(name: str, first: int, last: int, pause_at: int) -> ProducerProc:
-        argv = [sys.executable, script, store.address, GROUP, topic, str(table_path), str(first), str(last), str(pause_at), "4"]
+        argv = [
+            sys.executable,
+            script,
+            store.address,
+            GROUP,
+            topic,
+            str(table_path),
+            str(first),
+            str(last),
+            str(pause_at),
+            "4",
+        ]
         return ProducerProc(name, argv, tmp_path / f"producer-{name}.log")
 
     half = N // 2
@@ -192,7 +207,9 @@ def test_transactions_with_producer_and_leader_killed(service_factory: ServiceFa
             f"{other} to lead after {leader} was killed",
             lambda: leader_of(service_factory.etcd_endpoints, leader_key) == other,
         )
-        wait_for("the survivor to finish sending", lambda: survivor.has("DONE"), detail=lambda: f"sent {survivor.sent()}")
+        wait_for(
+            "the survivor to finish sending", lambda: survivor.has("DONE"), detail=lambda: f"sent {survivor.sent()}"
+        )
         assert not [x for x in survivor.lines if x.startswith("ERROR")], survivor.lines
 
         with grpc.insecure_channel(store.address) as ch:
@@ -240,7 +257,9 @@ def test_transactions_with_producer_and_leader_killed(service_factory: ServiceFa
                 tx = txcheck_pb2_grpc.TransactionStub(tch)
 
                 def resolution(eid: str) -> int:
-                    q = tx.QueryTransaction(txcheck_pb2.QueryTransactionRequest(transaction_id=txid_of[eid]), timeout=10)
+                    q = tx.QueryTransaction(
+                        txcheck_pb2.QueryTransactionRequest(transaction_id=txid_of[eid]), timeout=10
+                    )
                     return q.resolution
 
                 pending = {e for e in sent if table[e] in ROLLED_BACK}
@@ -269,7 +288,11 @@ def test_transactions_with_producer_and_leader_killed(service_factory: ServiceFa
         assert {m.unique_id for m in consumed} == {txid_of[e] for e in want_committed}
         assert all(m.body == m.properties["E2E_ID"].encode() for m in consumed)
         with grpc.insecure_channel(store.address) as ch:
-            final = [m for m in read_topic(store_pb2_grpc.StoreStub(ch), TRANS_CHECK_MAX_TIME_TOPIC) if m.message.properties.get("REAL_TOPIC") == topic]
+            final = [
+                m
+                for m in read_topic(store_pb2_grpc.StoreStub(ch), TRANS_CHECK_MAX_TIME_TOPIC)
+                if m.message.properties.get("REAL_TOPIC") == topic
+            ]
         assert {m.message.properties.get("E2E_ID") for m in final} == want_discarded
         assert {m.message.unique_id for m in final} == {txid_of[e] for e in want_discarded}
         print(

@@ -88,9 +88,7 @@ def main() -> None:
                 go.wait()
             eid = ids[i]
             try:
-                producer.send_message_in_transaction(
-                    Message(topic, eid.encode(), properties={"E2E_ID": eid}), arg=eid
-                )
+                producer.send_message_in_transaction(Message(topic, eid.encode(), properties={"E2E_ID": eid}), arg=eid)
             except Exception as exc:  # noqa: BLE001 - reported; the test decides
                 print(f"ERROR {eid} {type(exc).__name__}: {exc}", flush=True)
             with lock:

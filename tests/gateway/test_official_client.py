@@ -138,7 +138,8 @@ def test_normal_messages_stored_in_txmq_and_consumed(scenarios: Scenarios, gatew
     group = unique_name("GID-normal")
     keys = unique_name("k")
     consumer = scenarios.start(
-        "consume.py", *script_args(topic, group, until_acked=3, await_seconds=5, invisible_seconds=20, deadline_seconds=40)
+        "consume.py",
+        *script_args(topic, group, until_acked=3, await_seconds=5, invisible_seconds=20, deadline_seconds=40),
     )
     consumer.wait_event("receiving", 30, scenarios.explain)
 
@@ -198,16 +199,22 @@ def test_transaction_commit_and_rollback(scenarios: Scenarios, gateway_env: Gate
     keys = unique_name("tk")
     consumer = scenarios.start(
         "consume.py",
-        *script_args(topic, group, until_acked=1, await_seconds=5, invisible_seconds=20, drain_seconds=2.5, deadline_seconds=40),
+        *script_args(
+            topic, group, until_acked=1, await_seconds=5, invisible_seconds=20, drain_seconds=2.5, deadline_seconds=40
+        ),
     )
     consumer.wait_event("receiving", 30, scenarios.explain)
 
-    tx = scenarios.run("transactional.py", "--topic", topic, "--actions", "commit,rollback", "--key-prefix", keys, "--tag", "TagTx")
+    tx = scenarios.run(
+        "transactional.py", "--topic", topic, "--actions", "commit,rollback", "--key-prefix", keys, "--tag", "TagTx"
+    )
     assert not tx.errors(), scenarios.explain("the transactional producer reported errors")
     sent = {r["action"]: r for r in tx.events("sent")}
     assert set(sent) == {"commit", "rollback"}, scenarios.explain("both half messages should be sent")
     assert all(r["transaction_id"] for r in sent.values()), scenarios.explain("a half message without transaction id")
-    assert [r["message_id"] for r in tx.events("committed")] == [sent["commit"]["message_id"]], scenarios.explain("commit")
+    assert [r["message_id"] for r in tx.events("committed")] == [sent["commit"]["message_id"]], scenarios.explain(
+        "commit"
+    )
     assert [r["message_id"] for r in tx.events("rolled_back")] == [sent["rollback"]["message_id"]], scenarios.explain(
         "rollback"
     )
@@ -240,7 +247,9 @@ def test_orphaned_transaction_recovered_by_checker(scenarios: Scenarios, gateway
     asked about it and its answer makes the message visible."""
     scenarios.logs.append(gateway_env.cluster.log_dir / "txcheck.log")
     keys = unique_name("ok")
-    p1 = scenarios.run("transactional.py", "--topic", topic, "--actions", "none", "--key-prefix", keys, "--exit", "crash")
+    p1 = scenarios.run(
+        "transactional.py", "--topic", topic, "--actions", "none", "--key-prefix", keys, "--exit", "crash"
+    )
     assert not p1.errors(), scenarios.explain("process 1 reported errors")
     (half,) = p1.events("sent")
     assert p1.events("left_open") and p1.events("exiting"), scenarios.explain("process 1 did not leave it open")
@@ -249,7 +258,9 @@ def test_orphaned_transaction_recovered_by_checker(scenarios: Scenarios, gateway
 
     p2 = scenarios.start("checker.py", "--topic", topic, "--answer", "commit", "--max-seconds", "50")
     p2.wait_event("started", 30, scenarios.explain)
-    found = wait_for("the recovered message on the topic", lambda: by_key(gateway_env, topic, f"{keys}-0"), scenarios.explain, 40)
+    found = wait_for(
+        "the recovered message on the topic", lambda: by_key(gateway_env, topic, f"{keys}-0"), scenarios.explain, 40
+    )
     done = scenarios.finish(p2, close_stdin=True)
 
     assert [m.unique_id for m in found] == [message_id], scenarios.explain(f"on the topic: {found}")
@@ -258,7 +269,9 @@ def test_orphaned_transaction_recovered_by_checker(scenarios: Scenarios, gateway
     assert checks, scenarios.explain("the checker was never asked")
     first = checks[0]
     assert first["message_id"] == message_id and first["topic"] == topic, scenarios.explain(f"check of {first}")
-    assert first["body"] == "tx-0-none" and first["properties"] == {"action": "none"}, scenarios.explain(f"check {first}")
+    assert first["body"] == "tx-0-none" and first["properties"] == {"action": "none"}, scenarios.explain(
+        f"check {first}"
+    )
     assert first["keys"] == sorted([f"{keys}-0", f"{keys}-all"]), scenarios.explain(f"check keys {first['keys']}")
     assert all(c["message_id"] == message_id for c in checks), scenarios.explain("checks of other messages")
 
@@ -276,7 +289,15 @@ def test_long_polling_receive_then_ack(scenarios: Scenarios, gateway_env: Gatewa
     await_s = 15
     consumer = scenarios.start(
         "consume.py",
-        *script_args(topic, group, until_acked=1, await_seconds=await_s, invisible_seconds=2, drain_seconds=3.5, deadline_seconds=45),
+        *script_args(
+            topic,
+            group,
+            until_acked=1,
+            await_seconds=await_s,
+            invisible_seconds=2,
+            drain_seconds=3.5,
+            deadline_seconds=45,
+        ),
     )
     receiving = consumer.wait_event("receiving", 30, scenarios.explain)
     # Deliberate: the receive must be held at the gateway for a while before anything is
@@ -331,9 +352,7 @@ def test_unacked_message_redelivered_after_invisible_duration(
     done = scenarios.finish(consumer)
 
     assert not done.errors(), scenarios.explain("the consumer reported errors")
-    deliveries = [
-        (r["ended_ms"], m) for r in done.events("received") if not r.get("drain") for m in r["messages"]
-    ]
+    deliveries = [(r["ended_ms"], m) for r in done.events("received") if not r.get("drain") for m in r["messages"]]
     assert [m["message_id"] for _, m in deliveries] == [message_id, message_id], scenarios.explain(
         f"want the message twice (not acked, then redelivered); got {[m['message_id'] for _, m in deliveries]}"
     )
@@ -380,7 +399,10 @@ def test_authentication(scenarios: Scenarios, gateway_env: GatewayEnv, topic: st
         # The client with the right key: send, receive, ack.
         group = unique_name("GID-auth")
         consumer = scenarios.start(
-            "consume.py", *script_args(topic, group, until_acked=1, await_seconds=5, deadline_seconds=40), *right, endpoint=at
+            "consume.py",
+            *script_args(topic, group, until_acked=1, await_seconds=5, deadline_seconds=40),
+            *right,
+            endpoint=at,
         )
         consumer.wait_event("receiving", 30, scenarios.explain)
         keys = unique_name("ak")
@@ -413,8 +435,8 @@ def test_send_deduplicated_by_message_id(scenarios: Scenarios, gateway_env: Gate
     assert len(answers) == 3, scenarios.explain("want 3 answers")
     for a in answers:
         assert a.get("code") == CODE_OK and len(a["entries"]) == 1, scenarios.explain(f"answer {a}")
-        assert a["entries"][0]["code"] == CODE_OK and a["entries"][0]["message_id"] == a["message_id"], scenarios.explain(
-            f"entry {a}"
+        assert a["entries"][0]["code"] == CODE_OK and a["entries"][0]["message_id"] == a["message_id"], (
+            scenarios.explain(f"entry {a}")
         )
     first, retry, new = answers
     assert first["message_id"] == retry["message_id"] != new["message_id"]
@@ -436,10 +458,15 @@ def test_fifo_messages_are_consumed_in_order_per_message_group(scenarios: Scenar
     group's messages in send order, and never two of one group in the same receive (the
     next one is held until the earlier one is acked)."""
     group = unique_name("GID-fifo")
-    sent = scenarios.run("produce.py", "--topic", topic, "--count", "12", "--message-groups", "3", "--body-prefix", "fifo")
+    sent = scenarios.run(
+        "produce.py", "--topic", topic, "--count", "12", "--message-groups", "3", "--body-prefix", "fifo"
+    )
     assert len(sent.events("sent")) == 12, scenarios.explain("the sends failed")
     consumer = scenarios.run(
-        "consume.py", *script_args(topic, group, until_acked=12, max_messages=16, await_seconds=2, invisible_seconds=20, deadline_seconds=40)
+        "consume.py",
+        *script_args(
+            topic, group, until_acked=12, max_messages=16, await_seconds=2, invisible_seconds=20, deadline_seconds=40
+        ),
     )
     by_group: dict[str, list[int]] = {}
     for receive in consumer.events("received"):
@@ -447,4 +474,6 @@ def test_fifo_messages_are_consumed_in_order_per_message_group(scenarios: Scenar
         assert len(groups) == len(set(groups)), scenarios.explain(f"two messages of one group in one receive: {groups}")
         for m in receive["messages"]:
             by_group.setdefault(m["message_group"], []).append(int(m["body"].rsplit("-", 1)[1]))
-    assert by_group == {f"g{g}": [i for i in range(12) if i % 3 == g] for g in range(3)}, scenarios.explain(str(by_group))
+    assert by_group == {f"g{g}": [i for i in range(12) if i % 3 == g] for g in range(3)}, scenarios.explain(
+        str(by_group)
+    )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_settings import BaseSettings
+
 from txmq_gateway.settings import GatewaySettings
 from txmq_pull.settings import PullSettings
 from txmq_store.settings import StoreSettings
@@ -73,6 +74,7 @@ def secret_settings(service: str) -> frozenset[str]:
 def value_settings(service: str) -> list[str]:
     """The settings that are values under <service>.settings (all but the secrets)."""
     return [name for name in SERVICES[service].model_fields if name not in secret_settings(service)]
+
 
 # JSON-schema keywords that constrain a value (pydantic's output, minus titles/defaults).
 _KEEP = (

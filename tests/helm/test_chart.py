@@ -244,7 +244,9 @@ def test_store_data_dir_outside_the_pvc_is_refused() -> None:
 
 
 @pytest.mark.parametrize("which", ["default", "nondefault"])
-def test_store_id_and_address_come_from_the_pod(which: str, default_docs: list[Doc], nondefault_docs: list[Doc]) -> None:
+def test_store_id_and_address_come_from_the_pod(
+    which: str, default_docs: list[Doc], nondefault_docs: list[Doc]
+) -> None:
     docs = default_docs if which == "default" else nondefault_docs
     full, domain, port = ("txmq", "cluster.local", 10911) if which == "default" else ("mq", "corp.local", 20911)
     sts = workload(docs, "store")
@@ -259,7 +261,10 @@ def test_store_id_and_address_come_from_the_pod(which: str, default_docs: list[D
     assert by_name["TXMQ_STORE_STORE_ID"]["value"] == "$(POD_NAME)"
     headless = sts["spec"]["serviceName"]
     assert headless == f"{full}-store-headless"
-    assert by_name["TXMQ_STORE_ADVERTISED_ADDRESS"]["value"] == f"$(POD_NAME).{headless}.$(POD_NAMESPACE).svc.{domain}:{port}"
+    assert (
+        by_name["TXMQ_STORE_ADVERTISED_ADDRESS"]["value"]
+        == f"$(POD_NAME).{headless}.$(POD_NAMESPACE).svc.{domain}:{port}"
+    )
     svc = one(docs, "Service", headless)
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
@@ -279,7 +284,9 @@ def test_probes_ask_the_grpc_health_service_on_the_service_port(
     w = workload(docs, service)
     c = container(w, service)
     port = int(env_values(c)[f"TXMQ_{service.upper()}_PORT"] or 0)
-    assert port == (VALUES[service]["settings"]["port"] if which == "default" else NONDEFAULT[service]["settings"]["port"])
+    assert port == (
+        VALUES[service]["settings"]["port"] if which == "default" else NONDEFAULT[service]["settings"]["port"]
+    )
     assert [p["containerPort"] for p in c["ports"] if p["name"] == "grpc"] == [port]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert c[probe]["grpc"] == {"port": port}, probe
@@ -315,7 +322,9 @@ def test_etcd_is_a_three_member_cluster_with_pvcs(default_docs: list[Doc]) -> No
     assert members == {
         f"txmq-etcd-{i}": f"http://txmq-etcd-{i}.{headless}.{chart.NAMESPACE}.svc.cluster.local:2380" for i in range(3)
     }
-    assert flags["initial-advertise-peer-urls"] == f"http://$(POD_NAME).{headless}.$(POD_NAMESPACE).svc.cluster.local:2380"
+    assert (
+        flags["initial-advertise-peer-urls"] == f"http://$(POD_NAME).{headless}.$(POD_NAMESPACE).svc.cluster.local:2380"
+    )
     assert flags["initial-cluster-state"] == "new"
     assert flags["data-dir"].startswith(container(sts, "etcd")["volumeMounts"][0]["mountPath"] + "/")
     svc = one(default_docs, "Service", headless)
@@ -333,7 +342,9 @@ def test_services_dial_etcd_through_its_client_service(default_docs: list[Doc]) 
 
 def test_etcd_is_not_exposed_outside_the_cluster(default_docs: list[Doc]) -> None:
     etcd_pods = pod_labels(one(default_docs, "StatefulSet", "txmq-etcd"))
-    etcd_services = [s for s in find(default_docs, "Service") if matches({"matchLabels": s["spec"]["selector"]}, etcd_pods)]
+    etcd_services = [
+        s for s in find(default_docs, "Service") if matches({"matchLabels": s["spec"]["selector"]}, etcd_pods)
+    ]
     assert {s["metadata"]["name"] for s in etcd_services} == {"txmq-etcd", "txmq-etcd-headless"}
     for svc in etcd_services:
         assert svc["spec"].get("type", "ClusterIP") == "ClusterIP"
@@ -387,7 +398,9 @@ def test_external_etcd(nondefault_docs: list[Doc]) -> None:
 def test_each_component_has_a_disruption_budget(component: str, default_docs: list[Doc]) -> None:
     pods = [w for w in workloads(default_docs) if component_of(w) == component]
     assert len(pods) == 1
-    budgets = [p for p in find(default_docs, "PodDisruptionBudget") if matches(p["spec"]["selector"], pod_labels(pods[0]))]
+    budgets = [
+        p for p in find(default_docs, "PodDisruptionBudget") if matches(p["spec"]["selector"], pod_labels(pods[0]))
+    ]
     assert len(budgets) == 1
     assert budgets[0]["spec"]["maxUnavailable"] == 1
 
@@ -715,7 +728,12 @@ def test_gateway_tls_port_without_the_secret_fails_even_without_the_schema(tmp_p
         ({"gateway": {"settings": {"access_key": "ak"}}}, "existingSecret"),
         ({"gateway": {"auth": {"existingSecret": "gw-auth"}}}, "access_key"),
         (
-            {"gateway": {"auth": {"existingSecret": "gw-auth", "existingSecretKey": ""}, "settings": {"access_key": "ak"}}},
+            {
+                "gateway": {
+                    "auth": {"existingSecret": "gw-auth", "existingSecretKey": ""},
+                    "settings": {"access_key": "ak"},
+                }
+            },
             "existingSecretKey",
         ),
         ({"gateway": {"service": {"type": "Ingress"}}}, "type"),
@@ -762,7 +780,9 @@ def test_nondefault_values_reach_the_manifests(nondefault_docs: list[Doc]) -> No
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_metrics_port_is_declared_and_annotated(service: str, default_docs: list[Doc], nondefault_docs: list[Doc]) -> None:
+def test_metrics_port_is_declared_and_annotated(
+    service: str, default_docs: list[Doc], nondefault_docs: list[Doc]
+) -> None:
     w = workload(default_docs, service)
     c = container(w, service)
     port = int(env_values(c)[f"TXMQ_{service.upper()}_METRICS_PORT"] or 0)
@@ -819,7 +839,6 @@ def test_long_release_names_stay_within_kubernetes_limits() -> None:
 
 def test_rendering_is_deterministic() -> None:
     assert chart.template().stdout == chart.template().stdout
-
 
 
 # ---- the RocketMQ 5 gateway ------------------------------------------------------------------

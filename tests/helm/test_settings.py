@@ -21,10 +21,10 @@ import grpc
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from txmq_runtime.settings import load_settings
 
 from helm import chart, settings_schema
 from helm.chart import Doc, container, env_list, pod_spec
+from txmq_runtime.settings import load_settings
 
 SERVICES = settings_schema.SERVICES
 VALUES = yaml.safe_load((chart.CHART / "values.yaml").read_text())
@@ -122,7 +122,8 @@ def service_container(docs: list[Doc], service: str) -> dict[str, Any]:
     (w,) = [
         d
         for d in docs
-        if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["labels"]["app.kubernetes.io/component"] == service
+        if d["kind"] in ("Deployment", "StatefulSet")
+        and d["metadata"]["labels"]["app.kubernetes.io/component"] == service
     ]
     return container(w, service)
 
@@ -436,6 +437,7 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
     registers under its pod name, and on SIGTERM stops within terminationGracePeriodSeconds
     minus the preStop sleep."""
     from support import free_port
+
     from txmq import Admin, ServiceKind
     from txmq_gateway.v2 import pb
 
@@ -446,7 +448,11 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
     tls_port = free_port()
     values = {
         "tls": {**TLS, "mountPath": str(tls_dir)},
-        "etcd": {"enabled": False, "prefix": f"/txmq-helm-{uuid.uuid4().hex[:8]}", "external": {"endpoints": etcd.endpoint}},
+        "etcd": {
+            "enabled": False,
+            "prefix": f"/txmq-helm-{uuid.uuid4().hex[:8]}",
+            "external": {"endpoints": etcd.endpoint},
+        },
         "store": {
             "settings": {
                 "host": "127.0.0.1",
@@ -494,7 +500,9 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
         graces[service] = pod_spec(w)["terminationGracePeriodSeconds"] - pre_stop
         log = tmp_path / f"{service}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([entrypoint, *c["args"]], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+            proc = subprocess.Popen(
+                [entrypoint, *c["args"]], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
+            )
         pods.append((service, proc))
         _health(f"127.0.0.1:{ports[service]}", 60, proc, log)
 

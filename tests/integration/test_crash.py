@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import grpc
 from support import ServiceProcess
+
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 
 TOPIC = "CrashTopic"

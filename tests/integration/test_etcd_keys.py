@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from txmq.v1 import common_pb2
 from txmq_runtime.etcd import etcd_client
 from txmq_runtime.registry import EtcdKeys, ServiceKey, StoreTopicKey

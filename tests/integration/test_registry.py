@@ -11,6 +11,7 @@ import aetcd
 import pytest
 from support import EtcdServer, new_etcd
 from support.processes import free_port, private_prefix
+
 from txmq.v1 import common_pb2
 from txmq_runtime.etcd import etcd_client
 from txmq_runtime.registry import ClusterView, EtcdKeys, Registration, encode

@@ -15,6 +15,7 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from support import EtcdServer, ServiceFactory, ServiceProcess, free_port, wait_key_deleted
+
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, route_pb2_grpc
 from txmq_runtime.etcd import etcd_client
@@ -160,7 +161,9 @@ async def test_stop_ends_arrival_streams_and_held_pulls_instead_of_waiting_out_t
     pull = service_factory.start("pull", *grace, "--metrics_port", str(metrics_port))
     with grpc.insecure_channel(store.address) as channel:
         store_pb2_grpc.StoreAdminStub(channel).CreateTopic(
-            store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(name="Held", read_queue_nums=1, write_queue_nums=1)),
+            store_pb2.CreateTopicRequest(
+                topic=common_pb2.TopicConfig(name="Held", read_queue_nums=1, write_queue_nums=1)
+            ),
             timeout=10,
         )
 

@@ -7,6 +7,7 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support import LocalCluster, ServiceFactory
+
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, route_pb2_grpc, store_pb2, store_pb2_grpc
 
@@ -52,9 +53,13 @@ def test_a_created_topic_is_routed_from_every_service(service_factory: ServiceFa
     addresses = [store.address, pull.address, txcheck.address]
     store_id = "store-0"
 
-    admin(store.address, "CreateTopic", store_pb2.CreateTopicRequest(
-        topic=common_pb2.TopicConfig(name="RoutedTopic", read_queue_nums=4, write_queue_nums=4)
-    ))
+    admin(
+        store.address,
+        "CreateTopic",
+        store_pb2.CreateTopicRequest(
+            topic=common_pb2.TopicConfig(name="RoutedTopic", read_queue_nums=4, write_queue_nums=4)
+        ),
+    )
     for address in addresses:
         # The store publishes topics to etcd just after CreateTopic returns: allow for it.
         response = eventually(lambda a=address: route_or_none(a, "RoutedTopic"))
@@ -65,9 +70,13 @@ def test_a_created_topic_is_routed_from_every_service(service_factory: ServiceFa
         assert [e.address for e in response.pull_endpoints] == [pull.address]
         assert [e.address for e in response.txcheck_endpoints] == [txcheck.address]
 
-    admin(store.address, "UpdateTopic", store_pb2.UpdateTopicRequest(
-        topic=common_pb2.TopicConfig(name="RoutedTopic", read_queue_nums=2, write_queue_nums=2, perm=4)
-    ))
+    admin(
+        store.address,
+        "UpdateTopic",
+        store_pb2.UpdateTopicRequest(
+            topic=common_pb2.TopicConfig(name="RoutedTopic", read_queue_nums=2, write_queue_nums=2, perm=4)
+        ),
+    )
     updated = [(store_id, store.address, 2, 2, 4)]
     for address in addresses:
         eventually(lambda a=address: queues_of(query_route(a, "RoutedTopic")) == updated)
@@ -95,9 +104,13 @@ def test_session_cluster_fixture(txmq_cluster: LocalCluster) -> None:
         with grpc.insecure_channel(address) as channel:
             status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
         assert status == health_pb2.HealthCheckResponse.SERVING
-    admin(txmq_cluster.store_address, "CreateTopic", store_pb2.CreateTopicRequest(
-        topic=common_pb2.TopicConfig(name="FixtureTopic", read_queue_nums=3, write_queue_nums=3)
-    ))
+    admin(
+        txmq_cluster.store_address,
+        "CreateTopic",
+        store_pb2.CreateTopicRequest(
+            topic=common_pb2.TopicConfig(name="FixtureTopic", read_queue_nums=3, write_queue_nums=3)
+        ),
+    )
     response = eventually(lambda: route_or_none(txmq_cluster.bootstrap, "FixtureTopic"))
     assert [q.store_address for q in response.queues] == [txmq_cluster.store_address]
     assert [e.address for e in response.pull_endpoints] == [txmq_cluster.pull_address]

@@ -22,8 +22,12 @@ def up_process(tmp_path: Path, ports: dict[str, int], *extra: str, name: str = "
     return ChildProcess(
         name=f"txmq {name}",
         argv=[
-            sys.executable, "-m", "txmq_cli.main", "up",
-            "--data_dir", str(tmp_path / name / "data"),
+            sys.executable,
+            "-m",
+            "txmq_cli.main",
+            "up",
+            "--data_dir",
+            str(tmp_path / name / "data"),
             *[a for name, port in ports.items() for a in (f"--{name}_port", str(port))],
             *extra,
         ],

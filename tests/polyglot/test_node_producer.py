@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 from support import ServiceFactory
+
 from txmq import Admin
 from txmq.v1 import store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
 
@@ -28,9 +29,7 @@ QUEUES = 4
 FAST = ("--transaction_check_interval_ms", "500", "--transaction_timeout_ms", "500")
 
 pytestmark = [
-    pytest.mark.skipif(
-        NODE is None, reason="node is not installed (Node.js 18+ runs clients/node)"
-    ),
+    pytest.mark.skipif(NODE is None, reason="node is not installed (Node.js 18+ runs clients/node)"),
     pytest.mark.skipif(
         not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir(),
         reason="clients/node/node_modules is absent: run scripts/install_node_deps.sh",
@@ -80,9 +79,7 @@ def visible_ids(store_address: str, topic: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("answer_via", ["rpc", "stream"])
-def test_node_transactional_producer(
-    service_factory: ServiceFactory, answer_via: str
-) -> None:
+def test_node_transactional_producer(service_factory: ServiceFactory, answer_via: str) -> None:
     store = service_factory.store()
     txcheck = service_factory.start("txcheck", *FAST)
     pull = service_factory.start("pull")
@@ -110,26 +107,18 @@ def test_node_transactional_producer(
     assert steps["check"]["transaction_id"] == second
     # A check names the half record it put back at the tail of the half queue (RocketMQ
     # putBackHalfMsgQueue): later offsets than the send's, and the producer must echo them.
-    assert int(steps["check"]["commit_log_offset"]) > int(
-        steps["send_unknown"]["commit_log_offset"]
-    )
-    assert int(steps["check"]["tran_state_table_offset"]) > int(
-        steps["send_unknown"]["queue_offset"]
-    )
+    assert int(steps["check"]["commit_log_offset"]) > int(steps["send_unknown"]["commit_log_offset"])
+    assert int(steps["check"]["tran_state_table_offset"]) > int(steps["send_unknown"]["queue_offset"])
     assert steps["check_commit"]["via"] == answer_via
     error = steps["error"]
-    assert (
-        error["code"] == "CODE_TOPIC_NOT_FOUND" and error["grpc_status"] == "NOT_FOUND"
-    ), error
+    assert error["code"] == "CODE_TOPIC_NOT_FOUND" and error["grpc_status"] == "NOT_FOUND", error
     assert error["message"] and error["retriable"] is False
 
     # Both visible exactly once on the real topic (the stream answer is one-way: wait
     # for it), and still once after more check rounds have passed.
     deadline = time.monotonic() + 30
     while sorted(visible_ids(store.address, topic)) != sorted(txids):
-        assert time.monotonic() < deadline, (
-            f"visible: {visible_ids(store.address, topic)}, want {txids}"
-        )
+        assert time.monotonic() < deadline, f"visible: {visible_ids(store.address, topic)}, want {txids}"
         time.sleep(0.1)
     time.sleep(1.5)  # three check intervals
     assert sorted(visible_ids(store.address, topic)) == sorted(txids)
@@ -137,9 +126,7 @@ def test_node_transactional_producer(
     with grpc.insecure_channel(txcheck.address) as ch:
         stub = txcheck_pb2_grpc.TransactionStub(ch)
         for txid in txids:
-            info = stub.QueryTransaction(
-                txcheck_pb2.QueryTransactionRequest(transaction_id=txid), timeout=5
-            )
+            info = stub.QueryTransaction(txcheck_pb2.QueryTransactionRequest(transaction_id=txid), timeout=5)
             assert info.resolution == txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT
             assert info.producer_group == group
             assert info.committed.message.topic == topic

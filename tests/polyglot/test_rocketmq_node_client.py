@@ -47,6 +47,7 @@ from support.scripts import (
     unique_name,
     wait_for,
 )
+
 from txmq.v1 import txcheck_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,7 +160,9 @@ def test_normal_messages_stored_in_txmq_and_consumed(scripts: Scripts, node_env:
     # In txmq's store, through txmq's SDK: each message once, with tag, keys, properties.
     for r in receipts:
         key = f"{keys}-{r['index']}"
-        found = wait_for(f"message {r['index']} indexed by key", lambda key=key: by_key(node_env, topic, key), scripts.explain)
+        found = wait_for(
+            f"message {r['index']} indexed by key", lambda key=key: by_key(node_env, topic, key), scripts.explain
+        )
         assert len(found) == 1, scripts.explain(f"key {key} names {len(found)} messages: {found}")
         m = found[0]
         assert m.unique_id == r["message_id"], scripts.explain(f"unique_id {m.unique_id} != {r['message_id']}")
@@ -209,7 +212,9 @@ def test_transactions_commit_rollback_and_check(scripts: Scripts, node_env: Node
     sent = {r["action"]: r for r in tx.events("sent")}
     assert set(sent) == {"commit", "rollback", "check"}, scripts.explain("all three half messages should be sent")
     assert all(r["transaction_id"] for r in sent.values()), scripts.explain("a half message without transaction id")
-    assert [r["message_id"] for r in tx.events("committed")] == [sent["commit"]["message_id"]], scripts.explain("commit")
+    assert [r["message_id"] for r in tx.events("committed")] == [sent["commit"]["message_id"]], scripts.explain(
+        "commit"
+    )
     assert [r["message_id"] for r in tx.events("rolled_back")] == [sent["rollback"]["message_id"]], scripts.explain(
         "rollback"
     )
@@ -242,7 +247,8 @@ def test_transactions_commit_rollback_and_check(scripts: Scripts, node_env: Node
     assert sorted(m.unique_id for m in found) == want, scripts.explain(f"on the topic: {found}")
     assert stored_count(node_env, topic) == 2, scripts.explain("the topic must hold the committed messages only")
     resolutions = {
-        action: query_transaction(node_env, sent[action]["message_id"]).resolution for action in ("commit", "rollback", "check")
+        action: query_transaction(node_env, sent[action]["message_id"]).resolution
+        for action in ("commit", "rollback", "check")
     }
     assert resolutions == {
         "commit": txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT,
@@ -259,7 +265,9 @@ def test_simple_consumer_body_digest_accepted(scripts: Scripts, topic: str) -> N
     keys = unique_name("dg")
     sent = scripts.run("producer.js", "--topic", topic, "--key-prefix", keys, "--body-prefix", "digest")
     assert len(sent.events("sent")) == 1, scripts.explain("the send failed")
-    done = scripts.run("consumer.js", *script_args(topic, unique_name("GID-dg"), until_acked=1, await_ms=2000, deadline_s=20))
+    done = scripts.run(
+        "consumer.js", *script_args(topic, unique_name("GID-dg"), until_acked=1, await_ms=2000, deadline_s=20)
+    )
     assert not done.errors(), scripts.explain("the consumer reported errors")
     got = done.received()
     assert [m["message_id"] for m in got] == [sent.events("sent")[0]["message_id"]], scripts.explain("receive")
@@ -274,7 +282,8 @@ def test_push_consumer_consumes(scripts: Scripts, topic: str) -> None:
     ids = sorted(r["message_id"] for r in sent.events("sent"))
     assert len(ids) == 2, scripts.explain("the sends failed")
     done = scripts.run(
-        "push_consumer.js", *script_args(topic, unique_name("GID-push"), until_consumed=2, deadline_s=15, shutdown_wait_s=2)
+        "push_consumer.js",
+        *script_args(topic, unique_name("GID-push"), until_consumed=2, deadline_s=15, shutdown_wait_s=2),
     )
     assert not done.errors(), scripts.explain("the push consumer reported errors")
     consumed = sorted({r["message"]["message_id"] for r in done.events("consumed")})

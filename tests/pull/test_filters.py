@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2
 from txmq_pull.filters import parse_filter

@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+from support.clock import ManualClock
+
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2
-from support.clock import ManualClock
 from txmq_pull.filters import PullFilter, parse_filter
 from txmq_pull.hold import READ_WATCH_BUFFER, ArrivalEvent, HoldService, QueueKey, WakeReason
 from txmq_runtime.tags import tag_hash_code

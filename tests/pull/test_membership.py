@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from support.clock import ManualClock
+
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
-from support.clock import ManualClock
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.settings import PullSettings
 from txmq_runtime.settings import load_settings

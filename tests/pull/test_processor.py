@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
 from txmq_pull.hold import QueueKey

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2_grpc
 

@@ -4,6 +4,7 @@ with the client's ResponseCode -> PullStatus mapping folded in)."""
 from __future__ import annotations
 
 import pytest
+
 from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2, store_pb2
 from txmq_pull.processor import STATUS_MAP, pull_status, to_pull_response

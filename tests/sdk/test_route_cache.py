@@ -4,8 +4,8 @@ server it asks, what it caches, and what it does when route servers fail."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from concurrent import futures
-from typing import Iterator
 
 import grpc
 import pytest

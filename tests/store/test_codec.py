@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+
 from txmq_runtime.tags import tag_hash_code
 from txmq_store.codec import (
     BLANK_MAGIC,

@@ -22,15 +22,16 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
+
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
-from txmq_store.index import IndexService, key_hash
 from txmq_store.commitlog import CommitLog
+from txmq_store.index import IndexService, key_hash
 from txmq_store.message_store import MessageStore
 from txmq_store.settings import StoreSettings
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from txmq_store.model import GetMessageStatus, SendStatus
 
 from .conftest import CountingFsync, StoreFactory, msg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
 from txmq_runtime.tags import parse_tag_expression

@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
 from txmq_store.index import IndexService, key_hash

@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 from prometheus_client import REGISTRY
+
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2, store_pb2
 from txmq_store.consumequeue import ConsumeQueue

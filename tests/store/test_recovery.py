@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
 from txmq_store.message_store import MessageStore

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2 as E
 from txmq_store.message_store import MessageStore

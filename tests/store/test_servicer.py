@@ -6,6 +6,7 @@ import asyncio
 
 import grpc
 import pytest
+
 from txmq.errors import TxmqError
 from txmq.ids import decode_offset_msg_id
 from txmq.v1 import common_pb2, errors_pb2, store_pb2
@@ -264,7 +265,9 @@ async def test_put_system_messages_writes_system_topics_with_system_fields(grpc_
     )
     resp = await stub.PutSystemMessages(store_pb2.PutSystemMessagesRequest(messages=[op, commit]))
     assert [r.queue.topic for r in resp.results] == ["RMQ_SYS_TRANS_OP_HALF_TOPIC", "TopicA"]
-    view = (await stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=resp.results[1].commit_log_offset))).message
+    view = (
+        await stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=resp.results[1].commit_log_offset))
+    ).message
     assert (view.sys_flag, view.reconsume_times, view.prepared_transaction_offset) == (8, 2, 1234)
     assert view.message.unique_id == "AB" * 16
 

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import aetcd
+
 from txmq_cli.cluster import EtcdServer, LocalCluster, ServiceProcess
 
 

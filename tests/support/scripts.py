@@ -97,7 +97,7 @@ class Background:
     @staticmethod
     def _read(stream: Any, into: list[str]) -> None:
         for line in stream:
-            into.append(line)  # noqa: PERF402 - one at a time: the test reads them as they come
+            into.append(line)
 
     def _sync(self) -> None:
         self.run.stdout = "".join(self._out)
@@ -180,7 +180,13 @@ class ScriptRunner:
         self.runs.append(run)
         try:
             proc = subprocess.run(
-                run.argv, cwd=self.cwd, check=False, capture_output=True, text=True, timeout=timeout_s, env=self.child_env()
+                run.argv,
+                cwd=self.cwd,
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=self.child_env(),
             )
         except subprocess.TimeoutExpired as exc:
             run.stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -240,9 +246,8 @@ class ClientEnv:
 
 @contextmanager
 def client_env(etcd_endpoint: str, base: Path) -> Iterator[ClientEnv]:
-    from txmq import Admin
-
     from support.processes import new_local_cluster, private_prefix
+    from txmq import Admin
 
     prefix = private_prefix()
     cluster = new_local_cluster(
@@ -289,6 +294,7 @@ def stored_count(env: ClientEnv, topic: str) -> int:
 def query_transaction(env: ClientEnv, transaction_id: str) -> Any:
     """txcheck's QueryTransaction answer (state and timeline of a transaction)."""
     import grpc
+
     from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
 
     with grpc.insecure_channel(env.cluster.txcheck_address) as channel:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 import aetcd
 import grpc

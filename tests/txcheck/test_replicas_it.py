@@ -181,7 +181,9 @@ def test_without_a_leader_nobody_decides_and_the_sdk_retries(
         try:
             wait_for(
                 "a refused attempt",
-                lambda: any(r.transaction_id in rec.getMessage() and "retrying" in rec.getMessage() for rec in caplog.records),
+                lambda: any(
+                    r.transaction_id in rec.getMessage() and "retrying" in rec.getMessage() for rec in caplog.records
+                ),
             )
             assert visible(store.address, topic) == []
             service_factory.start("txcheck", *FAST, *LEADER)

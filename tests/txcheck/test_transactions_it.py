@@ -65,7 +65,9 @@ def test_commit_rollback_and_unknown_checked_until_commit(cluster) -> None:
 def test_retried_commit_is_delivered_once(cluster) -> None:
     store, txcheck = cluster
     topic = new_topic(store)
-    with TransactionProducer(group="PG_TWICE", endpoint=store.address, listener=Listener(LocalTransactionState.COMMIT)) as p:
+    with TransactionProducer(
+        group="PG_TWICE", endpoint=store.address, listener=Listener(LocalTransactionState.COMMIT)
+    ) as p:
         r = p.send_message_in_transaction(Message(topic, b"once"))
         p.end_transaction(r, LocalTransactionState.COMMIT)  # a retried one-way call
         with pytest.raises(Exception) as info:
@@ -110,7 +112,10 @@ def test_two_replicas_one_leads_the_other_takes_over(service_factory: ServiceFac
     listener = Listener(LocalTransactionState.COMMIT)
     with TransactionProducer(group="PG_HA", endpoint=store.address, listener=listener) as p:
         p.start(wait_channel=10)
-        assert p.send_message_in_transaction(Message(topic, b"before")).local_transaction_state is LocalTransactionState.COMMIT
+        assert (
+            p.send_message_in_transaction(Message(topic, b"before")).local_transaction_state
+            is LocalTransactionState.COMMIT
+        )
         (a if first == "txcheck-a" else b).kill()
         second = "txcheck-b" if first == "txcheck-a" else "txcheck-a"
         wait_for("the takeover", lambda: leader_of(service_factory.etcd_endpoints, key) == second)
@@ -130,12 +135,16 @@ def test_cli_show_and_resume(cluster) -> None:
 
     store, _ = cluster
     topic = new_topic(store)
-    with TransactionProducer(group="PG_CLI", endpoint=store.address, listener=Listener(LocalTransactionState.COMMIT)) as p:
+    with TransactionProducer(
+        group="PG_CLI", endpoint=store.address, listener=Listener(LocalTransactionState.COMMIT)
+    ) as p:
         r = p.send_message_in_transaction(Message(topic, b"cli"))
     runner = CliRunner()
     shown = runner.invoke(cli, ["transaction", "show", r.transaction_id, "--endpoint", store.address])
     assert shown.exit_code == 0, shown.output
-    assert "state COMMIT" in shown.output and "half_stored" in shown.output and f"committed copy: {topic}" in shown.output
+    assert (
+        "state COMMIT" in shown.output and "half_stored" in shown.output and f"committed copy: {topic}" in shown.output
+    )
     refused = runner.invoke(cli, ["transaction", "resume", r.transaction_id, "--endpoint", store.address])
     assert refused.exit_code == 1 and "ALREADY_RESOLVED" in refused.output
 

@@ -4,7 +4,6 @@ import pytest
 from txmq.errors import (
     ConflictError,
     NotFoundError,
-    TooManyRequestsError,
     TxmqError,
     UnavailableError,
     error,

@@ -41,7 +41,10 @@ def test_op_entries_round_trip() -> None:
 
 def test_op_entries_of_another_tool_come_from_the_body() -> None:
     assert decode_op_entries({}, b"1,x,2") == [OpEntry(1), OpEntry(2)]
-    assert decode_op_entries({PROPERTY_OP_DECISIONS: "5:t:C,bad,6:u:R"}, b"") == [OpEntry(5, "t", "C"), OpEntry(6, "u", "R")]
+    assert decode_op_entries({PROPERTY_OP_DECISIONS: "5:t:C,bad,6:u:R"}, b"") == [
+        OpEntry(5, "t", "C"),
+        OpEntry(6, "u", "R"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -90,7 +93,10 @@ def test_no_module_defines_the_protocol_names_again() -> None:
     values = {
         v
         for k, v in vars(protocol).items()
-        if k.isupper() and isinstance(v, str) and len(v) > 2 and (k.startswith(("PROPERTY_", "TRANS_", "SYSTEM_")) or "TOPIC" in k)
+        if k.isupper()
+        and isinstance(v, str)
+        and len(v) > 2
+        and (k.startswith(("PROPERTY_", "TRANS_", "SYSTEM_")) or "TOPIC" in k)
     }
     assign = re.compile(r"""^\s*[A-Z_]+\s*(?::[^=]+)?=\s*["']([^"']+)["']\s*(#.*)?$""")
     perm = re.compile(r"^\s*PERM_[A-Z]+\s*=\s*\d")

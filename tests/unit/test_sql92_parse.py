@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from txmq_runtime.sql92 import (
     MAX_DEPTH,
     MAX_NESTING,
@@ -63,16 +64,12 @@ def test_precedence_and_canonical_form(expression: str, tree: str) -> None:
 
 
 def test_keywords_are_case_insensitive_identifiers_are_not() -> None:
-    assert canon("a = 1 and b <> 2 Or NOT (c is not null)") == canon(
-        "a = 1 AND b <> 2 OR NOT (c IS NOT NULL)"
-    )
+    assert canon("a = 1 and b <> 2 Or NOT (c is not null)") == canon("a = 1 AND b <> 2 OR NOT (c IS NOT NULL)")
     assert canon("a between 1 and 2") == canon("a BeTwEeN 1 AnD 2")
     assert canon("x contains 'a' and y StartsWith 'b' and z ENDSWITH 'c'") == (
         "((x CONTAINS 'a') AND (y STARTSWITH 'b') AND (z ENDSWITH 'c'))"
     )
-    assert canon("a = true OR b = False OR c is Null") == (
-        "((a = TRUE) OR (b = FALSE) OR (c IS NULL))"
-    )
+    assert canon("a = true OR b = False OR c is Null") == ("((a = TRUE) OR (b = FALSE) OR (c IS NULL))")
     f = compile_sql92("Region = 'eu'")
     assert f.property_names == frozenset({"Region"})
     assert not f.matches({"region": "eu"})
@@ -227,9 +224,7 @@ def test_literals(literal: str, text: str) -> None:
         ("TRUE = -1", 8, "TRUE cannot be compared with -1"),
     ],
 )
-def test_syntax_errors_name_column_and_expectation(
-    expression: str, column: int, message: str
-) -> None:
+def test_syntax_errors_name_column_and_expectation(expression: str, column: int, message: str) -> None:
     err = syntax_error(expression)
     assert message in err.message
     assert err.column == column, (err.column, str(err))

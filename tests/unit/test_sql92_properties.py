@@ -12,6 +12,7 @@ hypothesis = pytest.importorskip("hypothesis")
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from txmq_runtime.sql92 import (
     Sql92EvaluationError,
     Sql92SyntaxError,
@@ -56,9 +57,9 @@ ATOMS = st.sampled_from(
 def _combine(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     return st.one_of(
         children.map(lambda x: f"NOT ({x})"),
-        st.tuples(
-            st.sampled_from([" AND ", " OR "]), st.lists(children, min_size=2, max_size=4)
-        ).map(lambda t: "(" + t[0].join(t[1]) + ")"),
+        st.tuples(st.sampled_from([" AND ", " OR "]), st.lists(children, min_size=2, max_size=4)).map(
+            lambda t: "(" + t[0].join(t[1]) + ")"
+        ),
     )
 
 
@@ -118,9 +119,7 @@ def test_and_or_follow_rocketmq_tables(left: str, right: str, props: dict) -> No
     assert outcome(f"({left}) AND ({right})", props) == rocketmq_and(x, y)
     assert outcome(f"({left}) OR ({right})", props) == rocketmq_or(x, y)
     # De Morgan holds exactly, errors included (same evaluation order)
-    assert outcome(f"NOT (({left}) AND ({right}))", props) == outcome(
-        f"NOT ({left}) OR NOT ({right})", props
-    )
+    assert outcome(f"NOT (({left}) AND ({right}))", props) == outcome(f"NOT ({left}) OR NOT ({right})", props)
 
 
 @SETTINGS
@@ -162,17 +161,58 @@ def test_double_comparisons_are_numeric(value: float, literal: float, negate: bo
     lit = -literal if negate else literal
     f = compile_sql92(f"a > {'-' if negate else ''}{literal!r}")
     assert f.matches({"a": repr(value)}) is (value > lit)
-    assert compile_sql92(f"a BETWEEN {min(value, literal)!r} AND {max(value, literal)!r}").matches(
-        {"a": repr(value)}
-    )
+    assert compile_sql92(f"a BETWEEN {min(value, literal)!r} AND {max(value, literal)!r}").matches({"a": repr(value)})
 
 
 PIECES = st.sampled_from(
     [
-        "a", "b1", "$x", "5", "5L", "0", "1.5", ".5", "1e3", "'x'", "''", "'it''s'", "=", "<>",
-        ">", ">=", "<", "<=", "(", ")", ",", "+", "-", "AND", "or", "NOT", "BETWEEN", "IN",
-        "IS", "NULL", "TRUE", "false", "CONTAINS", "STARTSWITH", "ENDSWITH", " ", " ", "\n",
-        "/*c*/", "--c\n", "'", "!", "é", ".", "007", "1e400", "9223372036854775808",
+        "a",
+        "b1",
+        "$x",
+        "5",
+        "5L",
+        "0",
+        "1.5",
+        ".5",
+        "1e3",
+        "'x'",
+        "''",
+        "'it''s'",
+        "=",
+        "<>",
+        ">",
+        ">=",
+        "<",
+        "<=",
+        "(",
+        ")",
+        ",",
+        "+",
+        "-",
+        "AND",
+        "or",
+        "NOT",
+        "BETWEEN",
+        "IN",
+        "IS",
+        "NULL",
+        "TRUE",
+        "false",
+        "CONTAINS",
+        "STARTSWITH",
+        "ENDSWITH",
+        " ",
+        " ",
+        "\n",
+        "/*c*/",
+        "--c\n",
+        "'",
+        "!",
+        "é",
+        ".",
+        "007",
+        "1e400",
+        "9223372036854775808",
     ]
 )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from txmq_runtime.sql92 import (
     Sql92EvaluationError,
     Sql92Filter,
@@ -330,9 +331,7 @@ def test_many_operands_with_late_errors() -> None:
         g.evaluate({"d": "x"})
     assert g.evaluate({"b": "2", "d": "x"}) is True
     assert not compile_sql92("NOT (a = '1' OR b = '2' OR d > 5)").matches({"d": "x"})
-    assert compile_sql92("NOT (a = '1' OR b = '2' OR d > 5)").matches(
-        {"a": "0", "b": "0", "d": "1"}
-    )
+    assert compile_sql92("NOT (a = '1' OR b = '2' OR d > 5)").matches({"a": "0", "b": "0", "d": "1"})
 
 
 def test_filters_are_cached_and_shareable_across_threads() -> None:

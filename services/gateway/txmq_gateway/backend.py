@@ -104,7 +104,9 @@ class Backend:
         return list((await call(lambda: stub.SendBatch(request, timeout=self.timeout_s))).results)
 
     async def commit_consume_offset(self, store_id: str, *, group: str, topic: str, queue_id: int, offset: int) -> None:
-        request = store_pb2.CommitConsumeOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id, offset=offset)
+        request = store_pb2.CommitConsumeOffsetRequest(
+            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset
+        )
         stub = self.store(store_id)
         await call(lambda: stub.CommitConsumeOffset(request, timeout=self.timeout_s))
 

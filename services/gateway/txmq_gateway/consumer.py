@@ -731,7 +731,9 @@ class SimpleConsumerCore:
                 raise result
 
     async def _init_cursor(self, sub: _Subscription, q: _Queue, min_offset: int) -> None:
-        committed = await self.backend.query_consume_offset(q.store_id, group=sub.group, topic=sub.topic, queue_id=q.queue_id)
+        committed = await self.backend.query_consume_offset(
+            q.store_id, group=sub.group, topic=sub.topic, queue_id=q.queue_id
+        )
         if q.cursor is not None:
             return
         if committed is None:

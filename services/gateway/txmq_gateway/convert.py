@@ -178,4 +178,6 @@ class TransactionHandle:
             f = decode_token(token)
             return cls(str(f["s"]), int(f["c"]), int(f["q"]), str(f["t"]))  # type: ignore[call-overload]
         except (ValueError, KeyError, TypeError):
-            raise GatewayError(Code.INVALID_TRANSACTION_ID, f"transaction id {token!r} was not issued by txmq") from None
+            raise GatewayError(
+                Code.INVALID_TRANSACTION_ID, f"transaction id {token!r} was not issued by txmq"
+            ) from None

@@ -181,7 +181,9 @@ class ProducerCore:
     def __init__(self, backend: Backend, settings: GatewaySettings) -> None:
         self.backend = backend
         self.settings = settings
-        self.dedupe = SendDeduper(window_ms=settings.send_dedupe_window_ms, max_entries=settings.send_dedupe_max_entries)
+        self.dedupe = SendDeduper(
+            window_ms=settings.send_dedupe_window_ms, max_entries=settings.send_dedupe_max_entries
+        )
         self._round_robin = itertools.count()
         self._coalescers: dict[str, SendCoalescer] = {}
 
@@ -250,7 +252,9 @@ class ProducerCore:
                     queue_offset=result.queue_offset,
                     transaction_id=result.transaction_id or result.msg_id,
                 ).encode()
-            return Sent(message_id=result.msg_id or sp.message_id, transaction_id=transaction_id, offset=result.queue_offset)
+            return Sent(
+                message_id=result.msg_id or sp.message_id, transaction_id=transaction_id, offset=result.queue_offset
+            )
 
         return await self.dedupe.once((topic, sp.message_id), store)
 
@@ -300,4 +304,3 @@ class ProducerCore:
                 store_id=handle.store_id,
             )
         )
-

@@ -145,7 +145,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
 
     # -- route, heartbeat ----------------------------------------------------------------
 
-    async def QueryRoute(self, request: svc.QueryRouteRequest, context: grpc.aio.ServicerContext) -> svc.QueryRouteResponse:
+    async def QueryRoute(
+        self, request: svc.QueryRouteRequest, context: grpc.aio.ServicerContext
+    ) -> svc.QueryRouteResponse:
         async def work() -> svc.QueryRouteResponse:
             topic = request.topic.name
             if not topic:
@@ -165,13 +167,19 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             topic = request.topic.name
             endpoints = self._route_endpoints(request.endpoints, context)
             queues = [
-                q for q in queues_of(topic, await self.backend.queues(topic), endpoints) if q.permission in (pb.READ, pb.READ_WRITE)
+                q
+                for q in queues_of(topic, await self.backend.queues(topic), endpoints)
+                if q.permission in (pb.READ, pb.READ_WRITE)
             ]
-            return svc.QueryAssignmentResponse(status=ok(), assignments=[pb.Assignment(message_queue=q) for q in queues])
+            return svc.QueryAssignmentResponse(
+                status=ok(), assignments=[pb.Assignment(message_queue=q) for q in queues]
+            )
 
         return await self._answer(context, lambda s: svc.QueryAssignmentResponse(status=s), work)
 
-    async def Heartbeat(self, request: svc.HeartbeatRequest, context: grpc.aio.ServicerContext) -> svc.HeartbeatResponse:
+    async def Heartbeat(
+        self, request: svc.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> svc.HeartbeatResponse:
         async def work() -> svc.HeartbeatResponse:
             client_id = client_id_of(context)
             if not client_id:
@@ -210,8 +218,12 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
 
     # -- producing -----------------------------------------------------------------------
 
-    async def SendMessage(self, request: svc.SendMessageRequest, context: grpc.aio.ServicerContext) -> svc.SendMessageResponse:
-        return await self._answer(context, lambda s: svc.SendMessageResponse(status=s), lambda: self.producer.send(request))
+    async def SendMessage(
+        self, request: svc.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> svc.SendMessageResponse:
+        return await self._answer(
+            context, lambda s: svc.SendMessageResponse(status=s), lambda: self.producer.send(request)
+        )
 
     async def EndTransaction(
         self, request: svc.EndTransactionRequest, context: grpc.aio.ServicerContext
@@ -274,7 +286,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 topic=request.message_queue.topic.name,
                 filter=filter_of(request.filter_expression),
                 batch_size=request.batch_size,
-                invisible_ms=request.invisible_duration.ToMilliseconds() if request.HasField("invisible_duration") else None,
+                invisible_ms=request.invisible_duration.ToMilliseconds()
+                if request.HasField("invisible_duration")
+                else None,
                 long_polling_timeout_ms=(
                     request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout") else None
                 ),
@@ -294,7 +308,10 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             for d in deliveries:
                 yield svc.ReceiveMessageResponse(
                     message=to_v2_message(
-                        d.view, receipt_handle=d.receipt_handle, delivery_attempt=d.delivery_attempt, invisible_ms=d.invisible_ms
+                        d.view,
+                        receipt_handle=d.receipt_handle,
+                        delivery_attempt=d.delivery_attempt,
+                        invisible_ms=d.invisible_ms,
                     )
                 )
             yield svc.ReceiveMessageResponse(status=ok())
@@ -309,8 +326,11 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             for d in deliveries:
                 try:
                     await self.consumer.change_invisible_duration(
-                        group=group, topic=topic, receipt_handle=d.receipt_handle,
-                        message_id=d.view.message.unique_id, invisible_ms=0,
+                        group=group,
+                        topic=topic,
+                        receipt_handle=d.receipt_handle,
+                        message_id=d.view.message.unique_id,
+                        invisible_ms=0,
                     )
                 except Exception as exc:  # noqa: BLE001 - it comes back after its duration anyway
                     log.debug("release of %s failed: %s", d.view.message.unique_id, exc)
@@ -319,7 +339,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def AckMessage(self, request: svc.AckMessageRequest, context: grpc.aio.ServicerContext) -> svc.AckMessageResponse:
+    async def AckMessage(
+        self, request: svc.AckMessageRequest, context: grpc.aio.ServicerContext
+    ) -> svc.AckMessageResponse:
         async def work() -> svc.AckMessageResponse:
             owner = await self._owner(request.group.name, context)
             if owner is not None:
@@ -337,7 +359,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 except Exception as exc:  # noqa: BLE001 - answered per entry
                     result = from_exception(exc)
                 entries.append(
-                    svc.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result)
+                    svc.AckMessageResultEntry(
+                        message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result
+                    )
                 )
             return svc.AckMessageResponse(status=overall([e.status for e in entries], "acks"), entries=entries)
 

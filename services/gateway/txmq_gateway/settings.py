@@ -76,7 +76,7 @@ class GatewaySettings(ServiceSettings):
     )
 
     @model_validator(mode="after")
-    def _tls_needs_files(self) -> "GatewaySettings":
+    def _tls_needs_files(self) -> GatewaySettings:
         if self.tls_port >= 0 and not (self.tls_cert_file and self.tls_key_file):
             raise ValueError("tls_port needs tls_cert_file and tls_key_file")
         return self

@@ -56,8 +56,7 @@ PRODUCER_BACKOFF_MULTIPLIER = 2.0
 # Consumers: RocketMQ's redelivery schedule (retry n waits the n-th delay; the last one
 # repeats). A push consumer that fails a message makes it invisible for this long.
 CONSUMER_RETRY_DELAYS_MS: tuple[int, ...] = tuple(
-    s * 1_000
-    for s in (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1_200, 1_800, 3_600, 7_200)
+    s * 1_000 for s in (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1_200, 1_800, 3_600, 7_200)
 )
 
 CONSUMER_TYPES = frozenset({pb.SIMPLE_CONSUMER, pb.PUSH_CONSUMER})
@@ -71,7 +70,6 @@ CLOSE_WAIT_S = 2.0
 MAX_PENDING_COMMANDS = 1_000
 # The expiry sweep runs at most this far apart.
 MAX_SWEEP_INTERVAL_S = 10.0
-
 
 
 # -- settings ------------------------------------------------------------------------
@@ -394,7 +392,7 @@ class ClientHub:
         if self._on_client_gone is not None:
             try:
                 self._on_client_gone(client_id)
-            except Exception:  # noqa: BLE001 - a listener's failure must not break the registry
+            except Exception:
                 log.exception("client-gone listener failed for %s", client_id)
 
     def _client(self, client_id: str) -> _Client:

@@ -9,8 +9,8 @@ tests run the official client in a separate process.
 
 from __future__ import annotations
 
-from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: F401
-from rocketmq.grpc_protocol import service_pb2 as svc  # noqa: F401
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc  # noqa: F401
 
 Code = pb.Code

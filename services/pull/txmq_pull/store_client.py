@@ -156,7 +156,9 @@ class StoreClients:
             try:
                 await asyncio.wait_for(client._channel.close(), _CHANNEL_CLOSE_TIMEOUT_S)
             except TimeoutError:
-                log.warning("closing the channel to store %s took over %s s; left behind", address, _CHANNEL_CLOSE_TIMEOUT_S)
+                log.warning(
+                    "closing the channel to store %s took over %s s; left behind", address, _CHANNEL_CLOSE_TIMEOUT_S
+                )
 
 
 async def connected(call: grpc.aio.UnaryStreamCall) -> None:

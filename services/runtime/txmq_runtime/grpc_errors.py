@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -48,7 +49,7 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
                     yield item
             except (GeneratorExit, grpc.aio.AbortError):
                 raise
-            except BaseException as exc:  # noqa: BLE001 - mapped below
+            except BaseException as exc:
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) or _is_cancel(exc):
                     raise
                 await abort(context, _to_txmq_error(name, exc))
@@ -61,7 +62,7 @@ def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
             return await fn(self, request, context)
         except grpc.aio.AbortError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - mapped below
+        except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)) or _is_cancel(exc):
                 raise
             await abort(context, _to_txmq_error(name, exc))

@@ -46,8 +46,8 @@ class StoreTopicKey:
 class EtcdKeys:
     """The key layout under one prefix (``/txmq`` by default)::
 
-        <prefix>/services/<kind>/<instance_id>   -> Endpoint (proto JSON)
-        <prefix>/stores/<store_id>/topics/<topic> -> TopicConfig (proto JSON)
+    <prefix>/services/<kind>/<instance_id>   -> Endpoint (proto JSON)
+    <prefix>/stores/<store_id>/topics/<topic> -> TopicConfig (proto JSON)
     """
 
     prefix: str

@@ -154,7 +154,9 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     name = kind_name(kind)
     ka = keepalive.Keepalive.of(settings)
     keepalive.configure(ka)  # the channels this process dials (txmq_runtime.calls)
-    server = grpc.aio.server(options=(*SERVER_OPTIONS, *ka.server_options()), interceptors=metrics.server_interceptors())
+    server = grpc.aio.server(
+        options=(*SERVER_OPTIONS, *ka.server_options()), interceptors=metrics.server_interceptors()
+    )
     try:
         port = server.add_insecure_port(join_host_port(settings.host, settings.port))
     except RuntimeError:  # grpc: "Failed to bind to address ..."

@@ -10,7 +10,8 @@ is accepted too), the env var (``TXMQ_STORE_FLUSH_MODE``) and the Helm value
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings, CliApp, SettingsConfigDict
@@ -60,17 +61,11 @@ class ServiceSettings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address to bind the gRPC server to.")
     port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free port.")
-    advertised_address: str = Field(
-        "", description="host:port clients dial; empty: host:bound port."
-    )
+    advertised_address: str = Field("", description="host:port clients dial; empty: host:bound port.")
     instance_id: str = Field("", description="Unique instance id; empty: generated (kind-hostname-pid).")
-    etcd_endpoints: str = Field(
-        "127.0.0.1:2379", description="Comma-separated host:port list of the etcd cluster."
-    )
+    etcd_endpoints: str = Field("127.0.0.1:2379", description="Comma-separated host:port list of the etcd cluster.")
     etcd_prefix: str = Field("/txmq", description="Key prefix for everything txmq keeps in etcd.")
-    registration_ttl_ms: int = Field(
-        10_000, ge=1_000, description="Lease TTL of the instance's etcd registration."
-    )
+    registration_ttl_ms: int = Field(10_000, ge=1_000, description="Lease TTL of the instance's etcd registration.")
     shutdown_grace_ms: int = Field(5_000, ge=0, description="How long in-flight RPCs may run on stop.")
     log_level: str = Field("INFO", description="Python logging level.")
     metrics_port: int = Field(
@@ -86,7 +81,9 @@ class ServiceSettings(BaseSettings):
         description="Keepalive ping interval on links to and from other services, idle ones included.",
     )
     keepalive_timeout_ms: int = Field(
-        KEEPALIVE_TIMEOUT_MS, ge=100, description="How long a keepalive ping waits for its ack before the link is closed."
+        KEEPALIVE_TIMEOUT_MS,
+        ge=100,
+        description="How long a keepalive ping waits for its ack before the link is closed.",
     )
     keepalive_permit_time_ms: int = Field(
         KEEPALIVE_PERMIT_TIME_MS,

@@ -68,11 +68,7 @@ class Sql92SyntaxError(ValueError):
         before = expression[:position]
         self.line = before.count("\n") + 1
         self.column = position - (before.rfind("\n") + 1) + 1
-        where = (
-            f"column {self.column}"
-            if "\n" not in expression
-            else f"line {self.line}, column {self.column}"
-        )
+        where = f"column {self.column}" if "\n" not in expression else f"line {self.line}, column {self.column}"
         super().__init__(f"SQL92 syntax error at {where}: {message}")
 
     def caret(self) -> str:
@@ -188,8 +184,7 @@ def _short(s: str) -> str:
 # --------------------------------------------------------------------------- lexer
 
 _KEYWORDS = frozenset(
-    ["NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS"]
-    + ["CONTAINS", "STARTSWITH", "ENDSWITH"]
+    ["NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS"] + ["CONTAINS", "STARTSWITH", "ENDSWITH"]
 )
 _WHITESPACE = frozenset(" \t\n\r\f")
 _ID_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_$")
@@ -511,9 +506,7 @@ class _Parser:
             return node
         if isinstance(node, _Prop):
             return _Cast(node)
-        raise self.error(
-            f"expected a condition but {_canon(node)} is not a boolean expression", node.pos
-        )
+        raise self.error(f"expected a condition but {_canon(node)} is not a boolean expression", node.pos)
 
     def parse_logic(self, op: str, sub: Callable[[], _Node]) -> _Node:
         first = sub()
@@ -565,15 +558,8 @@ class _Parser:
                             f"NULL cannot be compared with '{tok.kind}'; use IS [NOT] NULL",
                             operand.pos,
                         )
-                if (
-                    isinstance(left, _Const)
-                    and isinstance(right, _Const)
-                    and left.jt == BOOL
-                    and right.jt != BOOL
-                ):
-                    raise self.error(
-                        f"{left.text} cannot be compared with {right.text}", right.pos
-                    )
+                if isinstance(left, _Const) and isinstance(right, _Const) and left.jt == BOOL and right.jt != BOOL:
+                    raise self.error(f"{left.text} cannot be compared with {right.text}", right.pos)
                 left = self.check_depth(_Cmp(left.pos, tok.kind, left, right), tok.pos)
             elif tok.kind == "IS":
                 self.reject_bare_not(left, tok)
@@ -608,15 +594,13 @@ class _Parser:
                 nxt = self.peek(1)
                 if nxt.kind not in ("CONTAINS", "STARTSWITH", "ENDSWITH", "BETWEEN", "IN"):
                     raise self.error(
-                        "expected CONTAINS, STARTSWITH, ENDSWITH, BETWEEN or IN after NOT "
-                        f"but found {nxt.describe()}",
+                        f"expected CONTAINS, STARTSWITH, ENDSWITH, BETWEEN or IN after NOT but found {nxt.describe()}",
                         nxt.pos,
                     )
                 negated = True
                 self.take()
                 k = nxt.kind
-            elif k not in (">", ">=", "<", "<=", "CONTAINS", "STARTSWITH", "ENDSWITH",
-                           "BETWEEN", "IN"):
+            elif k not in (">", ">=", "<", "<=", "CONTAINS", "STARTSWITH", "ENDSWITH", "BETWEEN", "IN"):
                 return left
             self.reject_bare_not(left, self.peek())
             op_tok = self.take()
@@ -642,16 +626,13 @@ class _Parser:
                         bad = hi < lo
                     if bad:
                         raise self.error(
-                            f"BETWEEN bounds out of order: {low.text} is greater than "
-                            f"{high.text}",
+                            f"BETWEEN bounds out of order: {low.text} is greater than {high.text}",
                             low.pos,
                         )
                 node = _Between(left.pos, left, low, high, negated)
             else:  # IN
                 if not isinstance(left, _Prop):
-                    raise self.error(
-                        f"IN needs a property on its left, not {_canon(left)}", left.pos
-                    )
+                    raise self.error(f"IN needs a property on its left, not {_canon(left)}", left.pos)
                 self.expect("(", "'(' after IN")
                 values = [self.expect("STRING", "a string literal in the IN list").value]
                 while self.peek().kind == ",":
@@ -717,8 +698,7 @@ class _Parser:
             if close.kind != ")":
                 col = tok.pos - (self.text.rfind("\n", 0, tok.pos) + 1) + 1
                 raise self.error(
-                    f"expected ')' to close the '(' at column {col} "
-                    f"but found {close.describe()}",
+                    f"expected ')' to close the '(' at column {col} but found {close.describe()}",
                     close.pos,
                 )
             self.take()
@@ -731,9 +711,7 @@ class _Parser:
         digits = tok.text.rstrip("lL")
         n = int(digits) if len(digits) <= 19 else _LONG_MAX + 1
         if n > _LONG_MAX:
-            raise self.error(
-                f"integer literal {tok.text[:30]} is out of range (max {_LONG_MAX})", tok.pos
-            )
+            raise self.error(f"integer literal {tok.text[:30]} is out of range (max {_LONG_MAX})", tok.pos)
         return _Const(tok.pos, n, INT if n <= _INT_MAX else LONG, str(n))
 
     def floating(self, tok: _Token) -> _Const:
@@ -785,8 +763,7 @@ def _constant(value: Any, jt: str) -> _Code:
         return _Code(NULL, lambda p: None, lambda p: False, lambda p: False, const=True)
     if jt == BOOL:
         truth = bool(value)
-        return _Code(BOOL, lambda p: truth, lambda p: truth, lambda p: not truth,
-                     const=True, value=truth)
+        return _Code(BOOL, lambda p: truth, lambda p: truth, lambda p: not truth, const=True, value=truth)
     return _Code(jt, lambda p: value, const=True, value=value)
 
 
@@ -981,6 +958,7 @@ def _compare(op: str, left: _Code, right: _Code) -> _Code:
                 lv = p.get(name)
                 return lv is not None and test(conv(lv), c)
         else:
+
             def t(p: Props) -> bool:
                 lv = p.get(name)
                 return lv is not None and fn(lv, c)
@@ -1015,6 +993,7 @@ def _equals(left: _Code, right: _Code) -> _Code:
     if left.prop is not None and right.const:
         name, c = left.prop, right.value
         if fn is operator.eq:
+
             def t(p: Props) -> bool:
                 return p.get(name) == c
 
@@ -1022,6 +1001,7 @@ def _equals(left: _Code, right: _Code) -> _Code:
                 lv = p.get(name)
                 return lv is not None and lv != c
         else:
+
             def t(p: Props) -> bool:
                 lv = p.get(name)
                 return lv is not None and fn(lv, c)
@@ -1087,9 +1067,7 @@ def _compile(n: _Node) -> _Code:
     raise AssertionError(n)
 
 
-def _compile_int_between(
-    name: str, lo: int, hi: int, negated: bool, conv: Callable[[str], int] = _java_int
-) -> _Code:
+def _compile_int_between(name: str, lo: int, hi: int, negated: bool, conv: Callable[[str], int] = _java_int) -> _Code:
     """``prop [NOT] BETWEEN lo AND hi`` with integral bounds of one type: RocketMQ converts
     the property twice (``>= lo`` then ``<= hi``), same conversion, same outcome."""
 
@@ -1141,8 +1119,7 @@ def _compile_strop(n: _StrOp) -> _Code:
             lf(p)
             return False
 
-        return _Code(BOOL, evaluated_false, evaluated_false, lambda p: not evaluated_false(p),
-                     True)
+        return _Code(BOOL, evaluated_false, evaluated_false, lambda p: not evaluated_false(p), True)
     test: Callable[[str], bool]
     if n.op == "CONTAINS":
         test = (lambda x: s in x) if not negated else (lambda x: s not in x)
@@ -1245,7 +1222,5 @@ def compile_sql92(expression: str) -> Sql92Filter:
     try:
         root = parser.parse()
     except RecursionError:  # belt and braces: MAX_NESTING should prevent this
-        raise Sql92SyntaxError(
-            "expression nested too deeply", expression, len(expression)
-        ) from None
+        raise Sql92SyntaxError("expression nested too deeply", expression, len(expression)) from None
     return Sql92Filter(expression, root, frozenset(parser.props))

@@ -9,8 +9,8 @@ Everything runs on the event loop.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 
 @dataclass(slots=True)
@@ -31,7 +31,7 @@ class ArrivalBatch:
 
 
 class ArrivalWatcher:
-    def __init__(self, hub: "ArrivalHub", topics: frozenset[str], *, buffer_limit: int) -> None:
+    def __init__(self, hub: ArrivalHub, topics: frozenset[str], *, buffer_limit: int) -> None:
         self._hub = hub
         self.topics = topics  # empty: every topic
         self._limit = buffer_limit
@@ -70,7 +70,7 @@ class ArrivalWatcher:
         self._ready.set()
         self._hub.remove(self)
 
-    def __enter__(self) -> "ArrivalWatcher":
+    def __enter__(self) -> ArrivalWatcher:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -37,8 +37,8 @@ from __future__ import annotations
 import ipaddress
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .model import (
     KEY_SEPARATOR,

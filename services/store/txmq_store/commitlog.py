@@ -18,10 +18,11 @@ import logging
 import mmap
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from .codec import (
     BLANK_MAGIC,
@@ -153,9 +154,7 @@ class CommitLog:
     # -- lifecycle ---------------------------------------------------------------------
 
     @classmethod
-    def open(
-        cls, directory: Path, *, segment_bytes: int, fsync: Fsync, preallocate: Preallocate = "zero"
-    ) -> "CommitLog":
+    def open(cls, directory: Path, *, segment_bytes: int, fsync: Fsync, preallocate: Preallocate = "zero") -> CommitLog:
         """Open the segments found; the write offset stays at the first segment's start
         until ``recover_end`` / ``truncate`` set it."""
         directory.mkdir(parents=True, exist_ok=True)

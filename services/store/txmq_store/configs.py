@@ -71,7 +71,7 @@ class TopicConfigTable:
         self._topics: dict[str, TopicConfig] = _system_topics()
 
     @classmethod
-    def load(cls, path: Path) -> "TopicConfigTable":
+    def load(cls, path: Path) -> TopicConfigTable:
         table = cls(path)
         data = read_json(path) or {}
         for item in data.get("topics", []):
@@ -109,7 +109,7 @@ class SubscriptionGroupTable:
         self._groups: dict[str, SubscriptionGroupConfig] = _system_groups()
 
     @classmethod
-    def load(cls, path: Path) -> "SubscriptionGroupTable":
+    def load(cls, path: Path) -> SubscriptionGroupTable:
         table = cls(path)
         for item in (read_json(path) or {}).get("groups", []):
             cfg = SubscriptionGroupConfig(**item)

@@ -57,7 +57,7 @@ class ConsumeQueue:
         self._dirty_dirs: set[Path] = set()  # directories with new or removed entries
 
     @classmethod
-    def load(cls, directory: Path, *, topic: str, queue_id: int, units_per_file: int) -> "ConsumeQueue":
+    def load(cls, directory: Path, *, topic: str, queue_id: int, units_per_file: int) -> ConsumeQueue:
         cq = cls(directory, topic=topic, queue_id=queue_id, units_per_file=units_per_file)
         for path in sorted(directory.iterdir()):
             if path.name.isdigit() and len(path.name) == 20:

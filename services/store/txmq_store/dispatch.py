@@ -36,7 +36,7 @@ class Dispatcher:
     @classmethod
     def load(
         cls, root: Path, *, units_per_file: int, index: IndexService, hub: ArrivalHub, topics: TopicConfigTable
-    ) -> "Dispatcher":
+    ) -> Dispatcher:
         d = cls(root, units_per_file=units_per_file, index=index, hub=hub, topics=topics)
         root.mkdir(parents=True, exist_ok=True)
         for topic_dir in sorted(root.iterdir()):
@@ -118,7 +118,7 @@ class Dispatcher:
                     )
             if rec.indexed:
                 # unique_id_hash, inlined: this runs once per message
-                entries.append((_crc32(f"#{rec.unique_id}".encode("utf-8")) or 1, offset, store_timestamp_ms))
+                entries.append((_crc32(f"#{rec.unique_id}".encode()) or 1, offset, store_timestamp_ms))
                 if rec.keys:
                     add_key_entries(entries, rec.topic, rec.keys, offset, store_timestamp_ms)
         self.index.put(entries)

@@ -40,10 +40,11 @@ import os
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from txmq import protocol
 from txmq.errors import TxmqError
@@ -167,7 +168,7 @@ def arrow_schema(table: str) -> Any:
 
 def require_pyarrow() -> None:
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow
         import pyarrow.parquet  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise RuntimeError(
@@ -326,7 +327,7 @@ class LocalSource:
     """The MessageStore of this process. Every call is synchronous underneath, so a
     snapshot is taken at one point of the store's history."""
 
-    def __init__(self, store: "MessageStore") -> None:
+    def __init__(self, store: MessageStore) -> None:
         self._store = store
         self.store_id = store.store_id
 
@@ -386,7 +387,7 @@ class Pending:
         return [self.group, self.topic, self.queue_id, self.check_times, self.check_waits, self.born_ms]
 
     @classmethod
-    def load(cls, raw: list[Any]) -> "Pending":
+    def load(cls, raw: list[Any]) -> Pending:
         return cls(str(raw[0]), str(raw[1]), int(raw[2]), int(raw[3]), int(raw[4]), int(raw[5]))
 
 
@@ -519,7 +520,9 @@ class Exporter:
                 offset = r.next_begin_offset
                 continue
             if r.status == OFFSET_OVERFLOW_BADLY and r.next_begin_offset < offset:
-                log.warning("%s queue %d: export cursor %d is past the queue's end; starting over", topic, queue_id, offset)
+                log.warning(
+                    "%s queue %d: export cursor %d is past the queue's end; starting over", topic, queue_id, offset
+                )
                 offset = r.next_begin_offset
                 continue
             break
@@ -638,7 +641,7 @@ def _int(raw: str | None, default: int = 0) -> int:
 class StoreExporter:
     """Runs ``Exporter`` over the store every ``interval_ms``, and once more on stop."""
 
-    def __init__(self, store: "MessageStore", *, export_dir: Path | str, interval_ms: int, retention_ms: int) -> None:
+    def __init__(self, store: MessageStore, *, export_dir: Path | str, interval_ms: int, retention_ms: int) -> None:
         self.exporter = Exporter(LocalSource(store), export_dir, retention_ms=retention_ms)
         self.interval_ms = interval_ms
         self._stop = asyncio.Event()
@@ -647,7 +650,7 @@ class StoreExporter:
         self.last: ExportResult | None = None
 
     @classmethod
-    def from_settings(cls, store: "MessageStore", settings: "StoreSettings") -> "StoreExporter | None":
+    def from_settings(cls, store: MessageStore, settings: StoreSettings) -> StoreExporter | None:
         """None when ``export_interval_ms`` is 0 (export off)."""
         if settings.export_interval_ms <= 0:
             return None
@@ -659,7 +662,7 @@ class StoreExporter:
     def export_dir(self) -> Path:
         return self.exporter.export_dir
 
-    def start(self) -> "StoreExporter":
+    def start(self) -> StoreExporter:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="analytics-export")
         log.info("analytics export to %s every %d ms", self.export_dir, self.interval_ms)
         return self

@@ -15,7 +15,7 @@ import asyncio
 import collections
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from .commitlog import CommitLog
 from .metrics import timed_flush

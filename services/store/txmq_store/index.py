@@ -32,9 +32,9 @@ import mmap
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 log = logging.getLogger("txmq.store.index")
 
@@ -85,7 +85,7 @@ class IndexFile:
         return HEADER.size + self.slots * SLOT.size
 
     @classmethod
-    def create(cls, path: Path, *, slots: int, capacity: int, begin_offset: int, begin_ms: int) -> "IndexFile":
+    def create(cls, path: Path, *, slots: int, capacity: int, begin_offset: int, begin_ms: int) -> IndexFile:
         size = HEADER.size + slots * SLOT.size + (capacity + 1) * ENTRY.size
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -108,7 +108,7 @@ class IndexFile:
         return cls(path, mm, slots, capacity, 0, begin_ms, begin_ms, begin_offset, begin_offset)
 
     @classmethod
-    def load(cls, path: Path) -> "IndexFile":
+    def load(cls, path: Path) -> IndexFile:
         """Map an index file; ValueError when it is not one (e.g. all zeros)."""
         fd = os.open(path, os.O_RDWR)
         try:
@@ -223,7 +223,7 @@ class IndexService:
         self.unindexed_from: int | None = None  # first offset left out by a failed roll
 
     @classmethod
-    def load(cls, directory: Path, *, slots: int, capacity: int) -> "IndexService":
+    def load(cls, directory: Path, *, slots: int, capacity: int) -> IndexService:
         """Map the files found; ``invalid`` lists those that are not index files (a
         creation cut short), for recovery to rebuild; they are not mapped."""
         directory.mkdir(parents=True, exist_ok=True)

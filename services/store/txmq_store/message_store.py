@@ -15,8 +15,8 @@ import logging
 import os
 import socket
 from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Awaitable, Callable, Sequence
 
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
@@ -168,7 +168,7 @@ class MessageStore:
         advertised_address: str = "",
         clock: Clock = wall_clock_ms,
         fsync: Fsync = os.fdatasync,
-    ) -> "MessageStore":
+    ) -> MessageStore:
         """Open (and recover) the store in ``settings.data_dir``. ``advertised_address``
         (host:port) goes into every record's store host and offsetMsgId; empty: the
         settings' advertised_address, else host:port. ``set_advertised_address`` may
@@ -189,7 +189,7 @@ class MessageStore:
     @classmethod
     def _load(
         cls, settings: StoreSettings, paths: StorePaths, lock_fd: int, clock: Clock, fsync: Fsync
-    ) -> "MessageStore":
+    ) -> MessageStore:
         crashed = paths.abort.exists()
         paths.config.mkdir(parents=True, exist_ok=True)
         topics = TopicConfigTable.load(paths.config / "topics.json")

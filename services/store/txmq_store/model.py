@@ -7,8 +7,8 @@ value.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from txmq.ids import encode_offset_msg_id
 

@@ -29,7 +29,7 @@ class ConsumeOffsetTable:
         self._saved_version = 0
 
     @classmethod
-    def load(cls, path: Path) -> "ConsumeOffsetTable":
+    def load(cls, path: Path) -> ConsumeOffsetTable:
         table = cls(path)
         for group, topic, queue_id, offset, updated_at in (read_json(path) or {}).get("offsets", []):
             table._offsets[(group, topic, int(queue_id))] = CommittedOffset(int(offset), int(updated_at))

@@ -4,7 +4,8 @@ Errors are typed by the core and mapped to statuses by ``@rpc``."""
 from __future__ import annotations
 
 import types
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import grpc
 
@@ -124,9 +125,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return resp
 
     @rpc
-    async def PutSystemMessages(
-        self, request: store_pb2.PutSystemMessagesRequest, context: grpc.aio.ServicerContext
-    ):
+    async def PutSystemMessages(self, request: store_pb2.PutSystemMessagesRequest, context: grpc.aio.ServicerContext):
         outgoing = []
         for sm in request.messages:
             o = to_outgoing(sm.message)

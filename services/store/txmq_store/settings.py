@@ -82,8 +82,10 @@ class StoreSettings(ServiceSettings):
     clean_files_interval_ms: int = Field(10_000, ge=1, description="How often expired segments are looked for.")
 
     export_interval_ms: int = Field(
-        0, ge=0, description="Analytics export (docs/analytics.md): snapshot consume and queue offsets and export "
-        "transaction events as Parquet this often; needs pyarrow (the analytics extra); 0: off."
+        0,
+        ge=0,
+        description="Analytics export (docs/analytics.md): snapshot consume and queue offsets and export "
+        "transaction events as Parquet this often; needs pyarrow (the analytics extra); 0: off.",
     )
     export_dir: str = Field("", description="Where the analytics export goes; empty: <data_dir>/export.")
     export_retention_ms: int = Field(

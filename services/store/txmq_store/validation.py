@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from txmq.errors import TxmqError, error
 from txmq.ids import new_unique_id
 from txmq.protocol import RESERVED_PROPERTIES
-from txmq.validation import check_group as check_group_name  # noqa: F401 - one naming rule: SDK, store, pull, txcheck
 from txmq.v1 import errors_pb2
+from txmq.validation import check_group as check_group_name  # noqa: F401 - one naming rule: SDK, store, pull, txcheck
 from txmq_runtime.tags import tag_hash_code
 
 from .codec import (
@@ -97,7 +97,7 @@ class MessageEncoder:
     """Checks messages' content and encodes them as records, for one request (born
     host, receive time and whether it is a system send are per request)."""
 
-    __slots__ = ("_limits", "_born_host", "_now_ms", "_system", "_reserved")
+    __slots__ = ("_born_host", "_limits", "_now_ms", "_reserved", "_system")
 
     def __init__(self, *, limits: MessageLimits, born_host: bytes, now_ms: int, system: bool) -> None:
         self._limits = limits
@@ -140,7 +140,7 @@ class MessageEncoder:
                     errors_pb2.CODE_ILLEGAL_MESSAGE,
                     "tags, keys, unique id and properties must not contain \\x01 or \\x02", index,
                 )  # fmt: skip
-            encoded = f"{_UNIQ_PREFIX}{unique_id}{PROPERTY_SEPARATOR}".encode("utf-8")
+            encoded = f"{_UNIQ_PREFIX}{unique_id}{PROPERTY_SEPARATOR}".encode()
         else:
             encoded = self._encode_properties(index, unique_id, tags, keys, props, extra_properties)
         if len(encoded) > limits.max_properties_bytes:

@@ -123,7 +123,9 @@ class ProducerChannels:
         if old is not None:
             old.closed = True
         ch = self.local[key] = LocalChannel(key, group, client_id)
-        value = json.dumps({"address": self.address, "instance_id": self.instance_id, "since_ms": time.time_ns() // 10**6})
+        value = json.dumps(
+            {"address": self.address, "instance_id": self.instance_id, "since_ms": time.time_ns() // 10**6}
+        )
         await self._registration.put(key, value.encode())
         log.info("producer channel open: group %s client %s", group, client_id)
         return ch

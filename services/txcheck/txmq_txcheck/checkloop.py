@@ -368,12 +368,16 @@ class CheckLoop:
             return
         if not self.sender.has_live_producer(group):
             waits = _int(msg.message.properties.get(PROPERTY_CHECK_WAITS)) + 1
-            await self.store.put([renewed_half(msg, set_props={PROPERTY_CHECK_WAITS: str(waits)})], producer_group=group)
+            await self.store.put(
+                [renewed_half(msg, set_props={PROPERTY_CHECK_WAITS: str(waits)})], producer_group=group
+            )
             report.waited.append(txid)
             self.ledger.timeline.record(txid, self._clock(), "check_waiting", f"no live producer of {group}")
             return
         times = check_times(msg) + 1
-        results = await self.store.put([renewed_half(msg, set_props={PROPERTY_CHECK_TIMES: str(times)})], producer_group=group)
+        results = await self.store.put(
+            [renewed_half(msg, set_props={PROPERTY_CHECK_TIMES: str(times)})], producer_group=group
+        )
         fresh = common_pb2.MessageView()
         fresh.CopyFrom(msg)
         fresh.message.properties[PROPERTY_CHECK_TIMES] = str(times)

@@ -132,7 +132,7 @@ class OpWriter:
             batch, self._pending = self._pending[: self._max], self._pending[self._max :]
             try:
                 await self._store.put([op_message([e for e, _ in batch])])
-            except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+            except BaseException as exc:
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_exception(exc if isinstance(exc, Exception) else TxmqError(str(exc)))
@@ -173,7 +173,10 @@ def committed_copy(half: common_pb2.MessageView) -> store_pb2.SystemMessage:
 
 def is_committed_copy(view: common_pb2.MessageView, transaction_id: str) -> bool:
     return protocol.is_committed_copy(
-        unique_id=view.message.unique_id, sys_flag=view.sys_flag, topic=view.message.topic, transaction_id=transaction_id
+        unique_id=view.message.unique_id,
+        sys_flag=view.sys_flag,
+        topic=view.message.topic,
+        transaction_id=transaction_id,
     )
 
 
@@ -264,7 +267,8 @@ class Ledger:
         half = None
         if commit_log_offset >= 0:
             half = next(
-                (v for v in by_id if v.commit_log_offset == commit_log_offset and v.message.topic == TRANS_HALF_TOPIC), None
+                (v for v in by_id if v.commit_log_offset == commit_log_offset and v.message.topic == TRANS_HALF_TOPIC),
+                None,
             )
         if half is None:
             half = await self._half(commit_log_offset)
@@ -302,11 +306,15 @@ class Ledger:
         now = self._clock()
         source = "check" if req.from_transaction_check else "producer"
         if req.resolution == txcheck_pb2.TRANSACTION_RESOLUTION_UNKNOWN:
-            self.timeline.record(txid, now, "check_answered" if req.from_transaction_check else "unknown", f"unknown ({source})")
+            self.timeline.record(
+                txid, now, "check_answered" if req.from_transaction_check else "unknown", f"unknown ({source})"
+            )
             return txcheck_pb2.EndTransactionResponse()
         decision = _RESOLUTION.get(req.resolution)
         if decision is None:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"resolution {req.resolution} is not commit, rollback or unknown")
+            raise error(
+                errors_pb2.CODE_ILLEGAL_ARGUMENT, f"resolution {req.resolution} is not commit, rollback or unknown"
+            )
         async with self.lock(txid):
             # The half record and the earlier decision are read together; the half is
             # validated first, as before.
@@ -346,9 +354,7 @@ class Ledger:
                 await self.ops.write(entry)
             at = self._clock()
             self._remember(txid, Decision(decision, committed, at, (half.queue_offset,)))
-            self.timeline.record(
-                txid, at, "committed" if decision == COMMIT else "rolled_back", f"by {source}"
-            )
+            self.timeline.record(txid, at, "committed" if decision == COMMIT else "rolled_back", f"by {source}")
             return txcheck_pb2.EndTransactionResponse(committed=committed)
 
     async def _half(self, commit_log_offset: int) -> common_pb2.MessageView | None:

@@ -252,7 +252,9 @@ class TxcheckNode:
 
     # -- ResumeTransaction ---------------------------------------------------------------
 
-    async def resume_transaction(self, request: txcheck_pb2.ResumeTransactionRequest) -> txcheck_pb2.ResumeTransactionResponse:
+    async def resume_transaction(
+        self, request: txcheck_pb2.ResumeTransactionRequest
+    ) -> txcheck_pb2.ResumeTransactionResponse:
         txid = request.transaction_id
         if not txid:
             raise error(errors_pb2.CODE_ILLEGAL_TRANSACTION_ID, "transaction id is empty")

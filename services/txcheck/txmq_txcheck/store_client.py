@@ -25,7 +25,7 @@ class StoreClient:
         self._stub = store_pb2_grpc.StoreStub(channel)
 
     @classmethod
-    def dial(cls, address: str, *, store_id: str = "") -> "StoreClient":
+    def dial(cls, address: str, *, store_id: str = "") -> StoreClient:
         return cls(internal_channel(address), store_id=store_id, address=address)
 
     async def close(self) -> None:
@@ -40,7 +40,9 @@ class StoreClient:
     async def view(self, commit_log_offset: int) -> common_pb2.MessageView | None:
         """The record at ``commit_log_offset``; None when there is none."""
         try:
-            r = await self._call(self._stub.ViewMessage, store_pb2.ViewMessageRequest(commit_log_offset=commit_log_offset))
+            r = await self._call(
+                self._stub.ViewMessage, store_pb2.ViewMessageRequest(commit_log_offset=commit_log_offset)
+            )
         except TxmqError as err:
             if err.code in (errors_pb2.CODE_MESSAGE_NOT_FOUND, errors_pb2.CODE_ILLEGAL_MESSAGE_ID):
                 return None
@@ -51,11 +53,17 @@ class StoreClient:
         return await self._call(
             self._stub.GetMessage,
             store_pb2.GetMessageRequest(
-                consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages
+                consumer_group=TRANS_CHECK_GROUP,
+                topic=topic,
+                queue_id=queue_id,
+                offset=offset,
+                max_messages=max_messages,
             ),
         )
 
-    async def put(self, messages: Sequence[store_pb2.SystemMessage], *, producer_group: str = "") -> list[store_pb2.SendResult]:
+    async def put(
+        self, messages: Sequence[store_pb2.SystemMessage], *, producer_group: str = ""
+    ) -> list[store_pb2.SendResult]:
         r = await self._call(
             self._stub.PutSystemMessages,
             store_pb2.PutSystemMessagesRequest(messages=messages, producer_group=producer_group),
@@ -92,5 +100,7 @@ class StoreClient:
     async def commit_consume_offset(self, topic: str, queue_id: int, offset: int) -> None:
         await self._call(
             self._stub.CommitConsumeOffset,
-            store_pb2.CommitConsumeOffsetRequest(consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset),
+            store_pb2.CommitConsumeOffsetRequest(
+                consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset
+            ),
         )

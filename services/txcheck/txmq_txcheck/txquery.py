@@ -63,21 +63,29 @@ async def query_transaction(ledger: Ledger, txid: str) -> txcheck_pb2.QueryTrans
             add(h.store_timestamp_ms, kind, f"still immune; put back at {where}")
         previous = (times, waits)
     for d in discards:
-        add(d.store_timestamp_ms, "discarded", f"{_props(d).get(PROPERTY_DISCARD_REASON, '')}: kept in {TRANS_CHECK_MAX_TIME_TOPIC}")
+        add(
+            d.store_timestamp_ms,
+            "discarded",
+            f"{_props(d).get(PROPERTY_DISCARD_REASON, '')}: kept in {TRANS_CHECK_MAX_TIME_TOPIC}",
+        )
     for op in await ledger.store.by_key(TRANS_OP_HALF_TOPIC, txid):
         for e in parse_op_entries(op):
             if e.transaction_id == txid:
                 kind = "committed" if e.decision == COMMIT else "rolled_back"
-                add(op.store_timestamp_ms, kind, f"op message at op offset {op.queue_offset} for half offset {e.half_offset}")
+                add(
+                    op.store_timestamp_ms,
+                    kind,
+                    f"op message at op offset {op.queue_offset} for half offset {e.half_offset}",
+                )
     for c in copies:
         add(
             c.store_timestamp_ms,
             "committed",
             f"committed copy on {c.message.topic} queue {c.message.queue_id} offset {c.queue_offset}, commit-log offset {c.commit_log_offset}",
         )
-    for e in ledger.timeline.events(txid):
-        if e.kind in _MEMORY_ONLY:
-            add(e.at_ms, e.kind, e.detail)
+    for ev in ledger.timeline.events(txid):
+        if ev.kind in _MEMORY_ONLY:
+            add(ev.at_ms, ev.kind, ev.detail)
     events.sort(key=lambda e: e.at_ms)
     decision = await ledger.decision_of(txid)
     resolution = {

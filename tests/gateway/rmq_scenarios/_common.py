@@ -127,7 +127,9 @@ def message_fields(msg: Message) -> dict[str, Any]:
     }
 
 
-def new_message(topic: str, body: str, *, tag: str | None = None, keys: list[str] = (), properties: dict[str, str] | None = None) -> Message:  # type: ignore[assignment]
+def new_message(
+    topic: str, body: str, *, tag: str | None = None, keys: list[str] = (), properties: dict[str, str] | None = None
+) -> Message:  # type: ignore[assignment]
     msg = Message()
     msg.topic = topic
     msg.body = body.encode()

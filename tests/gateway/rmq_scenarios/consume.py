@@ -83,7 +83,9 @@ def main() -> None:
             for m in messages:
                 attempt = m.delivery_attempt or 0
                 if draining_until is not None or attempt < args.ack_from_attempt:
-                    emit("not_acked", message_id=m.message_id, delivery_attempt=attempt, drain=draining_until is not None)
+                    emit(
+                        "not_acked", message_id=m.message_id, delivery_attempt=attempt, drain=draining_until is not None
+                    )
                     continue
                 with reported("ack", message_id=m.message_id, delivery_attempt=attempt):
                     consumer.ack(m)

@@ -54,7 +54,12 @@ def main() -> None:
             if messages is None:
                 time.sleep(0.2)  # the error line is out; do not spin on a failing gateway
                 continue
-            emit("received", started_ms=started_ms, ended_ms=int(time.time() * 1000), messages=[message_fields(m) for m in messages])
+            emit(
+                "received",
+                started_ms=started_ms,
+                ended_ms=int(time.time() * 1000),
+                messages=[message_fields(m) for m in messages],
+            )
             for m in messages:
                 attempt = m.delivery_attempt or 0
                 if args.no_ack:

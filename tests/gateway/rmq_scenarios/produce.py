@@ -39,7 +39,9 @@ def main() -> None:
         for i in range(args.count):
             body = f"{args.body_prefix}-{i}"
             keys = [f"{args.key_prefix}-{i}", f"{args.key_prefix}-all"]
-            msg = new_message(args.topic, body, tag=args.tag or None, keys=keys, properties={**properties, "index": str(i)})
+            msg = new_message(
+                args.topic, body, tag=args.tag or None, keys=keys, properties={**properties, "index": str(i)}
+            )
             if args.message_groups:
                 msg.message_group = f"g{i % args.message_groups}"
             with reported("send", index=i, body=body):

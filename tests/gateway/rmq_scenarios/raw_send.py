@@ -60,7 +60,9 @@ def main() -> None:
             try:
                 res = stub.SendMessage(req, metadata=Signature.metadata(cfg, client_id), timeout=args.request_timeout)
             except grpc.RpcError as exc:
-                emit("answer", attempt=attempt, message_id=message_id, grpc_status=exc.code().name, details=exc.details())
+                emit(
+                    "answer", attempt=attempt, message_id=message_id, grpc_status=exc.code().name, details=exc.details()
+                )
                 continue
             emit(
                 "answer",

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import grpc
 

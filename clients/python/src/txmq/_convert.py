@@ -6,7 +6,8 @@ for every client (producer, admin, consumers).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from txmq.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from txmq.models import (
@@ -42,9 +43,7 @@ def message_to_proto(msg: Message, *, born_timestamp_ms: int) -> common_pb2.Mess
     return pb
 
 
-def add_messages_to_proto(
-    container: Any, msgs: Sequence[Message], *, queue_id: int, born_timestamp_ms: int
-) -> None:
+def add_messages_to_proto(container: Any, msgs: Sequence[Message], *, queue_id: int, born_timestamp_ms: int) -> None:
     """Append ``msgs`` to a repeated ``common_pb2.Message`` field, each bound for
     ``queue_id``: as ``message_to_proto`` but built in place, not built and copied."""
     add = container.add

@@ -14,7 +14,8 @@ import itertools
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 

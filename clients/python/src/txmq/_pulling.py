@@ -134,7 +134,7 @@ class PullClient:
 
     # -- offsets -----------------------------------------------------------------------
 
-    def _offset_call(self, mq: MessageQueue, rpc: Callable[[pull_pb2_grpc.PullStub], Callable], request: object):  # type: ignore[no-untyped-def, type-arg]
+    def _offset_call(self, mq: MessageQueue, rpc: Callable[[pull_pb2_grpc.PullStub], Callable], request: object):
         addresses = self.pull_addresses(mq.topic)
         last_error: TxmqError | None = None
         for address in addresses:

@@ -24,8 +24,9 @@ the new owner; delivery is at least once, so listeners must be idempotent anyway
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, TypeVar
+from typing import TypeVar
 
 Q = TypeVar("Q")
 

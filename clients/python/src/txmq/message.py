@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Iterable
 
 from txmq.v1 import store_pb2
 

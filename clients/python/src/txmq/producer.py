@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import grpc
 
@@ -94,7 +95,7 @@ class Producer:
         if core is not None:
             core.close()
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         self.start()
         return self
 
@@ -138,9 +139,7 @@ class Producer:
             nonlocal request
             if request is None:  # built once the queue is known: no second pass to set it
                 request = store_pb2.SendBatchRequest(producer_group=self.group)
-                add_messages_to_proto(
-                    request.messages, msgs, queue_id=mq.queue_id, born_timestamp_ms=born_timestamp_ms
-                )
+                add_messages_to_proto(request.messages, msgs, queue_id=mq.queue_id, born_timestamp_ms=born_timestamp_ms)
             elif request.messages[0].queue_id != mq.queue_id:  # a retry on another queue
                 for pb in request.messages:
                     pb.queue_id = mq.queue_id

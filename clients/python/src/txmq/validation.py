@@ -8,7 +8,7 @@ names the field, without a round trip, and keeps the retry loop from retrying it
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from txmq.errors import BadRequestError, ForbiddenError, PayloadTooLargeError
 from txmq.protocol import KEY_SEPARATOR, RESERVED_PROPERTIES, is_system_topic
