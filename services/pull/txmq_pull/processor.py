@@ -321,7 +321,8 @@ def store_max_offsets(clients: StoreClients):
 
         async def one(store_id: str, topic: str) -> Mapping[int, int]:
             try:
-                return await clients.client(store_id).queue_max_offsets(topic)
+                offsets = await clients.client(store_id).queue_offsets(topic)
+                return {queue_id: max_offset for queue_id, (_, max_offset) in offsets.items()}
             except TxmqError as exc:
                 log.debug("backstop: max offsets of %s on %s: %s", topic, store_id, exc)
                 return {}

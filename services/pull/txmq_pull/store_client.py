@@ -81,11 +81,11 @@ class StoreClient:
         request = store_pb2.QueryConsumeOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id)
         return await _call(lambda: self._store.QueryConsumeOffset(request, timeout=self._timeout_s))
 
-    async def queue_max_offsets(self, topic: str) -> dict[int, int]:
-        """Max offset of every queue of ``topic``."""
+    async def queue_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        """queue id -> (min offset, max offset) of every queue of ``topic`` (GetQueueOffsets)."""
         request = store_pb2.GetQueueOffsetsRequest(topic=topic)
         reply = await _call(lambda: self._store.GetQueueOffsets(request, timeout=self._timeout_s))
-        return {q.queue_id: q.max_offset for q in reply.queues}
+        return {q.queue_id: (q.min_offset, q.max_offset) for q in reply.queues}
 
     async def get_topic(self, name: str) -> common_pb2.TopicConfig:
         request = store_pb2.GetTopicRequest(name=name)

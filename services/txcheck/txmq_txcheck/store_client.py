@@ -84,12 +84,6 @@ class StoreClient:
         )
         return list(r.messages)
 
-    async def max_offset(self, topic: str, queue_id: int) -> int:
-        r = await self._call(
-            self._stub.GetQueueOffsets, store_pb2.GetQueueOffsetsRequest(topic=topic, queue_id=queue_id)
-        )
-        return r.queues[0].max_offset if r.queues else 0
-
     async def query_consume_offset(self, topic: str, queue_id: int) -> int | None:
         r = await self._call(
             self._stub.QueryConsumeOffset,
