@@ -264,3 +264,38 @@ async def test_round_time_limit_per_queue(env: Env) -> None:
         del env.client.put
     assert rep.checked == [rs[0].transaction_id, rs[1].transaction_id]
     assert await progress(env, TRANS_HALF_TOPIC) == rs[2].queue_offset
+
+
+async def test_a_damaged_half_or_op_record_is_stepped_over_not_a_stuck_loop(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record of the half or op queue damaged on disk (the store refuses to serve it:
+    CODE_DATA_CORRUPTED) is stepped over with one ERROR line, so the transactions after
+    it are still checked; a damaged op message's halves are checked again, and a decision
+    taken twice stays one decision."""
+    from pathlib import Path
+
+    from tests.store.test_integrity import flip_in_record
+
+    a, b, c = await env.half(b"a"), await env.half(b"b"), await env.half(b"c")
+    root = Path(env.store.settings.data_dir)
+    flip_in_record(env.store, root, b.commit_log_offset, 116 + 5)  # a byte of b's half record
+    env.clock.advance(7_000)
+    rep = await env.loop.check_once()
+    assert rep.checked == [a.transaction_id, c.transaction_id]
+    assert rep.damaged == [f"{TRANS_HALF_TOPIC}:{b.queue_offset}"] and rep.error is None
+    assert await progress(env, TRANS_HALF_TOPIC) == c.queue_offset + 1
+    # Rollback of a through the check: its op message is then damaged on disk.
+    await env.ledger.end(env.end_request(a, ROLLBACK))
+    [op] = await env.topic_messages(TRANS_OP_HALF_TOPIC)
+    flip_in_record(env.store, root, op.commit_log_offset, 116 + 1)
+    env.clock.advance(7_000)
+    rep = await env.loop.check_once()
+    assert rep.damaged == [f"{TRANS_OP_HALF_TOPIC}:{op.queue_offset}"] and rep.error is None
+    assert await progress(env, TRANS_OP_HALF_TOPIC) == op.queue_offset + 1
+    # a's put-back copy, no longer known decided through the op queue, is settled from
+    # the ledger's own record of the rollback: no second check, no second decision.
+    assert rep.settled == [a.transaction_id] and a.transaction_id not in rep.checked
+    errors = [r for r in caplog.records if r.levelname == "ERROR" and "damaged on disk" in r.getMessage()]
+    assert len([r for r in errors if TRANS_HALF_TOPIC + " record" in r.getMessage()]) == 1  # once, not per round
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback

@@ -86,6 +86,7 @@ class RoundReport:
     discarded: list[str] = field(default_factory=list)
     skipped_resolved: list[int] = field(default_factory=list)  # half offsets
     settled: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)  # "<topic>:<queue offset>" skipped
     error: str | None = None
 
 
@@ -190,6 +191,7 @@ class CheckLoop:
         self._clock = clock
         self.settings = settings
         self.store_id = store_id or store.store_id
+        self._damaged: set[str] = set()  # "<topic>:<queue offset>" already reported
         self._running = False
         self.rounds = 0
 
@@ -246,7 +248,7 @@ class CheckLoop:
         ops = _OpState(op_offset)
         new_offset = half_offset
         try:
-            ops.exhausted = not await self._fill(ops, queue_id, half_offset)
+            ops.exhausted = not await self._fill(ops, queue_id, half_offset, report)
             cache: dict[int, common_pb2.MessageView] = {}
             i = half_offset
             while True:
@@ -259,7 +261,10 @@ class CheckLoop:
                     continue
                 msg = cache.get(i)
                 if msg is None:
-                    r = await self.store.get(TRANS_HALF_TOPIC, queue_id, i, PULL_BATCH)
+                    r = await self._get(TRANS_HALF_TOPIC, queue_id, i, report)
+                    if r is None:  # a damaged record at i: stepped over
+                        new_offset = i = i + 1
+                        continue
                     if r.status == FOUND and r.messages:
                         cache = {m.queue_offset: m for m in r.messages}
                         msg = cache.get(i)
@@ -311,7 +316,7 @@ class CheckLoop:
                     or age <= -1
                 )
                 if not need_check:
-                    if not await self._fill(ops, queue_id, half_offset):
+                    if not await self._fill(ops, queue_id, half_offset, report):
                         ops.exhausted = True
                     continue  # look at offset i again with more of the op queue
                 await self._check(msg, report)
@@ -335,9 +340,13 @@ class CheckLoop:
             log.warning("saving check progress on %s failed: %s", self.store_id, exc)
             report.error = report.error or f"{type(exc).__name__}: {exc}"
 
-    async def _fill(self, ops: _OpState, queue_id: int, half_offset: int) -> bool:
+    async def _fill(self, ops: _OpState, queue_id: int, half_offset: int, report: RoundReport) -> bool:
         """Load up to 32 more op messages into the removeMap; False when none came."""
-        r = await self.store.get(TRANS_OP_HALF_TOPIC, queue_id, ops.next, PULL_BATCH)
+        r = await self._get(TRANS_OP_HALF_TOPIC, queue_id, ops.next, report)
+        while r is None:  # a damaged op message: its decisions are unknown, so the halves
+            ops.done.add(ops.next)  # it named are checked again (a decision is idempotent)
+            ops.next += 1
+            r = await self._get(TRANS_OP_HALF_TOPIC, queue_id, ops.next, report)
         if r.status == OFFSET_TOO_SMALL and r.next_begin_offset > ops.next:
             ops.next = ops.start = r.next_begin_offset
             r = await self.store.get(TRANS_OP_HALF_TOPIC, queue_id, ops.next, PULL_BATCH)
@@ -355,6 +364,30 @@ class CheckLoop:
             ops.last_born_ms = m.message.born_timestamp_ms or m.store_timestamp_ms
         ops.next = r.next_begin_offset
         return True
+
+    async def _get(
+        self, topic: str, queue_id: int, offset: int, report: RoundReport
+    ) -> store_pb2.GetMessageResponse | None:
+        """A batch of the half or op queue from ``offset``; None when the record at
+        ``offset`` is damaged on disk (CODE_DATA_CORRUPTED: the store serves the intact
+        records before a damaged one and refuses a read that starts at it). The loop
+        steps over it instead of stopping at it every round: one ERROR line per record."""
+        try:
+            return await self.store.get(topic, queue_id, offset, PULL_BATCH)
+        except TxmqError as err:
+            if err.code != errors_pb2.CODE_DATA_CORRUPTED or err.metadata.get("queue_offset") != str(offset):
+                raise
+        where = f"{topic}:{offset}"
+        if where not in self._damaged:
+            self._damaged.add(where)
+            log.error(
+                "store %s: the %s record at queue offset %d is damaged on disk; the check loop steps over it%s",
+                self.store_id, topic, offset,
+                " (its transaction can no longer be checked)" if topic == TRANS_HALF_TOPIC else
+                " (the halves it decided are checked again)",
+            )  # fmt: skip
+        report.damaged.append(where)
+        return None
 
     async def _check(self, msg: common_pb2.MessageView, report: RoundReport) -> None:
         txid = msg.message.unique_id
