@@ -349,3 +349,19 @@ async def test_expiry_steps_over_a_gap_in_a_queue(tmp_path: Path) -> None:
     cq.correct_min_offset(650)  # segments below commit-log offset 650 deleted
     assert cq.min_offset == 7
     cq.close()
+
+
+async def test_the_export_looks_past_a_damaged_only_copy(stores: StoreFactory) -> None:
+    """The export's committed-copy look-up answers "none" for a transaction whose only
+    record is damaged, instead of failing the export run with a traceback."""
+    from txmq_store.export import LocalSource
+
+    store = await stores.open()
+    store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
+    offsets = await send_ids(store, 0, 3)
+    await store.flush()
+    flip_in_record(store, Path(store.settings.data_dir), offsets[1], 116 + 5)
+    with pytest.raises(TxmqError) as raised:
+        store.query_messages(unique_id="U1")
+    assert raised.value.code == errors_pb2.CODE_DATA_CORRUPTED
+    assert await LocalSource(store).committed_copy("U1") is None

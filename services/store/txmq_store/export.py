@@ -354,7 +354,13 @@ class LocalSource:
         return ReadResult(int(r.status), r.next_begin_offset, [_from_stored(m) for m in r.messages])
 
     async def committed_copy(self, transaction_id: str) -> Record | None:
-        for m in self._store.query_messages(unique_id=transaction_id, max_results=1000):
+        try:
+            found = self._store.query_messages(unique_id=transaction_id, max_results=1000)
+        except TxmqError as exc:
+            if exc.code != errors_pb2.CODE_DATA_CORRUPTED:
+                raise
+            return None  # its only copies are damaged (counted and logged by the store)
+        for m in found:
             rec = _from_stored(m)
             if is_committed_copy(rec, transaction_id):
                 return rec
