@@ -20,15 +20,15 @@ import pytest
 from support.clock import ManualClock, settle
 
 from txmq.errors import TxmqError
+from txmq.protocol import PERM_READ
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2, store_pb2
 from txmq_gateway.backend import Backend
-from txmq_runtime.etcd import etcd_client
+from txmq_runtime.etcd import close_client, etcd_client
 from txmq_runtime.registry import ClusterView, EtcdKeys
 
 from .fake_backend import FakeBackend
 
 GROUP = "contract-group"
-PERM_READ = 4
 ALL = common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_TAG, expression="*")
 GUARD_S = 30  # a hang guard, not a timing claim
 ROUTE_WAIT_S = 10
@@ -119,7 +119,7 @@ async def _real_side(request: pytest.FixtureRequest) -> AsyncIterator[Side]:
     finally:
         await backend.close()
         await view.close()
-        await client.close()
+        await close_client(client)
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.slow)])

@@ -83,8 +83,9 @@ def test_committed_copy() -> None:
 
 
 def _python_sources() -> list[Path]:
-    roots = [ROOT / "services", ROOT / "clients/python/src/txmq", ROOT / "cli", ROOT / "analytics", ROOT / "bench"]
-    return [p for r in roots for p in r.rglob("*.py") if "_pb2" not in p.name and p.name != "protocol.py"]
+    roots = [ROOT / d for d in ("services", "clients/python/src/txmq", "cli", "analytics", "bench", "tests", "scripts")]
+    skip = {"protocol.py", "test_protocol.py"}
+    return [p for r in roots for p in r.rglob("*.py") if "_pb2" not in p.name and p.name not in skip]
 
 
 def test_no_module_defines_the_protocol_names_again() -> None:

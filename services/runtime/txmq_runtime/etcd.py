@@ -25,6 +25,9 @@ from txmq_runtime.net import join_host_port, split_host_port
 
 log = logging.getLogger("txmq.etcd")
 
+#: How long closing a mirror waits for its watch to stop.
+MIRROR_CLOSE_TIMEOUT_S = 3.0
+
 #: Failures worth retrying: etcd unreachable, slow, restarting, or a compacted watch.
 RETRYABLE = (aetcd.ClientError, TimeoutError)
 
@@ -95,6 +98,15 @@ class MirrorSink(Protocol):
     def delete(self, key: str) -> None: ...
 
 
+async def close_client(client: aetcd.Client) -> None:
+    """Close an etcd client, bounded: aetcd's close shuts its watcher down under the
+    watcher's lock, which a watch cancelled mid-creation can hold for ever."""
+    try:
+        await asyncio.wait_for(client.close(), 2 * MIRROR_CLOSE_TIMEOUT_S)
+    except TimeoutError:
+        log.warning("closing the etcd client took over %s s; left behind", 2 * MIRROR_CLOSE_TIMEOUT_S)
+
+
 class EtcdMirror:
     """Keeps ``sink`` equal to everything under ``prefix``: read the prefix, then watch it
     from the next revision; on any failure (etcd gone, compaction) read it again.
@@ -123,10 +135,20 @@ class EtcdMirror:
         raise TimeoutError(f"could not read {self._prefix.decode()!r} from etcd within {timeout_s} s")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        """Stop mirroring. Bounded: a watch cancelled while aetcd's watcher is busy (a watch
+        being created, a cancel in flight) can wait on aetcd's internal lock for ever; after
+        MIRROR_CLOSE_TIMEOUT_S the task is left to the client's close, which ends it."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        # The watch's own cancel is bounded by the timeout (below); twice that is the last resort.
+        done, _ = await asyncio.wait({task}, timeout=2 * MIRROR_CLOSE_TIMEOUT_S)
+        if not done:
+            log.warning(
+                "etcd watch on %s did not stop within %s s; left to the client's close",
+                self._prefix.decode(), 2 * MIRROR_CLOSE_TIMEOUT_S,
+            )  # fmt: skip
 
     async def _sync_then_watch(self) -> None:
         snapshot = await self._client.get_prefix(self._prefix)
@@ -141,5 +163,8 @@ class EtcdMirror:
                 else:
                     self._sink.delete(key)
         finally:
-            await watch.cancel()
+            try:  # bounded, as close() is (the watch may be cancelled mid-creation)
+                await asyncio.wait_for(watch.cancel(), MIRROR_CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("cancelling the etcd watch on %s timed out", self._prefix.decode())
         log.info("etcd watch on %s ended; reading it again", self._prefix.decode())

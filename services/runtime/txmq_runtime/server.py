@@ -35,7 +35,7 @@ from grpc_reflection.v1alpha import reflection
 
 from txmq.v1 import common_pb2
 from txmq_runtime import keepalive, metrics
-from txmq_runtime.etcd import RETRYABLE, etcd_client
+from txmq_runtime.etcd import RETRYABLE, close_client, etcd_client
 from txmq_runtime.net import join_host_port
 from txmq_runtime.registry import ClusterView, EtcdKeys, Registration, encode, kind_name
 from txmq_runtime.route import add_route_servicer
@@ -170,7 +170,7 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(etcd.close)
+        stack.push_async_callback(close_client, etcd)
         cluster = ClusterView(etcd, keys)
         startup_s = settings.etcd_startup_timeout_ms / 1000
         try:
