@@ -1,4 +1,5 @@
 from txmq.v1 import common_pb2 as _common_pb2
+from txmq.v1 import errors_pb2 as _errors_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -13,6 +14,20 @@ class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SEND_STATUS_UNSPECIFIED: _ClassVar[SendStatus]
     SEND_STATUS_OK: _ClassVar[SendStatus]
     SEND_STATUS_FLUSH_DISK_TIMEOUT: _ClassVar[SendStatus]
+
+class Decision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DECISION_UNSPECIFIED: _ClassVar[Decision]
+    DECISION_COMMIT: _ClassVar[Decision]
+    DECISION_ROLLBACK: _ClassVar[Decision]
+
+class RequeueAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REQUEUE_ACTION_UNSPECIFIED: _ClassVar[RequeueAction]
+    REQUEUE_ACTION_CHECK: _ClassVar[RequeueAction]
+    REQUEUE_ACTION_WAIT: _ClassVar[RequeueAction]
+    REQUEUE_ACTION_IMMUNITY: _ClassVar[RequeueAction]
+    REQUEUE_ACTION_DISCARD: _ClassVar[RequeueAction]
 
 class GetMessageStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -29,6 +44,14 @@ class GetMessageStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 SEND_STATUS_UNSPECIFIED: SendStatus
 SEND_STATUS_OK: SendStatus
 SEND_STATUS_FLUSH_DISK_TIMEOUT: SendStatus
+DECISION_UNSPECIFIED: Decision
+DECISION_COMMIT: Decision
+DECISION_ROLLBACK: Decision
+REQUEUE_ACTION_UNSPECIFIED: RequeueAction
+REQUEUE_ACTION_CHECK: RequeueAction
+REQUEUE_ACTION_WAIT: RequeueAction
+REQUEUE_ACTION_IMMUNITY: RequeueAction
+REQUEUE_ACTION_DISCARD: RequeueAction
 GET_MESSAGE_STATUS_UNSPECIFIED: GetMessageStatus
 GET_MESSAGE_STATUS_FOUND: GetMessageStatus
 GET_MESSAGE_STATUS_NO_MATCHED_MESSAGE: GetMessageStatus
@@ -95,12 +118,115 @@ class SystemMessage(_message.Message):
     def __init__(self, message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., sys_flag: _Optional[int] = ..., reconsume_times: _Optional[int] = ..., prepared_transaction_offset: _Optional[int] = ...) -> None: ...
 
 class PutSystemMessagesRequest(_message.Message):
-    __slots__ = ("messages", "producer_group")
+    __slots__ = ("messages", "producer_group", "fence")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[SystemMessage]
     producer_group: str
-    def __init__(self, messages: _Optional[_Iterable[_Union[SystemMessage, _Mapping]]] = ..., producer_group: _Optional[str] = ...) -> None: ...
+    fence: Fence
+    def __init__(self, messages: _Optional[_Iterable[_Union[SystemMessage, _Mapping]]] = ..., producer_group: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class Fence(_message.Message):
+    __slots__ = ("epoch", "half_queue_id")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HALF_QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    half_queue_id: int
+    def __init__(self, epoch: _Optional[int] = ..., half_queue_id: _Optional[int] = ...) -> None: ...
+
+class TransactionDecision(_message.Message):
+    __slots__ = ("commit_log_offset", "tran_state_table_offset", "transaction_id", "producer_group", "decision", "from_transaction_check")
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRAN_STATE_TABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    FROM_TRANSACTION_CHECK_FIELD_NUMBER: _ClassVar[int]
+    commit_log_offset: int
+    tran_state_table_offset: int
+    transaction_id: str
+    producer_group: str
+    decision: Decision
+    from_transaction_check: bool
+    def __init__(self, commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., from_transaction_check: _Optional[bool] = ...) -> None: ...
+
+class DecideTransactionsRequest(_message.Message):
+    __slots__ = ("decisions", "transaction_timeout_ms", "fence")
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    decisions: _containers.RepeatedCompositeFieldContainer[TransactionDecision]
+    transaction_timeout_ms: int
+    fence: Fence
+    def __init__(self, decisions: _Optional[_Iterable[_Union[TransactionDecision, _Mapping]]] = ..., transaction_timeout_ms: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class DecisionResult(_message.Message):
+    __slots__ = ("error", "decision", "first", "committed", "status")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    error: _errors_pb2.ErrorDetail
+    decision: Decision
+    first: bool
+    committed: _common_pb2.MessageView
+    status: SendStatus
+    def __init__(self, error: _Optional[_Union[_errors_pb2.ErrorDetail, _Mapping]] = ..., decision: _Optional[_Union[Decision, str]] = ..., first: _Optional[bool] = ..., committed: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ...) -> None: ...
+
+class DecideTransactionsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[DecisionResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[DecisionResult, _Mapping]]] = ...) -> None: ...
+
+class HalfAction(_message.Message):
+    __slots__ = ("commit_log_offset", "action", "reason")
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    commit_log_offset: int
+    action: RequeueAction
+    reason: str
+    def __init__(self, commit_log_offset: _Optional[int] = ..., action: _Optional[_Union[RequeueAction, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RequeueHalvesRequest(_message.Message):
+    __slots__ = ("actions", "fence")
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    actions: _containers.RepeatedCompositeFieldContainer[HalfAction]
+    fence: Fence
+    def __init__(self, actions: _Optional[_Iterable[_Union[HalfAction, _Mapping]]] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class HalfActionResult(_message.Message):
+    __slots__ = ("error", "decided", "commit_log_offset", "queue_offset", "store_timestamp_ms", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    error: _errors_pb2.ErrorDetail
+    decided: Decision
+    commit_log_offset: int
+    queue_offset: int
+    store_timestamp_ms: int
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, error: _Optional[_Union[_errors_pb2.ErrorDetail, _Mapping]] = ..., decided: _Optional[_Union[Decision, str]] = ..., commit_log_offset: _Optional[int] = ..., queue_offset: _Optional[int] = ..., store_timestamp_ms: _Optional[int] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RequeueHalvesResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[HalfActionResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[HalfActionResult, _Mapping]]] = ...) -> None: ...
 
 class SendBatchResponse(_message.Message):
     __slots__ = ("results",)
@@ -262,16 +388,18 @@ class SearchOffsetResponse(_message.Message):
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
 
 class CommitConsumeOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "offset")
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "fence")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     offset: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    fence: Fence
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
 
 class CommitConsumeOffsetResponse(_message.Message):
     __slots__ = ()

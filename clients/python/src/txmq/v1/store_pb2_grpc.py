@@ -94,6 +94,16 @@ class StoreStub:
                 request_serializer=txmq_dot_v1_dot_store__pb2.PutSystemMessagesRequest.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_store__pb2.SendBatchResponse.FromString,
                 _registered_method=True)
+        self.DecideTransactions = channel.unary_unary(
+                '/txmq.v1.Store/DecideTransactions',
+                request_serializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.FromString,
+                _registered_method=True)
+        self.RequeueHalves = channel.unary_unary(
+                '/txmq.v1.Store/RequeueHalves',
+                request_serializer=txmq_dot_v1_dot_store__pb2.RequeueHalvesRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.RequeueHalvesResponse.FromString,
+                _registered_method=True)
 
 
 class StoreServicer:
@@ -188,6 +198,30 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DecideTransactions(self, request, context):
+        """Internal, for the transaction service: commit or roll back half messages. The store
+        decides, atomically: a decision is taken iff its transaction has none yet (the same
+        decision again is answered like the first and stores nothing new but, when needed, an
+        op entry for this half record; the opposite one is refused). The whole batch is one
+        append: the committed copies, then one op message naming every half decided or
+        settled. Each item has its own result; the call fails only as a whole (store not
+        writable, fenced, disk full). docs/transactions.md, "The store decides".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequeueHalves(self, request, context):
+        """Internal, for the check loop: put half records back at the tail of the half queue
+        (to check them, to wait for a producer, to keep an immune half checkable) or
+        discard them to TRANS_CHECK_MAX_TIME_TOPIC, in one append. The store makes the
+        copies from its own records. A half whose transaction is decided is settled instead
+        (an op entry; nothing put back). Fenced by the leader's epoch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +284,16 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.PutSystemMessages,
                     request_deserializer=txmq_dot_v1_dot_store__pb2.PutSystemMessagesRequest.FromString,
                     response_serializer=txmq_dot_v1_dot_store__pb2.SendBatchResponse.SerializeToString,
+            ),
+            'DecideTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecideTransactions,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.SerializeToString,
+            ),
+            'RequeueHalves': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequeueHalves,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.RequeueHalvesRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.RequeueHalvesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -576,6 +620,60 @@ class Store:
             '/txmq.v1.Store/PutSystemMessages',
             txmq_dot_v1_dot_store__pb2.PutSystemMessagesRequest.SerializeToString,
             txmq_dot_v1_dot_store__pb2.SendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecideTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.Store/DecideTransactions',
+            txmq_dot_v1_dot_store__pb2.DecideTransactionsRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequeueHalves(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.Store/RequeueHalves',
+            txmq_dot_v1_dot_store__pb2.RequeueHalvesRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.RequeueHalvesResponse.FromString,
             options,
             channel_credentials,
             insecure,

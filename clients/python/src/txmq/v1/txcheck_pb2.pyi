@@ -20,12 +20,14 @@ TRANSACTION_RESOLUTION_ROLLBACK: TransactionResolution
 TRANSACTION_RESOLUTION_UNKNOWN: TransactionResolution
 
 class DeliverCheckRequest(_message.Message):
-    __slots__ = ("channel_key", "check")
+    __slots__ = ("channel_key", "check", "more_checks")
     CHANNEL_KEY_FIELD_NUMBER: _ClassVar[int]
     CHECK_FIELD_NUMBER: _ClassVar[int]
+    MORE_CHECKS_FIELD_NUMBER: _ClassVar[int]
     channel_key: str
     check: CheckTransactionState
-    def __init__(self, channel_key: _Optional[str] = ..., check: _Optional[_Union[CheckTransactionState, _Mapping]] = ...) -> None: ...
+    more_checks: _containers.RepeatedCompositeFieldContainer[CheckTransactionState]
+    def __init__(self, channel_key: _Optional[str] = ..., check: _Optional[_Union[CheckTransactionState, _Mapping]] = ..., more_checks: _Optional[_Iterable[_Union[CheckTransactionState, _Mapping]]] = ...) -> None: ...
 
 class DeliverCheckResponse(_message.Message):
     __slots__ = ()
@@ -72,20 +74,30 @@ class EndTransactionResponse(_message.Message):
     def __init__(self, committed: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...
 
 class ProducerHello(_message.Message):
-    __slots__ = ("producer_group", "client_id")
+    __slots__ = ("producer_group", "client_id", "accepts_check_batches")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_CHECK_BATCHES_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     client_id: str
-    def __init__(self, producer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+    accepts_check_batches: bool
+    def __init__(self, producer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., accepts_check_batches: _Optional[bool] = ...) -> None: ...
+
+class EndTransactionBatch(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[EndTransactionRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[EndTransactionRequest, _Mapping]]] = ...) -> None: ...
 
 class ProducerCommand(_message.Message):
-    __slots__ = ("hello", "end_transaction")
+    __slots__ = ("hello", "end_transaction", "end_transactions")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     END_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    END_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     hello: ProducerHello
     end_transaction: EndTransactionRequest
-    def __init__(self, hello: _Optional[_Union[ProducerHello, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransactionRequest, _Mapping]] = ...) -> None: ...
+    end_transactions: EndTransactionBatch
+    def __init__(self, hello: _Optional[_Union[ProducerHello, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransactionRequest, _Mapping]] = ..., end_transactions: _Optional[_Union[EndTransactionBatch, _Mapping]] = ...) -> None: ...
 
 class CheckTransactionState(_message.Message):
     __slots__ = ("message", "transaction_id", "commit_log_offset", "tran_state_table_offset", "store_id")
@@ -101,11 +113,19 @@ class CheckTransactionState(_message.Message):
     store_id: str
     def __init__(self, message: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ..., transaction_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., store_id: _Optional[str] = ...) -> None: ...
 
+class CheckTransactionBatch(_message.Message):
+    __slots__ = ("checks",)
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    checks: _containers.RepeatedCompositeFieldContainer[CheckTransactionState]
+    def __init__(self, checks: _Optional[_Iterable[_Union[CheckTransactionState, _Mapping]]] = ...) -> None: ...
+
 class ServerCommand(_message.Message):
-    __slots__ = ("check",)
+    __slots__ = ("check", "check_batch")
     CHECK_FIELD_NUMBER: _ClassVar[int]
+    CHECK_BATCH_FIELD_NUMBER: _ClassVar[int]
     check: CheckTransactionState
-    def __init__(self, check: _Optional[_Union[CheckTransactionState, _Mapping]] = ...) -> None: ...
+    check_batch: CheckTransactionBatch
+    def __init__(self, check: _Optional[_Union[CheckTransactionState, _Mapping]] = ..., check_batch: _Optional[_Union[CheckTransactionBatch, _Mapping]] = ...) -> None: ...
 
 class QueryTransactionRequest(_message.Message):
     __slots__ = ("transaction_id",)
