@@ -218,3 +218,28 @@ def half_record_kind(properties: Mapping[str, str], previous: tuple[int, int] | 
     if PROPERTY_PREPARED_QUEUE_OFFSET in properties:
         return IMMUNITY_PUT_BACK
     return PUT_BACK
+
+
+# -- check immunity: when a half message may be checked, and a late decision refused --------
+
+
+def immunity_ms(properties: Mapping[str, str], transaction_timeout_ms: int) -> tuple[int, bool]:
+    """(check immunity of a half message, whether it set its own): its
+    CHECK_IMMUNITY_TIME_IN_SECONDS, never below the transaction timeout (RocketMQ
+    TransactionalMessageUtil.getImmunityTime); a bad value counts as unset."""
+    raw = properties.get(PROPERTY_CHECK_IMMUNITY)
+    if raw:
+        try:
+            return max(int(raw) * 1000, transaction_timeout_ms), True
+        except ValueError:
+            pass
+    return transaction_timeout_ms, False
+
+
+def rejects_late_decision(
+    properties: Mapping[str, str], born_timestamp_ms: int, now_ms: int, transaction_timeout_ms: int
+) -> bool:
+    """RocketMQ 5 rejectCommitOrRollback: a decision that does not answer a check, for a
+    half message that set CHECK_IMMUNITY_TIME_IN_SECONDS, after that immunity passed."""
+    window, own = immunity_ms(properties, transaction_timeout_ms)
+    return own and now_ms - born_timestamp_ms > window
