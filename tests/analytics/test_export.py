@@ -53,9 +53,9 @@ class Sender:
     def has_live_producer(self, group: str) -> bool:
         return True
 
-    async def send_check(self, group: str, command: txcheck_pb2.ServerCommand) -> bool:
-        self.checks.append(command.check)
-        return True
+    async def send_checks(self, group: str, checks: list[txcheck_pb2.CheckTransactionState]) -> int:
+        self.checks.extend(checks)
+        return len(checks)
 
 
 @dataclass

@@ -43,13 +43,15 @@ class FakeSender:
     def __init__(self) -> None:
         self.live: set[str] = {GROUP}
         self.checks: list[txcheck_pb2.CheckTransactionState] = []
+        self.batches: list[int] = []  # checks per send_checks call
 
     def has_live_producer(self, group: str) -> bool:
         return group in self.live
 
-    async def send_check(self, group: str, command: txcheck_pb2.ServerCommand) -> bool:
-        self.checks.append(command.check)
-        return True
+    async def send_checks(self, group: str, checks: list[txcheck_pb2.CheckTransactionState]) -> int:
+        self.checks.extend(checks)
+        self.batches.append(len(checks))
+        return len(checks)
 
 
 @dataclass
@@ -99,7 +101,7 @@ class Env:
         )
         return list(r.messages)
 
-    def new_loop(self, client: StoreClient | None = None, **settings: int) -> CheckLoop:
+    def new_loop(self, client: StoreClient | None = None, *, epoch: int = 0, **settings: int) -> CheckLoop:
         c = client or self.client
         return CheckLoop(
             c,
@@ -110,6 +112,7 @@ class Env:
             clock=self.clock,
             settings=CheckSettings(**settings),
             store_id="store-0",
+            epoch=epoch,
         )
 
 

@@ -190,7 +190,8 @@ async def test_decided_transaction_is_settled_not_checked(env: Env) -> None:
 
 
 class GatedStore(StoreClient):
-    """Fault injection: PutSystemMessages waits on a gate, or fails on chosen calls."""
+    """Fault injection: RequeueHalves (the loop's writes) waits on a gate, or fails on
+    chosen calls."""
 
     def __init__(self, inner: StoreClient) -> None:
         super().__init__(inner._channel, store_id=inner.store_id)
@@ -200,13 +201,13 @@ class GatedStore(StoreClient):
         self.fail_on: set[int] = set()
         self.puts = 0
 
-    async def put(self, messages, *, producer_group: str = ""):
+    async def requeue(self, actions, *, fence=None):
         self.puts += 1
         self.entered.set()
         await self.gate.wait()
         if self.puts in self.fail_on:
             raise TxmqError("injected store failure", code=errors_pb2.CODE_STORAGE_ERROR)
-        return await super().put(messages, producer_group=producer_group)
+        return await super().requeue(actions, fence=fence)
 
 
 async def test_rounds_do_not_overlap(env: Env) -> None:
@@ -231,7 +232,7 @@ async def test_rounds_do_not_overlap(env: Env) -> None:
 async def test_failure_mid_queue_saves_progress(env: Env) -> None:
     """RocketMQ #9500: a failure on a queue used to freeze its offsets."""
     gated = GatedStore(env.client)
-    loop = env.new_loop(gated)
+    loop = env.new_loop(gated, check_batch_max=1)  # one store call per half
     rs = [await env.half(str(i).encode()) for i in range(4)]
     env.clock.advance(7_000)
     gated.fail_on = {3}  # the put-back of the third half message fails
@@ -250,18 +251,18 @@ async def test_round_time_limit_per_queue(env: Env) -> None:
 
     rs = [await env.half(str(i).encode()) for i in range(3)]
     env.clock.advance(7_000)
-    loop = env.new_loop(max_process_time_per_queue_ms=1_000)
-    orig_put = env.client.put
+    loop = env.new_loop(max_process_time_per_queue_ms=1_000, check_batch_max=1)
+    orig = env.client.requeue
 
-    async def slow_put(messages, *, producer_group: str = ""):
+    async def slow_requeue(actions, *, fence=None):
         env.clock.advance(600)  # each put-back "takes" 0.6 s
-        return await orig_put(messages, producer_group=producer_group)
+        return await orig(actions, fence=fence)
 
-    env.client.put = slow_put  # type: ignore[method-assign]
+    env.client.requeue = slow_requeue  # type: ignore[method-assign]
     try:
         rep = await loop.check_once()
     finally:
-        del env.client.put
+        del env.client.requeue
     assert rep.checked == [rs[0].transaction_id, rs[1].transaction_id]
     assert await progress(env, TRANS_HALF_TOPIC) == rs[2].queue_offset
 
@@ -293,9 +294,68 @@ async def test_a_damaged_half_or_op_record_is_stepped_over_not_a_stuck_loop(
     rep = await env.loop.check_once()
     assert rep.damaged == [f"{TRANS_OP_HALF_TOPIC}:{op.queue_offset}"] and rep.error is None
     assert await progress(env, TRANS_OP_HALF_TOPIC) == op.queue_offset + 1
-    # a's put-back copy, no longer known decided through the op queue, is settled from
-    # the ledger's own record of the rollback: no second check, no second decision.
+    # a's put-back copy, no longer known decided through the op queue, is settled by the
+    # store from its own record of the rollback: no second check, no second decision.
     assert rep.settled == [a.transaction_id] and a.transaction_id not in rep.checked
     errors = [r for r in caplog.records if r.levelname == "ERROR" and "damaged on disk" in r.getMessage()]
     assert len([r for r in errors if TRANS_HALF_TOPIC + " record" in r.getMessage()]) == 1  # once, not per round
     assert not [r for r in caplog.records if r.exc_info]  # no traceback
+
+
+async def test_a_round_acts_in_batches(env: Env) -> None:
+    """Many due halves: one store call per ``check_batch_max`` of them, and the checks
+    go to the producers in batches of the same size."""
+    rs = [await env.half(str(i).encode()) for i in range(10)]
+    env.clock.advance(7_000)
+    loop = env.new_loop(check_batch_max=4)
+    rep = await loop.check_once()
+    assert rep.checked == [r.transaction_id for r in rs]
+    assert loop.store_calls == 3 and env.sender.batches == [4, 4, 2]
+    assert sorted(c.transaction_id for c in env.sender.checks) == sorted(r.transaction_id for r in rs)
+    # Every check names its own put-back copy, count 1.
+    for c in env.sender.checks:
+        copy = await env.client.view(c.commit_log_offset)
+        assert copy.message.unique_id == c.transaction_id and copy.queue_offset == c.tran_state_table_offset
+        assert copy.message.properties[PROPERTY_CHECK_TIMES] == "1"
+    assert await progress(env, TRANS_HALF_TOPIC) == rs[-1].queue_offset + 1
+
+
+async def test_waiting_is_bounded_by_transaction_wait_max(env: Env) -> None:
+    """No live producer: put back (count kept) until transaction_wait_max_ms, then
+    discarded (resumable), so waiting does not grow the half topic for ever (#1543)."""
+    r = await env.half()
+    env.sender.live.clear()
+    loop = env.new_loop(transaction_wait_max_ms=30_000)
+    waited = 0
+    for _ in range(10):
+        env.clock.advance(7_000)
+        rep = await loop.check_once()
+        waited += len(rep.waited)
+        if rep.discarded:
+            break
+    assert rep.discarded == [r.transaction_id] and waited == 4  # 14, 21, 28 s ... then past 30 s
+    halves = await env.topic_messages(TRANS_HALF_TOPIC)
+    assert len(halves) == 1 + waited
+    [discarded] = await env.topic_messages(TRANS_CHECK_MAX_TIME_TOPIC)
+    assert discarded.message.unique_id == r.transaction_id
+
+
+async def test_a_fenced_loop_stops_and_saves_nothing(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """The store saw a newer leader's epoch: this loop's writes are refused (nothing
+    lands), it logs one WARNING, saves no progress and runs no more rounds."""
+    rs = [await env.half(str(i).encode()) for i in range(3)]
+    env.clock.advance(7_000)
+    old = env.new_loop(epoch=5)
+    new = env.new_loop(epoch=9)
+    rep = await new.check_once()
+    assert rep.checked == [r.transaction_id for r in rs]
+    saved = await progress(env, TRANS_HALF_TOPIC)
+    halves = len(await env.topic_messages(TRANS_HALF_TOPIC))
+    env.clock.advance(7_000)
+    rep = await old.check_once()
+    assert rep.error is not None and rep.error.startswith("fenced") and rep.checked == []
+    assert old.fenced and await old.check_once() is None
+    assert await progress(env, TRANS_HALF_TOPIC) == saved
+    assert len(await env.topic_messages(TRANS_HALF_TOPIC)) == halves
+    assert len(env.sender.checks) == 3  # none from the fenced loop
+    assert len([x for x in caplog.records if "fenced" in x.getMessage() and x.levelname == "WARNING"]) == 1

@@ -18,7 +18,7 @@ from txmq.protocol import (
     TRANSACTION_TYPE_MASK,
 )
 from txmq.v1 import errors_pb2, txcheck_pb2
-from txmq_txcheck.ledger import Ledger, OpEntry, committed_copy
+from txmq_txcheck.ledger import Ledger, committed_copy
 
 from .conftest import GROUP, TOPIC, Env, open_env
 
@@ -197,28 +197,49 @@ async def test_concurrent_decisions_each_get_an_op_entry(env: Env) -> None:
     assert offsets == sorted(r.queue_offset for r in rs)
 
 
-async def test_op_writes_ready_together_share_one_op_message(env: Env) -> None:
-    # Deterministic: how many decisions reach the op writer together through the
-    # ledger depends on when their store look-ups return; here all six are ready in
-    # the same loop turn, so exactly one op message carries them.
+async def test_decisions_ready_together_share_one_store_call(env: Env) -> None:
+    """Concurrent ENDs go to the store together: one DecideTransactions call, one op
+    message naming every half, every caller answered with its own result."""
     import asyncio
 
-    entries = [OpEntry(half_offset=i, transaction_id=f"tx{i}", decision=ROLLBACK) for i in range(6)]
-    await asyncio.gather(*(env.ledger.ops.write(e) for e in entries))
+    rs = [await env.half(str(i).encode()) for i in range(6)]
+    calls = env.ledger.decider.calls
+    answers = await asyncio.gather(
+        *(env.ledger.end(env.end_request(r, COMMIT if i % 2 else ROLLBACK)) for i, r in enumerate(rs))
+    )
+    assert env.ledger.decider.calls == calls + 1
     (op,) = await env.topic_messages(TRANS_OP_HALF_TOPIC)
-    assert op.message.body == b"0,1,2,3,4,5"
+    assert op.message.body == ",".join(str(r.queue_offset) for r in rs).encode()
+    assert [a.HasField("committed") for a in answers] == [False, True] * 3
+    assert sorted(m.message.body for m in await env.real_messages()) == [b"1", b"3", b"5"]
 
 
-async def test_fence_refuses_a_new_decision_without_writing(env: Env) -> None:
-    r = await env.half(b"fenced")
-    for resolution in (COMMIT, ROLLBACK):
-        with pytest.raises(TxmqError) as info:
-            await env.ledger.end(env.end_request(r, resolution), fence=lambda: False)
-        assert info.value.code == errors_pb2.CODE_UNAVAILABLE and info.value.retriable
-        assert info.value.metadata["reason"] == "no_leader"
-    assert await env.real_messages() == [] and await env.topic_messages(TRANS_OP_HALF_TOPIC) == []
-    assert await env.ledger.decision_of(r.transaction_id) is None
-    # Once decided, the same decision again is only an answer: no fence needed.
-    await env.ledger.end(env.end_request(r, COMMIT), fence=lambda: True)
-    await env.ledger.end(env.end_request(r, COMMIT), fence=lambda: False)
-    assert [m.message.body for m in await env.real_messages()] == [b"fenced"]
+async def test_a_bad_item_fails_alone(env: Env) -> None:
+    """One refused decision in a shared store call does not fail the others."""
+    import asyncio
+
+    good, bad = await env.half(b"good"), await env.half(b"bad")
+    wrong = env.end_request(bad, COMMIT)
+    wrong.tran_state_table_offset += 100
+    results = await asyncio.gather(
+        env.ledger.end(env.end_request(good, COMMIT)), env.ledger.end(wrong), return_exceptions=True
+    )
+    assert not isinstance(results[0], BaseException)
+    assert isinstance(results[1], TxmqError) and results[1].code == errors_pb2.CODE_TRANSACTION_MISMATCH
+    assert [m.message.body for m in await env.real_messages()] == [b"good"]
+
+
+async def test_any_ledger_decides_without_a_leader(env: Env) -> None:
+    """Two ledgers (two txcheck replicas) deciding the same transaction at once, in
+    opposite ways: the store takes exactly one; the other is refused."""
+    import asyncio
+
+    r = await env.half(b"race")
+    other = Ledger(env.client, clock=env.clock, transaction_timeout_ms=6000)
+    results = await asyncio.gather(
+        env.ledger.end(env.end_request(r, COMMIT)), other.end(env.end_request(r, ROLLBACK)), return_exceptions=True
+    )
+    refused = [x for x in results if isinstance(x, TxmqError)]
+    assert len(refused) == 1 and refused[0].code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+    committed = not isinstance(results[0], BaseException)
+    assert len(await env.real_messages()) == (1 if committed else 0)

@@ -1,10 +1,10 @@
-"""Two txcheck replicas and the one-decider rule, with real processes (store, txcheck
-replicas, etcd; producers in this process):
+"""Two txcheck replicas, with real processes (store, txcheck replicas, etcd; producers
+in this process):
 
 - a check reaches a producer whose channel the *other* replica holds (TransactionPeer);
-- END_TRANSACTION at a replica that does not lead is forwarded to the leader, decided
-  once, and never decided by that replica itself (not even without a leader: it refuses
-  with a retriable UNAVAILABLE, which the SDK retries);
+- END_TRANSACTION at any replica is decided by the store at once, once: repeats on both
+  replicas at the same time deliver nothing twice, opposite decisions at once on the two
+  replicas have exactly one winner, and no leader is needed at all;
 - the store restarted (sync flush) between half and commit: the decision and its
   idempotency come back from the store.
 
@@ -13,7 +13,6 @@ is fixed. Tests wait for outcomes, never for times."""
 
 from __future__ import annotations
 
-import logging
 import threading
 
 import grpc
@@ -41,7 +40,7 @@ def wait_leader(factory: ServiceFactory, instance_id: str) -> None:
     wait_for(f"{instance_id} to lead", lambda: leader_of(factory.etcd_endpoints, leader_key(factory)) == instance_id)
 
 
-def end_request(r, resolution: LocalTransactionState, *, group: str, forwarded: bool = False):
+def end_request(r, resolution: LocalTransactionState, *, group: str):
     return txcheck_pb2.EndTransactionRequest(
         producer_group=group,
         transaction_id=r.transaction_id,
@@ -49,7 +48,6 @@ def end_request(r, resolution: LocalTransactionState, *, group: str, forwarded: 
         tran_state_table_offset=r.queue_offset,
         resolution=resolution.value,
         store_id=r.message_queue.store_id,
-        forwarded=forwarded,
     )
 
 
@@ -98,8 +96,8 @@ def test_check_reaches_a_channel_held_by_the_other_replica(service_factory: Serv
         assert pending.local_transaction_state is UNKNOWN
         # The leader's check loop checks it; the leader holds no channel of PG_PEER, so
         # the check goes to the follower (TransactionPeer.DeliverCheck), down the
-        # producer's channel; the answer comes back up it and the follower forwards it
-        # to the leader, which commits.
+        # producer's channel; the answer comes back up it and the follower has the
+        # store decide it.
         wait_for("the checked commit", lambda: visible(store.address, topic) == [b"via-peer"])
         assert pending.transaction_id in listener.checked
         assert p._channel.address == follower.address  # the channel never moved
@@ -108,25 +106,21 @@ def test_check_reaches_a_channel_held_by_the_other_replica(service_factory: Serv
     assert visible(store.address, topic) == [b"via-peer"]
 
 
-def test_end_transaction_at_a_non_leader_is_forwarded_and_decided_once(service_factory: ServiceFactory) -> None:
+def test_end_transaction_at_any_replica_is_decided_once(service_factory: ServiceFactory) -> None:
     store = service_factory.store()
     follower = service_factory.start("txcheck", *FAST, *FOLLOWER)
     leader = service_factory.start("txcheck", *FAST, *LEADER)
     wait_leader(service_factory, "txcheck-leader")
     topic = new_topic(store)
-    group = "PG_FWD"
+    group = "PG_ANY"
     with TransactionProducer(group=group, endpoint=store.address, listener=Listener(UNKNOWN)) as p:
         first = p.send_message_in_transaction(Message(topic, b"first"))
         commit = end_request(first, COMMIT, group=group)
-        # The follower never decides: marked as forwarded already, it refuses (it
-        # neither decides nor forwards again), retriably.
-        err = end_error(follower.address, end_request(first, COMMIT, group=group, forwarded=True))
-        assert err is not None and err.code == errors_pb2.CODE_UNAVAILABLE and err.retriable
-        assert visible(store.address, topic) == []
-        # Unmarked, it forwards to the leader, which commits; repeats (at once, on both
-        # replicas) deliver nothing twice; the opposite decision is refused.
+        # The replica that does not lead decides (the store decides): at once.
         assert end_error(follower.address, commit) is None
         assert visible(store.address, topic) == [b"first"]
+        # Repeats at once on both replicas deliver nothing twice; the opposite decision
+        # is refused.
         again = at_once(*[lambda a=a: end_error(a, commit) for a in (follower.address, leader.address) * 2])
         assert again == [None] * 4
         refused = end_error(follower.address, end_request(first, ROLLBACK, group=group))
@@ -148,49 +142,18 @@ def test_end_transaction_at_a_non_leader_is_forwarded_and_decided_once(service_f
     assert sorted(visible(store.address, topic)) == ([b"first", b"second"] if committed else [b"first"])
 
 
-def test_without_a_leader_nobody_decides_and_the_sdk_retries(
-    service_factory: ServiceFactory, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_without_a_leader_the_sdk_still_commits_at_once(service_factory: ServiceFactory) -> None:
+    """No replica leads (none runs a check loop): END_TRANSACTION needs none."""
     store = service_factory.store()
-    follower = service_factory.start("txcheck", *FAST, *FOLLOWER, "--leader_wait_ms", "200")
+    service_factory.start("txcheck", *FAST, *FOLLOWER)
     topic = new_topic(store)
     group = "PG_NOLEADER"
-    caplog.set_level(logging.INFO, logger="txmq.transaction")
-    with TransactionProducer(
-        group=group, endpoint=store.address, listener=Listener(UNKNOWN), end_transaction_timeout=WAIT_S
-    ) as p:
+    with TransactionProducer(group=group, endpoint=store.address, listener=Listener(COMMIT)) as p:
         p.start(wait_channel=10)
-        # UNKNOWN decides nothing and needs no leader.
-        r = p.send_message_in_transaction(Message(topic, b"waited"))
+        r = p.send_message_in_transaction(Message(topic, b"no-leader"))
         assert leader_of(service_factory.etcd_endpoints, leader_key(service_factory)) is None
-        err = end_error(follower.address, end_request(r, COMMIT, group=group))
-        assert err is not None and err.code == errors_pb2.CODE_UNAVAILABLE and err.retriable
-        assert err.metadata.get("reason") == "no_leader"
-        assert visible(store.address, topic) == []
-
-        failures: list[BaseException] = []
-
-        def commit() -> None:
-            try:
-                p.end_transaction(r, COMMIT)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                failures.append(exc)
-
-        committer = threading.Thread(target=commit)
-        committer.start()
-        try:
-            wait_for(
-                "a refused attempt",
-                lambda: any(
-                    r.transaction_id in rec.getMessage() and "retrying" in rec.getMessage() for rec in caplog.records
-                ),
-            )
-            assert visible(store.address, topic) == []
-            service_factory.start("txcheck", *FAST, *LEADER)
-        finally:
-            committer.join(WAIT_S)
-        assert not committer.is_alive() and failures == []
-        assert visible(store.address, topic) == [b"waited"]
+        assert r.local_transaction_state is COMMIT
+        assert visible(store.address, topic) == [b"no-leader"]
         assert p.query_transaction(r.transaction_id).resolution is COMMIT
 
 

@@ -11,7 +11,10 @@ so a check for group G picks a live channel of G round-robin: a local one is wri
 to its stream at once, one held by another replica is forwarded to it with
 ``txmq.v1.TransactionPeer/DeliverCheck`` (``DeliverCheckRequest{channel_key, check}``),
 which writes it to the stream there (NOT_FOUND when that channel is gone). A channel
-that fails is skipped and the next one tried.
+that fails is skipped and the next one tried. Checks travel in batches: the check loop
+hands over up to ``check_batch_max`` per group at once; a producer whose hello set
+``accepts_check_batches`` gets them as one ``ServerCommand.check_batch``, others one
+command per check; a DeliverCheck carries the batch (``check`` + ``more_checks``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from txmq_runtime.etcd import EtcdMirror
 log = logging.getLogger("txmq.txcheck.channels")
 
 _FORWARD_TIMEOUT_S = 3.0
-MAX_QUEUED_CHECKS = 2_000
+#: Checks queued for one stream at most (a producer that reads slowly gets no more: the
+#: check loop asks again next round). Bounds memory per channel.
+MAX_QUEUED_CHECKS = 10_000
 
 
 @dataclass(eq=False)
@@ -41,8 +46,29 @@ class LocalChannel:
     key: str
     group: str
     client_id: str
-    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(MAX_QUEUED_CHECKS))
+    # The producer's hello said it takes ServerCommand.check_batch.
+    batches: bool = False
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    queued_checks: int = 0  # checks in ``queue`` (a command may carry many)
     closed: bool = False
+
+    def offer(self, checks: list[txcheck_pb2.CheckTransactionState]) -> bool:
+        """Queue ``checks`` for the stream (one command when the producer takes
+        batches); False, and nothing queued, when closed or the queue is full."""
+        if self.closed or self.queued_checks + len(checks) > MAX_QUEUED_CHECKS:
+            return False
+        if self.batches and len(checks) > 1:
+            commands = [txcheck_pb2.ServerCommand(check_batch=txcheck_pb2.CheckTransactionBatch(checks=checks))]
+        else:
+            commands = [txcheck_pb2.ServerCommand(check=c) for c in checks]
+        for command in commands:
+            self.queue.put_nowait(command)
+        self.queued_checks += len(checks)
+        return True
+
+    def taken(self, command: txcheck_pb2.ServerCommand) -> None:
+        """``command`` left the queue for the stream."""
+        self.queued_checks -= len(command.check_batch.checks) if command.HasField("check_batch") else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +143,12 @@ class ProducerChannels:
     def key(self, group: str, client_id: str) -> str:
         return f"{self._prefix}{group}/{self.instance_id}/{client_id}"
 
-    async def open(self, group: str, client_id: str) -> LocalChannel:
+    async def open(self, group: str, client_id: str, *, batches: bool = False) -> LocalChannel:
         key = self.key(group, client_id)
         old = self.local.get(key)
         if old is not None:
             old.closed = True
-        ch = self.local[key] = LocalChannel(key, group, client_id)
+        ch = self.local[key] = LocalChannel(key, group, client_id, batches)
         value = json.dumps(
             {"address": self.address, "instance_id": self.instance_id, "since_ms": time.time_ns() // 10**6}
         )
@@ -140,18 +166,16 @@ class ProducerChannels:
     def has_live_producer(self, group: str) -> bool:
         return bool(self.directory.of_group(group)) or any(c.group == group for c in self.local.values())
 
-    def deliver_local(self, key: str, command: txcheck_pb2.ServerCommand) -> bool:
+    def deliver_local(self, key: str, checks: list[txcheck_pb2.CheckTransactionState]) -> bool:
         ch = self.local.get(key)
-        if ch is None or ch.closed:
-            return False
-        try:
-            ch.queue.put_nowait(command)
-        except asyncio.QueueFull:
-            return False
-        return True
+        return ch is not None and ch.offer(checks)
 
-    async def send_check(self, group: str, command: txcheck_pb2.ServerCommand) -> bool:
-        """Send to one live channel of ``group``, round-robin, skipping dead ones."""
+    async def send_checks(self, group: str, checks: list[txcheck_pb2.CheckTransactionState]) -> int:
+        """Send ``checks`` to one live channel of ``group`` (round-robin per batch),
+        skipping dead ones: the next channel gets the whole batch. Returns how many were
+        delivered (0 or all)."""
+        if not checks:
+            return 0
         entries = self.directory.of_group(group)
         local_only = [
             ChannelEntry(c.key, c.group, self.instance_id, c.client_id, self.address)
@@ -160,26 +184,26 @@ class ProducerChannels:
         ]
         entries += local_only
         if not entries:
-            return False
+            return 0
         start = next(self._turn.setdefault(group, itertools.count()))
         for n in range(len(entries)):
             e = entries[(start + n) % len(entries)]
             if e.instance_id == self.instance_id:
-                if self.deliver_local(e.key, command):
-                    return True
+                if self.deliver_local(e.key, checks):
+                    return len(checks)
                 continue
-            if await self._forward(e, command):
-                return True
-        return False
+            if await self._forward(e, checks):
+                return len(checks)
+        return 0
 
-    async def _forward(self, e: ChannelEntry, command: txcheck_pb2.ServerCommand) -> bool:
+    async def _forward(self, e: ChannelEntry, checks: list[txcheck_pb2.CheckTransactionState]) -> bool:
         channel = self._peers.get(e.address)
         if channel is None:
             channel = self._peers[e.address] = internal_channel(e.address)
-        request = txcheck_pb2.DeliverCheckRequest(channel_key=e.key, check=command.check)
+        request = txcheck_pb2.DeliverCheckRequest(channel_key=e.key, check=checks[0], more_checks=checks[1:])
         try:
             await txcheck_pb2_grpc.TransactionPeerStub(channel).DeliverCheck(request, timeout=_FORWARD_TIMEOUT_S)
             return True
         except grpc.aio.AioRpcError as exc:
-            log.info("forwarding a check to %s via %s failed: %s", e.client_id, e.address, exc.code())
+            log.info("forwarding %d checks to %s via %s failed: %s", len(checks), e.client_id, e.address, exc.code())
             return False

@@ -15,8 +15,16 @@ One round walks the half queue from the check group's progress (CID_SYS_RMQ_TRAN
 Differences from RocketMQ (docs/transactions.md): an immunity put-back does not use up a
 check (#8311); rounds never overlap (#9322); a failure mid-queue saves the progress made
 so far instead of freezing it (#9500); no live producer of the group -> the put-back
-keeps the count (a wait is counted in TXMQ_CHECK_WAITS); a transaction the store proves
-decided (committed copy or op by id) is settled, not checked again.
+keeps the count (a wait is counted in TXMQ_CHECK_WAITS), until
+``transaction_wait_max_ms`` (then discarded, resumable: #1543); a transaction the store
+proves decided (committed copy or op by id) is settled, not checked again.
+
+The walk only decides; the store acts. What the walk decided for up to
+``check_batch_max`` half records goes to the store in one RequeueHalves call (put back
+for a check, for a wait, for immunity; discard; the store settles a decided transaction
+instead), then the checks go to the producers in one batch per group. Every write
+carries the leader's epoch (``epoch``): a loop whose leadership moved on is refused by
+the store (CODE_FENCED), stops, and saves no progress.
 """
 
 from __future__ import annotations
@@ -30,7 +38,6 @@ from txmq.errors import TxmqError, error
 from txmq.protocol import (
     HALF_QUEUE_ID,
     PROPERTY_CHECK_TIMES,
-    PROPERTY_CHECK_WAITS,
     PROPERTY_DISCARD_REASON,
     PROPERTY_PREPARED_QUEUE_OFFSET,
     PROPERTY_PRODUCER_GROUP,
@@ -40,10 +47,12 @@ from txmq.protocol import (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     TRANSACTION_TYPE_MASK,
+    check_counts,
+    immunity_ms,
 )
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
 from txmq_runtime.clock import WallClock
-from txmq_txcheck.ledger import Ledger, immunity_ms, parse_op_entries
+from txmq_txcheck.ledger import Ledger, parse_op_entries
 from txmq_txcheck.store_client import StoreClient
 
 log = logging.getLogger("txmq.txcheck.loop")
@@ -64,12 +73,22 @@ class CheckSettings:
     check_max: int = 15
     max_process_time_per_queue_ms: int = 60_000
     file_reserved_time_ms: int = 72 * 3600 * 1000
+    # Half records acted on per store call (and checks per batch sent to a producer).
+    check_batch_max: int = 256
+    # A half that has waited for a live producer of its group longer than this (since
+    # its birth) is discarded (resumable): waiting put-backs do not grow the half topic
+    # for ever while a group has no producer (RocketMQ #1543).
+    transaction_wait_max_ms: int = 3_600_000
+    # How long delivering one batch of checks may take before the loop moves on.
+    check_send_timeout_ms: int = 3_000
 
 
 class CheckSender(Protocol):
     def has_live_producer(self, group: str) -> bool: ...
 
-    async def send_check(self, group: str, command: txcheck_pb2.ServerCommand) -> bool: ...
+    async def send_checks(self, group: str, checks: list[txcheck_pb2.CheckTransactionState]) -> int:
+        """Deliver ``checks`` to live producers of ``group``; how many were delivered."""
+        ...
 
 
 @dataclass(slots=True)
@@ -88,13 +107,6 @@ class RoundReport:
     settled: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)  # "<topic>:<queue offset>" skipped
     error: str | None = None
-
-
-def check_times(view: common_pb2.MessageView) -> int:
-    try:
-        return int(view.message.properties.get(PROPERTY_CHECK_TIMES, "0"))
-    except ValueError:
-        return 0
 
 
 def renewed_half(
@@ -122,7 +134,7 @@ def renewed_half(
     )
 
 
-def check_command(view: common_pb2.MessageView, store_id: str) -> txcheck_pb2.ServerCommand:
+def check_state(view: common_pb2.MessageView, store_id: str) -> txcheck_pb2.CheckTransactionState:
     """A check for ``view``: the message as its producer sent it (real topic and queue,
     as RocketMQ's sendCheckMessage restores them), with the offsets of this half record."""
     msg = common_pb2.MessageView()
@@ -134,14 +146,12 @@ def check_command(view: common_pb2.MessageView, store_id: str) -> txcheck_pb2.Se
         msg.message.queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
     except ValueError:
         pass
-    return txcheck_pb2.ServerCommand(
-        check=txcheck_pb2.CheckTransactionState(
-            message=msg,
-            transaction_id=view.message.unique_id,
-            commit_log_offset=view.commit_log_offset,
-            tran_state_table_offset=view.queue_offset,
-            store_id=store_id,
-        )
+    return txcheck_pb2.CheckTransactionState(
+        message=msg,
+        transaction_id=view.message.unique_id,
+        commit_log_offset=view.commit_log_offset,
+        tran_state_table_offset=view.queue_offset,
+        store_id=store_id,
     )
 
 
@@ -174,6 +184,19 @@ class _OpState:
         return off
 
 
+@dataclass(slots=True)
+class _Pending:
+    """A half record the walk decided to act on; stored by the next flush."""
+
+    view: common_pb2.MessageView
+    action: int  # store_pb2.RequeueAction
+    reason: str = ""
+
+
+class Fenced(Exception):
+    """The store refused this loop's write: a newer leader's epoch was seen (CODE_FENCED)."""
+
+
 class CheckLoop:
     def __init__(
         self,
@@ -184,6 +207,7 @@ class CheckLoop:
         clock: Clock,
         settings: CheckSettings = CheckSettings(),
         store_id: str = "",
+        epoch: int = 0,
     ) -> None:
         self.store = store
         self.ledger = ledger
@@ -191,9 +215,13 @@ class CheckLoop:
         self._clock = clock
         self.settings = settings
         self.store_id = store_id or store.store_id
+        # The leadership's fencing token: every write of this loop carries it; 0: unfenced.
+        self.fence = store_pb2.Fence(epoch=epoch, half_queue_id=HALF_QUEUE_ID) if epoch else None
+        self.fenced = False
         self._damaged: set[str] = set()  # "<topic>:<queue offset>" already reported
         self._running = False
         self.rounds = 0
+        self.store_calls = 0  # RequeueHalves calls (tests, benchmarks)
 
     @property
     def running(self) -> bool:
@@ -201,8 +229,8 @@ class CheckLoop:
 
     async def check_once(self) -> RoundReport | None:
         """One round over the half queue; None when a round is already running (rounds
-        never overlap, RocketMQ #9322)."""
-        if self._running:
+        never overlap, RocketMQ #9322) or the loop was fenced."""
+        if self._running or self.fenced:
             return None
         self._running = True
         try:
@@ -212,8 +240,9 @@ class CheckLoop:
             self._running = False
 
     async def run(self, interval_ms: int, stop: asyncio.Event) -> None:
-        """Every ``interval_ms``: a round (RocketMQ waits first, then checks)."""
-        while not stop.is_set():
+        """Every ``interval_ms``: a round (RocketMQ waits first, then checks). Ends when
+        the store fences this loop (a newer leader took over)."""
+        while not stop.is_set() and not self.fenced:
             try:
                 await asyncio.wait_for(stop.wait(), interval_ms / 1000)
                 return
@@ -235,6 +264,15 @@ class CheckLoop:
             except Exception:
                 log.exception("check round on %s failed", self.store_id)
 
+    def _on_fenced(self, err: TxmqError) -> Fenced:
+        if not self.fenced:
+            self.fenced = True
+            log.warning(
+                "check loop of store %s fenced: %s; this replica no longer leads it and stops its check loop",
+                self.store_id, err.message,
+            )  # fmt: skip
+        return Fenced(err.message)
+
     async def _progress(self, topic: str, queue_id: int) -> int:
         found = await self.store.query_consume_offset(topic, queue_id)
         return 0 if found is None else found
@@ -247,11 +285,17 @@ class CheckLoop:
         report = RoundReport(half_offset, half_offset, op_offset, op_offset)
         ops = _OpState(op_offset)
         new_offset = half_offset
+        pending: list[_Pending] = []
+        # Half offset of the first action not yet stored: the progress never passes it.
+        first_unstored: int | None = None
         try:
             ops.exhausted = not await self._fill(ops, queue_id, half_offset, report)
             cache: dict[int, common_pb2.MessageView] = {}
             i = half_offset
             while True:
+                if len(pending) >= s.check_batch_max:
+                    await self._flush(pending, report)
+                    pending, first_unstored = [], None
                 if self._clock() - start > s.max_process_time_per_queue_ms:
                     break
                 if i in ops.remove:
@@ -281,61 +325,155 @@ class CheckLoop:
                     # Before the discard test (RocketMQ tests it after): the copy put back
                     # by this round's last check is not discarded before its answer can come.
                     break
-                if check_times(msg) >= s.check_max or now - msg.store_timestamp_ms > s.file_reserved_time_ms:
-                    reason = "check max" if check_times(msg) >= s.check_max else "file reserved time"
-                    await self._discard(msg, reason)
-                    report.discarded.append(msg.message.unique_id)
-                    new_offset = i = i + 1
-                    continue
-                age = now - msg.message.born_timestamp_ms
-                immunity, own = immunity_ms(msg, s.transaction_timeout_ms)
-                if 0 <= age < immunity:
-                    if not own:
-                        break
-                    original = _prepared_offset(msg)
-                    if original in ops.remove:
-                        ops.mark(original)
-                        report.skipped_resolved.append(i)
-                    elif await self.ledger.decision_of(msg.message.unique_id) is not None:
-                        # Its op names an offset below the progress, which the removeMap
-                        # never holds (RocketMQ re-puts it until the immunity passes).
-                        report.skipped_resolved.append(i)
-                    else:
-                        # Kept checkable past the progress; the count is unchanged (#8311).
-                        await self.store.put(
-                            [renewed_half(msg, set_props={PROPERTY_PREPARED_QUEUE_OFFSET: str(original)})],
-                            producer_group=_group(msg),
-                        )
-                        report.immunity_put_back.append(msg.message.unique_id)
-                    new_offset = i = i + 1
-                    continue
-                last = ops.last_born_ms
-                need_check = (
-                    (ops.exhausted and age > immunity)
-                    or (last is not None and last - start > s.transaction_timeout_ms)
-                    or age <= -1
-                )
-                if not need_check:
+                action = self._due(msg, now, start, ops, report)
+                if action is _LOOK_FURTHER:
                     if not await self._fill(ops, queue_id, half_offset, report):
                         ops.exhausted = True
                     continue  # look at offset i again with more of the op queue
-                await self._check(msg, report)
+                if action is _STOP:
+                    break
+                if action is not None:
+                    pending.append(action)
+                    if first_unstored is None:
+                        first_unstored = i
                 new_offset = i = i + 1
+            await self._flush(pending, report)
+            pending, first_unstored = [], None
+        except Fenced as exc:
+            report.error = f"fenced: {exc}"
+            return report  # a newer leader owns the progress now: save nothing
         except Exception as exc:  # noqa: BLE001 - isolate: save what was done (#9500)
+            if first_unstored is not None:
+                new_offset = min(new_offset, first_unstored)
             log.warning("check round on %s stopped at half offset %d: %s", self.store_id, new_offset, exc)
             report.error = f"{type(exc).__name__}: {exc}"
         await self._save(report, queue_id, half_offset, new_offset, ops)
         return report
 
+    def _due(self, msg: common_pb2.MessageView, now: int, start: int, ops: _OpState, report: RoundReport) -> object:
+        """What the walk does with the half record ``msg``: a ``_Pending`` action, None
+        (resolved: skip it), ``_STOP`` (too young: the round ends here) or
+        ``_LOOK_FURTHER`` (read more of the op queue first)."""
+        s = self.settings
+        times, waits = check_counts(msg.message.properties)
+        age_stored = now - msg.store_timestamp_ms
+        if times >= s.check_max or age_stored > s.file_reserved_time_ms:
+            reason = "check max" if times >= s.check_max else "file reserved time"
+            return _Pending(msg, store_pb2.REQUEUE_ACTION_DISCARD, reason)
+        age = now - msg.message.born_timestamp_ms
+        immunity, own = immunity_ms(msg.message.properties, s.transaction_timeout_ms)
+        if 0 <= age < immunity:
+            if not own:
+                return _STOP
+            original = _prepared_offset(msg)
+            if original in ops.remove:
+                ops.mark(original)
+                report.skipped_resolved.append(msg.queue_offset)
+                return None
+            # Kept checkable past the progress, count unchanged (#8311); a decided one
+            # is settled by the store instead (its op names an offset below the
+            # progress, which the removeMap never holds).
+            return _Pending(msg, store_pb2.REQUEUE_ACTION_IMMUNITY)
+        last = ops.last_born_ms
+        need_check = (
+            (ops.exhausted and age > immunity)
+            or (last is not None and last - start > s.transaction_timeout_ms)
+            or age <= -1
+        )
+        if not need_check:
+            return _LOOK_FURTHER
+        group = _group(msg)
+        if self.sender.has_live_producer(group):
+            return _Pending(msg, store_pb2.REQUEUE_ACTION_CHECK)
+        if waits and age > s.transaction_wait_max_ms:
+            return _Pending(msg, store_pb2.REQUEUE_ACTION_DISCARD, f"no live producer of {group}")
+        return _Pending(msg, store_pb2.REQUEUE_ACTION_WAIT)
+
+    async def _flush(self, pending: list[_Pending], report: RoundReport) -> None:
+        """Store the walk's actions in one RequeueHalves call, then send the checks."""
+        if not pending:
+            return
+        actions = [
+            store_pb2.HalfAction(commit_log_offset=p.view.commit_log_offset, action=p.action, reason=p.reason)
+            for p in pending
+        ]
+        self.store_calls += 1
+        try:
+            results = await self.store.requeue(actions, fence=self.fence)
+        except TxmqError as err:
+            if err.code == errors_pb2.CODE_FENCED:
+                raise self._on_fenced(err) from None
+            raise
+        checks: dict[str, list[txcheck_pb2.CheckTransactionState]] = {}
+        at = self._clock()
+        timeline = self.ledger.timeline
+        for p, r in zip(pending, results, strict=True):
+            txid = p.view.message.unique_id
+            group = _group(p.view)
+            if r.HasField("error"):
+                where = f"{TRANS_HALF_TOPIC}:{p.view.queue_offset}"
+                if where not in self._damaged:
+                    self._damaged.add(where)
+                    log.error("store %s refused to act on half %s: %s", self.store_id, where, r.error.message)
+                report.damaged.append(where)
+                continue
+            if r.decided:
+                report.settled.append(txid)
+                continue
+            if p.action == store_pb2.REQUEUE_ACTION_CHECK:
+                fresh = common_pb2.MessageView()
+                fresh.CopyFrom(p.view)
+                fresh.message.properties.clear()
+                fresh.message.properties.update(r.properties)
+                fresh.queue_offset = r.queue_offset
+                fresh.commit_log_offset = r.commit_log_offset
+                fresh.store_timestamp_ms = r.store_timestamp_ms
+                checks.setdefault(group, []).append(check_state(fresh, self.store_id))
+                report.checked.append(txid)
+                timeline.record(txid, at, "check_sent", f"check {r.properties.get(PROPERTY_CHECK_TIMES)} to {group}")
+            elif p.action == store_pb2.REQUEUE_ACTION_WAIT:
+                report.waited.append(txid)
+                timeline.record(txid, at, "check_waiting", f"no live producer of {group}")
+            elif p.action == store_pb2.REQUEUE_ACTION_IMMUNITY:
+                report.immunity_put_back.append(txid)
+            else:
+                report.discarded.append(txid)
+                timeline.record(txid, at, "discarded", p.reason)
+                log.warning(
+                    "transaction %s (group %s) discarded to %s: %s", txid, group, TRANS_CHECK_MAX_TIME_TOPIC, p.reason
+                )
+        for group, states in checks.items():
+            await self._send(group, states)
+
+    async def _send(self, group: str, states: list[txcheck_pb2.CheckTransactionState]) -> None:
+        """Deliver a batch of checks (bounded: a channel that does not take them in
+        ``check_send_timeout_ms`` is skipped; the next round asks again)."""
+        try:
+            async with asyncio.timeout(self.settings.check_send_timeout_ms / 1000):
+                sent = await self.sender.send_checks(group, states)
+        except TimeoutError:
+            sent = 0
+            log.info("sending %d checks to group %s timed out", len(states), group)
+        except Exception:
+            log.exception("sending %d checks to group %s failed", len(states), group)
+            return
+        if sent < len(states):
+            log.info("%d of %d checks found no live producer of %s", len(states) - sent, len(states), group)
+
     async def _save(self, report: RoundReport, queue_id: int, half_before: int, half_after: int, ops: _OpState) -> None:
         try:
             if half_after != half_before:
-                await self.store.commit_consume_offset(TRANS_HALF_TOPIC, queue_id, half_after)
+                await self.store.commit_consume_offset(TRANS_HALF_TOPIC, queue_id, half_after, fence=self.fence)
             report.half_offset_after = half_after
             op_after = ops.new_offset()
             if op_after != ops.start:
-                await self.store.commit_consume_offset(TRANS_OP_HALF_TOPIC, queue_id, op_after)
+                await self.store.commit_consume_offset(TRANS_OP_HALF_TOPIC, queue_id, op_after, fence=self.fence)
             report.op_offset_after = op_after
+        except TxmqError as err:
+            if err.code == errors_pb2.CODE_FENCED:
+                self._on_fenced(err)
+            log.warning("saving check progress on %s failed: %s", self.store_id, err)
+            report.error = report.error or f"{type(err).__name__}: {err}"
         except Exception as exc:  # noqa: BLE001 - next round starts from the saved offsets
             log.warning("saving check progress on %s failed: %s", self.store_id, exc)
             report.error = report.error or f"{type(exc).__name__}: {exc}"
@@ -389,60 +527,9 @@ class CheckLoop:
         report.damaged.append(where)
         return None
 
-    async def _check(self, msg: common_pb2.MessageView, report: RoundReport) -> None:
-        txid = msg.message.unique_id
-        group = _group(msg)
-        decided = await self.ledger.decision_of(txid) if txid else None
-        if decided is not None:
-            # Decided, but the op queue did not say so for this record (a put-back copy
-            # committed later, or a crash between committed copy and op): settle it.
-            await self.ledger.settle(msg, decided)
-            report.settled.append(txid)
-            return
-        if not self.sender.has_live_producer(group):
-            waits = _int(msg.message.properties.get(PROPERTY_CHECK_WAITS)) + 1
-            await self.store.put(
-                [renewed_half(msg, set_props={PROPERTY_CHECK_WAITS: str(waits)})], producer_group=group
-            )
-            report.waited.append(txid)
-            self.ledger.timeline.record(txid, self._clock(), "check_waiting", f"no live producer of {group}")
-            return
-        times = check_times(msg) + 1
-        results = await self.store.put(
-            [renewed_half(msg, set_props={PROPERTY_CHECK_TIMES: str(times)})], producer_group=group
-        )
-        fresh = common_pb2.MessageView()
-        fresh.CopyFrom(msg)
-        fresh.message.properties[PROPERTY_CHECK_TIMES] = str(times)
-        fresh.queue_offset = results[0].queue_offset
-        fresh.commit_log_offset = results[0].commit_log_offset
-        report.checked.append(txid)
-        self.ledger.timeline.record(txid, self._clock(), "check_sent", f"check {times} to group {group}")
-        task = asyncio.create_task(self._send(group, fresh))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
 
-    async def _send(self, group: str, fresh: common_pb2.MessageView) -> None:
-        try:
-            if not await self.sender.send_check(group, check_command(fresh, self.store_id)):
-                log.info("check of %s found no live producer of %s", fresh.message.unique_id, group)
-        except Exception:
-            log.exception("sending the check of %s failed", fresh.message.unique_id)
-
-    async def _discard(self, msg: common_pb2.MessageView, reason: str) -> None:
-        """RocketMQ 5 resolveDiscardMsg: keep it in TRANS_CHECK_MAX_TIME_TOPIC."""
-        await self.store.put(
-            [renewed_half(msg, set_props={PROPERTY_DISCARD_REASON: reason}, topic=TRANS_CHECK_MAX_TIME_TOPIC)],
-            producer_group=_group(msg),
-        )
-        self.ledger.timeline.record(msg.message.unique_id, self._clock(), "discarded", reason)
-        log.warning(
-            "transaction %s (group %s) discarded to %s: %s",
-            msg.message.unique_id, _group(msg), TRANS_CHECK_MAX_TIME_TOPIC, reason,
-        )  # fmt: skip
-
-
-_background: set[asyncio.Task[None]] = set()
+_LOOK_FURTHER = object()
+_STOP = object()
 
 
 def _group(msg: common_pb2.MessageView) -> str:
@@ -477,8 +564,9 @@ def discarded_copy(views: list[common_pb2.MessageView]) -> common_pb2.MessageVie
 
 
 async def resume(store: StoreClient, transaction_id: str, ledger: Ledger) -> common_pb2.MessageView:
-    """Bring a discarded transaction back to the half queue with its check count reset, so the check loop asks its producers again. Refused when it is
-    decided (TRANSACTION_ALREADY_RESOLVED) or not discarded now (TRANSACTION_NOT_FOUND)."""
+    """Bring a discarded transaction back to the half queue with its check count reset,
+    so the check loop asks its producers again. Refused when it is decided
+    (TRANSACTION_ALREADY_RESOLVED) or not discarded now (TRANSACTION_NOT_FOUND)."""
     async with ledger.lock(transaction_id):
         decided = await ledger.decision_of(transaction_id)
         if decided is not None:

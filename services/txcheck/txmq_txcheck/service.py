@@ -2,11 +2,9 @@
 QueryTransaction, ResumeTransaction), the check loop of every store it leads, and the
 TransactionPeer service that delivers checks to channels held by this replica.
 
-Only the leader of a store decides its transactions (docs/transactions.md, "One
-decider"): a replica that does not lead the store forwards END_TRANSACTION to the
-leader (``forwarded`` set, so it is never forwarded twice); with no reachable leader it
-waits up to ``--leader_wait_ms`` for one, then answers UNAVAILABLE (retriable). It never
-decides on its own.
+The store decides transactions (docs/transactions.md, "The store decides"): any replica
+passes END_TRANSACTION to the store at once, leader or not. Leadership (one per store)
+only says who runs the store's check loop; its epoch fences the loop's writes.
 """
 
 from __future__ import annotations
@@ -18,36 +16,21 @@ import socket
 
 import grpc
 
-from txmq.errors import ERROR_DETAIL_KEY, TxmqError, error
+from txmq.errors import TxmqError, error
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2, txcheck_pb2_grpc
-from txmq_runtime.backoff import Backoff, BackoffPolicy
-from txmq_runtime.calls import internal_channel
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
-from txmq_runtime.etcd import EtcdMirror
 from txmq_runtime.grpc_errors import abort, rpc
 from txmq_runtime.server import ServiceContext, ServiceParts
 from txmq_txcheck.channels import ProducerChannels
 from txmq_txcheck.checkloop import CheckLoop, CheckSettings, resume
-from txmq_txcheck.leader import LeaderDirectory, LeaderElector, leaders_prefix
-from txmq_txcheck.ledger import Ledger, check_group, not_leader
+from txmq_txcheck.leader import LeaderElector
+from txmq_txcheck.ledger import Ledger, check_group
 from txmq_txcheck.settings import TxcheckSettings
 from txmq_txcheck.store_client import StoreClient
 from txmq_txcheck.timeline import Timeline
 from txmq_txcheck.txquery import query_transaction
 
 log = logging.getLogger("txmq.txcheck")
-
-_FORWARD_TIMEOUT_S = 10.0
-#: While END_TRANSACTION waits for a reachable leader: look again after 20 ms doubling to 200 ms.
-_LEADER_RETRY = BackoffPolicy(first_ms=20, max_ms=200)
-
-
-class _LeaderUnreachable(Exception):
-    """Forwarding found no leader to decide (transport failure, or it no longer leads)."""
-
-
-def _has_error_detail(exc: grpc.aio.AioRpcError) -> bool:
-    return any(k == ERROR_DETAIL_KEY for k, _ in exc.trailing_metadata() or ())
 
 
 class TxcheckNode:
@@ -73,16 +56,9 @@ class TxcheckNode:
             instance_id=instance_id,
             address=ctx.address,
         )
-        self.leaders = LeaderDirectory(leaders_prefix(s.etcd_prefix))
-        self._leader_mirror = (
-            EtcdMirror(ctx.etcd, prefix=leaders_prefix(s.etcd_prefix), sink=self.leaders)
-            if ctx.etcd is not None
-            else None
-        )
         self._clients: dict[str, StoreClient] = {}
         self._ledgers: dict[str, Ledger] = {}
         self._loops: dict[str, tuple[CheckLoop, asyncio.Event, asyncio.Task[None]]] = {}
-        self._peers: dict[str, grpc.aio.Channel] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.elector = LeaderElector(
             ctx.etcd,
@@ -96,8 +72,6 @@ class TxcheckNode:
 
     async def start(self) -> None:
         await self.channels.start()
-        if self._leader_mirror is not None:
-            await self._leader_mirror.start(timeout_s=30)
         if self.settings.check_loop_enable:
             self.elector.start()
 
@@ -128,7 +102,7 @@ class TxcheckNode:
                 clock=self._clock.wall_ms,
                 transaction_timeout_ms=self.settings.transaction_timeout_ms,
                 timeline=self.timeline,
-                op_batch_max_entries=self.settings.op_batch_max_entries,
+                decide_batch_max=self.settings.op_batch_max_entries,
             )
         return self._ledgers[store_id]
 
@@ -142,6 +116,9 @@ class TxcheckNode:
 
     async def _start_loop(self, store_id: str) -> None:
         s = self.settings
+        epoch = self.elector.epoch(store_id)
+        if epoch is None:  # lapsed already: on_lost follows, and the next campaign
+            return
         ledger = self.ledger(store_id)
         loop = CheckLoop(
             ledger.store,
@@ -153,8 +130,12 @@ class TxcheckNode:
                 check_max=s.transaction_check_max,
                 max_process_time_per_queue_ms=s.max_process_time_per_queue_ms,
                 file_reserved_time_ms=s.file_reserved_time_ms,
+                check_batch_max=s.check_batch_max,
+                transaction_wait_max_ms=s.transaction_wait_max_ms,
+                check_send_timeout_ms=s.check_send_timeout_ms,
             ),
             store_id=store_id,
+            epoch=epoch,
         )
         stop = asyncio.Event()
         task = asyncio.create_task(loop.run(s.transaction_check_interval_ms, stop), name=f"check-loop-{store_id}")
@@ -171,84 +152,12 @@ class TxcheckNode:
 
     # -- END_TRANSACTION -----------------------------------------------------------------
 
-    async def end_transaction(
-        self, request: txcheck_pb2.EndTransactionRequest, *, time_remaining_s: float | None = None
-    ) -> txcheck_pb2.EndTransactionResponse:
-        """Decide here if this replica leads the store, else forward to the leader; with
-        no reachable leader wait up to ``leader_wait_ms`` (within the caller's deadline),
-        then refuse with a retriable UNAVAILABLE. A forwarded request is never forwarded
-        again and does not wait: the forwarding replica does."""
+    async def end_transaction(self, request: txcheck_pb2.EndTransactionRequest) -> txcheck_pb2.EndTransactionResponse:
+        """Any replica: the store decides, first decision wins (no leader involved)."""
         check_group(request.producer_group)
         if not request.transaction_id:
             raise error(errors_pb2.CODE_ILLEGAL_TRANSACTION_ID, "transaction id is empty")
-        store_id = self.resolve_store(request.store_id)
-        if request.resolution == txcheck_pb2.TRANSACTION_RESOLUTION_UNKNOWN:
-            return await self.ledger(store_id).end(request)  # decides nothing: no leader needed
-        wait_s = 0.0 if request.forwarded else self.settings.leader_wait_ms / 1000
-        if time_remaining_s is not None:
-            wait_s = min(wait_s, max(0.0, time_remaining_s - 0.5))
-        deadline_ms = self._clock.now_ms() + wait_s * 1000
-        backoff = Backoff(_LEADER_RETRY)
-        while True:
-            if (epoch := self.elector.epoch(store_id)) is not None:
-                # The fence: still leading under the same epoch (a leadership lost and won
-                # back meanwhile has a new one: another leader may have decided in between).
-                def fence(epoch: int = epoch) -> bool:
-                    return self.elector.epoch(store_id) == epoch
-
-                return await self.ledger(store_id).end(request, fence=fence)
-            if request.forwarded:
-                reason = f"forwarded to {self.instance_id}, which does not lead the store"
-            else:
-                holder = self.leaders.holder(store_id)
-                if holder is None:
-                    reason = "no leader is elected"
-                elif holder == self.instance_id:
-                    reason = "this replica's leadership is not confirmed"
-                else:
-                    address = self._txcheck_address(holder)
-                    if address is None or address == self.ctx.address:  # gone (or our own past life)
-                        reason = f"leader {holder} is not live"
-                    else:
-                        try:
-                            return await self._forward_end(address, request, store_id, time_remaining_s)
-                        except _LeaderUnreachable as exc:
-                            reason = str(exc)
-            remaining_ms = deadline_ms - self._clock.now_ms()
-            if remaining_ms <= 0:
-                raise not_leader(store_id, reason)
-            await backoff.sleep(at_most_ms=remaining_ms)
-
-    def _txcheck_address(self, instance_id: str) -> str | None:
-        for e in self.ctx.cluster.endpoints(common_pb2.SERVICE_KIND_TXCHECK):
-            if e.instance_id == instance_id:
-                return e.address
-        return None
-
-    def _peer(self, address: str) -> grpc.aio.Channel:
-        channel = self._peers.get(address)
-        if channel is None:
-            channel = self._peers[address] = internal_channel(address)
-        return channel
-
-    async def _forward_end(
-        self, address: str, request: txcheck_pb2.EndTransactionRequest, store_id: str, time_remaining_s: float | None
-    ) -> txcheck_pb2.EndTransactionResponse:
-        fwd = txcheck_pb2.EndTransactionRequest()
-        fwd.CopyFrom(request)
-        fwd.store_id = store_id
-        fwd.forwarded = True
-        timeout = _FORWARD_TIMEOUT_S if time_remaining_s is None else max(0.5, time_remaining_s - 0.2)
-        try:
-            return await txcheck_pb2_grpc.TransactionStub(self._peer(address)).EndTransaction(fwd, timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            err = TxmqError.from_rpc_error(exc)
-            if exc.code() == grpc.StatusCode.UNAVAILABLE and (
-                not _has_error_detail(exc) or err.metadata.get("reason") == "no_leader"
-            ):
-                # Not decided there (unreachable, or it no longer leads): look again.
-                raise _LeaderUnreachable(f"leader at {address}: {err.message}") from None
-            raise err from None
+        return await self.ledger(self.resolve_store(request.store_id)).end(request)
 
     # -- ResumeTransaction ---------------------------------------------------------------
 
@@ -287,13 +196,9 @@ class TxcheckNode:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.elector.close()
-        if self._leader_mirror is not None:
-            await self._leader_mirror.close()
         await self.channels.close()
         for c in self._clients.values():
             await c.close()
-        for ch in self._peers.values():
-            await ch.close()
 
 
 class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
@@ -302,7 +207,7 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
 
     @rpc
     async def EndTransaction(self, request: txcheck_pb2.EndTransactionRequest, context: grpc.aio.ServicerContext):
-        return await self._node.end_transaction(request, time_remaining_s=context.time_remaining())
+        return await self._node.end_transaction(request)
 
     @rpc
     async def QueryTransaction(self, request: txcheck_pb2.QueryTransactionRequest, context: grpc.aio.ServicerContext):
@@ -338,7 +243,7 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
             await abort(context, err)
         client_id = hello.client_id or context.peer()
         client_id = client_id.replace("/", "_")
-        ch = await node.channels.open(hello.producer_group, client_id)
+        ch = await node.channels.open(hello.producer_group, client_id, batches=hello.accepts_check_batches)
         await context.send_initial_metadata((("txmq-channel", "open"),))
 
         async def answer(request: txcheck_pb2.EndTransactionRequest) -> None:
@@ -352,9 +257,14 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
 
         async def read() -> None:
             async for cmd in request_iterator:
-                if cmd.WhichOneof("command") == "end_transaction":
-                    # Each answer on its own: one waiting for a leader holds up no other.
+                kind = cmd.WhichOneof("command")
+                # Each answer on its own task: the ledger merges concurrent ones into
+                # one store call, and a slow one holds up no other.
+                if kind == "end_transaction":
                     node.spawn(answer(cmd.end_transaction))
+                elif kind == "end_transactions":
+                    for request in cmd.end_transactions.requests:
+                        node.spawn(answer(request))
 
         reader = asyncio.create_task(read())
         getter: asyncio.Future[txcheck_pb2.ServerCommand] | None = None
@@ -364,7 +274,9 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
                 done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if getter not in done:
                     break
-                yield getter.result()
+                command = getter.result()
+                ch.taken(command)
+                yield command
         finally:
             reader.cancel()
             if getter is not None:
@@ -384,8 +296,8 @@ class TransactionPeerServicer(txcheck_pb2_grpc.TransactionPeerServicer):
 
     @rpc
     async def DeliverCheck(self, request: txcheck_pb2.DeliverCheckRequest, context: grpc.aio.ServicerContext):
-        command = txcheck_pb2.ServerCommand(check=request.check)
-        if not request.channel_key or not self._node.channels.deliver_local(request.channel_key, command):
+        checks = [request.check, *request.more_checks]
+        if not request.channel_key or not self._node.channels.deliver_local(request.channel_key, checks):
             raise error(
                 errors_pb2.CODE_NOT_FOUND,
                 f"no live producer channel {request.channel_key!r} on {self._node.instance_id}",

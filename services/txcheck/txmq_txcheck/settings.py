@@ -29,13 +29,22 @@ class TxcheckSettings(ServiceSettings):
     leader_ttl_ms: int = Field(
         10_000, ge=1_000, description="TTL of the check-loop leadership lease; a dead leader is replaced after it."
     )
-    leader_wait_ms: int = Field(
-        2_000,
-        ge=0,
+    op_batch_max_entries: int = Field(
+        64, ge=1, description="Most decisions one store call carries (concurrent END_TRANSACTIONs share one)."
+    )
+    check_batch_max: int = Field(
+        256, ge=1, le=1024, description="Half records the check loop acts on per store call; checks per batch sent."
+    )
+    transaction_wait_max_ms: int = Field(
+        3_600_000,
+        ge=1,
         description=(
-            "How long END_TRANSACTION waits for a reachable check-loop leader of its store "
-            "(only the leader decides) before answering UNAVAILABLE, retriable."
+            "A half message that has waited for a live producer of its group longer than this (since it was "
+            "born) is discarded to TRANS_CHECK_MAX_TIME_TOPIC (resumable), so waiting does not grow the half "
+            "topic for ever."
         ),
     )
-    op_batch_max_entries: int = Field(64, ge=1, description="Most decisions one op message carries.")
+    check_send_timeout_ms: int = Field(
+        3_000, ge=1, description="How long handing one batch of checks to a producer channel may take."
+    )
     check_loop_enable: bool = Field(True, description="Take part in the check-loop leader election.")

@@ -70,6 +70,29 @@ class StoreClient:
         )
         return list(r.results)
 
+    async def decide(
+        self,
+        decisions: Sequence[store_pb2.TransactionDecision],
+        *,
+        transaction_timeout_ms: int,
+        fence: store_pb2.Fence | None = None,
+    ) -> list[store_pb2.DecisionResult]:
+        """The store decides (first decision wins, atomically): one result per item."""
+        r = await self._call(
+            self._stub.DecideTransactions,
+            store_pb2.DecideTransactionsRequest(
+                decisions=decisions, transaction_timeout_ms=transaction_timeout_ms, fence=fence
+            ),
+        )
+        return list(r.results)
+
+    async def requeue(
+        self, actions: Sequence[store_pb2.HalfAction], *, fence: store_pb2.Fence | None = None
+    ) -> list[store_pb2.HalfActionResult]:
+        """Put half records back / discard them, in one append (decided ones are settled)."""
+        r = await self._call(self._stub.RequeueHalves, store_pb2.RequeueHalvesRequest(actions=actions, fence=fence))
+        return list(r.results)
+
     async def by_unique_id(self, unique_id: str, *, topic: str = "") -> list[common_pb2.MessageView]:
         r = await self._call(
             self._stub.QueryMessages,
@@ -91,10 +114,12 @@ class StoreClient:
         )
         return r.offset if r.found else None
 
-    async def commit_consume_offset(self, topic: str, queue_id: int, offset: int) -> None:
+    async def commit_consume_offset(
+        self, topic: str, queue_id: int, offset: int, *, fence: store_pb2.Fence | None = None
+    ) -> None:
         await self._call(
             self._stub.CommitConsumeOffset,
             store_pb2.CommitConsumeOffsetRequest(
-                consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset
+                consumer_group=TRANS_CHECK_GROUP, topic=topic, queue_id=queue_id, offset=offset, fence=fence
             ),
         )
