@@ -8,7 +8,7 @@ from support.clock import ManualClock
 from support.processes import private_prefix
 
 from txmq_runtime.etcd import etcd_client
-from txmq_txcheck.leader import VALID_FRACTION, LeaderDirectory, LeaderElector, leaders_prefix
+from txmq_txcheck.leader import VALID_FRACTION, LeaderElector, leaders_prefix
 
 TTL_S = 3
 VALID_MS = int(TTL_S * 1000 * VALID_FRACTION)
@@ -109,12 +109,3 @@ async def test_a_store_that_goes_away_is_given_up(etcd) -> None:
 
 async def _note(events: list, what: str, sid: str) -> None:
     events.append((what, sid))
-
-
-def test_leader_directory_mirrors_the_prefix() -> None:
-    d = LeaderDirectory("/p/txcheck/leaders/")
-    d.reset([("/p/txcheck/leaders/store-0", b"a"), ("/p/txcheck/leaders/x/y", b"ignored")])
-    assert d.holder("store-0") == "a" and d.holder("x") is None
-    d.put("/p/txcheck/leaders/store-1", b"b")
-    d.delete("/p/txcheck/leaders/store-0")
-    assert d.holder("store-0") is None and d.holder("store-1") == "b"

@@ -1,5 +1,5 @@
-"""Check-loop leadership: exactly one txcheck replica runs the check loop of a store and
-decides its transactions.
+"""Check-loop leadership: exactly one txcheck replica runs the check loop of a store
+(decisions are the store's: any replica has the store decide END_TRANSACTION).
 
     <prefix>/txcheck/leaders/<store_id> -> instance id of the leader
 
@@ -14,17 +14,18 @@ replica takes it. A replica whose lease lapses (not refreshed for ``VALID_FRACTI
 the TTL) loses every store at once and stops their loops; it campaigns again at its
 next tick.
 
-``leads(store_id)`` is what END_TRANSACTION trusts before deciding (and the ledger's
-``fence`` right before a decision's write): the replica holds the key and the lease's
-validity has not lapsed on this replica's monotonic clock. ``epoch(store_id)`` is the
-fencing token of that leadership.
+``leads(store_id)``: the replica holds the key and the lease's validity has not lapsed
+on this replica's monotonic clock. ``epoch(store_id)`` is the fencing token of that
+leadership: the check loop's every write carries it, and the store refuses a write under
+an older epoch than one it has seen (CODE_FENCED), so a leader paused past its lease
+cannot land anything once its successor has written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.etcd import RETRYABLE
@@ -32,7 +33,7 @@ from txmq_runtime.lease import VALID_FRACTION, FencedLease, Holding, LeaseLapsed
 
 log = logging.getLogger("txmq.txcheck.leader")
 
-__all__ = ["NEW_STORE_POLL_MS", "VALID_FRACTION", "LeaderDirectory", "LeaderElector", "leaders_prefix"]
+__all__ = ["NEW_STORE_POLL_MS", "VALID_FRACTION", "LeaderElector", "leaders_prefix"]
 
 #: Between ticks, how often the (in-memory) cluster view is looked at for new stores.
 NEW_STORE_POLL_MS = 100
@@ -40,31 +41,6 @@ NEW_STORE_POLL_MS = 100
 
 def leaders_prefix(etcd_prefix: str) -> str:
     return f"{etcd_prefix}/txcheck/leaders/"
-
-
-class LeaderDirectory:
-    """The mirrored ``leaders`` prefix: store id -> instance id of its leader (a
-    MirrorSink). Only used to find where to forward; never to decide."""
-
-    def __init__(self, prefix: str) -> None:
-        self._prefix = prefix
-        self._by_store: dict[str, str] = {}
-
-    def reset(self, items: Iterable[tuple[str, bytes]]) -> None:
-        self._by_store.clear()
-        for k, v in items:
-            self.put(k, v)
-
-    def put(self, key: str, value: bytes) -> None:
-        store_id = key.removeprefix(self._prefix)
-        if store_id and "/" not in store_id:
-            self._by_store[store_id] = value.decode("utf-8", "replace")
-
-    def delete(self, key: str) -> None:
-        self._by_store.pop(key.removeprefix(self._prefix), None)
-
-    def holder(self, store_id: str) -> str | None:
-        return self._by_store.get(store_id)
 
 
 class LeaderElector:
