@@ -56,8 +56,12 @@ async def test_transactional_send_refused_when_disabled(tmp_path: Path) -> None:
 async def test_commit_restores_on_real_topic_and_writes_op(env: Env) -> None:
     r = await env.half(b"pay", props={"p": "1"})
     resp = await env.ledger.end(env.end_request(r, COMMIT))
-    copy = resp.committed
-    assert copy.message.topic == TOPIC and copy.message.queue_id == r.queue.queue_id
+    where = resp.committed  # where the copy is (no body, no properties)
+    assert where.message.topic == TOPIC and where.message.queue_id == r.queue.queue_id
+    assert where.message.unique_id == r.transaction_id and where.store_id == env.store.store_id
+    copy = await env.client.view(where.commit_log_offset)
+    assert copy.queue_offset == where.queue_offset and copy.offset_msg_id == where.offset_msg_id
+    assert copy.store_timestamp_ms == where.store_timestamp_ms and copy.sys_flag == where.sys_flag
     assert copy.message.body == b"pay" and copy.message.unique_id == r.transaction_id
     assert copy.message.properties["p"] == "1"
     assert PROPERTY_REAL_TOPIC not in copy.message.properties and PROPERTY_REAL_QUEUE_ID not in copy.message.properties

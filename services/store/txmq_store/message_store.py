@@ -16,6 +16,7 @@ import os
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from txmq.errors import TxmqError, error
@@ -73,6 +74,7 @@ from .model import (
 from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
 from .settings import StoreSettings
+from .transactions import Fences, Transactions
 from .validation import (
     MessageEncoder,
     MessageLimits,
@@ -89,10 +91,27 @@ MAX_QUERY_RESULTS = 1000
 MAX_QUEUE_NUMS = 1024
 SCAN_BYTES = 16_000  # consume-queue bytes one read may scan at least (RocketMQ)
 END_OF_TIME_MS = 2**63 - 1
+#: Decisions read into the decision book at start at most (it is a cache: the index
+#: answers the rest), so a long op queue does not slow a restart down.
+WARM_DECISIONS_MAX = 20_000
 
 
 def _not_found(code: int, what: str, **metadata: str) -> TxmqError:
     return error(code, f"{what} not found", **metadata)
+
+
+@dataclass(slots=True)
+class Appended:
+    """A batch ``MessageStore.append_records`` wrote: the records, their commit-log and
+    queue offsets, for half messages the queue each is meant for, the commit log's end
+    after the batch and the store time given to them."""
+
+    records: list[PreparedRecord]
+    offsets: list[int]
+    queue_offsets: list[int]
+    real_queues: list[tuple[str, int]]
+    end: int
+    store_timestamp_ms: int
 
 
 class MessageStore:
@@ -157,6 +176,10 @@ class MessageStore:
         self._quarantine = quarantine or Quarantine(paths.quarantine)
         self._corruption = corruption or CorruptionLog()
         self._free_space = FreeSpaceGuard(commitlog.directory, min_free_bytes=settings.disk_min_free_bytes)
+        # Transaction decisions and the check loop's writes (transactions.py).
+        self.transactions = Transactions(
+            self, cache_entries=settings.decision_cache_entries, fences=Fences(paths.config / "fences.json")
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -184,6 +207,7 @@ class MessageStore:
             raise
         store._set_store_host(host, port)
         store._start()
+        store.transactions.warm(max_entries=min(settings.decision_cache_entries, WARM_DECISIONS_MAX))
         return store
 
     @classmethod
@@ -379,6 +403,28 @@ class MessageStore:
         """``send`` without building SendResults (the servicer builds its response from
         these): status, the records, their commit-log offsets, their queue offsets and,
         for half messages, the (topic, queue id) each is meant for."""
+        appended = self.append_records(
+            messages,
+            producer_group=producer_group,
+            transaction_prepared=transaction_prepared,
+            born_host=born_host,
+            system=system,
+        )
+        status = await self.settle(appended)
+        return status, appended.records, appended.offsets, appended.queue_offsets, appended.real_queues
+
+    def append_records(
+        self,
+        messages: Sequence[OutgoingMessage],
+        *,
+        producer_group: str = "",
+        transaction_prepared: bool = False,
+        born_host: str = "",
+        system: bool = False,
+    ) -> Appended:
+        """Validate and append a batch, all or nothing, without awaiting anything: what
+        a caller checked right before calling this still holds when the records are in
+        the commit log (the store is one event loop). ``settle`` the result next."""
         self._check_open()
         if not self._writable or self.commitlog.broken:
             raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
@@ -453,14 +499,24 @@ class MessageStore:
             log.error("commit log append failed; the store stops accepting writes: %s", exc)
             raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log write failed: {exc}") from None
         end = self.commitlog.write_offset
-        status = SendStatus.OK
         if self._group_commit is not None:
             self._undispatched.append((end, records, offsets, queue_offsets, now))
-            status = await self._wait_durable(end)
         else:
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
         store_metrics.count_in(records)
-        return status, records, offsets, queue_offsets, real_queues
+        return Appended(records, offsets, queue_offsets, real_queues, end, now)
+
+    async def settle(self, appended: Appended) -> SendStatus:
+        """Acknowledge an append per the flush mode: async, at once; sync, once the
+        group commit has fsynced it (FLUSH_DISK_TIMEOUT when that takes too long)."""
+        if self._group_commit is None:
+            return SendStatus.OK
+        return await self._wait_durable(appended.end)
+
+    @property
+    def dispatched_offset(self) -> int:
+        """Records below this commit-log offset are in the consume queues and the index."""
+        return self._dispatcher.dispatched_offset
 
     def _topic_for_send(
         self, name: str, index: int, *, system: bool, new_topics: dict[str, TopicConfig]

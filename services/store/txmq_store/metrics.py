@@ -9,7 +9,10 @@ Counted as it happens (a cached child per topic, one ``inc`` each):
 - ``rocketmq_messages_out_total`` / ``rocketmq_throughput_out_total`` {topic}: messages
   and body bytes served by GetMessage (pull service, gateway, check loop);
 - ``rocketmq_message_size``: body size of each message stored (RocketMQ's buckets);
-- ``txmq_store_flush_seconds``: each commit-log fsync that had something to write.
+- ``txmq_store_flush_seconds``: each commit-log fsync that had something to write;
+- ``txmq_store_transaction_decisions_total`` {decision, outcome}: DecideTransactions and
+  RequeueHalves items (outcome first | repeat | settled | refused);
+- ``txmq_store_fenced_writes_total``: check-loop writes refused under an old epoch.
 
 Read on scrape (``COLLECTOR``, on the store's event loop):
 
@@ -51,6 +54,15 @@ MESSAGES_IN = Counter("rocketmq_messages_in", "Messages stored, per topic.", ["t
 THROUGHPUT_IN = Counter("rocketmq_throughput_in", "Message body bytes stored, per topic.", ["topic"])
 MESSAGES_OUT = Counter("rocketmq_messages_out", "Messages served by GetMessage, per topic.", ["topic"])
 THROUGHPUT_OUT = Counter("rocketmq_throughput_out", "Message body bytes served by GetMessage, per topic.", ["topic"])
+DECISIONS = Counter(
+    "txmq_store_transaction_decisions",
+    "Transaction decisions the store was asked for: outcome first (taken now), repeat (the same as "
+    "before), settled (the same as before, and an op entry added for this half record), refused.",
+    ["decision", "outcome"],
+)
+FENCED_WRITES = Counter(
+    "txmq_store_fenced_writes", "Check-loop writes refused because a newer leader epoch was seen (CODE_FENCED)."
+)
 FLUSH_SECONDS = Histogram(
     "txmq_store_flush_seconds",
     "Duration of each commit-log fsync that had bytes to write (sync mode: one per group commit).",

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from txmq.errors import error
+from txmq.protocol import OP_COMMIT, OP_ROLLBACK
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.grpc_errors import rpc
 
@@ -20,8 +21,11 @@ from .configs import SubscriptionGroupConfig, TopicConfig
 from .filters import FilterType, build_message_filter
 from .message_store import MessageStore
 from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
+from .transactions import DecisionRequest, HalfAction
 
 MAX_ARRIVALS_PER_BATCH = 1000
+_DECISION = {store_pb2.DECISION_COMMIT: OP_COMMIT, store_pb2.DECISION_ROLLBACK: OP_ROLLBACK}
+_TO_PB_DECISION = {v: k for k, v in _DECISION.items()}
 
 
 _NO_PROPERTIES: Mapping[str, str] = types.MappingProxyType({})
@@ -125,7 +129,79 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return resp
 
     @rpc
+    async def DecideTransactions(self, request: store_pb2.DecideTransactionsRequest, context: grpc.aio.ServicerContext):
+        outcomes = await self._store.transactions.decide(
+            [
+                DecisionRequest(
+                    d.commit_log_offset,
+                    d.tran_state_table_offset,
+                    d.transaction_id,
+                    d.producer_group,
+                    _DECISION.get(d.decision, ""),
+                    d.from_transaction_check,
+                )
+                for d in request.decisions
+            ],
+            transaction_timeout_ms=request.transaction_timeout_ms,
+            epoch=request.fence.epoch,
+            half_queue_id=request.fence.half_queue_id,
+            born_host=peer_address(context),
+        )
+        resp = store_pb2.DecideTransactionsResponse()
+        store_id = self._store.store_id
+        prefix = self._store.offset_msg_id_prefix
+        for out in outcomes:
+            r = resp.results.add()
+            if out.error is not None:
+                r.error.CopyFrom(out.error.to_detail())
+                continue
+            r.decision = _TO_PB_DECISION[out.decision]
+            r.first = out.first
+            r.status = out.status
+            c = out.committed
+            if c is not None:
+                v = r.committed
+                v.message.topic = c.topic
+                v.message.queue_id = c.queue_id
+                v.message.unique_id = c.unique_id
+                v.message.tags = c.tags
+                v.message.keys.extend(c.keys)
+                v.offset_msg_id = f"{prefix}{c.commit_log_offset:016X}"
+                v.queue_offset = c.queue_offset
+                v.commit_log_offset = c.commit_log_offset
+                v.store_timestamp_ms = c.store_timestamp_ms
+                v.sys_flag = c.sys_flag
+                v.prepared_transaction_offset = c.prepared_transaction_offset
+                v.store_id = store_id
+        return resp
+
+    @rpc
+    async def RequeueHalves(self, request: store_pb2.RequeueHalvesRequest, context: grpc.aio.ServicerContext):
+        outcomes = await self._store.transactions.requeue(
+            [HalfAction(a.commit_log_offset, a.action, a.reason) for a in request.actions],
+            epoch=request.fence.epoch,
+            half_queue_id=request.fence.half_queue_id,
+            born_host=peer_address(context),
+        )
+        resp = store_pb2.RequeueHalvesResponse()
+        for out in outcomes:
+            r = resp.results.add()
+            if out.error is not None:
+                r.error.CopyFrom(out.error.to_detail())
+                continue
+            if out.decided:
+                r.decided = _TO_PB_DECISION[out.decided]
+                continue
+            r.commit_log_offset = out.commit_log_offset
+            r.queue_offset = out.queue_offset
+            r.store_timestamp_ms = out.store_timestamp_ms
+            r.properties.update(out.properties)
+        return resp
+
+    @rpc
     async def PutSystemMessages(self, request: store_pb2.PutSystemMessagesRequest, context: grpc.aio.ServicerContext):
+        if request.HasField("fence"):
+            self._store.transactions.fences.admit(request.fence.epoch, request.fence.half_queue_id)
         outgoing = []
         for sm in request.messages:
             o = to_outgoing(sm.message)
@@ -241,6 +317,8 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     async def CommitConsumeOffset(
         self, request: store_pb2.CommitConsumeOffsetRequest, context: grpc.aio.ServicerContext
     ):
+        if request.HasField("fence"):
+            self._store.transactions.fences.admit(request.fence.epoch, request.fence.half_queue_id)
         self._store.commit_consume_offset(
             group=request.consumer_group, topic=request.topic, queue_id=request.queue_id, offset=request.offset
         )

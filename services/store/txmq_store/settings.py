@@ -61,6 +61,11 @@ class StoreSettings(ServiceSettings):
         True, description="Create unknown subscription groups when they commit an offset."
     )
     transaction_message_enable: bool = Field(True, description="Accept half (prepared) messages.")
+    decision_cache_entries: int = Field(
+        200_000,
+        ge=1,
+        description="Transaction decisions kept in memory (the decision book); older ones are read from the index.",
+    )
     property_filter_enable: bool = Field(True, description="Allow SQL92 filters (RocketMQ enablePropertyFilter).")
 
     access_message_in_memory_max_ratio_percent: int = Field(

@@ -1,0 +1,510 @@
+"""The store decides transactions (docs/transactions.md, "The store decides").
+
+``Transactions.decide``: per decision, the half record it names is read and validated,
+the transaction's earlier decision is looked for (the decision book, an in-memory LRU;
+on a miss the store's own index: a committed copy by unique id, op messages keyed by the
+transaction id), and a new decision is taken only when there is none. The committed
+copies and one op message for the whole call are appended together, and the book is
+updated, with no await in between: the store is one event loop, so two decisions of one
+transaction -- from any txcheck replica, gateway or check answer -- are ordered here and
+the second sees the first. ``Transactions.requeue``: the check loop's put-backs and
+discards, made from the store's own records; a decided transaction is settled (its op
+entry) instead.
+
+``Fences``: the highest check-loop leader epoch seen per half queue, kept durably; a
+fenced write under a lower epoch is refused with CODE_FENCED and writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from txmq import protocol
+from txmq.errors import TxmqError, error
+from txmq.protocol import (
+    HALF_QUEUE_ID,
+    OP_COMMIT,
+    OP_ROLLBACK,
+    OP_TAG,
+    PROPERTY_CHECK_TIMES,
+    PROPERTY_CHECK_WAITS,
+    PROPERTY_DISCARD_REASON,
+    PROPERTY_OP_DECISIONS,
+    PROPERTY_PREPARED_QUEUE_OFFSET,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    TRANS_CHECK_GROUP,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    OpEntry,
+    check_counts,
+    decode_op_entries,
+    encode_op_body,
+    encode_op_decisions,
+    rejects_late_decision,
+)
+from txmq.v1 import errors_pb2
+from txmq.validation import check_group
+
+from . import metrics as store_metrics
+from .fileio import read_json, write_json_atomically
+from .model import OutgoingMessage, SendStatus, StoredMessage
+
+log = logging.getLogger("txmq.store.transactions")
+
+_WORD = {OP_COMMIT: "commit", OP_ROLLBACK: "rollback"}
+DEFAULT_TRANSACTION_TIMEOUT_MS = 6_000
+
+# Requeue actions (store.proto RequeueAction).
+CHECK, WAIT, IMMUNITY, DISCARD = 1, 2, 3, 4
+
+
+@dataclass(frozen=True, slots=True)
+class CopyLocation:
+    """Where a committed copy is (no body, no properties)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    store_timestamp_ms: int
+    unique_id: str
+    tags: str
+    keys: tuple[str, ...]
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+@dataclass(slots=True)
+class Known:
+    """A transaction's decision as the store knows it."""
+
+    decision: str  # OP_COMMIT / OP_ROLLBACK
+    copy: CopyLocation | None
+    op_offsets: set[int]  # half queue offsets an op entry names
+    end: int = 0  # commit-log end of the records that prove it (eviction waits for dispatch)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRequest:
+    commit_log_offset: int
+    tran_state_table_offset: int
+    transaction_id: str
+    producer_group: str
+    decision: str  # OP_COMMIT, OP_ROLLBACK, or "" (unspecified)
+    from_transaction_check: bool = False
+
+
+@dataclass(slots=True)
+class DecisionOutcome:
+    error: TxmqError | None = None
+    decision: str = ""
+    first: bool = False
+    committed: CopyLocation | None = None
+    status: SendStatus = SendStatus.OK
+
+
+@dataclass(frozen=True, slots=True)
+class HalfAction:
+    commit_log_offset: int
+    action: int  # CHECK, WAIT, IMMUNITY, DISCARD
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class ActionOutcome:
+    error: TxmqError | None = None
+    decided: str = ""  # the transaction was decided: settled, nothing put back
+    commit_log_offset: int = 0
+    queue_offset: int = 0
+    store_timestamp_ms: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+class Fences:
+    """The highest check-loop leader epoch seen per half queue, in a small JSON file
+    (written atomically and fsynced before the write that raised it is appended)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        raw = read_json(path) or {}
+        self._marks: dict[int, int] = {int(k): int(v) for k, v in raw.get("epochs", {}).items()}
+
+    def mark(self, half_queue_id: int = HALF_QUEUE_ID) -> int:
+        return self._marks.get(half_queue_id, 0)
+
+    def admit(self, epoch: int, half_queue_id: int = HALF_QUEUE_ID) -> None:
+        """Refuse (CODE_FENCED) a write under an epoch lower than one already seen;
+        raise the mark, durably, for a higher one. Epoch 0: not fenced."""
+        if epoch <= 0:
+            return
+        current = self.mark(half_queue_id)
+        if epoch < current:
+            store_metrics.FENCED_WRITES.inc()
+            raise error(
+                errors_pb2.CODE_FENCED,
+                f"epoch {epoch} is older than epoch {current} already seen for half queue {half_queue_id}; "
+                "a newer check-loop leader took over",
+                epoch=str(epoch),
+                current_epoch=str(current),
+                half_queue_id=str(half_queue_id),
+            )
+        if epoch > current:
+            marks = {**self._marks, half_queue_id: epoch}
+            write_json_atomically(self._path, {"epochs": {str(k): v for k, v in marks.items()}})
+            self._marks = marks
+            log.info("half queue %d: check-loop leader epoch %d (was %d)", half_queue_id, epoch, current)
+
+
+class Transactions:
+    """Decisions and check-loop writes of one store (``store``: a MessageStore)."""
+
+    def __init__(self, store, *, cache_entries: int, fences: Fences) -> None:
+        self._store = store
+        self._cap = cache_entries
+        self._book: OrderedDict[str, Known] = OrderedDict()
+        self.fences = fences
+
+    # -- the book --------------------------------------------------------------------
+
+    def _remember(self, txid: str, known: Known) -> None:
+        book = self._book
+        book[txid] = known
+        book.move_to_end(txid)
+        if len(book) > self._cap:
+            dispatched = self._store.dispatched_offset
+            while len(book) > self._cap:
+                oldest = next(iter(book.values()))
+                if oldest.end > dispatched:  # not in the index yet: keep it for now
+                    break
+                book.popitem(last=False)
+
+    def warm(self, *, max_entries: int | None = None) -> int:
+        """Fill the book from the op queue after the check loop's progress (best
+        effort: the index answers what the book does not hold). Returns entries read."""
+        store = self._store
+        limit = self._cap if max_entries is None else max_entries
+        start = store.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_OP_HALF_TOPIC, queue_id=0) or 0
+        seen = 0
+        offset = start
+        while seen < limit:
+            try:
+                r = store.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=offset, max_messages=32)
+            except TxmqError:  # no op topic yet, or a damaged record: stop warming
+                break
+            if not r.messages:
+                break
+            for m in r.messages:
+                for e in decode_op_entries(m.properties, m.body):
+                    if e.transaction_id and e.decision in (OP_COMMIT, OP_ROLLBACK):
+                        known = self._book.get(e.transaction_id)
+                        if known is None:
+                            self._remember(e.transaction_id, Known(e.decision, None, {e.half_offset}))
+                        else:
+                            known.op_offsets.add(e.half_offset)
+                        seen += 1
+            if r.next_begin_offset <= offset:
+                break
+            offset = r.next_begin_offset
+        return seen
+
+    def _prior(self, txid: str) -> Known | None:
+        """The transaction's decision: the book, else the store's index."""
+        known = self._book.get(txid)
+        if known is not None and not (known.decision == OP_COMMIT and known.copy is None):
+            return known
+        store = self._store
+        copies = [
+            m
+            for m in store.query_messages(unique_id=txid, max_results=1000)
+            if protocol.is_committed_copy(
+                unique_id=m.unique_id, sys_flag=m.sys_flag, topic=m.topic, transaction_id=txid
+            )
+        ]
+        entries = [
+            e
+            for m in store.query_messages(topic=TRANS_OP_HALF_TOPIC, key=txid, max_results=1000)
+            for e in decode_op_entries(m.properties, m.body)
+            if e.transaction_id == txid
+        ]
+        if known is not None:  # warmed from an op entry: add the copy's location
+            if copies:
+                known.copy = _location(copies[0])
+            return known
+        if copies:
+            found = Known(OP_COMMIT, _location(copies[0]), {e.half_offset for e in entries})
+        elif entries:
+            found = Known(entries[0].decision, None, {e.half_offset for e in entries})
+        else:
+            return None
+        self._remember(txid, found)
+        return found
+
+    # -- decisions -------------------------------------------------------------------
+
+    async def decide(
+        self,
+        requests: Sequence[DecisionRequest],
+        *,
+        transaction_timeout_ms: int = 0,
+        epoch: int = 0,
+        half_queue_id: int = HALF_QUEUE_ID,
+        born_host: str = "",
+    ) -> list[DecisionOutcome]:
+        store = self._store
+        self.fences.admit(epoch, half_queue_id)
+        timeout_ms = transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
+        now = store.now_ms()
+        outcomes: list[DecisionOutcome] = []
+        copies: list[tuple[int, OutgoingMessage]] = []  # (outcome index, copy)
+        entries: list[OpEntry] = []
+        local: dict[str, Known] = {}  # decisions taken earlier in this call
+        for i, req in enumerate(requests):
+            try:
+                out = self._decide_one(req, now, timeout_ms, local, copies, entries, i)
+            except TxmqError as err:
+                out = DecisionOutcome(error=err)
+                store_metrics.DECISIONS.labels(decision=_WORD.get(req.decision, "none"), outcome="refused").inc()
+            outcomes.append(out)
+        if not copies and not entries:
+            return outcomes
+        copies_by_index = dict(copies)
+        messages = [m for _, m in copies]
+        messages.append(_op_message(entries))
+        appended = store.append_records(messages, born_host=born_host, system=True)
+        # Still in the same turn of the event loop: the book learns the decisions now.
+        for (i, _), offset, queue_offset, rec in zip(
+            copies, appended.offsets, appended.queue_offsets, appended.records, strict=False
+        ):
+            loc = CopyLocation(
+                rec.topic, rec.queue_id, queue_offset, offset, appended.store_timestamp_ms, rec.unique_id,
+                copies_by_index[i].tags, copies_by_index[i].keys, copies_by_index[i].sys_flag,
+                copies_by_index[i].prepared_transaction_offset,
+            )  # fmt: skip
+            outcomes[i].committed = loc
+            local[requests[i].transaction_id].copy = loc
+        for txid, known in local.items():
+            known.end = appended.end
+            self._remember(txid, known)
+        for i, out in enumerate(outcomes):  # repeats, in this call, of a commit it took
+            if out.error is None and out.decision == OP_COMMIT and out.committed is None:
+                known = local.get(requests[i].transaction_id)
+                out.committed = known.copy if known is not None else None
+        status = await store.settle(appended)
+        for out in outcomes:
+            out.status = status
+        return outcomes
+
+    def _decide_one(
+        self,
+        req: DecisionRequest,
+        now: int,
+        timeout_ms: int,
+        local: dict[str, Known],
+        copies: list[tuple[int, OutgoingMessage]],
+        entries: list[OpEntry],
+        index: int,
+    ) -> DecisionOutcome:
+        txid = req.transaction_id
+        if not txid:
+            raise error(errors_pb2.CODE_ILLEGAL_TRANSACTION_ID, "transaction id is empty")
+        check_group(req.producer_group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
+        if req.decision not in (OP_COMMIT, OP_ROLLBACK):
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "the decision must be commit or rollback")
+        half = self._half(req.commit_log_offset, txid)
+        _validate(req, half)
+        prior = local.get(txid) or self._prior(txid)
+        word = _WORD[req.decision]
+        if prior is not None:
+            if prior.decision != req.decision:
+                raise error(
+                    errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED,
+                    f"transaction {txid} was already resolved: {_WORD.get(prior.decision, prior.decision)}",
+                    transaction_id=txid,
+                    resolution=_WORD.get(prior.decision, prior.decision),
+                )
+            if half.queue_offset not in prior.op_offsets:  # a put-back copy, a copy without op
+                entries.append(OpEntry(half.queue_offset, txid, prior.decision))
+                prior.op_offsets.add(half.queue_offset)
+                if txid not in local:
+                    local[txid] = prior
+                store_metrics.DECISIONS.labels(decision=word, outcome="settled").inc()
+            else:
+                store_metrics.DECISIONS.labels(decision=word, outcome="repeat").inc()
+            return DecisionOutcome(decision=prior.decision, first=False, committed=prior.copy)
+        if not req.from_transaction_check and rejects_late_decision(
+            half.properties, half.born_timestamp_ms, now, timeout_ms
+        ):
+            raise error(
+                errors_pb2.CODE_TRANSACTION_EXPIRED,
+                "the half message is past its check immunity time; its state is decided by the transaction check",
+                transaction_id=txid,
+            )
+        known = Known(req.decision, None, {half.queue_offset})
+        local[txid] = known
+        entries.append(OpEntry(half.queue_offset, txid, req.decision))
+        store_metrics.DECISIONS.labels(decision=word, outcome="first").inc()
+        out = DecisionOutcome(decision=req.decision, first=True)
+        if req.decision == OP_COMMIT:
+            copies.append((index, _committed_copy(half)))
+        return out
+
+    def _half(self, commit_log_offset: int, txid: str) -> StoredMessage:
+        try:
+            half = self._store.view_message(commit_log_offset)
+        except TxmqError as err:
+            if err.code not in (errors_pb2.CODE_MESSAGE_NOT_FOUND, errors_pb2.CODE_ILLEGAL_OFFSET):
+                raise
+            half = None
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            raise error(
+                errors_pb2.CODE_TRANSACTION_NOT_FOUND,
+                f"no half message at commit-log offset {commit_log_offset}",
+                transaction_id=txid,
+                commit_log_offset=str(commit_log_offset),
+            )
+        return half
+
+    # -- the check loop's writes -----------------------------------------------------
+
+    async def requeue(
+        self,
+        actions: Sequence[HalfAction],
+        *,
+        epoch: int = 0,
+        half_queue_id: int = HALF_QUEUE_ID,
+        born_host: str = "",
+    ) -> list[ActionOutcome]:
+        store = self._store
+        self.fences.admit(epoch, half_queue_id)
+        outcomes: list[ActionOutcome] = []
+        copies: list[tuple[int, OutgoingMessage]] = []
+        entries: list[OpEntry] = []
+        settled: dict[str, Known] = {}
+        for i, act in enumerate(actions):
+            out = ActionOutcome()
+            try:
+                half = self._half(act.commit_log_offset, "")
+                if act.action not in (CHECK, WAIT, IMMUNITY, DISCARD):
+                    raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"unknown requeue action {act.action}")
+                prior = self._prior(half.unique_id) if half.unique_id else None
+            except TxmqError as err:
+                out.error = err
+                outcomes.append(out)
+                continue
+            if prior is not None:
+                out.decided = prior.decision
+                if half.queue_offset not in prior.op_offsets:
+                    entries.append(OpEntry(half.queue_offset, half.unique_id, prior.decision))
+                    prior.op_offsets.add(half.queue_offset)
+                    settled[half.unique_id] = prior
+                    store_metrics.DECISIONS.labels(decision=_WORD[prior.decision], outcome="settled").inc()
+            else:
+                copies.append((i, _put_back(half, act)))
+            outcomes.append(out)
+        if not copies and not entries:
+            return outcomes
+        messages = [m for _, m in copies]
+        if entries:
+            messages.append(_op_message(entries))
+        appended = store.append_records(messages, born_host=born_host, system=True)
+        for (i, msg), offset, queue_offset in zip(copies, appended.offsets, appended.queue_offsets, strict=False):
+            out = outcomes[i]
+            out.commit_log_offset = offset
+            out.queue_offset = queue_offset
+            out.store_timestamp_ms = appended.store_timestamp_ms
+            out.properties = dict(msg.properties)
+        for txid, known in settled.items():
+            known.end = max(known.end, appended.end)
+            self._remember(txid, known)
+        await store.settle(appended)
+        return outcomes
+
+
+def _validate(req: DecisionRequest, half: StoredMessage) -> None:
+    wrong = []
+    if half.unique_id != req.transaction_id:
+        wrong.append("transaction id")
+    if half.properties.get(PROPERTY_PRODUCER_GROUP) != req.producer_group:
+        wrong.append("producer group")
+    if half.queue_offset != req.tran_state_table_offset:
+        wrong.append("transaction state table offset")
+    if wrong:
+        raise error(
+            errors_pb2.CODE_TRANSACTION_MISMATCH,
+            f"END_TRANSACTION does not match the half message: wrong {', '.join(wrong)}",
+            transaction_id=req.transaction_id,
+        )
+
+
+def _location(m: StoredMessage) -> CopyLocation:
+    return CopyLocation(
+        m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.store_timestamp_ms, m.unique_id, m.tags,
+        tuple(m.keys), m.sys_flag, m.prepared_transaction_offset,
+    )  # fmt: skip
+
+
+def _committed_copy(half: StoredMessage) -> OutgoingMessage:
+    """What a commit stores on the real topic/queue: same body, tags, keys, properties
+    (REAL_TOPIC/REAL_QID removed) and unique id, sysflag COMMIT_TYPE, prepared-transaction
+    offset = the half record's commit-log offset."""
+    props = dict(half.properties)
+    topic = props.pop(PROPERTY_REAL_TOPIC, "")
+    try:
+        queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID, "0"))
+    except ValueError:
+        queue_id = 0
+    out = OutgoingMessage(
+        topic, half.body, half.tags, tuple(half.keys), props, half.unique_id, half.flag, queue_id,
+        half.born_timestamp_ms,
+    )  # fmt: skip
+    out.sys_flag = (half.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE
+    out.reconsume_times = half.reconsume_times
+    out.prepared_transaction_offset = half.commit_log_offset
+    return out
+
+
+def _put_back(half: StoredMessage, act: HalfAction) -> OutgoingMessage:
+    """A copy of a half record for the tail of the half queue (or the discard topic):
+    same body, properties, unique id and born time; transaction bits cleared."""
+    props = dict(half.properties)
+    topic = TRANS_HALF_TOPIC
+    times, waits = check_counts(props)
+    if act.action == CHECK:
+        props[PROPERTY_CHECK_TIMES] = str(times + 1)
+    elif act.action == WAIT:
+        props[PROPERTY_CHECK_WAITS] = str(waits + 1)
+    elif act.action == IMMUNITY:
+        props.setdefault(PROPERTY_PREPARED_QUEUE_OFFSET, str(half.queue_offset))
+    else:
+        topic = TRANS_CHECK_MAX_TIME_TOPIC
+        props[PROPERTY_DISCARD_REASON] = act.reason or "discarded"
+    out = OutgoingMessage(
+        topic, half.body, half.tags, tuple(half.keys), props, half.unique_id, half.flag, 0, half.born_timestamp_ms
+    )
+    out.sys_flag = half.sys_flag & ~TRANSACTION_TYPE_MASK
+    out.reconsume_times = half.reconsume_times
+    return out
+
+
+def _op_message(entries: list[OpEntry]) -> OutgoingMessage:
+    """One op message for a batch of decisions (RocketMQ 5: offsets joined by ',')."""
+    return OutgoingMessage(
+        TRANS_OP_HALF_TOPIC,
+        encode_op_body(entries),
+        OP_TAG,
+        tuple(dict.fromkeys(e.transaction_id for e in entries if e.transaction_id)),
+        {PROPERTY_OP_DECISIONS: encode_op_decisions(entries)},
+        "",
+        0,
+        0,
+        0,
+    )
