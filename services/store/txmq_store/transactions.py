@@ -296,8 +296,8 @@ class Transactions:
             self._remember(txid, known)
         for i, out in enumerate(outcomes):  # repeats, in this call, of a commit it took
             if out.error is None and out.decision == OP_COMMIT and out.committed is None:
-                known = local.get(requests[i].transaction_id)
-                out.committed = known.copy if known is not None else None
+                taken = local.get(requests[i].transaction_id)
+                out.committed = taken.copy if taken is not None else None
         status = await store.settle(appended)
         for out in outcomes:
             out.status = status

@@ -189,7 +189,7 @@ class _Pending:
     """A half record the walk decided to act on; stored by the next flush."""
 
     view: common_pb2.MessageView
-    action: int  # store_pb2.RequeueAction
+    action: store_pb2.RequeueAction
     reason: str = ""
 
 
@@ -332,7 +332,7 @@ class CheckLoop:
                     continue  # look at offset i again with more of the op queue
                 if action is _STOP:
                     break
-                if action is not None:
+                if isinstance(action, _Pending):
                     pending.append(action)
                     if first_unstored is None:
                         first_unstored = i
