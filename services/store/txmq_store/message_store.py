@@ -207,6 +207,7 @@ class MessageStore:
             raise
         store._set_store_host(host, port)
         store._start()
+        store.transactions.horizon = store.commitlog.write_offset
         store.transactions.warm(max_entries=min(settings.decision_cache_entries, WARM_DECISIONS_MAX))
         return store
 

@@ -38,6 +38,7 @@ from txmq.protocol import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PUT_BACK_PROPERTIES,
     TRANS_CHECK_GROUP,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
@@ -172,6 +173,12 @@ class Transactions:
         self._cap = cache_entries
         self._book: OrderedDict[str, Known] = OrderedDict()
         self.fences = fences
+        # Every decision recorded at or after this commit-log offset is in the book: set
+        # to the commit log's end when the store opens, raised past every entry the book
+        # evicts and past decisions written by another path (PutSystemMessages). A
+        # transaction whose first half record is at or after it, and that the book does
+        # not know, has no decision: no index read needed.
+        self.horizon = 0
 
     # -- the book --------------------------------------------------------------------
 
@@ -186,6 +193,12 @@ class Transactions:
                 if oldest.end > dispatched:  # not in the index yet: keep it for now
                     break
                 book.popitem(last=False)
+                self.horizon = max(self.horizon, oldest.end)
+
+    def note_written_elsewhere(self, end: int) -> None:
+        """Decision records (op messages, committed copies) were appended by another
+        path, up to commit-log offset ``end``: the book may not know them."""
+        self.horizon = max(self.horizon, end)
 
     def warm(self, *, max_entries: int | None = None) -> int:
         """Fill the book from the op queue after the check loop's progress (best
@@ -207,7 +220,8 @@ class Transactions:
                     if e.transaction_id and e.decision in (OP_COMMIT, OP_ROLLBACK):
                         known = self._book.get(e.transaction_id)
                         if known is None:
-                            self._remember(e.transaction_id, Known(e.decision, None, {e.half_offset}))
+                            end = m.commit_log_offset + m.store_size
+                            self._remember(e.transaction_id, Known(e.decision, None, {e.half_offset}, end))
                         else:
                             known.op_offsets.add(e.half_offset)
                         seen += 1
@@ -216,11 +230,14 @@ class Transactions:
             offset = r.next_begin_offset
         return seen
 
-    def _prior(self, txid: str) -> Known | None:
-        """The transaction's decision: the book, else the store's index."""
+    def _prior(self, txid: str, half: StoredMessage | None = None) -> Known | None:
+        """The transaction's decision: the book, else -- unless ``half`` proves the
+        transaction younger than the horizon -- the store's index."""
         known = self._book.get(txid)
         if known is not None and not (known.decision == OP_COMMIT and known.copy is None):
             return known
+        if known is None and half is not None and _origin(half) >= self.horizon:
+            return None
         store = self._store
         copies = [
             m
@@ -239,10 +256,11 @@ class Transactions:
             if copies:
                 known.copy = _location(copies[0])
             return known
+        end = store.commitlog.write_offset  # an upper bound of where the proof is
         if copies:
-            found = Known(OP_COMMIT, _location(copies[0]), {e.half_offset for e in entries})
+            found = Known(OP_COMMIT, _location(copies[0]), {e.half_offset for e in entries}, end)
         elif entries:
-            found = Known(entries[0].decision, None, {e.half_offset for e in entries})
+            found = Known(entries[0].decision, None, {e.half_offset for e in entries}, end)
         else:
             return None
         self._remember(txid, found)
@@ -321,7 +339,7 @@ class Transactions:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "the decision must be commit or rollback")
         half = self._half(req.commit_log_offset, txid)
         _validate(req, half)
-        prior = local.get(txid) or self._prior(txid)
+        prior = local.get(txid) or self._prior(txid, half)
         word = _WORD[req.decision]
         if prior is not None:
             if prior.decision != req.decision:
@@ -395,7 +413,7 @@ class Transactions:
                 half = self._half(act.commit_log_offset, "")
                 if act.action not in (CHECK, WAIT, IMMUNITY, DISCARD):
                     raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"unknown requeue action {act.action}")
-                prior = self._prior(half.unique_id) if half.unique_id else None
+                prior = self._prior(half.unique_id, half) if half.unique_id else None
             except TxmqError as err:
                 out.error = err
                 outcomes.append(out)
@@ -445,6 +463,15 @@ def _validate(req: DecisionRequest, half: StoredMessage) -> None:
         )
 
 
+def _origin(half: StoredMessage) -> int:
+    """The commit-log offset of the transaction's first half record: a put-back copy
+    made here carries it as its prepared-transaction offset; a copy without it (made by
+    older txmq, or resumed by an admin) counts as old (0: the index is asked)."""
+    if any(k in half.properties for k in PUT_BACK_PROPERTIES):
+        return half.prepared_transaction_offset
+    return half.commit_log_offset
+
+
 def _location(m: StoredMessage) -> CopyLocation:
     return CopyLocation(
         m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.store_timestamp_ms, m.unique_id, m.tags,
@@ -492,6 +519,8 @@ def _put_back(half: StoredMessage, act: HalfAction) -> OutgoingMessage:
     )
     out.sys_flag = half.sys_flag & ~TRANSACTION_TYPE_MASK
     out.reconsume_times = half.reconsume_times
+    # Where the transaction's first half record is (``_origin``), kept by every copy.
+    out.prepared_transaction_offset = _origin(half)
     return out
 
 
