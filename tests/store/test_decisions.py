@@ -1,0 +1,282 @@
+"""The store decides transactions (txmq_store/transactions.py): the decision rule
+against a real store in a temp dir -- every pair of first and second decision, after a
+restart (book empty: the index answers), with a tiny decision book, after a put-back,
+several decisions in one call, refusals -- and the check loop's put-backs."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from txmq.protocol import (
+    OP_COMMIT,
+    OP_ROLLBACK,
+    PROPERTY_CHECK_IMMUNITY,
+    PROPERTY_CHECK_TIMES,
+    PROPERTY_CHECK_WAITS,
+    PROPERTY_DISCARD_REASON,
+    PROPERTY_PREPARED_QUEUE_OFFSET,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    decode_op_entries,
+)
+from txmq.v1 import errors_pb2
+from txmq_store.message_store import MessageStore
+from txmq_store.model import SendResult, SendStatus
+from txmq_store.transactions import CHECK, DISCARD, IMMUNITY, WAIT, DecisionRequest, HalfAction
+
+from .conftest import StoreFactory, msg
+
+GROUP = "PG_DECIDE"
+WORD = {OP_COMMIT: "commit", OP_ROLLBACK: "rollback"}
+
+
+async def half(store: MessageStore, body: bytes = b"tx", **props: str) -> SendResult:
+    [r] = await store.send([msg(body, properties=props)], producer_group=GROUP, transaction_prepared=True)
+    return r
+
+
+def request(r: SendResult, decision: str = OP_COMMIT, *, from_check: bool = False, **change: object) -> DecisionRequest:
+    fields: dict[str, object] = dict(
+        commit_log_offset=r.commit_log_offset,
+        tran_state_table_offset=r.queue_offset,
+        transaction_id=r.transaction_id,
+        producer_group=GROUP,
+        decision=decision,
+        from_transaction_check=from_check,
+    )
+    fields.update(change)
+    return DecisionRequest(**fields)  # type: ignore[arg-type]
+
+
+def real(store: MessageStore) -> list[bytes]:
+    out: list[bytes] = []
+    for q in range(4):
+        out += [m.body for m in store.get_message(topic="TopicA", queue_id=q, offset=0, max_messages=100).messages]
+    return out
+
+
+def ops(store: MessageStore) -> list[tuple[int, str, str]]:
+    try:
+        r = store.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=0, max_messages=100)
+    except Exception:  # noqa: BLE001 - no op topic yet
+        return []
+    return [
+        (e.half_offset, e.transaction_id, e.decision)
+        for m in r.messages
+        for e in decode_op_entries(m.properties, m.body)
+    ]
+
+
+def halves(store: MessageStore, topic: str = TRANS_HALF_TOPIC):
+    return store.get_message(topic=topic, queue_id=0, offset=0, max_messages=100).messages
+
+
+async def decide_one(store: MessageStore, req: DecisionRequest):
+    [out] = await store.transactions.decide([req])
+    return out
+
+
+PAIRS = list(itertools.product((OP_COMMIT, OP_ROLLBACK), repeat=2))
+
+
+@pytest.mark.parametrize(("first", "second"), PAIRS)
+@pytest.mark.parametrize("when", ["same store", "after a restart", "tiny book"])
+async def test_first_decision_wins(stores: StoreFactory, first: str, second: str, when: str) -> None:
+    overrides = {"decision_cache_entries": 1} if when == "tiny book" else {}
+    store = await stores.open(**overrides)
+    store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
+    r = await half(store, b"pay")
+    a = await decide_one(store, request(r, first))
+    assert a.error is None and a.first and a.decision == first
+    assert (a.committed is not None) == (first == OP_COMMIT)
+    if first == OP_COMMIT:
+        assert a.committed.topic == "TopicA" and a.committed.unique_id == r.transaction_id
+    if when == "after a restart":
+        await store.close()
+        stores.opened.remove(store)
+        store = await stores.open()
+    elif when == "tiny book":  # push the decision out of the book: the index answers
+        for i in range(3):
+            other = await half(store, f"other{i}".encode())
+            await decide_one(store, request(other, OP_ROLLBACK))
+    b = await decide_one(store, request(r, second, from_check=True))
+    if second == first:
+        assert b.error is None and not b.first and b.decision == first
+        if first == OP_COMMIT:
+            assert b.committed is not None and b.committed.commit_log_offset == a.committed.commit_log_offset
+    else:
+        assert b.error is not None and b.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+        assert b.error.metadata["resolution"] == WORD[first]
+    # Delivered at most once, and one op entry for the half.
+    assert real(store) == ([b"pay"] if first == OP_COMMIT else [])
+    assert [e for e in ops(store) if e[1] == r.transaction_id] == [(r.queue_offset, r.transaction_id, first)]
+
+
+async def test_commit_copy_and_op_in_one_append(store: MessageStore) -> None:
+    r = await half(store, b"x", p="1")
+    writes = store.commitlog.write_offset
+    out = await decide_one(store, request(r, OP_COMMIT))
+    [copy] = [m for q in range(4) for m in store.get_message(topic="TopicA", queue_id=q, offset=0).messages]
+    assert copy.commit_log_offset == writes  # the copy first, the op right after it
+    assert copy.body == b"x" and copy.properties["p"] == "1" and copy.unique_id == r.transaction_id
+    assert copy.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
+    assert copy.prepared_transaction_offset == r.commit_log_offset
+    assert out.committed.commit_log_offset == copy.commit_log_offset
+    assert out.committed.queue_offset == copy.queue_offset and out.status == SendStatus.OK
+    [op] = store.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=0).messages
+    assert op.commit_log_offset == copy.commit_log_offset + copy.store_size
+    assert r.transaction_id in op.keys
+
+
+async def test_a_batch_is_one_append_and_items_fail_alone(store: MessageStore) -> None:
+    rs = [await half(store, str(i).encode()) for i in range(100)]
+    bad = await half(store, b"bad")
+    before = store.commitlog.write_offset
+    reqs = [request(r, OP_COMMIT if i % 2 else OP_ROLLBACK) for i, r in enumerate(rs)]
+    reqs.insert(10, request(bad, OP_COMMIT, producer_group="PG_OTHER"))
+    reqs.insert(20, request(rs[0], OP_COMMIT))  # the opposite of item 0, in the same call
+    reqs.insert(30, request(rs[1], OP_COMMIT))  # the same as item 1, in the same call
+    outs = await store.transactions.decide(reqs)
+    assert outs[10].error.code == errors_pb2.CODE_TRANSACTION_MISMATCH
+    assert "producer group" in outs[10].error.message
+    assert outs[20].error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+    assert outs[30].error is None and not outs[30].first
+    assert outs[30].committed is not None and outs[30].committed == outs[1].committed
+    # 50 copies and one op message naming all 100 halves, appended together.
+    assert len(real(store)) == 50
+    [op] = store.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=0).messages
+    assert sorted(e[0] for e in ops(store)) == sorted(r.queue_offset for r in rs)
+    copies = sorted(
+        m.commit_log_offset
+        for q in range(4)
+        for m in store.get_message(topic="TopicA", queue_id=q, offset=0, max_messages=100).messages
+    )
+    assert copies[0] == before and op.commit_log_offset > copies[-1]
+    assert store.commitlog.write_offset == op.commit_log_offset + op.store_size
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"transaction_id": ""}, errors_pb2.CODE_ILLEGAL_TRANSACTION_ID),
+        ({"producer_group": "bad group!"}, errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP),
+        ({"decision": ""}, errors_pb2.CODE_ILLEGAL_ARGUMENT),
+        ({"transaction_id": "0A0000000000000000000000000000FF"}, errors_pb2.CODE_TRANSACTION_MISMATCH),
+        ({"tran_state_table_offset": 99}, errors_pb2.CODE_TRANSACTION_MISMATCH),
+        ({"commit_log_offset": 10**9}, errors_pb2.CODE_TRANSACTION_NOT_FOUND),
+    ],
+)
+async def test_refusals_write_nothing(store: MessageStore, change: dict, code: int) -> None:
+    r = await half(store)
+    end = store.commitlog.write_offset
+    fields = {"decision": OP_COMMIT, **change}
+    out = await decide_one(store, request(r, **fields))
+    assert out.error is not None and out.error.code == code
+    assert store.commitlog.write_offset == end
+
+
+async def test_not_a_half_record_is_not_found(store: MessageStore) -> None:
+    [plain] = await store.send([msg(b"plain")])
+    r = await half(store)
+    out = await decide_one(store, request(r, OP_COMMIT, commit_log_offset=plain.commit_log_offset))
+    assert out.error.code == errors_pb2.CODE_TRANSACTION_NOT_FOUND
+
+
+async def test_late_decision_refused_unless_from_a_check(store: MessageStore, stores: StoreFactory) -> None:
+    r = await half(store, **{PROPERTY_CHECK_IMMUNITY: "10"})
+    stores.clock.advance(11_000)
+    out = await decide_one(store, request(r, OP_COMMIT))
+    assert out.error.code == errors_pb2.CODE_TRANSACTION_EXPIRED and real(store) == []
+    out = await decide_one(store, request(r, OP_COMMIT, from_check=True))
+    assert out.error is None and out.first and real(store) == [b"tx"]
+
+
+async def test_a_put_back_copy_decided_after_the_original_is_settled(store: MessageStore) -> None:
+    """The check loop put the half back (check 1); the producer commits the original,
+    then the check's answer commits the copy: one copy delivered, both halves named by
+    an op entry (the second by a settle)."""
+    r = await half(store, b"once")
+    [put] = await store.transactions.requeue([HalfAction(r.commit_log_offset, CHECK)])
+    assert put.error is None and not put.decided and put.properties[PROPERTY_CHECK_TIMES] == "1"
+    first = await decide_one(store, request(r, OP_COMMIT))
+    copy_req = request(r, OP_COMMIT, from_check=True, commit_log_offset=put.commit_log_offset,
+                       tran_state_table_offset=put.queue_offset)  # fmt: skip
+    again = await decide_one(store, copy_req)
+    assert first.first and not again.first and again.committed == first.committed
+    assert real(store) == [b"once"]
+    assert sorted(e[0] for e in ops(store)) == [r.queue_offset, put.queue_offset]
+    # Asked once more (a duplicate answer): nothing new at all.
+    end = store.commitlog.write_offset
+    await decide_one(store, copy_req)
+    assert store.commitlog.write_offset == end
+
+
+async def test_requeue_actions_make_the_copies(store: MessageStore) -> None:
+    r = await half(store, b"body", k="v")
+    acts = [
+        HalfAction(r.commit_log_offset, a, "check max" if a == DISCARD else "")
+        for a in (CHECK, WAIT, IMMUNITY, DISCARD)
+    ]
+    outs = await store.transactions.requeue(acts)
+    assert [o.error for o in outs] == [None] * 4 and [o.decided for o in outs] == [""] * 4
+    check, wait, immunity, discard = outs
+    assert check.properties[PROPERTY_CHECK_TIMES] == "1" and PROPERTY_CHECK_WAITS not in check.properties
+    assert wait.properties[PROPERTY_CHECK_WAITS] == "1" and PROPERTY_CHECK_TIMES not in wait.properties
+    assert immunity.properties[PROPERTY_PREPARED_QUEUE_OFFSET] == str(r.queue_offset)
+    assert discard.properties[PROPERTY_DISCARD_REASON] == "check max"
+    copies = halves(store)
+    assert [c.queue_offset for c in copies[1:]] == [check.queue_offset, wait.queue_offset, immunity.queue_offset]
+    for c in copies[1:]:
+        assert c.body == b"body" and c.properties["k"] == "v" and c.unique_id == r.transaction_id
+        assert c.prepared_transaction_offset == r.commit_log_offset  # where the first half is
+    [kept] = halves(store, TRANS_CHECK_MAX_TIME_TOPIC)
+    assert kept.commit_log_offset == discard.commit_log_offset and kept.unique_id == r.transaction_id
+    # A copy of a copy counts on: check 2, and it still knows its first record.
+    [again] = await store.transactions.requeue([HalfAction(check.commit_log_offset, CHECK)])
+    assert again.properties[PROPERTY_CHECK_TIMES] == "2"
+    assert store.view_message(again.commit_log_offset).prepared_transaction_offset == r.commit_log_offset
+
+
+async def test_requeue_settles_a_decided_transaction(store: MessageStore) -> None:
+    r = await half(store)
+    [put] = await store.transactions.requeue([HalfAction(r.commit_log_offset, CHECK)])
+    await decide_one(store, request(r, OP_ROLLBACK))
+    n = len(halves(store))
+    [out] = await store.transactions.requeue([HalfAction(put.commit_log_offset, CHECK)])
+    assert out.decided == OP_ROLLBACK and out.commit_log_offset == 0
+    assert len(halves(store)) == n  # nothing put back
+    assert sorted(e[0] for e in ops(store)) == [r.queue_offset, put.queue_offset]
+    [bad] = await store.transactions.requeue([HalfAction(10**9, CHECK)])
+    assert bad.error.code == errors_pb2.CODE_TRANSACTION_NOT_FOUND
+
+
+async def test_a_copy_without_its_op_is_found_by_the_index(store: MessageStore) -> None:
+    """A committed copy written around DecideTransactions (older txmq, PutSystemMessages)
+    is found: a rollback is refused, a commit settles the missing op entry."""
+    from txmq_store.transactions import _committed_copy
+
+    r = await half(store, b"legacy")
+    store.transactions.note_written_elsewhere(0)  # no-op, the horizon only rises
+    await store.send_records([_committed_copy(store.view_message(r.commit_log_offset))], system=True)
+    store.transactions.note_written_elsewhere(store.commitlog.write_offset)  # what the servicer does
+    out = await decide_one(store, request(r, OP_ROLLBACK))
+    assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+    out = await decide_one(store, request(r, OP_COMMIT))
+    assert out.error is None and not out.first and real(store) == [b"legacy"]
+    assert ops(store) == [(r.queue_offset, r.transaction_id, OP_COMMIT)]
+
+
+async def test_sync_flush_decisions(stores: StoreFactory) -> None:
+    store = await stores.open(flush_mode="sync")
+    store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
+    rs = [await half(store, str(i).encode()) for i in range(5)]
+    outs = await store.transactions.decide([request(r, OP_COMMIT) for r in rs])
+    assert all(o.first and o.status == SendStatus.OK for o in outs)
+    assert sorted(real(store)) == [str(i).encode() for i in range(5)]
+    again = await store.transactions.decide([request(r, OP_ROLLBACK) for r in rs])
+    assert {o.error.code for o in again} == {errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED}
