@@ -69,7 +69,7 @@ class _Core:
 def test_a_refused_channel_stops_reconnecting_and_keeps_the_error(caplog: pytest.LogCaptureFixture) -> None:
     detail = errors_pb2.ErrorDetail(code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP, message="bad group", retriable=False)
     core = _Core(_Refused(detail))
-    channel = ProducerChannel(core, group="g", client_id="c", on_check=lambda check: None)  # type: ignore[arg-type]
+    channel = ProducerChannel(core, group="g", client_id="c", on_checks=lambda checks: None)  # type: ignore[arg-type]
     with caplog.at_level(logging.INFO, logger="txmq.transaction.channel"):
         channel.start()
         channel._thread.join(timeout=30)

@@ -36,8 +36,8 @@ from txmq_runtime.etcd import EtcdMirror
 log = logging.getLogger("txmq.txcheck.channels")
 
 _FORWARD_TIMEOUT_S = 3.0
-#: Checks queued for one stream at most (a producer that reads slowly gets no more: the
-#: check loop asks again next round). Bounds memory per channel.
+#: Checks queued for one stream at most: beyond it, handing over more waits (a producer
+#: that reads slowly slows the check loop down). Bounds memory per channel.
 MAX_QUEUED_CHECKS = 10_000
 
 
@@ -51,11 +51,20 @@ class LocalChannel:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     queued_checks: int = 0  # checks in ``queue`` (a command may carry many)
     closed: bool = False
+    _room: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def offer(self, checks: list[txcheck_pb2.CheckTransactionState]) -> bool:
+    def __post_init__(self) -> None:
+        self._room.set()
+
+    async def put(self, checks: list[txcheck_pb2.CheckTransactionState]) -> bool:
         """Queue ``checks`` for the stream (one command when the producer takes
-        batches); False, and nothing queued, when closed or the queue is full."""
-        if self.closed or self.queued_checks + len(checks) > MAX_QUEUED_CHECKS:
+        batches), waiting while ``MAX_QUEUED_CHECKS`` are queued: a producer that
+        reads slowly slows the check loop down (its caller bounds the wait). False,
+        nothing queued, when the channel is closed."""
+        while not self.closed and self.queued_checks and self.queued_checks + len(checks) > MAX_QUEUED_CHECKS:
+            self._room.clear()
+            await self._room.wait()
+        if self.closed:
             return False
         if self.batches and len(checks) > 1:
             commands = [txcheck_pb2.ServerCommand(check_batch=txcheck_pb2.CheckTransactionBatch(checks=checks))]
@@ -69,6 +78,11 @@ class LocalChannel:
     def taken(self, command: txcheck_pb2.ServerCommand) -> None:
         """``command`` left the queue for the stream."""
         self.queued_checks -= len(command.check_batch.checks) if command.HasField("check_batch") else 1
+        self._room.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._room.set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +161,7 @@ class ProducerChannels:
         key = self.key(group, client_id)
         old = self.local.get(key)
         if old is not None:
-            old.closed = True
+            old.close()
         ch = self.local[key] = LocalChannel(key, group, client_id, batches)
         value = json.dumps(
             {"address": self.address, "instance_id": self.instance_id, "since_ms": time.time_ns() // 10**6}
@@ -157,7 +171,7 @@ class ProducerChannels:
         return ch
 
     async def close_channel(self, ch: LocalChannel) -> None:
-        ch.closed = True
+        ch.close()
         if self.local.get(ch.key) is ch:
             del self.local[ch.key]
             await self._registration.replace({}, prefix=ch.key)
@@ -166,9 +180,9 @@ class ProducerChannels:
     def has_live_producer(self, group: str) -> bool:
         return bool(self.directory.of_group(group)) or any(c.group == group for c in self.local.values())
 
-    def deliver_local(self, key: str, checks: list[txcheck_pb2.CheckTransactionState]) -> bool:
+    async def deliver_local(self, key: str, checks: list[txcheck_pb2.CheckTransactionState]) -> bool:
         ch = self.local.get(key)
-        return ch is not None and ch.offer(checks)
+        return ch is not None and await ch.put(checks)
 
     async def send_checks(self, group: str, checks: list[txcheck_pb2.CheckTransactionState]) -> int:
         """Send ``checks`` to one live channel of ``group`` (round-robin per batch),
@@ -189,7 +203,7 @@ class ProducerChannels:
         for n in range(len(entries)):
             e = entries[(start + n) % len(entries)]
             if e.instance_id == self.instance_id:
-                if self.deliver_local(e.key, checks):
+                if await self.deliver_local(e.key, checks):
                     return len(checks)
                 continue
             if await self._forward(e, checks):

@@ -284,7 +284,7 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
             # No await here: grpc.aio may cancel a handler a second time while its finally
             # awaits, which would leave the channel registered in etcd and checks going to
             # a dead stream. Marked closed now; deregistered by a task of the node.
-            ch.closed = True
+            ch.close()
             node.spawn(node.channels.close_channel(ch))
 
 
@@ -297,7 +297,7 @@ class TransactionPeerServicer(txcheck_pb2_grpc.TransactionPeerServicer):
     @rpc
     async def DeliverCheck(self, request: txcheck_pb2.DeliverCheckRequest, context: grpc.aio.ServicerContext):
         checks = [request.check, *request.more_checks]
-        if not request.channel_key or not self._node.channels.deliver_local(request.channel_key, checks):
+        if not request.channel_key or not await self._node.channels.deliver_local(request.channel_key, checks):
             raise error(
                 errors_pb2.CODE_NOT_FOUND,
                 f"no live producer channel {request.channel_key!r} on {self._node.instance_id}",

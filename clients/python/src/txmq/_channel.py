@@ -1,7 +1,11 @@
 """The transactional producer's channel to the transaction service: a long-lived
 ProducerChannel stream the producer opens (so it can be checked from behind NAT),
 reconnected with backoff when it breaks, to a txcheck instance found through the route
-service (``txcheck`` endpoints)."""
+service (``txcheck`` endpoints).
+
+Checks arrive one per ServerCommand or in batches (``check_batch``: the hello says this
+client takes them); answers queued while the stream is busy go up as one
+``end_transactions`` batch (at most ``MAX_ANSWER_BATCH``)."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import logging
 import queue
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import grpc
 
@@ -26,6 +30,8 @@ log = logging.getLogger("txmq.transaction.channel")
 _RECONNECT_FIRST_S = 0.1
 _RECONNECT_MAX_S = 2.0
 _STOP = object()
+#: Answers sent up the stream in one command at most.
+MAX_ANSWER_BATCH = 256
 
 
 class ProducerChannel:
@@ -35,12 +41,12 @@ class ProducerChannel:
         *,
         group: str,
         client_id: str,
-        on_check: Callable[[txcheck_pb2.CheckTransactionState], None],
+        on_checks: Callable[[Sequence[txcheck_pb2.CheckTransactionState]], None],
     ) -> None:
         self._core = core
         self._group = group
         self._client_id = client_id
-        self._on_check = on_check
+        self._on_checks = on_checks
         self._stopped = threading.Event()
         self.connected = threading.Event()
         self._lock = threading.Lock()
@@ -53,6 +59,10 @@ class ProducerChannel:
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
 
     def stop(self) -> None:
         self._stopped.set()
@@ -75,13 +85,28 @@ class ProducerChannel:
 
     def _requests(self, out: queue.Queue) -> Iterator[txcheck_pb2.ProducerCommand]:
         yield txcheck_pb2.ProducerCommand(
-            hello=txcheck_pb2.ProducerHello(producer_group=self._group, client_id=self._client_id)
+            hello=txcheck_pb2.ProducerHello(
+                producer_group=self._group, client_id=self._client_id, accepts_check_batches=True
+            )
         )
         while True:
             item = out.get()
             if item is _STOP:
                 return
-            yield item
+            batch = [item]
+            stop = False
+            while len(batch) < MAX_ANSWER_BATCH:  # whatever else is queued goes with it
+                try:
+                    more = out.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _STOP:
+                    stop = True
+                    break
+                batch.append(more)
+            yield coalesce(batch)
+            if stop:
+                return
 
     def _addresses(self) -> list[str]:
         endpoints = self._core.routes.endpoints(ServiceKind.TXCHECK, timeout=3.0)
@@ -120,8 +145,11 @@ class ProducerChannel:
             self.connected.set()
             log.info("producer channel of %s open to %s", self._group, address)
             for command in call:
-                if command.WhichOneof("command") == "check":
-                    self._on_check(command.check)
+                kind = command.WhichOneof("command")
+                if kind == "check":
+                    self._on_checks([command.check])
+                elif kind == "check_batch":
+                    self._on_checks(command.check_batch.checks)
         except grpc.RpcError as exc:
             if not self._stopped.is_set():
                 err = TxmqError.from_rpc_error(exc)
@@ -138,3 +166,16 @@ class ProducerChannel:
             out.put(_STOP)
             call.cancel()
         return opened
+
+
+def coalesce(commands: list[txcheck_pb2.ProducerCommand]) -> txcheck_pb2.ProducerCommand:
+    """One command for queued answers: a single one as it is, several as one batch."""
+    if len(commands) == 1:
+        return commands[0]
+    requests: list[txcheck_pb2.EndTransactionRequest] = []
+    for c in commands:
+        if c.WhichOneof("command") == "end_transactions":
+            requests.extend(c.end_transactions.requests)
+        else:
+            requests.append(c.end_transaction)
+    return txcheck_pb2.ProducerCommand(end_transactions=txcheck_pb2.EndTransactionBatch(requests=requests))

@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -102,8 +102,10 @@ class TransactionInfo:
 class TransactionProducer(Producer):
     """A producer that also sends transactional messages (RocketMQ TransactionMQProducer).
 
-    ``check_threads`` run checks; at most ``check_queue_size`` wait for a thread (more
-    are dropped and asked again in a later check round)."""
+    ``check_threads`` run checks; at most ``check_queue_size`` wait for a thread. When
+    that many wait, the channel stops reading until one is taken: the transaction
+    service's stream backs up and its check loop slows down to what this producer
+    answers (nothing is dropped, and no check count is spent on a check never run)."""
 
     def __init__(
         self,
@@ -141,7 +143,7 @@ class TransactionProducer(Producer):
             if self._channel is None:
                 self._executor = ThreadPoolExecutor(self._check_threads, thread_name_prefix=f"txmq-check-{self.group}")
                 self._channel = ProducerChannel(
-                    self._started_core(), group=self.group, client_id=self.client_id, on_check=self._on_check
+                    self._started_core(), group=self.group, client_id=self.client_id, on_checks=self._on_checks
                 )
                 self._channel.start()
             channel = self._channel
@@ -290,15 +292,22 @@ class TransactionProducer(Producer):
             time.sleep(min(backoff.next_delay(), remaining))
         raise last or UnavailableError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
 
-    def _on_check(self, check: txcheck_pb2.CheckTransactionState) -> None:
-        executor = self._executor
-        if executor is None or not self._check_slots.acquire(blocking=False):
-            log.warning("check of %s dropped: the check queue is full", check.transaction_id)
-            return
-        try:
-            executor.submit(self._run_check, check)
-        except RuntimeError:  # shut down meanwhile
-            self._check_slots.release()
+    def _on_checks(self, checks: Sequence[txcheck_pb2.CheckTransactionState]) -> None:
+        """Hand checks to the check threads; waits (the channel's reader thread) while
+        ``check_queue_size`` checks are already waiting: backpressure, not drops."""
+        for check in checks:
+            while not self._check_slots.acquire(timeout=_SLOT_WAIT_S):
+                if self._executor is None or (self._channel is not None and self._channel.stopped):
+                    return  # shutting down: the check loop asks again
+            executor = self._executor
+            if executor is None:
+                self._check_slots.release()
+                return
+            try:
+                executor.submit(self._run_check, check)
+            except RuntimeError:  # shut down meanwhile
+                self._check_slots.release()
+                return
 
     def _run_check(self, check: txcheck_pb2.CheckTransactionState) -> None:
         try:
@@ -330,6 +339,7 @@ class TransactionProducer(Producer):
             self._check_slots.release()
 
 
+_SLOT_WAIT_S = 0.5
 _MIN_RETRY_DELAY_S = 0.05
 _MAX_RETRY_DELAY_S = 1.0
 
