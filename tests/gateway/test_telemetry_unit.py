@@ -277,7 +277,9 @@ async def test_producer_settings_are_answered_with_limits_and_open_a_channel(env
         assert (exp.initial.ToMilliseconds(), exp.max.ToMilliseconds(), exp.multiplier) == (10, 1_000, 2.0)
 
         channel = await env.txcheck.next_channel()
-        assert channel.hello == txcheck_pb2.ProducerHello(producer_group="tx-orders", client_id="client-p1")
+        assert channel.hello == txcheck_pb2.ProducerHello(
+            producer_group="tx-orders", client_id="client-p1", accepts_check_batches=True
+        )
 
         # settings are re-sent periodically: each is answered, no second channel opens
         again = await s.ask(producer_settings("tx-orders"))
@@ -372,6 +374,28 @@ async def test_check_becomes_recover_orphaned_transaction_command(env: Env, hub:
         assert message.system_properties.tag == "created"
         assert list(message.system_properties.keys) == ["order-42"]
         assert dict(message.user_properties) == {"region": "eu"}
+
+
+async def test_a_check_batch_becomes_one_command_per_check(env: Env, hub: ClientHub) -> None:
+    """txcheck sends checks in batches to channels whose hello accepts them (the
+    gateway's does); the official client gets one RecoverOrphanedTransaction each."""
+    async with stream(hub, "client-p2b") as s:
+        await s.ask(producer_settings("tx-pay"))
+        channel = await env.txcheck.next_channel()
+        assert channel.hello.accepts_check_batches
+        checks = []
+        for i in range(3):
+            c = half_message_check("tx-pay")
+            c.transaction_id = c.message.message.unique_id = f"7F0000010001ABCDEF01234567{i:02d}"
+            c.commit_log_offset = 4096 + i
+            checks.append(c)
+        channel.outgoing.put_nowait(
+            txcheck_pb2.ServerCommand(check_batch=txcheck_pb2.CheckTransactionBatch(checks=checks))
+        )
+        got = [(await s.recv()).recover_orphaned_transaction_command for _ in range(3)]
+        handles = [TransactionHandle.decode(r.transaction_id) for r in got]
+        assert [h.transaction_id for h in handles] == [c.transaction_id for c in checks]
+        assert [h.commit_log_offset for h in handles] == [4096, 4097, 4098]
 
 
 async def test_ending_the_session_closes_its_channels(env: Env, hub: ClientHub) -> None:

@@ -199,7 +199,9 @@ class ProducerLink:
 
     async def _open(self, call: grpc.aio.StreamStreamCall) -> bool:
         """Say hello; True once txcheck registered the channel."""
-        hello = txcheck_pb2.ProducerHello(producer_group=self.topic, client_id=self.client_id)
+        hello = txcheck_pb2.ProducerHello(
+            producer_group=self.topic, client_id=self.client_id, accepts_check_batches=True
+        )
         await call.write(txcheck_pb2.ProducerCommand(hello=hello))
         await call.initial_metadata()  # txcheck sends it once the channel is registered
         if call.done():  # refused (or ended) instead: read() raises its status
@@ -227,9 +229,13 @@ class ProducerLink:
                 if command is grpc.aio.EOF:
                     log.info("txcheck %s ended the producer channel of topic %s", address, self.topic)
                     break
-                if command.WhichOneof("command") == "check":
+                kind = command.WhichOneof("command")
+                # A batch becomes one RecoverOrphanedTransaction command per check: the
+                # official clients take them one by one.
+                checks = [command.check] if kind == "check" else command.check_batch.checks if kind else []
+                for check in checks:
                     try:
-                        self._on_check(self, command.check)
+                        self._on_check(self, check)
                     except Exception:
                         log.exception("a check of topic %s could not be passed on", self.topic)
         except grpc.aio.AioRpcError as exc:
