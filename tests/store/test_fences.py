@@ -143,3 +143,27 @@ async def test_item_errors_travel_in_the_results(grpc_store: GrpcStore) -> None:
     assert missing.error.code == errors_pb2.CODE_TRANSACTION_NOT_FOUND
     viewed = await stub.ViewMessage(store_pb2.ViewMessageRequest(offset_msg_id=ok.committed.offset_msg_id))
     assert viewed.message.message.body == b"tx"
+
+
+async def test_send_batch_of_half_messages(grpc_store: GrpcStore) -> None:
+    """SendBatch with transaction_prepared stores half messages as SendMessage does: each
+    result names its real queue and carries its transaction id (and the store decides
+    them like any other half)."""
+    resp = await grpc_store.stub.SendBatch(
+        store_pb2.SendBatchRequest(
+            messages=[common_pb2.Message(topic="TopicA", body=b"h%d" % i, queue_id=i % 4) for i in range(6)],
+            producer_group="PG_F",
+            transaction_prepared=True,
+        )
+    )
+    assert [r.queue.topic for r in resp.results] == ["TopicA"] * 6
+    assert [r.queue.queue_id for r in resp.results] == [i % 4 for i in range(6)]
+    assert all(r.transaction_id and r.transaction_id == r.msg_id for r in resp.results)
+    halves = grpc_store.store.get_message(topic=TRANS_HALF_TOPIC, queue_id=0, offset=0).messages
+    assert [m.queue_offset for m in halves] == [r.queue_offset for r in resp.results]
+    missing_group = store_pb2.SendBatchRequest(
+        messages=[common_pb2.Message(topic="TopicA", body=b"x")], transaction_prepared=True
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await grpc_store.stub.SendBatch(missing_group)
+    assert TxmqError.from_rpc_error(info.value).code == errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP

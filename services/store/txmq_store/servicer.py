@@ -94,6 +94,16 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def SendBatch(self, request: store_pb2.SendBatchRequest, context: grpc.aio.ServicerContext):
+        if request.transaction_prepared:
+            results = await self._store.send(
+                [to_outgoing(m) for m in request.messages],
+                producer_group=request.producer_group,
+                transaction_prepared=True,
+                born_host=peer_address(context),
+            )
+            return store_pb2.SendBatchResponse(
+                results=[store_pb2.SendResult(**fields) for fields in self._result_fields(results)]
+            )
         status, records, offsets, queue_offsets, _ = await self._store.send_records(
             [to_outgoing(m) for m in request.messages],
             producer_group=request.producer_group,

@@ -98,12 +98,14 @@ class SendMessageResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ...) -> None: ...
 
 class SendBatchRequest(_message.Message):
-    __slots__ = ("messages", "producer_group")
+    __slots__ = ("messages", "producer_group", "transaction_prepared")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_PREPARED_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]
     producer_group: str
-    def __init__(self, messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ...) -> None: ...
+    transaction_prepared: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., transaction_prepared: _Optional[bool] = ...) -> None: ...
 
 class SystemMessage(_message.Message):
     __slots__ = ("message", "sys_flag", "reconsume_times", "prepared_transaction_offset")
