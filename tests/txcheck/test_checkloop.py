@@ -359,3 +359,23 @@ async def test_a_fenced_loop_stops_and_saves_nothing(env: Env, caplog: pytest.Lo
     assert len(await env.topic_messages(TRANS_HALF_TOPIC)) == halves
     assert len(env.sender.checks) == 3  # none from the fenced loop
     assert len([x for x in caplog.records if "fenced" in x.getMessage() and x.levelname == "WARNING"]) == 1
+
+
+async def test_a_group_that_takes_no_more_checks_does_not_stall_the_round(env: Env) -> None:
+    """Producers that answer slower than they are asked: once handing them a batch times
+    out, the rest of the round sends them nothing (the put-backs still count, so they end
+    in a discard after check_max rounds, as in RocketMQ) and the round goes on."""
+    rs = [await env.half(str(i).encode()) for i in range(6)]
+    env.clock.advance(7_000)
+    blocked = asyncio.Event()
+
+    async def never(group, checks):  # type: ignore[no-untyped-def]
+        await blocked.wait()  # a channel whose queue never drains
+        return len(checks)
+
+    env.sender.send_checks = never  # type: ignore[method-assign]
+    loop = env.new_loop(check_batch_max=2, check_send_timeout_ms=1)
+    rep = await loop.check_once()
+    assert rep.checked == [r.transaction_id for r in rs] and rep.saturated == {GROUP}
+    assert loop.store_calls == 3 and rep.error is None
+    assert await progress(env, TRANS_HALF_TOPIC) == rs[-1].queue_offset + 1

@@ -106,6 +106,7 @@ class RoundReport:
     skipped_resolved: list[int] = field(default_factory=list)  # half offsets
     settled: list[str] = field(default_factory=list)
     damaged: list[str] = field(default_factory=list)  # "<topic>:<queue offset>" skipped
+    saturated: set[str] = field(default_factory=set)  # groups that took no more checks
     error: str | None = None
 
 
@@ -443,17 +444,26 @@ class CheckLoop:
                     "transaction %s (group %s) discarded to %s: %s", txid, group, TRANS_CHECK_MAX_TIME_TOPIC, p.reason
                 )
         for group, states in checks.items():
-            await self._send(group, states)
+            await self._send(group, states, report)
 
-    async def _send(self, group: str, states: list[txcheck_pb2.CheckTransactionState]) -> None:
-        """Deliver a batch of checks (bounded: a channel that does not take them in
-        ``check_send_timeout_ms`` is skipped; the next round asks again)."""
+    async def _send(self, group: str, states: list[txcheck_pb2.CheckTransactionState], report: RoundReport) -> None:
+        """Deliver a batch of checks. Bounded: producers of the group that take none of
+        it within ``check_send_timeout_ms`` (they answer slower than they are asked)
+        mark the group saturated for the rest of the round; its further checks are not
+        sent (their put-backs still count, as RocketMQ's dropped checks do), so one slow
+        group neither stalls the round nor grows txcheck's memory."""
+        if group in report.saturated:
+            return
         try:
             async with asyncio.timeout(self.settings.check_send_timeout_ms / 1000):
                 sent = await self.sender.send_checks(group, states)
         except TimeoutError:
-            sent = 0
-            log.info("sending %d checks to group %s timed out", len(states), group)
+            report.saturated.add(group)
+            log.info(
+                "producers of %s take no more checks (%d not sent); no more are sent to them this round",
+                group, len(states),
+            )  # fmt: skip
+            return
         except Exception:
             log.exception("sending %d checks to group %s failed", len(states), group)
             return
