@@ -1,17 +1,27 @@
-"""Transaction benchmark (issue 3): ``python -m bench.transactions [--quick]``.
+"""Transaction benchmark (issue 13): ``python -m bench.transactions [--quick]``.
 
 (a) throughput of transactional sends (half + a no-op local transaction + commit, the SDK
     TransactionProducer) as a ratio to normal sends (SDK Producer.send) with the same
     batching (one message per call) and the same threads in flight, same run, same store;
+    also the store calls per committed transaction (the store's own RPC counters,
+    ``rocketmq_rpc_latency_count``, before and after the transactional phase);
 (b) time for the check loop to resolve ``--pending`` half messages (sent with
-    Store.SendMessage transaction_prepared -- SendBatch takes no transaction_prepared --
-    and never ended) whose producer answers COMMIT, until every committed copy is stored;
-(c) time for a check round to pass over ``--resolved`` already-resolved half messages
-    (committed by END_TRANSACTION before the check loop looked) without sending a check:
-    until the check-loop progress (CID_SYS_RMQ_TRANS on the half queue) reaches the end.
+    Store.SendBatch transaction_prepared, never ended) whose producer answers COMMIT, until
+    every committed copy is stored;
+(c) time for the check loop to pass over ``--resolved`` already-resolved half messages
+    (committed by the store's DecideTransactions before the check loop looked) without
+    sending a check: until the check-loop progress (CID_SYS_RMQ_TRANS on the half queue)
+    reaches the end;
+(d) the backlog under a producer that never answers: ``--backlog`` pending transactions,
+    a live producer channel whose listener blocks for ever, ``--transaction_check_max 3``:
+    per round, the half queue's end, TRANS_CHECK_MAX_TIME_TOPIC's end and the RSS of the
+    txcheck and store processes, until every transaction is discarded and the half queue
+    stops growing.
 
 Real processes: etcd, a store (``--flush-mode``, default async), a txcheck; each part has
-its own store and etcd prefix. Prints a table and writes bench/results/transactions-*.json.
+its own store and etcd prefix. The check-loop parts run txcheck with a 2 s interval and
+a 1 s transaction timeout, so what is measured is the loop, not the waiting. Prints a
+table and writes bench/results/transactions-*.json.
 """
 
 from __future__ import annotations
@@ -22,7 +32,9 @@ import json
 import os
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 
@@ -36,10 +48,11 @@ from txmq import (
     TransactionProducer,
 )
 from txmq.ids import new_unique_id
-from txmq.protocol import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
-from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
+from txmq.protocol import TRANS_CHECK_GROUP, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC
+from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 
 TOPIC = "BenchTx"
+BATCH = 128
 GROUP = "bench_tx"
 
 
@@ -50,8 +63,12 @@ class Node:
         self.workdir = root.sub(name)
         self.prefix = f"/bench-{name}-{os.getpid()}"
         self.etcd_port = etcd_port
+        self.metrics_port = procs.free_port()
         self.store = procs.start_store(
-            self.workdir, flush_mode=flush_mode, etcd_port=etcd_port, extra_args=["--etcd_prefix", self.prefix]
+            self.workdir,
+            flush_mode=flush_mode,
+            etcd_port=etcd_port,
+            extra_args=["--etcd_prefix", self.prefix, "--metrics_port", str(self.metrics_port)],
         )
         self.txcheck: procs.Child | None = None
         self.n_txcheck = 0
@@ -89,6 +106,28 @@ class Node:
         for c in (self.txcheck, self.store):
             if c is not None:
                 c.stop()
+
+    def store_calls(self) -> int:
+        """Calls the store has served on its Store service so far (its RPC counters)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("rocketmq_rpc_latency_count{") and 'service="Store"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return int(total)
+
+
+def rss_mb(child: procs.Child | None) -> float:
+    if child is None or child.proc is None:
+        return 0.0
+    try:
+        for line in Path(f"/proc/{child.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 class Noop(TransactionListener):
@@ -144,48 +183,60 @@ def part_a(node: Node, threads: int, seconds: float, rounds: int, body: bytes) -
 
         for rnd in range(rounds):  # alternate, so drift hits both alike
             n_p, t_p = timed_sends(one_plain, threads, seconds)
+            calls_before = node.store_calls()
             n_t, t_t = timed_sends(one_tx, threads, seconds)
-            row = {"normal_per_s": n_p / t_p, "tx_per_s": n_t / t_t, "ratio": (n_t / t_t) / (n_p / t_p)}
+            calls = node.store_calls() - calls_before
+            row = {"normal_per_s": n_p / t_p, "tx_per_s": n_t / t_t, "ratio": (n_t / t_t) / (n_p / t_p),
+                   "store_calls_per_tx": calls / n_t}  # fmt: skip
             out["rounds"].append(row)
             print(f"  (a) round {rnd + 1}: normal {row['normal_per_s']:.0f}/s, transactional "
                   f"{row['tx_per_s']:.0f}/s, ratio {row['ratio']:.2f}", flush=True)  # fmt: skip
     out["ratio"] = max(r["ratio"] for r in out["rounds"])
     out["ratio_median"] = sorted(r["ratio"] for r in out["rounds"])[len(out["rounds"]) // 2]
     out["checks_answered"] = listener.checks
+    out["store_calls_per_tx"] = max(r["store_calls_per_tx"] for r in out["rounds"])
     return out
 
 
-async def send_halves(address: str, n: int, body: bytes, *, in_flight: int, commit_via: str | None) -> float:
-    """``n`` half messages through Store.SendMessage(transaction_prepared), ``in_flight`` at
-    once; with ``commit_via`` (a txcheck address) each is then committed by EndTransaction.
-    Returns the elapsed seconds."""
-    async with (
-        grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as ch,
-        grpc.aio.insecure_channel(commit_via or address, options=GRPC_OPTIONS) as tch,
-    ):
-        stub, tx = store_pb2_grpc.StoreStub(ch), txcheck_pb2_grpc.TransactionStub(tch)
-        left = iter(range(n))
+async def send_halves(address: str, n: int, body: bytes, *, in_flight: int, commit: bool) -> float:
+    """``n`` half messages through Store.SendBatch(transaction_prepared), batches of
+    ``BATCH``, ``in_flight`` batches at once; with ``commit`` each batch is then
+    committed by the store's DecideTransactions (one call per batch). Returns the
+    elapsed seconds. Set-up only: not what a part measures."""
+    async with grpc.aio.insecure_channel(address, options=GRPC_OPTIONS) as ch:
+        stub = store_pb2_grpc.StoreStub(ch)
+        left = iter(range(0, n, BATCH))
 
         async def worker() -> None:
-            for i in left:
-                m = common_pb2.Message(
-                    topic=TOPIC, body=body, unique_id=new_unique_id(), born_timestamp_ms=int(time.time() * 1000),
-                    queue_id=i % 4,
-                )  # fmt: skip
-                r = (await stub.SendMessage(
-                    store_pb2.SendMessageRequest(message=m, producer_group=GROUP, transaction_prepared=True), timeout=60
-                )).result  # fmt: skip
-                if r.status != store_pb2.SEND_STATUS_OK:
-                    raise RuntimeError(f"half send status {r.status}")
-                if commit_via:
-                    await tx.EndTransaction(
-                        txcheck_pb2.EndTransactionRequest(
-                            producer_group=GROUP, transaction_id=r.transaction_id, commit_log_offset=r.commit_log_offset,
-                            tran_state_table_offset=r.queue_offset, resolution=txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT,
-                            store_id=r.queue.store_id,
+            for first in left:
+                now_ms = int(time.time() * 1000)
+                msgs = [
+                    common_pb2.Message(topic=TOPIC, body=body, unique_id=new_unique_id(), born_timestamp_ms=now_ms,
+                                       queue_id=i % 4)
+                    for i in range(first, min(n, first + BATCH))
+                ]  # fmt: skip
+                results = (await stub.SendBatch(
+                    store_pb2.SendBatchRequest(messages=msgs, producer_group=GROUP, transaction_prepared=True),
+                    timeout=60,
+                )).results  # fmt: skip
+                if any(r.status != store_pb2.SEND_STATUS_OK for r in results):
+                    raise RuntimeError("a half send was not OK")
+                if commit:
+                    decided = await stub.DecideTransactions(
+                        store_pb2.DecideTransactionsRequest(
+                            decisions=[
+                                store_pb2.TransactionDecision(
+                                    commit_log_offset=r.commit_log_offset, tran_state_table_offset=r.queue_offset,
+                                    transaction_id=r.transaction_id, producer_group=GROUP,
+                                    decision=store_pb2.DECISION_COMMIT,
+                                )
+                                for r in results
+                            ]
                         ),
                         timeout=60,
                     )  # fmt: skip
+                    if any(d.HasField("error") for d in decided.results):
+                        raise RuntimeError("a commit was refused")
 
         t0 = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(in_flight)))
@@ -211,7 +262,7 @@ CHECK_FLAGS = ("--transaction_timeout_ms", "1000", "--transaction_check_interval
 
 
 async def part_b(node: Node, n: int, body: bytes, in_flight: int, timeout_s: float) -> dict:
-    send_s = await send_halves(node.address, n, body, in_flight=in_flight, commit_via=None)
+    send_s = await send_halves(node.address, n, body, in_flight=in_flight, commit=False)
     print(f"  (b) {n} half messages sent in {send_s:.1f}s ({n / send_s:.0f}/s)", flush=True)
     await node.start_txcheck(*CHECK_FLAGS)
     listener = Noop()
@@ -237,9 +288,8 @@ async def part_b(node: Node, n: int, body: bytes, in_flight: int, timeout_s: flo
 
 
 async def part_c(node: Node, n: int, body: bytes, in_flight: int, timeout_s: float) -> dict:
-    # A txcheck whose loop never checks (every half is "young" for an hour) commits them.
-    await node.start_txcheck("--transaction_timeout_ms", "3600000", "--transaction_check_interval_ms", "2000")
-    setup_s = await send_halves(node.address, n, body, in_flight=in_flight, commit_via=f"127.0.0.1:{node.txcheck.port}")
+    # Halves committed by the store before any check loop runs.
+    setup_s = await send_halves(node.address, n, body, in_flight=in_flight, commit=True)
     print(f"  (c) {n} transactions sent and committed in {setup_s:.1f}s ({n / setup_s:.0f}/s)", flush=True)
     async with grpc.aio.insecure_channel(node.address) as ch:
         stub = store_pb2_grpc.StoreStub(ch)
@@ -278,6 +328,71 @@ async def part_c(node: Node, n: int, body: bytes, in_flight: int, timeout_s: flo
             "check_interval_ms": 2000}  # fmt: skip
 
 
+class NeverAnswers(TransactionListener):
+    """A producer that takes checks and never answers them (blocks until released)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.checks = 0
+
+    def execute_local_transaction(self, msg, arg):
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg):
+        self.checks += 1
+        self.release.wait()
+        return LocalTransactionState.UNKNOWN
+
+
+async def part_d(node: Node, n: int, body: bytes, in_flight: int, timeout_s: float) -> dict:
+    send_s = await send_halves(node.address, n, body, in_flight=in_flight, commit=False)
+    print(f"  (d) {n} half messages sent in {send_s:.1f}s", flush=True)
+    await node.start_txcheck(*CHECK_FLAGS, "--transaction_check_max", "3")
+    listener = NeverAnswers()
+    producer = TransactionProducer(group=GROUP, endpoint=node.address, listener=listener)
+    samples: list[dict] = []
+    try:
+        producer.start(wait_channel=10)
+        async with grpc.aio.insecure_channel(node.address) as ch:
+            stub = store_pb2_grpc.StoreStub(ch)
+
+            async def end_of(topic: str) -> int:
+                try:
+                    r = await stub.GetQueueOffsets(store_pb2.GetQueueOffsetsRequest(topic=topic), timeout=10)
+                except grpc.aio.AioRpcError:
+                    return 0
+                return r.queues[0].max_offset if r.queues else 0
+
+            t0 = time.monotonic()
+            deadline = t0 + timeout_s
+            while time.monotonic() < deadline:
+                sample = {
+                    "t_s": round(time.monotonic() - t0, 1),
+                    "half_queue_end": await end_of(TRANS_HALF_TOPIC),
+                    "discarded": await end_of(TRANS_CHECK_MAX_TIME_TOPIC),
+                    "txcheck_rss_mb": round(rss_mb(node.txcheck), 1),
+                    "store_rss_mb": round(rss_mb(node.store), 1),
+                }
+                samples.append(sample)
+                print(f"  (d) {sample}", flush=True)
+                if (
+                    sample["discarded"] >= n
+                    and len(samples) > 3
+                    and samples[-3]["half_queue_end"] == sample["half_queue_end"]
+                ):
+                    break  # all discarded and nothing grows any more
+                await asyncio.sleep(2.0)
+    finally:
+        listener.release.set()
+        producer.shutdown()
+    last = samples[-1]
+    return {"backlog": n, "samples": samples, "half_queue_end": last["half_queue_end"],
+            "discarded": last["discarded"], "checks_taken": listener.checks,
+            "txcheck_rss_mb_max": max(x["txcheck_rss_mb"] for x in samples),
+            "store_rss_mb_max": max(x["store_rss_mb"] for x in samples), "check_max": 3,
+            "settled_s": last["t_s"]}  # fmt: skip
+
+
 async def main_async(args: argparse.Namespace) -> dict:
     root = procs.TempRoot(keep=args.keep)
     etcd = procs.start_etcd(root.sub("etcd"))
@@ -308,6 +423,12 @@ async def main_async(args: argparse.Namespace) -> dict:
             print(f"  (c) passed {args.resolved} in {results['c']['pass_s']:.1f}s, "
                   f"{results['c']['checks_sent']} checks", flush=True)  # fmt: skip
             node.stop()
+        if "d" in args.parts:
+            node = Node(root, "d", etcd.port, args.flush_mode)
+            nodes.append(node)
+            await node.ready()
+            results["d"] = await part_d(node, args.backlog, body, args.in_flight, args.timeout)
+            node.stop()
     finally:
         for node in nodes:
             node.stop()
@@ -324,7 +445,8 @@ def report(r: dict, args: argparse.Namespace) -> str:
         lines.append(f"(a) {a['threads']} threads, {a['seconds_per_round']:.0f}s x {len(a['rounds'])} rounds: "
                      f"normal {best['normal_per_s']:.0f}/s, transactional {best['tx_per_s']:.0f}/s, "
                      f"ratio best {a['ratio']:.2f} median {a['ratio_median']:.2f} (target >= 0.33: "
-                     f"{'met' if a['ratio'] >= 1 / 3 else 'NOT met'})")  # fmt: skip
+                     f"{'met' if a['ratio'] >= 1 / 3 else 'NOT met'}); store calls per committed transaction "
+                     f"{a['store_calls_per_tx']:.2f} (target <= 2)")  # fmt: skip
     if "b" in r:
         b = r["b"]
         lines.append(f"(b) {b['pending']} pending -> committed by checks in {b['resolve_s']:.1f}s "
@@ -338,26 +460,37 @@ def report(r: dict, args: argparse.Namespace) -> str:
                      f"(incl. <= {c['check_interval_ms'] / 1000:.0f}s until the first round), "
                      f"{c['checks_sent']} checks sent"
                      f"{'' if c['resolved'] == 1_000_000 else ' (scaled down from 1000000)'}")  # fmt: skip
+    if "d" in r:
+        d = r["d"]
+        lines.append(f"(d) {d['backlog']} never answered, check max {d['check_max']}: settled after "
+                     f"{d['settled_s']:.0f}s with half queue end {d['half_queue_end']} "
+                     f"({d['half_queue_end'] / d['backlog']:.1f} records per transaction), "
+                     f"{d['discarded']} discarded, producer took {d['checks_taken']} checks; "
+                     f"max RSS txcheck {d['txcheck_rss_mb_max']:.0f} MB, "
+                     f"store {d['store_rss_mb_max']:.0f} MB")  # fmt: skip
     return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small counts: 2 x 3s rounds, 10000 pending, 20000 resolved")
-    p.add_argument("--parts", default="abc", help="which parts to run (default abc)")
+    p.add_argument(
+        "--quick", action="store_true", help="small counts: 2 x 3s rounds, 10000 pending, 20000 resolved, 5000 backlog"
+    )
+    p.add_argument("--parts", default="abcd", help="which parts to run (default abcd)")
     p.add_argument("--threads", type=int, default=8, help="(a) sender threads (default 8)")
     p.add_argument("--seconds", type=float, default=10.0, help="(a) seconds per measurement (default 10)")
     p.add_argument("--rounds", type=int, default=3, help="(a) alternating rounds (default 3)")
     p.add_argument("--pending", type=int, default=100_000, help="(b) pending transactions (default 100000)")
     p.add_argument("--resolved", type=int, default=1_000_000, help="(c) resolved transactions (default 1000000)")
-    p.add_argument("--in-flight", type=int, default=64, help="(b, c) set-up requests in flight (default 64)")
+    p.add_argument("--in-flight", type=int, default=4, help="(b, c, d) set-up batches in flight (default 4)")
+    p.add_argument("--backlog", type=int, default=20_000, help="(d) transactions never answered (default 20000)")
     p.add_argument("--body-bytes", type=int, default=128)
     p.add_argument("--flush-mode", default="async", choices=["async", "sync"])
     p.add_argument("--timeout", type=float, default=1800.0, help="limit of each wait in (b) and (c), seconds")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, data)")
     args = p.parse_args()
     if args.quick:
-        args.seconds, args.rounds, args.pending, args.resolved = 3.0, 2, 10_000, 20_000
+        args.seconds, args.rounds, args.pending, args.resolved, args.backlog = 3.0, 2, 10_000, 20_000, 5_000
     results = asyncio.run(main_async(args))
     text = report(results, args)
     print(text)
