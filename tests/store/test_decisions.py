@@ -280,3 +280,21 @@ async def test_sync_flush_decisions(stores: StoreFactory) -> None:
     assert sorted(real(store)) == [str(i).encode() for i in range(5)]
     again = await store.transactions.decide([request(r, OP_ROLLBACK) for r in rs])
     assert {o.error.code for o in again} == {errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED}
+
+
+async def test_a_failed_append_changes_nothing_in_the_book(store: MessageStore) -> None:
+    """The call fails as a whole (here: the store stopped writing) and the decision book
+    is as before: the op entry it meant to add is added by the next call."""
+    from txmq.errors import TxmqError
+
+    r = await half(store, b"x")
+    [put] = await store.transactions.requeue([HalfAction(r.commit_log_offset, CHECK)])
+    await decide_one(store, request(r, OP_COMMIT))
+    copy_req = request(r, OP_COMMIT, commit_log_offset=put.commit_log_offset, tran_state_table_offset=put.queue_offset)
+    store._writable = False
+    with pytest.raises(TxmqError) as info:
+        await store.transactions.decide([copy_req])
+    assert info.value.code == errors_pb2.CODE_SERVICE_NOT_WRITABLE
+    store._writable = True
+    await decide_one(store, copy_req)
+    assert sorted(e[0] for e in ops(store)) == [r.queue_offset, put.queue_offset]

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from txmq import protocol
 from txmq.errors import TxmqError, error
@@ -58,6 +59,9 @@ from txmq.validation import check_group
 from . import metrics as store_metrics
 from .fileio import read_json, write_json_atomically
 from .model import OutgoingMessage, SendStatus, StoredMessage
+
+if TYPE_CHECKING:
+    from .message_store import Appended
 
 log = logging.getLogger("txmq.store.transactions")
 
@@ -173,6 +177,9 @@ class Transactions:
         self._cap = cache_entries
         self._book: OrderedDict[str, Known] = OrderedDict()
         self.fences = fences
+        # Op entries promised to book entries by the call being built (undone if its
+        # append fails; calls never interleave before their append: no await).
+        self._added: list[tuple[Known, int]] = []
         # Every decision recorded at or after this commit-log offset is in the book: set
         # to the commit log's end when the store opens, raised past every entry the book
         # evicts and past decisions written by another path (PutSystemMessages). A
@@ -266,6 +273,22 @@ class Transactions:
         self._remember(txid, found)
         return found
 
+    def _promise(self, known: Known, half_offset: int) -> None:
+        known.op_offsets.add(half_offset)
+        self._added.append((known, half_offset))
+
+    def _append(self, messages: list[OutgoingMessage], born_host: str) -> Appended:
+        """Append the call's records; if that fails, the op entries promised to book
+        entries are taken back (the records are not there)."""
+        try:
+            return self._store.append_records(messages, born_host=born_host, system=True)
+        except BaseException:
+            for known, offset in self._added:
+                known.op_offsets.discard(offset)
+            raise
+        finally:
+            self._added = []
+
     # -- decisions -------------------------------------------------------------------
 
     async def decide(
@@ -279,6 +302,7 @@ class Transactions:
     ) -> list[DecisionOutcome]:
         store = self._store
         self.fences.admit(epoch, half_queue_id)
+        self._added = []
         timeout_ms = transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
         now = store.now_ms()
         outcomes: list[DecisionOutcome] = []
@@ -297,7 +321,7 @@ class Transactions:
         copies_by_index = dict(copies)
         messages = [m for _, m in copies]
         messages.append(_op_message(entries))
-        appended = store.append_records(messages, born_host=born_host, system=True)
+        appended = self._append(messages, born_host)
         # Still in the same turn of the event loop: the book learns the decisions now.
         for (i, _), offset, queue_offset, rec in zip(
             copies, appended.offsets, appended.queue_offsets, appended.records, strict=False
@@ -351,7 +375,7 @@ class Transactions:
                 )
             if half.queue_offset not in prior.op_offsets:  # a put-back copy, a copy without op
                 entries.append(OpEntry(half.queue_offset, txid, prior.decision))
-                prior.op_offsets.add(half.queue_offset)
+                self._promise(prior, half.queue_offset)
                 if txid not in local:
                     local[txid] = prior
                 store_metrics.DECISIONS.labels(decision=word, outcome="settled").inc()
@@ -403,6 +427,7 @@ class Transactions:
     ) -> list[ActionOutcome]:
         store = self._store
         self.fences.admit(epoch, half_queue_id)
+        self._added = []
         outcomes: list[ActionOutcome] = []
         copies: list[tuple[int, OutgoingMessage]] = []
         entries: list[OpEntry] = []
@@ -422,7 +447,7 @@ class Transactions:
                 out.decided = prior.decision
                 if half.queue_offset not in prior.op_offsets:
                     entries.append(OpEntry(half.queue_offset, half.unique_id, prior.decision))
-                    prior.op_offsets.add(half.queue_offset)
+                    self._promise(prior, half.queue_offset)
                     settled[half.unique_id] = prior
                     store_metrics.DECISIONS.labels(decision=_WORD[prior.decision], outcome="settled").inc()
             else:
@@ -433,7 +458,7 @@ class Transactions:
         messages = [m for _, m in copies]
         if entries:
             messages.append(_op_message(entries))
-        appended = store.append_records(messages, born_host=born_host, system=True)
+        appended = self._append(messages, born_host)
         for (i, msg), offset, queue_offset in zip(copies, appended.offsets, appended.queue_offsets, strict=False):
             out = outcomes[i]
             out.commit_log_offset = offset
