@@ -54,6 +54,20 @@ def _records(stub: store_pb2_grpc.StoreStub, topic: str) -> list[common_pb2.Mess
         offset = r.next_begin_offset
 
 
+def _send_halves(stub: store_pb2_grpc.StoreStub, topic: str, n: int) -> str:
+    """``n`` half messages, never ended; the address they were sent from (born host)."""
+    resp = stub.SendBatch(
+        store_pb2.SendBatchRequest(
+            messages=[common_pb2.Message(topic=topic, body=b"pending %d" % i) for i in range(n)],
+            producer_group=GROUP,
+            transaction_prepared=True,
+        ),
+        timeout=30,
+    )
+    first = resp.results[0].commit_log_offset
+    return stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=first), timeout=10).message.born_host
+
+
 def _progress(stub: store_pb2_grpc.StoreStub) -> int:
     r = stub.QueryConsumeOffset(
         store_pb2.QueryConsumeOffsetRequest(consumer_group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=0),
@@ -76,22 +90,7 @@ def test_a_leader_paused_past_its_lease_lands_nothing(service_factory: ServiceFa
     topic = new_topic(store)
     with grpc.insecure_channel(store.address) as ch:
         stub = store_pb2_grpc.StoreStub(ch)
-        producer_host = None
-        for i in range(PENDING):
-            r = stub.SendMessage(
-                store_pb2.SendMessageRequest(
-                    message=common_pb2.Message(topic=topic, body=b"pending %d" % i),
-                    producer_group=GROUP,
-                    transaction_prepared=True,
-                ),
-                timeout=10,
-            )
-            producer_host = (
-                producer_host
-                or stub.ViewMessage(
-                    store_pb2.ViewMessageRequest(commit_log_offset=r.result.commit_log_offset), timeout=10
-                ).message.born_host
-            )
+        producer_host = _send_halves(stub, topic, PENDING)
         # A live producer that never decides: every round puts every half back.
         with TransactionProducer(
             group=GROUP,
@@ -159,22 +158,7 @@ def test_a_put_back_delayed_past_a_leadership_move_is_refused(service_factory: S
         topic = new_topic(store)
         with grpc.insecure_channel(f"127.0.0.1:{store.bound_port}") as ch:
             stub = store_pb2_grpc.StoreStub(ch)
-            hosts = set()
-            for i in range(300):
-                r = stub.SendMessage(
-                    store_pb2.SendMessageRequest(
-                        message=common_pb2.Message(topic=topic, body=b"pending %d" % i),
-                        producer_group=GROUP,
-                        transaction_prepared=True,
-                    ),
-                    timeout=10,
-                )
-                if not hosts:
-                    hosts.add(
-                        stub.ViewMessage(
-                            store_pb2.ViewMessageRequest(commit_log_offset=r.result.commit_log_offset), timeout=10
-                        ).message.born_host
-                    )
+            hosts = {_send_halves(stub, topic, 300)}
             with TransactionProducer(
                 group=GROUP,
                 endpoint=f"127.0.0.1:{store.bound_port}",
