@@ -16,7 +16,8 @@ import pytest
 
 from txmq import LocalTransactionState, TransactionListener, TransactionProducer
 from txmq._channel import MAX_ANSWER_BATCH, ProducerChannel, coalesce
-from txmq.v1 import common_pb2, txcheck_pb2, txcheck_pb2_grpc
+from txmq.errors import TxmqError
+from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2, txcheck_pb2_grpc
 
 WAIT_S = 30
 
@@ -129,6 +130,24 @@ def fake():  # type: ignore[no-untyped-def]
         s.stop(None)
 
 
+@pytest.fixture
+def fake_end():  # type: ignore[no-untyped-def]
+    servers = []
+
+    def start(refuse: dict[str, errors_pb2.ErrorDetail]) -> tuple[EndingTxcheck, str]:
+        svc = EndingTxcheck(refuse)
+        server = grpc.server(futures.ThreadPoolExecutor(4))
+        txcheck_pb2_grpc.add_TransactionServicer_to_server(svc, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return svc, f"127.0.0.1:{port}"
+
+    yield start
+    for s in servers:
+        s.stop(None)
+
+
 def _producer(address: str, listener: TransactionListener, **kw) -> tuple[TransactionProducer, _Core]:  # type: ignore[no-untyped-def]
     """A TransactionProducer whose check channel goes to ``address`` (no cluster)."""
     p = TransactionProducer("PG_BATCH", "127.0.0.1:1", listener=listener, **kw)
@@ -204,3 +223,65 @@ def test_a_full_check_queue_backs_the_stream_up_instead_of_dropping(fake) -> Non
     finally:
         _close(p, core)
     assert sorted(a.transaction_id for a in svc.answers) == sorted(f"tx{i}" for i in range(10))
+
+
+class EndingTxcheck(txcheck_pb2_grpc.TransactionServicer):
+    """Answers ENDs sent up the channel (it says so in its initial metadata); refuses
+    the transaction ids named in ``refuse`` with the given detail; counts unary ENDs."""
+
+    def __init__(self, refuse: dict[str, errors_pb2.ErrorDetail]) -> None:
+        self.refuse = refuse
+        self.stream_ends: list[txcheck_pb2.EndTransactionRequest] = []
+        self.unary_ends: list[txcheck_pb2.EndTransactionRequest] = []
+        self.out: queue.Queue = queue.Queue()
+
+    def EndTransaction(self, request, context):  # type: ignore[no-untyped-def]
+        self.unary_ends.append(request)
+        return txcheck_pb2.EndTransactionResponse()
+
+    def ProducerChannel(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        next(request_iterator)
+        context.send_initial_metadata((("txmq-channel", "open"), ("txmq-end-results", "1")))
+
+        def read() -> None:
+            try:
+                for cmd in request_iterator:
+                    reqs = [cmd.end_transaction] if cmd.HasField("end_transaction") else cmd.end_transactions.requests
+                    for r in reqs:
+                        self.stream_ends.append(r)
+                        result = txcheck_pb2.EndTransactionResult(request_id=r.request_id)
+                        if r.transaction_id in self.refuse:
+                            result.error.CopyFrom(self.refuse[r.transaction_id])
+                        self.out.put(txcheck_pb2.ServerCommand(end_result=result))
+            except grpc.RpcError:
+                pass
+            self.out.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        while (item := self.out.get()) is not None:
+            yield item
+
+
+def test_ends_go_up_the_channel_and_fall_back_to_unary(fake_end) -> None:  # type: ignore[no-untyped-def]
+    refused = errors_pb2.ErrorDetail(code=errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED, message="rolled back")
+    busy = errors_pb2.ErrorDetail(code=errors_pb2.CODE_UNAVAILABLE, message="busy", retriable=True)
+    svc, address = fake_end({"t-refused": refused, "t-busy": busy})
+    p, core = _producer(address, GatedListener())
+    p._started_core = lambda: core  # type: ignore[method-assign]  # unary calls: the same fake
+    p._txcheck_addresses = lambda timeout: iter([address])  # type: ignore[method-assign]
+    try:
+        assert p._channel is not None and p._channel.connected.wait(WAIT_S)
+
+        def request(txid: str) -> txcheck_pb2.EndTransactionRequest:
+            return txcheck_pb2.EndTransactionRequest(producer_group="PG_BATCH", transaction_id=txid, resolution=1)
+
+        p._call_end(request("t-ok"))  # answered on the stream: no unary call
+        assert [e.transaction_id for e in svc.stream_ends] == ["t-ok"] and svc.unary_ends == []
+        assert svc.stream_ends[0].request_id > 0
+        with pytest.raises(TxmqError) as info:  # a refusal is raised as the RPC's would be
+            p._call_end(request("t-refused"))
+        assert info.value.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED and svc.unary_ends == []
+        p._call_end(request("t-busy"))  # retriable: tried again as a unary call
+        assert [e.transaction_id for e in svc.unary_ends] == ["t-busy"]
+    finally:
+        _close(p, core)

@@ -75,9 +75,15 @@ class LocalChannel:
         self.queued_checks += len(checks)
         return True
 
+    def reply(self, command: txcheck_pb2.ServerCommand) -> None:
+        """Queue an answer to the producer (not a check: never waits, not counted)."""
+        if not self.closed:
+            self.queue.put_nowait(command)
+
     def taken(self, command: txcheck_pb2.ServerCommand) -> None:
         """``command`` left the queue for the stream."""
-        self.queued_checks -= len(command.check_batch.checks) if command.HasField("check_batch") else 1
+        kind = command.WhichOneof("command")
+        self.queued_checks -= len(command.check_batch.checks) if kind == "check_batch" else kind == "check"
         self._room.set()
 
     def close(self) -> None:

@@ -244,16 +244,28 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
         client_id = hello.client_id or context.peer()
         client_id = client_id.replace("/", "_")
         ch = await node.channels.open(hello.producer_group, client_id, batches=hello.accepts_check_batches)
-        await context.send_initial_metadata((("txmq-channel", "open"),))
+        # txmq-end-results: this replica answers ENDs sent up the stream with a request id.
+        await context.send_initial_metadata((("txmq-channel", "open"), ("txmq-end-results", "1")))
 
         async def answer(request: txcheck_pb2.EndTransactionRequest) -> None:
+            result = txcheck_pb2.EndTransactionResult(request_id=request.request_id)
             try:
-                await node.end_transaction(request)
+                result.response.CopyFrom(await node.end_transaction(request))
             except TxmqError as err:
-                # Lost answers are asked again by the next check.
-                log.info("END_TRANSACTION from %s refused: %s", client_id, err)
+                result.error.CopyFrom(err.to_detail())
+                if not request.request_id:  # an answer to a check: the next check asks again
+                    log.info("END_TRANSACTION from %s refused: %s", client_id, err)
             except Exception:
                 log.exception("END_TRANSACTION from %s failed", client_id)
+                result.error.CopyFrom(
+                    TxmqError(
+                        "END_TRANSACTION failed on the transaction service; retry",
+                        code=errors_pb2.CODE_UNAVAILABLE,
+                        retriable=True,
+                    ).to_detail()
+                )
+            if request.request_id:
+                ch.reply(txcheck_pb2.ServerCommand(end_result=result))
 
         async def read() -> None:
             async for cmd in request_iterator:

@@ -9,11 +9,13 @@ client takes them); answers queued while the stream is busy go up as one
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 
 import grpc
 
@@ -55,6 +57,12 @@ class ProducerChannel:
         self.address: str | None = None
         #: Why the channel gave up: a refusal a reconnect cannot fix (txmq._failures).
         self.error: TxmqError | None = None
+        #: The open stream's replica answers ENDs sent up it (initial metadata).
+        self.end_results = False
+        #: The reader thread waits for room among the check threads (backpressure).
+        self.reader_waiting = False
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, Future[txcheck_pb2.EndTransactionResult]] = {}
         self._thread = threading.Thread(target=self._run, name=f"txmq-channel-{group}", daemon=True)
 
     def start(self) -> None:
@@ -82,6 +90,36 @@ class ProducerChannel:
             return False
         out.put(command)
         return True
+
+    def end(
+        self, request: txcheck_pb2.EndTransactionRequest, timeout: float
+    ) -> txcheck_pb2.EndTransactionResult | None:
+        """END_TRANSACTION up the open stream (cheaper than a unary call; ENDs queued
+        together go as one command); its result, or None when there is no stream that
+        answers ENDs or no answer came within ``timeout`` (the caller then uses the unary
+        call: a repeated decision is answered like the first)."""
+        if not (self.connected.is_set() and self.end_results) or self.reader_waiting:
+            return None  # (a reader waiting for check threads would read the answer late)
+        request_id = next(self._ids)
+        fut: Future[txcheck_pb2.EndTransactionResult] = Future()
+        self._waiting[request_id] = fut
+        try:
+            sent = txcheck_pb2.EndTransactionRequest()
+            sent.CopyFrom(request)
+            sent.request_id = request_id
+            if not self.send(txcheck_pb2.ProducerCommand(end_transaction=sent)):
+                return None
+            try:
+                return fut.result(timeout)
+            except Exception:  # noqa: BLE001 - timed out, or the stream broke: unary next
+                return None
+        finally:
+            self._waiting.pop(request_id, None)
+
+    def _fail_waiting(self) -> None:
+        for fut in list(self._waiting.values()):
+            if not fut.done():
+                fut.set_exception(ConnectionError("the producer channel closed"))
 
     def _requests(self, out: queue.Queue) -> Iterator[txcheck_pb2.ProducerCommand]:
         yield txcheck_pb2.ProducerCommand(
@@ -139,7 +177,8 @@ class ProducerChannel:
             self._outgoing, self._call = out, call
         opened = False
         try:
-            call.initial_metadata()  # the service answers once the channel is registered
+            metadata = call.initial_metadata()  # the service answers once the channel is registered
+            self.end_results = any(k == "txmq-end-results" and v == "1" for k, v in metadata or ())
             opened = True
             self.address = address
             self.connected.set()
@@ -150,6 +189,10 @@ class ProducerChannel:
                     self._on_checks([command.check])
                 elif kind == "check_batch":
                     self._on_checks(command.check_batch.checks)
+                elif kind == "end_result":
+                    fut = self._waiting.get(command.end_result.request_id)
+                    if fut is not None and not fut.done():
+                        fut.set_result(command.end_result)
         except grpc.RpcError as exc:
             if not self._stopped.is_set():
                 err = TxmqError.from_rpc_error(exc)
@@ -161,6 +204,8 @@ class ProducerChannel:
                     log.info("producer channel to %s broke: %s", address, err)
         finally:
             self.connected.clear()
+            self.end_results = False
+            self._fail_waiting()
             with self._lock:
                 self._outgoing, self._call = None, None
             out.put(_STOP)

@@ -266,10 +266,21 @@ class TransactionProducer(Producer):
                 yield address
 
     def _call_end(self, request: txcheck_pb2.EndTransactionRequest) -> None:
-        """END_TRANSACTION, retried on retriable errors (each live replica in turn, then
-        again after a backoff) until ``end_transaction_timeout``; other errors raise."""
-        core = self._started_core()
+        """END_TRANSACTION: up the open producer channel when its replica answers ENDs
+        there, else (or when that gave no answer, or a retriable refusal) as unary calls,
+        retried on retriable errors (each live replica in turn, then again after a
+        backoff) until ``end_transaction_timeout``; other errors raise."""
         deadline = time.monotonic() + self._end_timeout
+        channel = self._channel
+        if channel is not None:
+            result = channel.end(request, timeout=min(_STREAM_END_WAIT_S, self._end_timeout))
+            if result is not None:
+                if not result.HasField("error"):
+                    return
+                err = TxmqError.from_detail(result.error)
+                if not err.retriable:
+                    raise err
+        core = self._started_core()
         backoff = Backoff(first=_MIN_RETRY_DELAY_S, maximum=_MAX_RETRY_DELAY_S)
         last: TxmqError | None = None
         while True:
@@ -295,10 +306,18 @@ class TransactionProducer(Producer):
     def _on_checks(self, checks: Sequence[txcheck_pb2.CheckTransactionState]) -> None:
         """Hand checks to the check threads; waits (the channel's reader thread) while
         ``check_queue_size`` checks are already waiting: backpressure, not drops."""
+        channel = self._channel
         for check in checks:
-            while not self._check_slots.acquire(timeout=_SLOT_WAIT_S):
-                if self._executor is None or (self._channel is not None and self._channel.stopped):
-                    return  # shutting down: the check loop asks again
+            if not self._check_slots.acquire(blocking=False):
+                if channel is not None:
+                    channel.reader_waiting = True
+                try:
+                    while not self._check_slots.acquire(timeout=_SLOT_WAIT_S):
+                        if self._executor is None or (channel is not None and channel.stopped):
+                            return  # shutting down: the check loop asks again
+                finally:
+                    if channel is not None:
+                        channel.reader_waiting = False
             executor = self._executor
             if executor is None:
                 self._check_slots.release()
@@ -340,6 +359,8 @@ class TransactionProducer(Producer):
 
 
 _SLOT_WAIT_S = 0.5
+#: How long an END sent up the producer channel waits for its answer before the unary call.
+_STREAM_END_WAIT_S = 2.0
 _MIN_RETRY_DELAY_S = 0.05
 _MAX_RETRY_DELAY_S = 1.0
 

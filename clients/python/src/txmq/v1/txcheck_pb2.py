@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from txmq.v1 import common_pb2 as txmq_dot_v1_dot_common__pb2
+from txmq.v1 import errors_pb2 as txmq_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15txmq/v1/txcheck.proto\x12\x07txmq.v1\x1a\x14txmq/v1/common.proto\"\x8e\x01\n\x13\x44\x65liverCheckRequest\x12\x13\n\x0b\x63hannel_key\x18\x01 \x01(\t\x12-\n\x05\x63heck\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionState\x12\x33\n\x0bmore_checks\x18\x03 \x03(\x0b\x32\x1e.txmq.v1.CheckTransactionState\"\x16\n\x14\x44\x65liverCheckResponse\"D\n\x18ResumeTransactionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\"?\n\x19ResumeTransactionResponse\x12\"\n\x04half\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\"\xfc\x01\n\x15\x45ndTransactionRequest\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x03 \x01(\x03\x12\x1f\n\x17tran_state_table_offset\x18\x04 \x01(\x03\x12\x32\n\nresolution\x18\x05 \x01(\x0e\x32\x1e.txmq.v1.TransactionResolution\x12\x1e\n\x16\x66rom_transaction_check\x18\x06 \x01(\x08\x12\x10\n\x08store_id\x18\x07 \x01(\t\x12\x11\n\tforwarded\x18\x08 \x01(\x08\"A\n\x16\x45ndTransactionResponse\x12\'\n\tcommitted\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\"Y\n\rProducerHello\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x1d\n\x15\x61\x63\x63\x65pts_check_batches\x18\x03 \x01(\x08\"G\n\x13\x45ndTransactionBatch\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.txmq.v1.EndTransactionRequest\"\xba\x01\n\x0fProducerCommand\x12\'\n\x05hello\x18\x01 \x01(\x0b\x32\x16.txmq.v1.ProducerHelloH\x00\x12\x39\n\x0f\x65nd_transaction\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.EndTransactionRequestH\x00\x12\x38\n\x10\x65nd_transactions\x18\x03 \x01(\x0b\x32\x1c.txmq.v1.EndTransactionBatchH\x00\x42\t\n\x07\x63ommand\"\xa4\x01\n\x15\x43heckTransactionState\x12%\n\x07message\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x03 \x01(\x03\x12\x1f\n\x17tran_state_table_offset\x18\x04 \x01(\x03\x12\x10\n\x08store_id\x18\x05 \x01(\t\"G\n\x15\x43heckTransactionBatch\x12.\n\x06\x63hecks\x18\x01 \x03(\x0b\x32\x1e.txmq.v1.CheckTransactionState\"\x82\x01\n\rServerCommand\x12/\n\x05\x63heck\x18\x01 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionStateH\x00\x12\x35\n\x0b\x63heck_batch\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionBatchH\x00\x42\t\n\x07\x63ommand\"1\n\x17QueryTransactionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\"?\n\x10TransactionEvent\x12\r\n\x05\x61t_ms\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x8b\x02\n\x18QueryTransactionResponse\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x16\n\x0eproducer_group\x18\x02 \x01(\t\x12\x32\n\nresolution\x18\x03 \x01(\x0e\x32\x1e.txmq.v1.TransactionResolution\x12+\n\x08timeline\x18\x04 \x03(\x0b\x32\x19.txmq.v1.TransactionEvent\x12\"\n\x04half\x18\x05 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\'\n\tcommitted\x18\x06 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\x11\n\tdiscarded\x18\x07 \x01(\x08*\xab\x01\n\x15TransactionResolution\x12&\n\"TRANSACTION_RESOLUTION_UNSPECIFIED\x10\x00\x12!\n\x1dTRANSACTION_RESOLUTION_COMMIT\x10\x01\x12#\n\x1fTRANSACTION_RESOLUTION_ROLLBACK\x10\x02\x12\"\n\x1eTRANSACTION_RESOLUTION_UNKNOWN\x10\x03\x32\xde\x02\n\x0bTransaction\x12Q\n\x0e\x45ndTransaction\x12\x1e.txmq.v1.EndTransactionRequest\x1a\x1f.txmq.v1.EndTransactionResponse\x12G\n\x0fProducerChannel\x12\x18.txmq.v1.ProducerCommand\x1a\x16.txmq.v1.ServerCommand(\x01\x30\x01\x12W\n\x10QueryTransaction\x12 .txmq.v1.QueryTransactionRequest\x1a!.txmq.v1.QueryTransactionResponse\x12Z\n\x11ResumeTransaction\x12!.txmq.v1.ResumeTransactionRequest\x1a\".txmq.v1.ResumeTransactionResponse2^\n\x0fTransactionPeer\x12K\n\x0c\x44\x65liverCheck\x12\x1c.txmq.v1.DeliverCheckRequest\x1a\x1d.txmq.v1.DeliverCheckResponseB&\n\nio.txmq.v1P\x01Z\x16txmq.io/txmq/v1;txmqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15txmq/v1/txcheck.proto\x12\x07txmq.v1\x1a\x14txmq/v1/common.proto\x1a\x14txmq/v1/errors.proto\"\x8e\x01\n\x13\x44\x65liverCheckRequest\x12\x13\n\x0b\x63hannel_key\x18\x01 \x01(\t\x12-\n\x05\x63heck\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionState\x12\x33\n\x0bmore_checks\x18\x03 \x03(\x0b\x32\x1e.txmq.v1.CheckTransactionState\"\x16\n\x14\x44\x65liverCheckResponse\"D\n\x18ResumeTransactionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\"?\n\x19ResumeTransactionResponse\x12\"\n\x04half\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\"\x90\x02\n\x15\x45ndTransactionRequest\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x03 \x01(\x03\x12\x1f\n\x17tran_state_table_offset\x18\x04 \x01(\x03\x12\x32\n\nresolution\x18\x05 \x01(\x0e\x32\x1e.txmq.v1.TransactionResolution\x12\x1e\n\x16\x66rom_transaction_check\x18\x06 \x01(\x08\x12\x10\n\x08store_id\x18\x07 \x01(\t\x12\x11\n\tforwarded\x18\x08 \x01(\x08\x12\x12\n\nrequest_id\x18\t \x01(\x03\"\x82\x01\n\x14\x45ndTransactionResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12#\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x14.txmq.v1.ErrorDetail\x12\x31\n\x08response\x18\x03 \x01(\x0b\x32\x1f.txmq.v1.EndTransactionResponse\"A\n\x16\x45ndTransactionResponse\x12\'\n\tcommitted\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\"Y\n\rProducerHello\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x1d\n\x15\x61\x63\x63\x65pts_check_batches\x18\x03 \x01(\x08\"G\n\x13\x45ndTransactionBatch\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.txmq.v1.EndTransactionRequest\"\xba\x01\n\x0fProducerCommand\x12\'\n\x05hello\x18\x01 \x01(\x0b\x32\x16.txmq.v1.ProducerHelloH\x00\x12\x39\n\x0f\x65nd_transaction\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.EndTransactionRequestH\x00\x12\x38\n\x10\x65nd_transactions\x18\x03 \x01(\x0b\x32\x1c.txmq.v1.EndTransactionBatchH\x00\x42\t\n\x07\x63ommand\"\xa4\x01\n\x15\x43heckTransactionState\x12%\n\x07message\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x03 \x01(\x03\x12\x1f\n\x17tran_state_table_offset\x18\x04 \x01(\x03\x12\x10\n\x08store_id\x18\x05 \x01(\t\"G\n\x15\x43heckTransactionBatch\x12.\n\x06\x63hecks\x18\x01 \x03(\x0b\x32\x1e.txmq.v1.CheckTransactionState\"\xb7\x01\n\rServerCommand\x12/\n\x05\x63heck\x18\x01 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionStateH\x00\x12\x35\n\x0b\x63heck_batch\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionBatchH\x00\x12\x33\n\nend_result\x18\x03 \x01(\x0b\x32\x1d.txmq.v1.EndTransactionResultH\x00\x42\t\n\x07\x63ommand\"1\n\x17QueryTransactionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\"?\n\x10TransactionEvent\x12\r\n\x05\x61t_ms\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x8b\x02\n\x18QueryTransactionResponse\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x16\n\x0eproducer_group\x18\x02 \x01(\t\x12\x32\n\nresolution\x18\x03 \x01(\x0e\x32\x1e.txmq.v1.TransactionResolution\x12+\n\x08timeline\x18\x04 \x03(\x0b\x32\x19.txmq.v1.TransactionEvent\x12\"\n\x04half\x18\x05 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\'\n\tcommitted\x18\x06 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\x11\n\tdiscarded\x18\x07 \x01(\x08*\xab\x01\n\x15TransactionResolution\x12&\n\"TRANSACTION_RESOLUTION_UNSPECIFIED\x10\x00\x12!\n\x1dTRANSACTION_RESOLUTION_COMMIT\x10\x01\x12#\n\x1fTRANSACTION_RESOLUTION_ROLLBACK\x10\x02\x12\"\n\x1eTRANSACTION_RESOLUTION_UNKNOWN\x10\x03\x32\xde\x02\n\x0bTransaction\x12Q\n\x0e\x45ndTransaction\x12\x1e.txmq.v1.EndTransactionRequest\x1a\x1f.txmq.v1.EndTransactionResponse\x12G\n\x0fProducerChannel\x12\x18.txmq.v1.ProducerCommand\x1a\x16.txmq.v1.ServerCommand(\x01\x30\x01\x12W\n\x10QueryTransaction\x12 .txmq.v1.QueryTransactionRequest\x1a!.txmq.v1.QueryTransactionResponse\x12Z\n\x11ResumeTransaction\x12!.txmq.v1.ResumeTransactionRequest\x1a\".txmq.v1.ResumeTransactionResponse2^\n\x0fTransactionPeer\x12K\n\x0c\x44\x65liverCheck\x12\x1c.txmq.v1.DeliverCheckRequest\x1a\x1d.txmq.v1.DeliverCheckResponseB&\n\nio.txmq.v1P\x01Z\x16txmq.io/txmq/v1;txmqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,40 +34,42 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'txmq.v1.txcheck_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\nio.txmq.v1P\001Z\026txmq.io/txmq/v1;txmqv1'
-  _globals['_TRANSACTIONRESOLUTION']._serialized_start=1795
-  _globals['_TRANSACTIONRESOLUTION']._serialized_end=1966
-  _globals['_DELIVERCHECKREQUEST']._serialized_start=57
-  _globals['_DELIVERCHECKREQUEST']._serialized_end=199
-  _globals['_DELIVERCHECKRESPONSE']._serialized_start=201
-  _globals['_DELIVERCHECKRESPONSE']._serialized_end=223
-  _globals['_RESUMETRANSACTIONREQUEST']._serialized_start=225
-  _globals['_RESUMETRANSACTIONREQUEST']._serialized_end=293
-  _globals['_RESUMETRANSACTIONRESPONSE']._serialized_start=295
-  _globals['_RESUMETRANSACTIONRESPONSE']._serialized_end=358
-  _globals['_ENDTRANSACTIONREQUEST']._serialized_start=361
-  _globals['_ENDTRANSACTIONREQUEST']._serialized_end=613
-  _globals['_ENDTRANSACTIONRESPONSE']._serialized_start=615
-  _globals['_ENDTRANSACTIONRESPONSE']._serialized_end=680
-  _globals['_PRODUCERHELLO']._serialized_start=682
-  _globals['_PRODUCERHELLO']._serialized_end=771
-  _globals['_ENDTRANSACTIONBATCH']._serialized_start=773
-  _globals['_ENDTRANSACTIONBATCH']._serialized_end=844
-  _globals['_PRODUCERCOMMAND']._serialized_start=847
-  _globals['_PRODUCERCOMMAND']._serialized_end=1033
-  _globals['_CHECKTRANSACTIONSTATE']._serialized_start=1036
-  _globals['_CHECKTRANSACTIONSTATE']._serialized_end=1200
-  _globals['_CHECKTRANSACTIONBATCH']._serialized_start=1202
-  _globals['_CHECKTRANSACTIONBATCH']._serialized_end=1273
-  _globals['_SERVERCOMMAND']._serialized_start=1276
-  _globals['_SERVERCOMMAND']._serialized_end=1406
-  _globals['_QUERYTRANSACTIONREQUEST']._serialized_start=1408
-  _globals['_QUERYTRANSACTIONREQUEST']._serialized_end=1457
-  _globals['_TRANSACTIONEVENT']._serialized_start=1459
-  _globals['_TRANSACTIONEVENT']._serialized_end=1522
-  _globals['_QUERYTRANSACTIONRESPONSE']._serialized_start=1525
-  _globals['_QUERYTRANSACTIONRESPONSE']._serialized_end=1792
-  _globals['_TRANSACTION']._serialized_start=1969
-  _globals['_TRANSACTION']._serialized_end=2319
-  _globals['_TRANSACTIONPEER']._serialized_start=2321
-  _globals['_TRANSACTIONPEER']._serialized_end=2415
+  _globals['_TRANSACTIONRESOLUTION']._serialized_start=2023
+  _globals['_TRANSACTIONRESOLUTION']._serialized_end=2194
+  _globals['_DELIVERCHECKREQUEST']._serialized_start=79
+  _globals['_DELIVERCHECKREQUEST']._serialized_end=221
+  _globals['_DELIVERCHECKRESPONSE']._serialized_start=223
+  _globals['_DELIVERCHECKRESPONSE']._serialized_end=245
+  _globals['_RESUMETRANSACTIONREQUEST']._serialized_start=247
+  _globals['_RESUMETRANSACTIONREQUEST']._serialized_end=315
+  _globals['_RESUMETRANSACTIONRESPONSE']._serialized_start=317
+  _globals['_RESUMETRANSACTIONRESPONSE']._serialized_end=380
+  _globals['_ENDTRANSACTIONREQUEST']._serialized_start=383
+  _globals['_ENDTRANSACTIONREQUEST']._serialized_end=655
+  _globals['_ENDTRANSACTIONRESULT']._serialized_start=658
+  _globals['_ENDTRANSACTIONRESULT']._serialized_end=788
+  _globals['_ENDTRANSACTIONRESPONSE']._serialized_start=790
+  _globals['_ENDTRANSACTIONRESPONSE']._serialized_end=855
+  _globals['_PRODUCERHELLO']._serialized_start=857
+  _globals['_PRODUCERHELLO']._serialized_end=946
+  _globals['_ENDTRANSACTIONBATCH']._serialized_start=948
+  _globals['_ENDTRANSACTIONBATCH']._serialized_end=1019
+  _globals['_PRODUCERCOMMAND']._serialized_start=1022
+  _globals['_PRODUCERCOMMAND']._serialized_end=1208
+  _globals['_CHECKTRANSACTIONSTATE']._serialized_start=1211
+  _globals['_CHECKTRANSACTIONSTATE']._serialized_end=1375
+  _globals['_CHECKTRANSACTIONBATCH']._serialized_start=1377
+  _globals['_CHECKTRANSACTIONBATCH']._serialized_end=1448
+  _globals['_SERVERCOMMAND']._serialized_start=1451
+  _globals['_SERVERCOMMAND']._serialized_end=1634
+  _globals['_QUERYTRANSACTIONREQUEST']._serialized_start=1636
+  _globals['_QUERYTRANSACTIONREQUEST']._serialized_end=1685
+  _globals['_TRANSACTIONEVENT']._serialized_start=1687
+  _globals['_TRANSACTIONEVENT']._serialized_end=1750
+  _globals['_QUERYTRANSACTIONRESPONSE']._serialized_start=1753
+  _globals['_QUERYTRANSACTIONRESPONSE']._serialized_end=2020
+  _globals['_TRANSACTION']._serialized_start=2197
+  _globals['_TRANSACTION']._serialized_end=2547
+  _globals['_TRANSACTIONPEER']._serialized_start=2549
+  _globals['_TRANSACTIONPEER']._serialized_end=2643
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from txmq.v1 import common_pb2 as _common_pb2
+from txmq.v1 import errors_pb2 as _errors_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -48,7 +49,7 @@ class ResumeTransactionResponse(_message.Message):
     def __init__(self, half: _Optional[_Union[_common_pb2.MessageView, _Mapping]] = ...) -> None: ...
 
 class EndTransactionRequest(_message.Message):
-    __slots__ = ("producer_group", "transaction_id", "commit_log_offset", "tran_state_table_offset", "resolution", "from_transaction_check", "store_id", "forwarded")
+    __slots__ = ("producer_group", "transaction_id", "commit_log_offset", "tran_state_table_offset", "resolution", "from_transaction_check", "store_id", "forwarded", "request_id")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +58,7 @@ class EndTransactionRequest(_message.Message):
     FROM_TRANSACTION_CHECK_FIELD_NUMBER: _ClassVar[int]
     STORE_ID_FIELD_NUMBER: _ClassVar[int]
     FORWARDED_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     transaction_id: str
     commit_log_offset: int
@@ -65,7 +67,18 @@ class EndTransactionRequest(_message.Message):
     from_transaction_check: bool
     store_id: str
     forwarded: bool
-    def __init__(self, producer_group: _Optional[str] = ..., transaction_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., from_transaction_check: _Optional[bool] = ..., store_id: _Optional[str] = ..., forwarded: _Optional[bool] = ...) -> None: ...
+    request_id: int
+    def __init__(self, producer_group: _Optional[str] = ..., transaction_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., resolution: _Optional[_Union[TransactionResolution, str]] = ..., from_transaction_check: _Optional[bool] = ..., store_id: _Optional[str] = ..., forwarded: _Optional[bool] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class EndTransactionResult(_message.Message):
+    __slots__ = ("request_id", "error", "response")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error: _errors_pb2.ErrorDetail
+    response: EndTransactionResponse
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[_errors_pb2.ErrorDetail, _Mapping]] = ..., response: _Optional[_Union[EndTransactionResponse, _Mapping]] = ...) -> None: ...
 
 class EndTransactionResponse(_message.Message):
     __slots__ = ("committed",)
@@ -120,12 +133,14 @@ class CheckTransactionBatch(_message.Message):
     def __init__(self, checks: _Optional[_Iterable[_Union[CheckTransactionState, _Mapping]]] = ...) -> None: ...
 
 class ServerCommand(_message.Message):
-    __slots__ = ("check", "check_batch")
+    __slots__ = ("check", "check_batch", "end_result")
     CHECK_FIELD_NUMBER: _ClassVar[int]
     CHECK_BATCH_FIELD_NUMBER: _ClassVar[int]
+    END_RESULT_FIELD_NUMBER: _ClassVar[int]
     check: CheckTransactionState
     check_batch: CheckTransactionBatch
-    def __init__(self, check: _Optional[_Union[CheckTransactionState, _Mapping]] = ..., check_batch: _Optional[_Union[CheckTransactionBatch, _Mapping]] = ...) -> None: ...
+    end_result: EndTransactionResult
+    def __init__(self, check: _Optional[_Union[CheckTransactionState, _Mapping]] = ..., check_batch: _Optional[_Union[CheckTransactionBatch, _Mapping]] = ..., end_result: _Optional[_Union[EndTransactionResult, _Mapping]] = ...) -> None: ...
 
 class QueryTransactionRequest(_message.Message):
     __slots__ = ("transaction_id",)
