@@ -93,13 +93,23 @@ class ServiceParts:
 Setup = Callable[[ServiceContext[S]], Awaitable[ServiceParts]]
 
 
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a service runs on (``event_loop`` setting): uvloop, else asyncio's."""
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return None
+
+
 def serve(*, kind: int, settings_cls: type[S], setup: Setup[S], argv: Sequence[str] | None = None) -> None:
     """Process entry point: settings from ``argv`` (default: ``sys.argv[1:]``), env vars
     and defaults; run until SIGTERM/SIGINT. Exits 1 when start-up fails."""
     settings = load_settings(settings_cls, sys.argv[1:] if argv is None else argv)
     configure_logging(settings.log_level)
     try:
-        asyncio.run(run_service(kind=kind, settings=settings, setup=setup))
+        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+            runner.run(run_service(kind=kind, settings=settings, setup=setup))
     except StartupFailed as exc:
         log.error("%s did not start: %s", kind_name(kind), exc)
         sys.exit(1)

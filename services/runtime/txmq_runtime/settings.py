@@ -11,7 +11,7 @@ is accepted too), the env var (``TXMQ_STORE_FLUSH_MODE``) and the Helm value
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings, CliApp, SettingsConfigDict
@@ -68,6 +68,9 @@ class ServiceSettings(BaseSettings):
     registration_ttl_ms: int = Field(10_000, ge=1_000, description="Lease TTL of the instance's etcd registration.")
     shutdown_grace_ms: int = Field(5_000, ge=0, description="How long in-flight RPCs may run on stop.")
     log_level: str = Field("INFO", description="Python logging level.")
+    event_loop: Literal["uvloop", "asyncio"] = Field(
+        "uvloop", description="The event loop the service runs on: uvloop (less CPU per call) or asyncio's own."
+    )
     metrics_port: int = Field(
         -1, ge=-1, le=65535, description="Prometheus /metrics HTTP port on host; 0 picks a free port, -1 turns it off."
     )
