@@ -112,38 +112,27 @@ class GatedListener(TransactionListener):
         )
 
 
+def _serve(servers: list, svc):  # type: ignore[no-untyped-def]
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    txcheck_pb2_grpc.add_TransactionServicer_to_server(svc, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    servers.append(server)
+    return svc, f"127.0.0.1:{port}"
+
+
 @pytest.fixture
 def fake():  # type: ignore[no-untyped-def]
-    servers = []
-
-    def start(n: int) -> tuple[FakeTxcheck, str]:
-        svc = FakeTxcheck(n)
-        server = grpc.server(futures.ThreadPoolExecutor(4))
-        txcheck_pb2_grpc.add_TransactionServicer_to_server(svc, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        return svc, f"127.0.0.1:{port}"
-
-    yield start
+    servers: list = []
+    yield lambda n: _serve(servers, FakeTxcheck(n))
     for s in servers:
         s.stop(None)
 
 
 @pytest.fixture
 def fake_end():  # type: ignore[no-untyped-def]
-    servers = []
-
-    def start(refuse: dict[str, errors_pb2.ErrorDetail]) -> tuple[EndingTxcheck, str]:
-        svc = EndingTxcheck(refuse)
-        server = grpc.server(futures.ThreadPoolExecutor(4))
-        txcheck_pb2_grpc.add_TransactionServicer_to_server(svc, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        return svc, f"127.0.0.1:{port}"
-
-    yield start
+    servers: list = []
+    yield lambda refuse: _serve(servers, EndingTxcheck(refuse))
     for s in servers:
         s.stop(None)
 
