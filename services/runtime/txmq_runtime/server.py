@@ -42,6 +42,9 @@ from txmq_runtime.route import add_route_servicer
 from txmq_runtime.settings import ServiceSettings, load_settings
 
 log = logging.getLogger("txmq.server")
+#: The ready / stopping / stopped lines: logged at any --log-level, because tools
+#: (`txmq up`, the tests' process fixtures) read readiness from the log.
+lifecycle = logging.getLogger("txmq.lifecycle")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # batches of 4 MiB messages
 SERVER_OPTIONS = (
@@ -124,6 +127,7 @@ def configure_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s",
         force=True,
     )
+    lifecycle.setLevel(logging.INFO)
 
 
 class _Signals:
@@ -241,13 +245,13 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         stack.push_async_callback(health_servicer.enter_graceful_shutdown)
         signals.starting = False
-        log.info(
+        lifecycle.info(
             "%s %s ready on %s (bound port %d, etcd lease %x)", name, instance_id, address, port, registration.lease_id
         )
 
         await signals.stop.wait()
-        log.info("%s %s stopping", name, instance_id)
-    log.info("%s %s stopped", name, instance_id)
+        lifecycle.info("%s %s stopping", name, instance_id)
+    lifecycle.info("%s %s stopped", name, instance_id)
 
 
 async def _stop_server(server: grpc.aio.Server, *, grace_s: float) -> None:
