@@ -73,3 +73,15 @@ async def test_an_idle_stream_outlives_many_policy_windows() -> None:
     cut = await _idle_stream_outcome((), fast, idle_s=4.0)
     assert "ping" in cut.lower(), cut
     assert await _idle_stream_outcome(fast.server_options(), fast, idle_s=4.0) == "alive"
+
+
+def test_etcd_channels_ping_only_with_open_streams_and_never_too_often() -> None:
+    """Towards etcd: the process's keepalive, but at most one ping per ETCD_MIN_PING_MS
+    (etcd answers closer pings with GOAWAY) and none on a link with no open stream."""
+    from txmq_runtime.keepalive import ETCD_MIN_PING_MS, Keepalive
+
+    fast = dict(Keepalive(time_ms=1_000, timeout_ms=500, permit_time_ms=500).etcd_options())
+    assert fast["grpc.keepalive_time_ms"] == ETCD_MIN_PING_MS >= 10_000
+    assert fast["grpc.keepalive_timeout_ms"] == 500 and fast["grpc.keepalive_permit_without_calls"] == 0
+    slow = dict(Keepalive(time_ms=60_000).etcd_options())
+    assert slow["grpc.keepalive_time_ms"] == 60_000

@@ -19,6 +19,7 @@ import aetcd
 from tenacity import AsyncRetrying, retry_if_exception_type, retry_if_result, stop_after_delay, stop_never
 from tenacity.retry import retry_base
 
+from txmq_runtime import keepalive
 from txmq_runtime.backoff import BackoffPolicy
 from txmq_runtime.backoff import retrying as backoff_retrying
 from txmq_runtime.net import join_host_port, split_host_port
@@ -55,7 +56,7 @@ def etcd_client(endpoints: str) -> aetcd.Client:
     if len(hosts) == 1:
         host, port = hosts[0]
         host = f"[{host}]" if ":" in host else host  # aetcd dials f"{host}:{port}"
-        return aetcd.Client(host=host, port=port, timeout=_CALL_TIMEOUT_S, options=_CHANNEL_OPTIONS)
+        return aetcd.Client(host=host, port=port, timeout=_CALL_TIMEOUT_S, options=_channel_options())
     try:
         versions = {ipaddress.ip_address(host).version for host, _ in hosts}
     except ValueError:
@@ -69,7 +70,12 @@ def etcd_client(endpoints: str) -> aetcd.Client:
     target = f"{scheme}:" + ",".join(join_host_port(h, p) for h, p in hosts)
     # aetcd dials f"{host}:{port}": hand it the target split at its last colon.
     head, _, last_port = target.rpartition(":")
-    return aetcd.Client(host=head, port=int(last_port), timeout=_CALL_TIMEOUT_S, options=_CHANNEL_OPTIONS)
+    return aetcd.Client(host=head, port=int(last_port), timeout=_CALL_TIMEOUT_S, options=_channel_options())
+
+
+def _channel_options() -> dict[str, int]:
+    """Quick reconnects, and the process's keepalive towards etcd (txmq_runtime.keepalive)."""
+    return {**_CHANNEL_OPTIONS, **dict(keepalive.current().etcd_options())}
 
 
 def retrying(*, give_up_after_s: float | None = None, again_on_return: bool = False) -> AsyncRetrying:

@@ -27,6 +27,8 @@ from typing import Protocol
 KEEPALIVE_TIME_MS = 30_000
 KEEPALIVE_TIMEOUT_MS = 10_000
 KEEPALIVE_PERMIT_TIME_MS = 10_000
+#: Pings to etcd at most this often (twice etcd's default --grpc-keepalive-min-time).
+ETCD_MIN_PING_MS = 10_000
 
 GrpcOptions = tuple[tuple[str, int], ...]
 
@@ -61,6 +63,19 @@ class Keepalive:
     def client_options(self) -> GrpcOptions:
         """Options of a channel to another txmq service."""
         return self._pinging()
+
+    def etcd_options(self) -> GrpcOptions:
+        """Options of a channel to etcd: pings while streams (watches, lease keep-alives)
+        are open, never more often than ``ETCD_MIN_PING_MS`` (etcd answers pings closer
+        together than its --grpc-keepalive-min-time, 5 s by default, with GOAWAY), so a
+        dead etcd connection is noticed in time_ms + timeout_ms, not the kernel's TCP
+        timeout."""
+        return (
+            ("grpc.keepalive_time_ms", max(self.time_ms, ETCD_MIN_PING_MS)),
+            ("grpc.keepalive_timeout_ms", self.timeout_ms),
+            ("grpc.keepalive_permit_without_calls", 0),
+            ("grpc.http2.max_pings_without_data", 0),
+        )
 
     def server_options(self) -> GrpcOptions:
         """Options of a txmq service's server: the ping policy, and its own pings."""
