@@ -118,6 +118,14 @@ class FakeBackend:
         await asyncio.sleep(0)
         return {qid: self.bounds((store_id, topic, qid)) for qid in range(self._queue_nums(store_id, topic))}
 
+    async def search_offset(self, store_id: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        await asyncio.sleep(0)
+        if not 0 <= queue_id < self._queue_nums(store_id, topic):
+            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no queue {queue_id}")
+        low, high = self.bounds((store_id, topic, queue_id))
+        log = self.logs[(store_id, topic, queue_id)]
+        return next((low + i for i, v in enumerate(log) if v.store_timestamp_ms >= timestamp_ms), high)
+
     async def query_consume_offset(self, store_id: str, *, group: str, topic: str, queue_id: int) -> int | None:
         await asyncio.sleep(0)
         return self.offsets.get((store_id, group, topic, queue_id))

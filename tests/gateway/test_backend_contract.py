@@ -163,6 +163,18 @@ async def test_a_created_topic_is_routed_readable_and_empty(side: Side) -> None:
     assert await side.backend.queue_offsets(side.store_id, topic) == {0: (0, 0), 1: (0, 0)}
 
 
+async def test_search_offset_by_store_time(side: Side) -> None:
+    """SearchOffset (the gateway's QueryOffset TIMESTAMP): the first offset stored at or
+    after a time; the end of the queue when none is; a queue that is not there refused."""
+    topic = await side.new_topic(queue_nums=2)
+    for i in range(3):
+        await side.send(topic, f"t{i}", queue_id=1)
+    assert await side.backend.search_offset(side.store_id, topic, 1, 0) == 0
+    assert await side.backend.search_offset(side.store_id, topic, 1, 2**62) == 3
+    assert await side.backend.search_offset(side.store_id, topic, 0, 0) == 0
+    await expect_code(errors_pb2.CODE_ILLEGAL_QUEUE_ID, lambda: side.backend.search_offset(side.store_id, topic, 7, 0))
+
+
 async def test_offsets_of_an_unknown_topic(side: Side) -> None:
     topic = f"nope-{uuid.uuid4().hex[:8]}"
     await expect_code(errors_pb2.CODE_TOPIC_NOT_FOUND, lambda: side.backend.queue_offsets(side.store_id, topic))

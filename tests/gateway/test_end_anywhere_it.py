@@ -1,5 +1,6 @@
 """END_TRANSACTION through any gateway replica (better than RocketMQ #9431, where a commit
-through a different proxy fails, and #8313, where it waits for a check): a local
+through a different proxy fails, and #8313, where it waits for a check), and on the same
+cluster the v2 offset calls lag monitors use: a local
 cluster (store, pull, txcheck, gateway) plus a second gateway process; transactional
 messages sent through one gateway with the v2 protocol are committed or rolled back
 through the other. The check interval is the default 30 s, so no check can be what
@@ -22,7 +23,7 @@ from support import EtcdServer, LocalCluster, ServiceProcess, free_port, new_loc
 from support.processes import private_prefix
 
 from txmq import Admin
-from txmq.v1 import store_pb2, store_pb2_grpc
+from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 
 
 @dataclass
@@ -106,3 +107,52 @@ def test_sent_through_one_gateway_ended_through_the_other(two: Two) -> None:
         # The same decision again through the first gateway is answered like the first.
         _end(a, topic, *kept, pb.COMMIT, client)
     assert _visible(two.store, topic) == [b"commit-elsewhere"]
+
+
+def test_offsets_for_lag_monitors(two: Two) -> None:
+    """GetOffset / QueryOffset (RocketMQ's proxy: UNIMPLEMENTED, #10434, which blocks
+    KEDA): a queue's first and last offsets, the first stored at a time, and a group's
+    committed offset, for the queues QueryRoute returns."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    topic = f"Offsets-{uuid.uuid4().hex[:8]}"
+    group = f"G-{uuid.uuid4().hex[:8]}"
+    with Admin(two.cluster.bootstrap) as admin:
+        admin.create_topic(topic, read_queue_nums=2, write_queue_nums=2)
+    with grpc.insecure_channel(two.store) as sc:
+        store = store_pb2_grpc.StoreStub(sc)
+        for i in range(3):
+            store.SendMessage(
+                store_pb2.SendMessageRequest(message=common_pb2.Message(topic=topic, body=b"m%d" % i, queue_id=1)),
+                timeout=10,
+            )
+        after_ms = int(time.time() * 1000) + 60_000
+        store.CommitConsumeOffset(
+            store_pb2.CommitConsumeOffsetRequest(consumer_group=group, topic=topic, queue_id=1, offset=2), timeout=10
+        )
+    client = f"client-{uuid.uuid4().hex[:8]}"
+    md = (("x-mq-client-id", client),)
+    with grpc.insecure_channel(two.b) as ch:
+        gw = svc_grpc.MessagingServiceStub(ch)
+        route = svc.QueryRouteRequest()
+        route.topic.name = topic
+        [q1] = [q for q in gw.QueryRoute(route, metadata=md, timeout=10).message_queues if q.id == 1]
+
+        def query(policy: int, ts_ms: int = 0) -> int:
+            req = svc.QueryOffsetRequest(message_queue=q1, query_offset_policy=policy)
+            if ts_ms:
+                req.timestamp.CopyFrom(Timestamp(seconds=ts_ms // 1000, nanos=(ts_ms % 1000) * 1_000_000))
+            res = gw.QueryOffset(req, metadata=md, timeout=10)
+            assert res.status.code == pb.OK, res.status
+            return res.offset
+
+        assert (query(pb.BEGINNING), query(pb.END)) == (0, 3)
+        assert query(pb.TIMESTAMP, 1) == 0 and query(pb.TIMESTAMP, after_ms) == 3
+        get = svc.GetOffsetRequest(message_queue=q1)
+        get.group.name = group
+        res = gw.GetOffset(get, metadata=md, timeout=10)
+        assert res.status.code == pb.OK and res.offset == 2
+        get.group.name = "G-never-committed"
+        assert gw.GetOffset(get, metadata=md, timeout=10).status.code == pb.OFFSET_NOT_FOUND
+        get.group.name = ""
+        assert gw.GetOffset(get, metadata=md, timeout=10).status.code == pb.ILLEGAL_CONSUMER_GROUP

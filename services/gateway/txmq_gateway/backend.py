@@ -129,6 +129,13 @@ class Backend:
         reply = await call(lambda: stub.GetQueueOffsets(request, timeout=self.timeout_s))
         return {q.queue_id: (q.min_offset, q.max_offset) for q in reply.queues}
 
+    async def search_offset(self, store_id: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset of a queue stored at or after ``timestamp_ms`` (its max offset
+        when there is none)."""
+        request = store_pb2.SearchOffsetRequest(topic=topic, queue_id=queue_id, timestamp_ms=timestamp_ms)
+        stub = self.store(store_id)
+        return (await call(lambda: stub.SearchOffset(request, timeout=self.timeout_s))).offset
+
     async def ensure_topic(self, store_id: str, topic: str, *, queue_nums: int = 1) -> None:
         """Create ``topic`` on a store unless it exists (e.g. a %DLQ% topic)."""
         admin = self.store_admin(store_id)

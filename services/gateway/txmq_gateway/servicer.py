@@ -2,8 +2,11 @@
 
 Every answer carries a v2 ``Status`` (the gRPC call itself succeeds, as RocketMQ's proxy
 does): authentication first, then the core, whose GatewayError / TxmqError becomes the
-status. RPCs txmq does not serve (PullMessage / UpdateOffset / GetOffset / QueryOffset,
-RecallMessage, SyncLiteSubscription) keep the base class's gRPC UNIMPLEMENTED.
+status. GetOffset (a group's committed offset of a queue) and QueryOffset (a queue's first
+or last offset, or the first stored at a time) read the store, for lag monitors such as
+KEDA (RocketMQ's proxy answers them UNIMPLEMENTED, #10434). RPCs txmq does not serve
+(PullMessage, UpdateOffset, RecallMessage, SyncLiteSubscription) keep the base class's
+gRPC UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -86,6 +89,16 @@ def queues_of(topic: str, queue_data: list, endpoints: pb.Endpoints) -> list[pb.
     return out
 
 
+def _queue_of(mq: pb.MessageQueue) -> tuple[str, str, int]:
+    """(store id, topic, queue id) of a v2 MessageQueue from this gateway's routes (its
+    broker is the store)."""
+    if not mq.topic.name:
+        raise GatewayError(Code.ILLEGAL_TOPIC, "topic is required")
+    if not mq.broker.name:
+        raise GatewayError(Code.BAD_REQUEST, "the message queue names no broker (take it from QueryRoute)")
+    return mq.broker.name, mq.topic.name, mq.id
+
+
 def filter_of(expression: pb.FilterExpression) -> common_pb2.FilterExpression:
     if expression.type == pb.SQL:
         return common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_SQL92, expression=expression.expression)
@@ -157,6 +170,41 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             return svc.QueryRouteResponse(status=ok(), message_queues=queues)
 
         return await self._answer(context, lambda s: svc.QueryRouteResponse(status=s), work)
+
+    async def GetOffset(
+        self, request: svc.GetOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> svc.GetOffsetResponse:
+        async def work() -> svc.GetOffsetResponse:
+            group = request.group.name
+            if not group:
+                raise GatewayError(Code.ILLEGAL_CONSUMER_GROUP, "consumer group is required")
+            store_id, topic, queue_id = _queue_of(request.message_queue)
+            offset = await self.backend.query_consume_offset(store_id, group=group, topic=topic, queue_id=queue_id)
+            if offset is None:
+                raise GatewayError(
+                    Code.OFFSET_NOT_FOUND, f"group {group} has no committed offset on {topic} queue {queue_id}"
+                )
+            return svc.GetOffsetResponse(status=ok(), offset=offset)
+
+        return await self._answer(context, lambda s: svc.GetOffsetResponse(status=s), work)
+
+    async def QueryOffset(
+        self, request: svc.QueryOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> svc.QueryOffsetResponse:
+        async def work() -> svc.QueryOffsetResponse:
+            store_id, topic, queue_id = _queue_of(request.message_queue)
+            policy = request.query_offset_policy
+            if policy == pb.TIMESTAMP:
+                ts = request.timestamp.seconds * 1000 + request.timestamp.nanos // 1_000_000
+                offset = await self.backend.search_offset(store_id, topic, queue_id, ts)
+            else:
+                bounds = (await self.backend.queue_offsets(store_id, topic)).get(queue_id)
+                if bounds is None:
+                    raise GatewayError(Code.BAD_REQUEST, f"topic {topic} has no queue {queue_id} on {store_id}")
+                offset = bounds[0] if policy == pb.BEGINNING else bounds[1]
+            return svc.QueryOffsetResponse(status=ok(), offset=offset)
+
+        return await self._answer(context, lambda s: svc.QueryOffsetResponse(status=s), work)
 
     async def QueryAssignment(
         self, request: svc.QueryAssignmentRequest, context: grpc.aio.ServicerContext
