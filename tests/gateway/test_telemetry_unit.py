@@ -458,7 +458,11 @@ async def test_channel_waits_for_a_live_txcheck(env: Env, hub: ClientHub) -> Non
 async def test_a_refused_channel_is_not_retried(env: Env) -> None:
     checks: list[txcheck_pb2.CheckTransactionState] = []
     link = ProducerLink(
-        env.backend, topic=REFUSED_GROUP, client_id="client-x", on_check=lambda _, c: checks.append(c), open_timeout_s=5
+        env.backend,
+        topic=REFUSED_GROUP,
+        client_id="client-x",
+        on_checks=lambda _, cs: checks.extend(cs),
+        open_timeout_s=5,
     )
     link.start()
     assert link.task is not None

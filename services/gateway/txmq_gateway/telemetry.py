@@ -25,7 +25,7 @@ import asyncio
 import functools
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -133,21 +133,23 @@ class _Refused(Exception):
     """txcheck refused the channel for good (e.g. the group name is illegal)."""
 
 
-CheckHandler = Callable[["ProducerLink", txcheck_pb2.CheckTransactionState], None]
+#: Called with the checks of one ServerCommand (one, or a check_batch).
+CheckHandler = Callable[["ProducerLink", Sequence[txcheck_pb2.CheckTransactionState]], None]
 
 
 class ProducerLink:
     """One txmq producer channel held for a v2 producer: producer group ``topic`` on a
     live txcheck replica, reopened (on any replica) with backoff when it breaks, until
-    ``stop``. Each check it receives is handed to ``on_check``."""
+    ``stop``. The checks of each command it receives (one, or a batch) are handed to
+    ``on_checks`` together."""
 
     def __init__(
-        self, backend: Backend, *, topic: str, client_id: str, on_check: CheckHandler, open_timeout_s: float
+        self, backend: Backend, *, topic: str, client_id: str, on_checks: CheckHandler, open_timeout_s: float
     ) -> None:
         self.backend = backend
         self.topic = topic
         self.client_id = client_id
-        self._on_check = on_check
+        self._on_checks = on_checks
         self._open_timeout_s = open_timeout_s
         #: Set while a channel is open (txcheck registered it).
         self.connected = asyncio.Event()
@@ -230,14 +232,16 @@ class ProducerLink:
                     log.info("txcheck %s ended the producer channel of topic %s", address, self.topic)
                     break
                 kind = command.WhichOneof("command")
-                # A batch becomes one RecoverOrphanedTransaction command per check: the
-                # official clients take them one by one.
-                checks = [command.check] if kind == "check" else command.check_batch.checks if kind else []
-                for check in checks:
-                    try:
-                        self._on_check(self, check)
-                    except Exception:
-                        log.exception("a check of topic %s could not be passed on", self.topic)
+                if kind == "check":
+                    checks: Sequence[txcheck_pb2.CheckTransactionState] = [command.check]
+                elif kind == "check_batch":
+                    checks = command.check_batch.checks
+                else:
+                    continue  # (end_result: only for ENDs sent up the channel, which the gateway does not)
+                try:
+                    self._on_checks(self, checks)
+                except Exception:
+                    log.exception("checks of topic %s could not be passed on", self.topic)
         except grpc.aio.AioRpcError as exc:
             err = TxmqError.from_rpc_error(exc)
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT or err.code == errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP:
@@ -505,7 +509,7 @@ class ClientHub:
                 self.backend,
                 topic=topic,
                 client_id=session.client_id,
-                on_check=functools.partial(self._on_check, session),
+                on_checks=functools.partial(self._on_checks, session),
                 open_timeout_s=self.backend.timeout_s,
             )
             session.links[topic] = link
@@ -522,34 +526,52 @@ class ClientHub:
                 task.add_done_callback(session.closing.discard)
                 task.add_done_callback(self._retiring.discard)
 
-    def _on_check(self, session: _Session, link: ProducerLink, check: txcheck_pb2.CheckTransactionState) -> None:
-        """A transaction check from txcheck, down the v2 stream (the message under its
-        real topic; the transaction id carries what END_TRANSACTION needs)."""
+    def _on_checks(
+        self, session: _Session, link: ProducerLink, checks: Sequence[txcheck_pb2.CheckTransactionState]
+    ) -> None:
+        """Transaction checks from txcheck (one, or a batch), down the v2 stream as one
+        ``RecoverOrphanedTransactionCommand`` each: the official clients take them one
+        by one (the message under its real topic; the transaction id carries what
+        END_TRANSACTION needs). Checks the session has no room for are dropped (the check
+        loop asks again next round) with one line per batch."""
+        if not checks:
+            return
         if session.stopped:
             log.info(
-                "check of transaction %s for %s dropped: the session ended", check.transaction_id, session.client_id
+                "%d check(s) of topic %s for %s dropped (first: %s): the session ended",
+                len(checks),
+                link.topic,
+                session.client_id,
+                checks[0].transaction_id,
             )
             return
-        view = check.message
-        topic = view.message.properties.get(PROPERTY_REAL_TOPIC) or view.message.topic or link.topic
-        handle = TransactionHandle(
-            store_id=check.store_id,
-            commit_log_offset=check.commit_log_offset,
-            queue_offset=check.tran_state_table_offset,
-            transaction_id=check.transaction_id,
-        )
-        command = svc.TelemetryCommand(
-            recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
-                message=to_v2_message(view, topic=topic), transaction_id=handle.encode()
+        dropped: list[str] = []
+        for check in checks:
+            view = check.message
+            topic = view.message.properties.get(PROPERTY_REAL_TOPIC) or view.message.topic or link.topic
+            handle = TransactionHandle(
+                store_id=check.store_id,
+                commit_log_offset=check.commit_log_offset,
+                queue_offset=check.tran_state_table_offset,
+                transaction_id=check.transaction_id,
             )
-        )
-        if session.push(command, droppable=True):
-            log.debug("check of transaction %s sent to %s", check.transaction_id, session.client_id)
-        else:
+            command = svc.TelemetryCommand(
+                recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
+                    message=to_v2_message(view, topic=topic), transaction_id=handle.encode()
+                )
+            )
+            if session.push(command, droppable=True):
+                log.debug("check of transaction %s sent to %s", check.transaction_id, session.client_id)
+            else:
+                dropped.append(check.transaction_id)
+        if dropped:
             log.warning(
-                "check of transaction %s for %s dropped: %d commands wait already",
-                check.transaction_id,
+                "%d of %d check(s) of topic %s for %s dropped (first: %s): %d commands wait already",
+                len(dropped),
+                len(checks),
+                link.topic,
                 session.client_id,
+                dropped[0],
                 MAX_PENDING_COMMANDS,
             )
 
