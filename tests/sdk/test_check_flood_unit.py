@@ -54,7 +54,7 @@ class ScriptedTxcheck(txcheck_pb2_grpc.TransactionServicer):
         self.answered = threading.Condition(self.lock)
         self.finish = threading.Event()
 
-    def ProducerChannel(self, request_iterator, context):  # type: ignore[no-untyped-def]
+    def ProducerChannel(self, request_iterator, context):
         self.hello = next(request_iterator).hello
         context.send_initial_metadata((("txmq-channel", "open"),))
         threading.Thread(target=self._read, args=(request_iterator,), daemon=True).start()
@@ -66,7 +66,7 @@ class ScriptedTxcheck(txcheck_pb2_grpc.TransactionServicer):
                 return
         self.finish.wait(GUARD_S)
 
-    def _read(self, request_iterator) -> None:  # type: ignore[no-untyped-def]
+    def _read(self, request_iterator) -> None:
         try:
             for cmd in request_iterator:
                 reqs = [cmd.end_transaction] if cmd.HasField("end_transaction") else cmd.end_transactions.requests
@@ -95,10 +95,10 @@ class _Core:
         self.address = address
         self.channels: list[grpc.Channel] = []
 
-    def endpoints(self, kind, *, timeout):  # type: ignore[no-untyped-def]
+    def endpoints(self, kind, *, timeout):
         return [_Endpoint(self.address)]
 
-    def stub(self, address, stub_type):  # type: ignore[no-untyped-def]
+    def stub(self, address, stub_type):
         ch = grpc.insecure_channel(address)
         self.channels.append(ch)
         return stub_type(ch)
@@ -114,10 +114,10 @@ class GatedListener(TransactionListener):
         self.started = 0
         self.lock = threading.Lock()
 
-    def execute_local_transaction(self, msg, arg):  # type: ignore[no-untyped-def]
+    def execute_local_transaction(self, msg, arg):
         return LocalTransactionState.COMMIT
 
-    def check_local_transaction(self, msg):  # type: ignore[no-untyped-def]
+    def check_local_transaction(self, msg):
         with self.lock:
             self.started += 1
         self.gate.wait(GUARD_S)
@@ -126,7 +126,7 @@ class GatedListener(TransactionListener):
 
 
 @pytest.fixture
-def serve():  # type: ignore[no-untyped-def]
+def serve():
     made: list[tuple[grpc.Server, ScriptedTxcheck]] = []
 
     def start(script: Iterator[txcheck_pb2.ServerCommand]) -> tuple[ScriptedTxcheck, str]:
@@ -145,10 +145,10 @@ def serve():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def producer():  # type: ignore[no-untyped-def]
+def producer():
     made: list[tuple[TransactionProducer, _Core]] = []
 
-    def start(address: str, listener: TransactionListener, **kw) -> TransactionProducer:  # type: ignore[no-untyped-def]
+    def start(address: str, listener: TransactionListener, **kw) -> TransactionProducer:
         """A TransactionProducer whose check channel goes to ``address`` (no cluster)."""
         p = TransactionProducer("PG_FLOOD", "127.0.0.1:1", listener=listener, **kw)
         core = _Core(address)
@@ -175,7 +175,7 @@ def _flood() -> Iterator[txcheck_pb2.ServerCommand]:
         yield txcheck_pb2.ServerCommand(check_batch=txcheck_pb2.CheckTransactionBatch(checks=checks))
 
 
-def test_a_flood_of_checks_is_held_back_not_buffered(serve, producer) -> None:  # type: ignore[no-untyped-def]
+def test_a_flood_of_checks_is_held_back_not_buffered(serve, producer) -> None:
     """The listener answers nothing while the server has 32 MiB of checks to send: the
     producer holds its slots' worth in the executor, its reader waits, and the server
     gets no further than a flow-control window; once the listener answers, every check
@@ -215,7 +215,7 @@ def test_a_flood_of_checks_is_held_back_not_buffered(serve, producer) -> None:  
     assert (a.commit_log_offset, a.tran_state_table_offset, a.store_id) == (5007, 7, "store-3")
 
 
-def test_single_checks_and_batches_on_one_stream(serve, producer) -> None:  # type: ignore[no-untyped-def]
+def test_single_checks_and_batches_on_one_stream(serve, producer) -> None:
     """A replica sends single checks (``check``) and batches on the same stream: all are
     run alike and answered with what the listener said, from-check, offsets copied."""
 
