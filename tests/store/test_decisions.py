@@ -17,6 +17,7 @@ from txmq.protocol import (
     PROPERTY_CHECK_WAITS,
     PROPERTY_DISCARD_REASON,
     PROPERTY_PREPARED_QUEUE_OFFSET,
+    TRANS_CHECK_GROUP,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
@@ -298,3 +299,143 @@ async def test_a_failed_append_changes_nothing_in_the_book(store: MessageStore) 
     store._writable = True
     await decide_one(store, copy_req)
     assert sorted(e[0] for e in ops(store)) == [r.queue_offset, put.queue_offset]
+
+
+async def test_decisions_put_through_put_system_messages_are_learnt_before_indexed(stores: StoreFactory) -> None:
+    """An older txcheck writes its op message / committed copy with PutSystemMessages; in
+    sync flush mode the index has them only after the fsync. A decision asked for in
+    between is answered from the book, which learnt them at the append."""
+    from txmq.protocol import OpEntry
+    from txmq_store.transactions import _committed_copy, _op_message
+
+    store = await stores.open(flush_mode="sync")
+    store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
+    rolled, committed = await half(store, b"rolled"), await half(store, b"committed")
+    op = _op_message([OpEntry(rolled.queue_offset, rolled.transaction_id, OP_ROLLBACK)])
+    copy = _committed_copy(store.view_message(committed.commit_log_offset))
+    appended = store.transactions.append_system([op, copy])
+    assert store.dispatched_offset < appended.end  # not indexed yet
+    out = await decide_one(store, request(rolled, OP_COMMIT))
+    assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+    assert out.error.metadata["resolution"] == "rollback"
+    out = await decide_one(store, request(committed, OP_ROLLBACK))
+    assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+    assert store.dispatched_offset < appended.end  # the refusals wrote and waited for nothing
+    assert await store.settle(appended) == SendStatus.OK
+    out = await decide_one(store, request(committed, OP_COMMIT))
+    assert out.error is None and not out.first
+    assert out.committed.commit_log_offset == appended.offsets[1]
+    assert real(store) == [b"committed"]
+    assert sorted(ops(store)) == sorted(
+        [
+            (rolled.queue_offset, rolled.transaction_id, OP_ROLLBACK),
+            (committed.queue_offset, committed.transaction_id, OP_COMMIT),
+        ]
+    )
+
+
+@pytest.mark.parametrize("when", ["after a restart", "tiny book"])
+async def test_a_duplicate_half_stored_after_the_decision_left_the_book(stores: StoreFactory, when: str) -> None:
+    """A producer's retried send stores a second half record with the same transaction id
+    after the first was decided and the book forgot it: the index still answers (the
+    young half alone does not prove the transaction undecided)."""
+    overrides = {"decision_cache_entries": 1} if when == "tiny book" else {}
+    store = await stores.open(**overrides)
+    store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
+    txid = "0A0000010000000000000000000000AB"
+    [h1] = await store.send([msg(b"dup", unique_id=txid)], producer_group=GROUP, transaction_prepared=True)
+    first = await decide_one(store, request(h1, OP_COMMIT))
+    assert first.first
+    if when == "after a restart":
+        # The check loop is past the op message: the book is not warmed with it.
+        store.commit_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=1)
+        await store.close()
+        stores.opened.remove(store)
+        store = await stores.open()
+        assert txid not in store.transactions._book
+    else:
+        for i in range(3):
+            other = await half(store, f"other{i}".encode())
+            await decide_one(store, request(other, OP_ROLLBACK))
+        assert txid not in store.transactions._book
+    [h2] = await store.send([msg(b"dup", unique_id=txid)], producer_group=GROUP, transaction_prepared=True)
+    assert h2.transaction_id == txid and h2.commit_log_offset >= store.transactions.horizon
+    out = await decide_one(store, request(h2, OP_ROLLBACK))
+    assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+    out = await decide_one(store, request(h2, OP_COMMIT))
+    assert out.error is None and not out.first
+    assert out.committed.commit_log_offset == first.committed.commit_log_offset
+    assert real(store) == [b"dup"]
+    assert sorted(e[0] for e in ops(store) if e[1] == txid) == [h1.queue_offset, h2.queue_offset]
+
+
+async def test_a_young_transaction_needs_no_index_read(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A half stored after the store opened, unknown to the book: no decision, and the
+    index is not read for it (only its hash chain is walked)."""
+    r = await half(store)
+
+    def no_query(**kw: object) -> None:
+        raise AssertionError(f"index read: {kw}")
+
+    monkeypatch.setattr(store, "query_messages", no_query)
+    out = await decide_one(store, request(r, OP_COMMIT))
+    assert out.error is None and out.first
+
+
+async def test_an_unflushed_decision_stays_in_a_full_book(stores: StoreFactory) -> None:
+    """Sync flush with a slow disk: the decision is written (FLUSH_DISK_TIMEOUT in the
+    item's status) but not indexed; a one-entry book keeps it past its cap, so the
+    opposite decision is still refused."""
+    from .conftest import CountingFsync
+
+    fsync = CountingFsync()
+    store = await stores.open(fsync=fsync, flush_mode="sync", sync_flush_timeout_ms=20, decision_cache_entries=1)
+    store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
+    rs = [await half(store, str(i).encode()) for i in range(3)]
+    fsync.gate.clear()
+    try:
+        a = await decide_one(store, request(rs[0], OP_COMMIT))
+        assert a.first and a.status == SendStatus.FLUSH_DISK_TIMEOUT
+        for r in rs[1:]:
+            out = await decide_one(store, request(r, OP_ROLLBACK))
+            assert out.first and out.status == SendStatus.FLUSH_DISK_TIMEOUT
+        assert rs[0].transaction_id in store.transactions._book
+        out = await decide_one(store, request(rs[0], OP_ROLLBACK))
+        assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+    finally:
+        fsync.gate.set()
+    await store.flush()
+    assert real(store) == [b"0"]
+
+
+async def test_requeue_keeps_an_immunity_offset_and_names_a_discard(store: MessageStore) -> None:
+    r = await half(store, b"b")
+    imm, disc, wait = await store.transactions.requeue(
+        [HalfAction(r.commit_log_offset, IMMUNITY), HalfAction(r.commit_log_offset, DISCARD),
+         HalfAction(r.commit_log_offset, WAIT)]
+    )  # fmt: skip
+    # An immunity copy of an immunity copy still names the first half's queue offset.
+    [imm2] = await store.transactions.requeue([HalfAction(imm.commit_log_offset, IMMUNITY)])
+    assert imm.properties[PROPERTY_PREPARED_QUEUE_OFFSET] == str(r.queue_offset)
+    assert imm2.properties[PROPERTY_PREPARED_QUEUE_OFFSET] == str(r.queue_offset) != str(imm.queue_offset)
+    assert disc.properties[PROPERTY_DISCARD_REASON] == "discarded"
+    assert halves(store, TRANS_CHECK_MAX_TIME_TOPIC)[0].commit_log_offset == disc.commit_log_offset
+    [again] = await store.transactions.requeue([HalfAction(wait.commit_log_offset, WAIT)])
+    assert again.properties[PROPERTY_CHECK_WAITS] == "2" and PROPERTY_CHECK_TIMES not in again.properties
+    [bad] = await store.transactions.requeue([HalfAction(r.commit_log_offset, 9)])
+    assert bad.error.code == errors_pb2.CODE_ILLEGAL_ARGUMENT
+
+
+async def test_the_book_is_warmed_from_the_op_queue_on_open(stores: StoreFactory) -> None:
+    store = await stores.open()
+    store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
+    rs = [await half(store, str(i).encode()) for i in range(4)]
+    await store.transactions.decide([request(r, OP_ROLLBACK) for r in rs])
+    await store.close()
+    stores.opened.remove(store)
+    store = await stores.open(decision_cache_entries=3)
+    book = store.transactions._book
+    assert len(book) == 3 and all(k.decision == OP_ROLLBACK for k in book.values())
+    assert set(book) <= {r.transaction_id for r in rs}
+    out = await decide_one(store, request(rs[0], OP_COMMIT))  # in the book or not: refused
+    assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED

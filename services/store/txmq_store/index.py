@@ -293,6 +293,16 @@ class IndexService:
         self._dir_dirty = True
         return f
 
+    def any_below(self, h: int, bound: int) -> bool:
+        """Whether a candidate for key hash ``h`` lies below commit-log offset
+        ``bound`` (files begun at or after it are not walked)."""
+        for f in reversed(self._files):
+            if f.begin_offset >= bound:
+                continue
+            if any(offset < bound for offset in f.lookup(h, 0, 2**63 - 1)):
+                return True
+        return False
+
     def lookup(self, h: int, *, begin_ms: int, end_ms: int) -> Iterator[int]:
         """Candidate commit-log offsets for key hash ``h``, newest first, without
         repeats."""

@@ -799,6 +799,12 @@ class MessageStore:
         found.sort(key=lambda m: m.commit_log_offset)
         return found
 
+    def indexed_below(self, unique_id: str, bound: int) -> bool:
+        """Whether the index holds a candidate for ``unique_id`` (its hash: collisions
+        count too) at a commit-log offset below ``bound``: a walk of one hash chain, no
+        record read."""
+        return self._dispatcher.index.any_below(unique_id_hash(unique_id), bound)
+
     def _read_record(self, offset: int, *, boundary: bool) -> StoredMessage | None:
         """commitlog.read_record, with a damaged record reported and raised as
         CODE_DATA_CORRUPTED."""

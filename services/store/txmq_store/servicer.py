@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from txmq.errors import error
-from txmq.protocol import OP_COMMIT, OP_ROLLBACK, TRANS_OP_HALF_TOPIC, TRANSACTION_COMMIT_TYPE, transaction_type
+from txmq.protocol import OP_COMMIT, OP_ROLLBACK
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.grpc_errors import rpc
 
@@ -219,15 +219,11 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             o.reconsume_times = sm.reconsume_times
             o.prepared_transaction_offset = sm.prepared_transaction_offset
             outgoing.append(o)
-        appended = self._store.append_records(
-            outgoing, producer_group=request.producer_group, born_host=peer_address(context), system=True
+        # Decisions written around DecideTransactions (an older txcheck) are learnt by
+        # the decision book as they are appended.
+        appended = self._store.transactions.append_system(
+            outgoing, producer_group=request.producer_group, born_host=peer_address(context)
         )
-        if any(
-            o.topic == TRANS_OP_HALF_TOPIC or transaction_type(o.sys_flag) == TRANSACTION_COMMIT_TYPE for o in outgoing
-        ):
-            # Decisions written around DecideTransactions (an older txcheck): the
-            # decision book may not know them.
-            self._store.transactions.note_written_elsewhere(appended.end)
         status = await self._store.settle(appended)
         return self._records_response(status, appended.records, appended.offsets, appended.queue_offsets)
 

@@ -207,6 +207,57 @@ class Transactions:
         path, up to commit-log offset ``end``: the book may not know them."""
         self.horizon = max(self.horizon, end)
 
+    def append_system(
+        self, messages: Sequence[OutgoingMessage], *, producer_group: str = "", born_host: str = ""
+    ) -> Appended:
+        """PutSystemMessages' append (older txcheck versions write decisions this way):
+        the book learns the op entries and committed copies in it in the same turn of
+        the event loop, so a decision asked for before they are indexed (sync flush: at
+        the fsync) still sees them. ``settle`` the result next."""
+        appended = self._store.append_records(messages, producer_group=producer_group, born_host=born_host, system=True)
+        if self.learn(messages, appended):
+            self.note_written_elsewhere(appended.end)
+        return appended
+
+    def learn(self, messages: Sequence[OutgoingMessage], appended: Appended) -> bool:
+        """Record in the book the decisions ``messages`` (just appended as ``appended``)
+        hold: op entries, committed copies. A transaction the book knows with the other
+        decision keeps it (the first one). Returns whether any decision record was there."""
+        found = False
+        end = appended.end
+        for msg, rec, offset, queue_offset in zip(
+            messages, appended.records, appended.offsets, appended.queue_offsets, strict=False
+        ):
+            if rec.topic == TRANS_OP_HALF_TOPIC:
+                for e in decode_op_entries(msg.properties, msg.body):
+                    if not e.transaction_id or e.decision not in (OP_COMMIT, OP_ROLLBACK):
+                        continue
+                    found = True
+                    self._learn(e.transaction_id, e.decision, None, e.half_offset, end)
+            elif protocol.is_committed_copy(
+                unique_id=rec.unique_id, sys_flag=msg.sys_flag, topic=rec.topic, transaction_id=rec.unique_id
+            ):
+                found = True
+                loc = CopyLocation(
+                    rec.topic, rec.queue_id, queue_offset, offset, appended.store_timestamp_ms, rec.unique_id,
+                    msg.tags, tuple(msg.keys), msg.sys_flag, msg.prepared_transaction_offset,
+                )  # fmt: skip
+                self._learn(rec.unique_id, OP_COMMIT, loc, None, end)
+        return found
+
+    def _learn(self, txid: str, decision: str, copy: CopyLocation | None, half_offset: int | None, end: int) -> None:
+        known = self._book.get(txid)
+        if known is None:
+            known = Known(decision, copy, set(), end)
+        elif known.decision != decision:
+            return
+        if copy is not None and known.copy is None:
+            known.copy = copy
+        if half_offset is not None:
+            known.op_offsets.add(half_offset)
+        known.end = max(known.end, end)
+        self._remember(txid, known)
+
     def warm(self, *, max_entries: int | None = None) -> int:
         """Fill the book from the op queue after the check loop's progress (best
         effort: the index answers what the book does not hold). Returns entries read."""
@@ -243,9 +294,16 @@ class Transactions:
         known = self._book.get(txid)
         if known is not None and not (known.decision == OP_COMMIT and known.copy is None):
             return known
-        if known is None and half is not None and _origin(half) >= self.horizon:
-            return None
         store = self._store
+        if (
+            known is None
+            and half is not None
+            and _origin(half) >= self.horizon
+            and not store.indexed_below(txid, self.horizon)
+        ):
+            # Young, and no record of this id below the horizon (a duplicate half, e.g.
+            # a producer's retried send stored after the first was decided, has one).
+            return None
         copies = [
             m
             for m in store.query_messages(unique_id=txid, max_results=1000)
@@ -262,6 +320,7 @@ class Transactions:
         if known is not None:  # warmed from an op entry: add the copy's location
             if copies:
                 known.copy = _location(copies[0])
+            known.op_offsets.update(e.half_offset for e in entries if e.decision == known.decision)
             return known
         end = store.commitlog.write_offset  # an upper bound of where the proof is
         if copies:
