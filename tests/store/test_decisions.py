@@ -439,3 +439,17 @@ async def test_the_book_is_warmed_from_the_op_queue_on_open(stores: StoreFactory
     assert set(book) <= {r.transaction_id for r in rs}
     out = await decide_one(store, request(rs[0], OP_COMMIT))  # in the book or not: refused
     assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
+
+
+async def test_a_damaged_half_is_an_item_error(store: MessageStore) -> None:
+    from pathlib import Path
+
+    from .test_integrity import flip_in_record
+
+    damaged, fine = await half(store, b"x" * 64), await half(store, b"y" * 64)
+    flip_in_record(store, Path(store.settings.data_dir), damaged.commit_log_offset, 116 + 5)
+    bad, ok = await store.transactions.decide([request(damaged, OP_COMMIT), request(fine, OP_COMMIT)])
+    assert bad.error.code == errors_pb2.CODE_DATA_CORRUPTED
+    assert ok.error is None and ok.first and real(store) == [b"y" * 64]
+    [out] = await store.transactions.requeue([HalfAction(damaged.commit_log_offset, CHECK)])
+    assert out.error.code == errors_pb2.CODE_DATA_CORRUPTED
