@@ -453,3 +453,23 @@ async def test_a_damaged_half_is_an_item_error(store: MessageStore) -> None:
     assert ok.error is None and ok.first and real(store) == [b"y" * 64]
     [out] = await store.transactions.requeue([HalfAction(damaged.commit_log_offset, CHECK)])
     assert out.error.code == errors_pb2.CODE_DATA_CORRUPTED
+
+
+async def test_decisions_are_counted(store: MessageStore) -> None:
+    from prometheus_client import REGISTRY
+
+    def count(decision: str, outcome: str) -> float:
+        labels = {"decision": decision, "outcome": outcome}
+        return REGISTRY.get_sample_value("txmq_store_transaction_decisions_total", labels) or 0.0
+
+    keys = [("commit", o) for o in ("first", "repeat", "settled")] + [("rollback", "refused")]
+    before = {k: count(*k) for k in keys}
+    r = await half(store)
+    [put] = await store.transactions.requeue([HalfAction(r.commit_log_offset, CHECK)])
+    await decide_one(store, request(r, OP_COMMIT))
+    await decide_one(store, request(r, OP_COMMIT))
+    await decide_one(store, request(r, OP_ROLLBACK))
+    await decide_one(
+        store, request(r, OP_COMMIT, commit_log_offset=put.commit_log_offset, tran_state_table_offset=put.queue_offset)
+    )
+    assert {k: count(*k) - before[k] for k in keys} == {k: 1.0 for k in keys}
