@@ -4,6 +4,7 @@ loopback port."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -114,8 +115,9 @@ class GrpcStore:
     service_names: list[str]
 
 
-@pytest.fixture
-async def grpc_store(store: MessageStore) -> AsyncIterator[GrpcStore]:
+@contextlib.asynccontextmanager
+async def grpc_server_for(store: MessageStore) -> AsyncIterator[GrpcStore]:
+    """``store`` served by a real grpc.aio server on a loopback port, and a client."""
     server = grpc.aio.server()
     names = add_store_servicers(server, store)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -128,3 +130,9 @@ async def grpc_store(store: MessageStore) -> AsyncIterator[GrpcStore]:
     finally:
         await channel.close()
         await server.stop(None)
+
+
+@pytest.fixture
+async def grpc_store(store: MessageStore) -> AsyncIterator[GrpcStore]:
+    async with grpc_server_for(store) as served:
+        yield served

@@ -1,27 +1,5 @@
-"""The commit-log record. All integers big-endian.
-
-    offset  size  field
-         0     4  total size (u32): the whole record, this field included
-         4     4  magic (u32): MESSAGE_MAGIC
-         8     4  record CRC32 (u32) over every byte after this field: [12, total size)
-        12     4  body CRC32 (u32)
-        16     4  queue id (u32)
-        20     4  flag (i32)
-        24     8  queue offset (i64)
-        32     8  physical offset (i64): the record's own commit-log offset
-        40     4  sysflag (u32): transaction type in bits 0xC (RocketMQ MessageSysFlag)
-        44     8  born timestamp (i64, ms)
-        52    20  born host: 16-byte IPv6 address (IPv4 as v4-mapped) + port (u32)
-        72     8  store timestamp (i64, ms)
-        80    20  store host: as born host
-       100     4  reconsume times (u32)
-       104     8  prepared-transaction offset (i64)
-       112     4  body length (u32)
-       116     b  body
-     116+b     1  topic length (u8)
-           t      topic (ASCII)
-           2      properties length (u16)
-           p      properties (UTF-8): name \\x01 value \\x02, repeated
+"""Encoding and decoding of commit-log records. The layout is defined once, in the
+SDK's ``txmq.records`` (the producer sends records in it over ``SendStream``).
 
 The unused end of a segment (too small for the next record) starts with a blank marker:
 total size (u32) = bytes left in the segment, magic (u32) = BLANK_MAGIC. A record is
@@ -40,6 +18,22 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from txmq.records import (  # noqa: F401  (re-exported for the store)
+    BLANK_MAGIC,
+    HEAD,
+    HEADER_SIZE,
+    MAX_PROPERTIES_BYTES,
+    MAX_TOPIC_BYTES,
+    MESSAGE_MAGIC,
+    NAME_VALUE_SEPARATOR,
+    PREFIX,
+    PROPERTY_SEPARATOR,
+    RECORD_CRC_START,
+    U8,
+    U16,
+    topic_prefix,
+)
+
 from .model import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
@@ -49,23 +43,9 @@ from .model import (
     with_field_properties,
 )
 
-MESSAGE_MAGIC = 0x54584D51  # "TXMQ"
-BLANK_MAGIC = 0x54584D42  # "TXMB"
 BLANK_SIZE = 8  # a blank marker is total size + magic
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-MAX_TOPIC_BYTES = 255
-MAX_PROPERTIES_BYTES = 65_535
-
-PREFIX = struct.Struct(">III")  # total size, magic, record CRC
-HEAD = struct.Struct(">IIiqqIq20sq20sIqI")  # body CRC ... body length (bytes 12..115)
 BLANK = struct.Struct(">II")
-U8 = struct.Struct(">B")
-U16 = struct.Struct(">H")
-HEADER_SIZE = PREFIX.size + HEAD.size  # 116
 MIN_RECORD_SIZE = HEADER_SIZE + 1 + 1 + 2  # empty body is rejected earlier, but decodable
-RECORD_CRC_START = PREFIX.size
-assert HEADER_SIZE == 116
 
 _crc32 = zlib.crc32
 
@@ -108,18 +88,9 @@ class PreparedRecord:
         return with_field_properties(props, tags=self.tags, keys=self.keys, unique_id=self.unique_id)
 
 
-_topic_prefixes: dict[str, bytes] = {}
-
-
 def encode_tail(topic: str, properties: bytes) -> bytes:
     """Topic length + topic + properties length + properties."""
-    prefix = _topic_prefixes.get(topic)
-    if prefix is None:
-        topic_bytes = topic.encode("ascii")
-        prefix = U8.pack(len(topic_bytes)) + topic_bytes
-        if len(_topic_prefixes) < 65_536:
-            _topic_prefixes[topic] = prefix
-    return prefix + U16.pack(len(properties)) + properties
+    return topic_prefix(topic) + U16.pack(len(properties)) + properties
 
 
 def encode_record(

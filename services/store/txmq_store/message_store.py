@@ -21,6 +21,7 @@ from pathlib import Path
 
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
+from txmq.records import ANY_QUEUE
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import WallClock, wall_clock_ms
 from txmq_runtime.settings import describe
@@ -426,22 +427,11 @@ class MessageStore:
         """Validate and append a batch, all or nothing, without awaiting anything: what
         a caller checked right before calling this still holds when the records are in
         the commit log (the store is one event loop). ``settle`` the result next."""
-        self._check_open()
-        if not self._writable or self.commitlog.broken:
-            raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
+        self._check_writable()
         s = self.settings
         if not messages:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no messages to send")
-        if len(messages) > s.max_batch_messages:
-            raise error(
-                errors_pb2.CODE_BATCH_TOO_LARGE,
-                f"{len(messages)} messages in one batch, at most {s.max_batch_messages}",
-            )
-        total = sum(len(m.body) for m in messages)
-        if total > s.max_batch_bytes:
-            raise error(
-                errors_pb2.CODE_BATCH_TOO_LARGE, f"batch bodies total {total} bytes, at most {s.max_batch_bytes}"
-            )
+        self._check_batch_size(len(messages), sum(len(m.body) for m in messages))
         if transaction_prepared:
             if not s.transaction_message_enable:
                 raise error(
@@ -449,11 +439,7 @@ class MessageStore:
                 )
             check_group_name(producer_group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
         now = self._clock()
-        try:
-            born = encode_host(*split_host_port(born_host)) if born_host else UNKNOWN_HOST
-        except ValueError:
-            born = UNKNOWN_HOST
-        encoder = MessageEncoder(limits=self._limits, born_host=born, now_ms=now, system=system)
+        encoder = MessageEncoder(limits=self._limits, born_host=_born_host(born_host), now_ms=now, system=system)
         prepare = encoder.prepare
         new_topics: dict[str, TopicConfig] = {}
         records: list[PreparedRecord] = []
@@ -477,6 +463,63 @@ class MessageStore:
                 records.append(prepare(msg, i, TRANS_HALF_TOPIC, 0, extra, sys_flag & ~TRANSACTION_TYPE_MASK))
             else:
                 records.append(prepare(msg, i, cfg.name, queue_id, None, sys_flag))
+        return self._append_prepared(records, new_topics, real_queues, now)
+
+    def append_packed(self, blob: bytes, *, born_host: str = "") -> Appended:
+        """``append_records`` for records a producer sent in the commit-log layout
+        (``Store.SendStream``): each is checked (``MessageEncoder.unpack``) and stored
+        as it came, with the fields only the store knows written in. All or nothing."""
+        self._check_writable()
+        if not blob:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no records to send")
+        now = self._clock()
+        unpack = MessageEncoder(limits=self._limits, born_host=_born_host(born_host), now_ms=now, system=False).unpack
+        max_messages = self.settings.max_batch_messages
+        new_topics: dict[str, TopicConfig] = {}
+        records: list[PreparedRecord] = []
+        cfg: TopicConfig | None = None
+        pos = total_body = 0
+        end = len(blob)
+        while pos < end:
+            i = len(records)
+            if i == max_messages:
+                raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"more than {max_messages} records in one frame")
+            rec = unpack(blob, pos, i)
+            pos += rec.size
+            total_body += len(rec.body)
+            if cfg is None or cfg.name != rec.topic:
+                cfg = self._topic_for_send(rec.topic, i, system=False, new_topics=new_topics)
+            queue_id = rec.queue_id
+            if not queue_id < cfg.write_queue_nums:  # ANY_QUEUE (0xFFFFFFFF) or out of range
+                rec.queue_id = self._queue_for_send(cfg, None if queue_id == ANY_QUEUE else queue_id, i)
+            records.append(rec)
+        self._check_batch_size(len(records), total_body)
+        return self._append_prepared(records, new_topics, [], now)
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if not self._writable or self.commitlog.broken:
+            raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
+
+    def _check_batch_size(self, count: int, body_bytes: int) -> None:
+        s = self.settings
+        if count > s.max_batch_messages:
+            raise error(
+                errors_pb2.CODE_BATCH_TOO_LARGE, f"{count} messages in one batch, at most {s.max_batch_messages}"
+            )
+        if body_bytes > s.max_batch_bytes:
+            raise error(
+                errors_pb2.CODE_BATCH_TOO_LARGE, f"batch bodies total {body_bytes} bytes, at most {s.max_batch_bytes}"
+            )
+
+    def _append_prepared(
+        self,
+        records: list[PreparedRecord],
+        new_topics: dict[str, TopicConfig],
+        real_queues: list[tuple[str, int]],
+        now: int,
+    ) -> Appended:
+        """Append validated records (topics to create in ``new_topics``)."""
         # Valid. Room on disk for the records and their queue and index entries?
         self._free_space.check(sum(rec.size for rec in records) + 64 * len(records))
         # From here on the request changes the store.
@@ -1081,6 +1124,14 @@ class MessageStore:
             started_at_ms=self.started_at_ms,
             settings=describe(self.settings),
         )
+
+
+def _born_host(address: str) -> bytes:
+    """The peer's ``host:port`` as a record's born host (unknown when unparseable)."""
+    try:
+        return encode_host(*split_host_port(address)) if address else UNKNOWN_HOST
+    except ValueError:
+        return UNKNOWN_HOST
 
 
 def _resolve(address: str) -> tuple[str, int]:

@@ -3,13 +3,14 @@ Errors are typed by the core and mapped to statuses by ``@rpc``."""
 
 from __future__ import annotations
 
+import asyncio
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
 
-from txmq.errors import error
+from txmq.errors import TxmqError, error
 from txmq.protocol import OP_COMMIT, OP_ROLLBACK
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.grpc_errors import rpc
@@ -19,11 +20,13 @@ from .arrivals import ArrivalBatch
 from .codec import PreparedRecord
 from .configs import SubscriptionGroupConfig, TopicConfig
 from .filters import FilterType, build_message_filter
-from .message_store import MessageStore
+from .message_store import Appended, MessageStore
 from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
 from .transactions import DecisionRequest, HalfAction
 
 MAX_ARRIVALS_PER_BATCH = 1000
+# SendStream: frames appended but not yet acknowledged, per stream (then reading waits).
+MAX_UNACKED_FRAMES = 64
 _DECISION = {store_pb2.DECISION_COMMIT: OP_COMMIT, store_pb2.DECISION_ROLLBACK: OP_ROLLBACK}
 _TO_PB_DECISION = {v: k for k, v in _DECISION.items()}
 
@@ -110,6 +113,58 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             born_host=peer_address(context),
         )
         return self._records_response(status, records, offsets, queue_offsets)
+
+    @rpc
+    async def SendStream(
+        self, request_iterator: AsyncIterator[store_pb2.RecordFrame], context: grpc.aio.ServicerContext
+    ):
+        """Frames are appended as they arrive (a reader task) and acknowledged in order
+        once settled, so under sync flush one group commit covers every frame in
+        flight. A refused frame is answered in its ack; the stream goes on."""
+        store = self._store
+        born_host = peer_address(context)
+        appended: asyncio.Queue[tuple[int, Appended | TxmqError] | None] = asyncio.Queue()
+        room = asyncio.Semaphore(MAX_UNACKED_FRAMES)
+
+        async def read() -> None:
+            try:
+                async for frame in request_iterator:
+                    await room.acquire()
+                    try:
+                        out: Appended | TxmqError = store.append_packed(frame.records, born_host=born_host)
+                    except TxmqError as err:
+                        out = err
+                    appended.put_nowait((frame.sequence, out))
+            finally:
+                appended.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await appended.get()) is not None:
+                sequence, out = item
+                if isinstance(out, TxmqError):
+                    ack = store_pb2.RecordAck(sequence=sequence, error=out.to_detail())
+                else:
+                    ack = await self._record_ack(sequence, out)
+                yield ack
+                room.release()
+            await reader  # a failure of the reader (not a refused frame) ends the call
+        finally:
+            reader.cancel()
+
+    async def _record_ack(self, sequence: int, appended: Appended) -> store_pb2.RecordAck:
+        store = self._store
+        try:
+            status = await store.settle(appended)
+        except TxmqError as err:
+            return store_pb2.RecordAck(sequence=sequence, error=err.to_detail())
+        ack = store_pb2.RecordAck(
+            sequence=sequence, status=status, offset_msg_id_prefix=store.offset_msg_id_prefix, store_id=store.store_id
+        )
+        ack.commit_log_offsets.extend(appended.offsets)
+        ack.queue_offsets.extend(appended.queue_offsets)
+        ack.queue_ids.extend([rec.queue_id for rec in appended.records])
+        return ack
 
     def _records_response(
         self, status: int, records: Sequence[PreparedRecord], offsets: Sequence[int], queue_offsets: Sequence[int]

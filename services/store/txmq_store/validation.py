@@ -19,9 +19,14 @@ from txmq.validation import check_group as check_group_name  # noqa: F401 - one 
 from txmq_runtime.tags import tag_hash_code
 
 from .codec import (
+    HEAD,
     HEADER_SIZE,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
     NAME_VALUE_SEPARATOR,
+    PREFIX,
     PROPERTY_SEPARATOR,
+    U16,
     PreparedRecord,
     encode_tail,
 )
@@ -87,6 +92,9 @@ class MessageLimits:
 
 
 _UNIQ_PREFIX = f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}"
+_UNIQ_PREFIX_LEN = len(_UNIQ_PREFIX)
+_HEAD_AT = PREFIX.size
+_NO_PROPERTIES: Mapping[str, str] = {}
 
 
 def _bad(code: int, message: str, index: int) -> TxmqError:
@@ -179,6 +187,138 @@ class MessageEncoder:
             extra_properties,
             *_TRAITS[sys_flag & TRANSACTION_TYPE_MASK],
         )
+
+    def unpack(self, blob: bytes, pos: int, index: int) -> PreparedRecord:
+        """Check the record a producer sent at ``blob[pos:]`` (``Store.SendStream``, layout in
+        ``txmq.records``) and take it as it is: its topic, properties and body are stored
+        byte for byte, the fields only the store knows are written by the commit log.
+        The record's ``queue_id`` may be ``ANY_QUEUE``; the caller resolves it."""
+        limits = self._limits
+        end_of_blob = len(blob)
+        if end_of_blob - pos < MIN_RECORD_SIZE:
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"torn record: {end_of_blob - pos} bytes left", index)
+        size, magic, _ = PREFIX.unpack_from(blob, pos)
+        if magic != MESSAGE_MAGIC:
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"bad record magic {magic:#x}", index)
+        end = pos + size
+        if size < MIN_RECORD_SIZE or end > end_of_blob:
+            raise _bad(
+                errors_pb2.CODE_ILLEGAL_MESSAGE,
+                f"torn record: size {size}, {end_of_blob - pos} bytes left", index,
+            )  # fmt: skip
+        (body_crc, queue_id, flag, _qo, _po, sys_flag, born_ts, _bh, _st, _sh, reconsume, prepared, body_len) = (
+            HEAD.unpack_from(blob, pos + _HEAD_AT)
+        )
+        if sys_flag or reconsume or prepared:
+            raise _bad(
+                errors_pb2.CODE_ILLEGAL_MESSAGE,
+                "a sent record's sysflag, reconsume times and prepared-transaction offset must be 0", index,
+            )  # fmt: skip
+        if not body_len:
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "message body is empty", index)
+        if body_len > limits.max_body_bytes:
+            raise _bad(
+                errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
+                f"body of {body_len} bytes exceeds {limits.max_body_bytes}", index,
+            )  # fmt: skip
+        tpos = pos + HEADER_SIZE + body_len
+        ppos = tpos + 1 + (blob[tpos] if tpos < end else 0)
+        if ppos + 2 > end or ppos + 2 + U16.unpack_from(blob, ppos)[0] != end:
+            raise _bad(
+                errors_pb2.CODE_ILLEGAL_MESSAGE, f"the record's field lengths disagree with its size {size}", index
+            )
+        if end - ppos - 2 > limits.max_properties_bytes:
+            raise _bad(
+                errors_pb2.CODE_MESSAGE_PROPERTIES_TOO_LARGE,
+                f"properties take {end - ppos - 2} bytes encoded, at most {limits.max_properties_bytes}", index,
+            )  # fmt: skip
+        if size > limits.max_record_bytes:
+            raise _bad(
+                errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
+                f"message of {size} bytes does not fit a commit-log segment ({limits.max_record_bytes})", index,
+            )  # fmt: skip
+        body = blob[pos + HEADER_SIZE : tpos]
+        if _crc32(body) != body_crc:
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "body CRC mismatch: the record was damaged", index)
+        try:
+            topic = blob[tpos + 1 : ppos].decode("ascii")
+            text = blob[ppos + 2 : end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad(
+                errors_pb2.CODE_ILLEGAL_MESSAGE, "topic is not ASCII or properties are not UTF-8", index
+            ) from None
+        if not topic:
+            raise _bad(errors_pb2.CODE_ILLEGAL_TOPIC, "topic is empty", index)
+        if (
+            text.startswith(_UNIQ_PREFIX)
+            and text.count(NAME_VALUE_SEPARATOR) == 1
+            and text.find(PROPERTY_SEPARATOR) == len(text) - 1
+        ):
+            # The common case, the unique id alone.
+            unique_id, tags, keys, props = text[_UNIQ_PREFIX_LEN:-1], "", (), _NO_PROPERTIES
+        else:
+            unique_id, tags, keys, props = self._parse_properties(text, index)
+        if not unique_id:
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "a sent record must carry its unique id (UNIQ_KEY)", index)
+        return PreparedRecord(
+            topic,
+            queue_id,
+            flag,
+            0,
+            born_ts or self._now_ms,
+            self._born_host,
+            0,
+            0,
+            body,
+            body_crc,
+            blob[tpos:end],
+            size,
+            cached_tag_code(tags) if tags else 0,
+            tags,
+            keys,
+            unique_id,
+            props,
+            None,
+            True,
+            True,
+        )
+
+    def _parse_properties(self, text: str, index: int) -> tuple[str, str, tuple[str, ...], dict[str, str]]:
+        """A sent record's properties text -> unique id, tags, keys, other properties; the
+        same rules as for a message sent field by field."""
+        if not text.endswith(PROPERTY_SEPARATOR):
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "properties must end with \\x02", index)
+        items = text[:-1].split(PROPERTY_SEPARATOR)
+        if text.count(NAME_VALUE_SEPARATOR) != len(items):
+            raise _bad(
+                errors_pb2.CODE_ILLEGAL_MESSAGE,
+                "tags, keys, unique id and properties must not contain \\x01 or \\x02", index,
+            )  # fmt: skip
+        unique_id = tags = ""
+        keys: tuple[str, ...] = ()
+        props: dict[str, str] = {}
+        reserved = self._reserved
+        seen: set[str] = set()
+        for item in items:
+            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+            if not name:
+                raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "property with an empty name", index)
+            if name in seen:
+                raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"property {name} appears twice", index)
+            seen.add(name)
+            if name == PROPERTY_UNIQ_KEY:
+                unique_id = value
+            elif name == PROPERTY_TAGS:
+                tags = value
+            elif name == PROPERTY_KEYS:
+                keys = tuple(value.split(KEY_SEPARATOR)) if value else ()
+                if not all(keys):
+                    raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"keys {value!r} hold an empty key", index)
+            elif name in reserved:
+                raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"property name {name} is reserved", index)
+            else:
+                props[name] = value
+        return unique_id, tags, keys, props
 
     def _encode_properties(
         self,

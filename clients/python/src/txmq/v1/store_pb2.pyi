@@ -107,6 +107,36 @@ class SendBatchRequest(_message.Message):
     transaction_prepared: bool
     def __init__(self, messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., transaction_prepared: _Optional[bool] = ...) -> None: ...
 
+class RecordFrame(_message.Message):
+    __slots__ = ("sequence", "records", "producer_group")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    records: bytes
+    producer_group: str
+    def __init__(self, sequence: _Optional[int] = ..., records: _Optional[bytes] = ..., producer_group: _Optional[str] = ...) -> None: ...
+
+class RecordAck(_message.Message):
+    __slots__ = ("sequence", "error", "status", "commit_log_offsets", "queue_offsets", "queue_ids", "offset_msg_id_prefix", "store_id")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    error: _errors_pb2.ErrorDetail
+    status: SendStatus
+    commit_log_offsets: _containers.RepeatedScalarFieldContainer[int]
+    queue_offsets: _containers.RepeatedScalarFieldContainer[int]
+    queue_ids: _containers.RepeatedScalarFieldContainer[int]
+    offset_msg_id_prefix: str
+    store_id: str
+    def __init__(self, sequence: _Optional[int] = ..., error: _Optional[_Union[_errors_pb2.ErrorDetail, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., commit_log_offsets: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., offset_msg_id_prefix: _Optional[str] = ..., store_id: _Optional[str] = ...) -> None: ...
+
 class SystemMessage(_message.Message):
     __slots__ = ("message", "sys_flag", "reconsume_times", "prepared_transaction_offset")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]

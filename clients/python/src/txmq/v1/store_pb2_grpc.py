@@ -44,6 +44,11 @@ class StoreStub:
                 request_serializer=txmq_dot_v1_dot_store__pb2.SendBatchRequest.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_store__pb2.SendBatchResponse.FromString,
                 _registered_method=True)
+        self.SendStream = channel.stream_stream(
+                '/txmq.v1.Store/SendStream',
+                request_serializer=txmq_dot_v1_dot_store__pb2.RecordFrame.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.RecordAck.FromString,
+                _registered_method=True)
         self.GetMessage = channel.unary_unary(
                 '/txmq.v1.Store/GetMessage',
                 request_serializer=txmq_dot_v1_dot_store__pb2.GetMessageRequest.SerializeToString,
@@ -120,6 +125,18 @@ class StoreServicer:
     def SendBatch(self, request, context):
         """Store many messages in one call (they may name different topics). The batch is
         validated as a whole first: one bad message rejects the batch and stores nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendStream(self, request_iterator, context):
+        """The packed send stream: a long-lived stream per producer and store whose frames
+        carry records already in the commit-log layout, acknowledged in frame order with
+        packed offsets. Each frame is validated whole and stored all or nothing, like a
+        SendBatch; a refused frame is answered in its ack (the stream stays open). Frames
+        are appended as they arrive, so under sync flush one fsync covers every frame in
+        flight (group commit across the pipelined frames). docs/store.md "Packed sends".
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -234,6 +251,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.SendBatch,
                     request_deserializer=txmq_dot_v1_dot_store__pb2.SendBatchRequest.FromString,
                     response_serializer=txmq_dot_v1_dot_store__pb2.SendBatchResponse.SerializeToString,
+            ),
+            'SendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.SendStream,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.RecordFrame.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.RecordAck.SerializeToString,
             ),
             'GetMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMessage,
@@ -350,6 +372,33 @@ class Store:
             '/txmq.v1.Store/SendBatch',
             txmq_dot_v1_dot_store__pb2.SendBatchRequest.SerializeToString,
             txmq_dot_v1_dot_store__pb2.SendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/txmq.v1.Store/SendStream',
+            txmq_dot_v1_dot_store__pb2.RecordFrame.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.RecordAck.FromString,
             options,
             channel_credentials,
             insecure,

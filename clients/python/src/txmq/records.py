@@ -1,0 +1,127 @@
+"""The commit-log record: the one definition of its layout, shared by the store (which
+writes and reads it, ``txmq_store.codec``) and the SDK (which sends records in this
+layout over ``Store.SendStream``). All integers big-endian.
+
+    offset  size  field
+         0     4  total size (u32): the whole record, this field included
+         4     4  magic (u32): MESSAGE_MAGIC
+         8     4  record CRC32 (u32) over every byte after this field: [12, total size)
+        12     4  body CRC32 (u32)
+        16     4  queue id (u32)
+        20     4  flag (i32)
+        24     8  queue offset (i64)
+        32     8  physical offset (i64): the record's own commit-log offset
+        40     4  sysflag (u32): transaction type in bits 0xC (RocketMQ MessageSysFlag)
+        44     8  born timestamp (i64, ms)
+        52    20  born host: 16-byte IPv6 address (IPv4 as v4-mapped) + port (u32)
+        72     8  store timestamp (i64, ms)
+        80    20  store host: as born host
+       100     4  reconsume times (u32)
+       104     8  prepared-transaction offset (i64)
+       112     4  body length (u32)
+       116     b  body
+     116+b     1  topic length (u8)
+           t      topic (ASCII)
+           2      properties length (u16)
+           p      properties (UTF-8): name \\x01 value \\x02, repeated; the message's
+                  unique id, tags and keys are the properties UNIQ_KEY, TAGS and KEYS
+                  (keys joined by a space), as RocketMQ stores them
+
+A record a producer sends (``encode_for_send``) has the same layout: the store checks it
+and writes the fields only it knows (queue offset, physical offset, born host as it sees
+the connection, store timestamp, store host) and the record CRC over the result. In a
+sent record queue id ``ANY_QUEUE`` asks the store to pick the queue, and a born
+timestamp of 0 means "the store's time".
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Mapping, Sequence
+
+from txmq.protocol import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+
+MESSAGE_MAGIC = 0x54584D51  # "TXMQ"
+BLANK_MAGIC = 0x54584D42  # "TXMB"
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+MAX_TOPIC_BYTES = 255
+MAX_PROPERTIES_BYTES = 65_535
+ANY_QUEUE = 0xFFFFFFFF
+
+PREFIX = struct.Struct(">III")  # total size, magic, record CRC
+HEAD = struct.Struct(">IIiqqIq20sq20sIqI")  # body CRC ... body length (bytes 12..115)
+U8 = struct.Struct(">B")
+U16 = struct.Struct(">H")
+HEADER_SIZE = PREFIX.size + HEAD.size  # 116
+RECORD_CRC_START = PREFIX.size
+# Offsets of single fields, for readers that need one of them.
+QUEUE_ID_AT = 16
+PHYSICAL_OFFSET_AT = 32
+STORE_TIMESTAMP_AT = 72
+BODY_LENGTH_AT = 112
+assert HEADER_SIZE == 116
+
+_NO_HOST = bytes(20)
+_crc32 = zlib.crc32
+_topic_prefixes: dict[str, bytes] = {}
+
+
+def topic_prefix(topic: str) -> bytes:
+    """Topic length + topic (cached: a process sends to few topics)."""
+    prefix = _topic_prefixes.get(topic)
+    if prefix is None:
+        topic_bytes = topic.encode("ascii")
+        prefix = U8.pack(len(topic_bytes)) + topic_bytes
+        if len(_topic_prefixes) < 65_536:
+            _topic_prefixes[topic] = prefix
+    return prefix
+
+
+def encode_properties_text(
+    unique_id: str, tags: str | None, keys: Sequence[str], properties: Mapping[str, str] | None
+) -> bytes:
+    """The properties field of a message sent by a producer (already validated)."""
+    text = f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}{unique_id}{PROPERTY_SEPARATOR}"
+    if tags:
+        text += f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{tags}{PROPERTY_SEPARATOR}"
+    if keys:
+        text += f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{KEY_SEPARATOR.join(keys)}{PROPERTY_SEPARATOR}"
+    if properties:
+        text += "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in properties.items())
+    return text.encode("utf-8")
+
+
+def encode_for_send(
+    topic: str,
+    queue_id: int | None,
+    body: bytes,
+    unique_id: str,
+    *,
+    tags: str | None = None,
+    keys: Sequence[str] = (),
+    properties: Mapping[str, str] | None = None,
+    flag: int = 0,
+    born_timestamp_ms: int = 0,
+) -> bytes:
+    """One record as a producer sends it over ``SendStream`` (fields the store fills are
+    zero). The caller has validated the message (``txmq.validation``)."""
+    props = encode_properties_text(unique_id, tags, keys, properties)
+    tail = topic_prefix(topic) + U16.pack(len(props)) + props
+    head = HEAD.pack(
+        _crc32(body),
+        ANY_QUEUE if queue_id is None else queue_id,
+        flag,
+        0,
+        0,
+        0,
+        born_timestamp_ms,
+        _NO_HOST,
+        0,
+        _NO_HOST,
+        0,
+        0,
+        len(body),
+    )
+    return b"".join((PREFIX.pack(HEADER_SIZE + len(body) + len(tail), MESSAGE_MAGIC, 0), head, body, tail))
