@@ -3,8 +3,8 @@ real grpc.aio server; the stored result compared with the field-by-field SendBat
 
 from __future__ import annotations
 
-import struct
 import asyncio
+import struct
 from collections.abc import AsyncIterator
 
 import pytest
@@ -162,7 +162,7 @@ async def test_pipelined_frames_under_sync_flush_share_fsyncs(stores: StoreFacto
         fsync.calls = 0
         fsync.gate.clear()
         sending = asyncio.create_task(stream(served, *blobs))
-        while store.commitlog.write_offset < expected_end:  # appended as they arrive
+        while store.commitlog.write_offset < expected_end:  # noqa: ASYNC110 - a store attribute, no event to wait on
             await asyncio.sleep(0.005)
         assert not sending.done()  # nothing acknowledged before its fsync
         fsync.gate.set()

@@ -159,7 +159,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         except TxmqError as err:
             return store_pb2.RecordAck(sequence=sequence, error=err.to_detail())
         ack = store_pb2.RecordAck(
-            sequence=sequence, status=status, offset_msg_id_prefix=store.offset_msg_id_prefix, store_id=store.store_id
+            sequence=sequence,
+            status=store_pb2.SendStatus.ValueType(status),
+            offset_msg_id_prefix=store.offset_msg_id_prefix,
+            store_id=store.store_id,
         )
         ack.commit_log_offsets.extend(appended.offsets)
         ack.queue_offsets.extend(appended.queue_offsets)

@@ -249,6 +249,7 @@ class MessageEncoder:
             ) from None
         if not topic:
             raise _bad(errors_pb2.CODE_ILLEGAL_TOPIC, "topic is empty", index)
+        keys: tuple[str, ...]
         if (
             text.startswith(_UNIQ_PREFIX)
             and text.count(NAME_VALUE_SEPARATOR) == 1

@@ -95,7 +95,7 @@ def message_queue_to_proto(mq: MessageQueue) -> common_pb2.MessageQueue:
     return common_pb2.MessageQueue(topic=mq.topic, store_id=mq.store_id, queue_id=mq.queue_id)
 
 
-_SEND_STATUS = {s.value: s for s in SendStatus}
+SEND_STATUSES = {s.value: s for s in SendStatus}
 
 
 def send_result_from_proto(pb: store_pb2.SendResult) -> SendResult:
@@ -114,7 +114,7 @@ def send_results_from_proto(pbs: Iterable[store_pb2.SendResult]) -> list[SendRes
     """``send_result_from_proto`` of each, with one MessageQueue per queue (a batch
     goes to one queue) and the status looked up, not parsed."""
     queues: dict[tuple[str, str, int], MessageQueue] = {}
-    statuses = _SEND_STATUS
+    statuses = SEND_STATUSES
     out: list[SendResult] = []
     append = out.append
     for pb in pbs:

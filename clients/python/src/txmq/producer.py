@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from types import TracebackType
 from typing import TypeVar
 
@@ -13,28 +14,39 @@ import grpc
 
 from txmq._backoff import delay as backoff_delay
 from txmq._client import ClientCore, call
-from txmq._convert import add_messages_to_proto, message_to_proto, send_result_from_proto, send_results_from_proto
+from txmq._convert import (
+    SEND_STATUSES,
+    add_messages_to_proto,
+    message_to_proto,
+    send_result_from_proto,
+    send_results_from_proto,
+)
+from txmq._pipe import Entry, PipeSettings, SendPipe
 from txmq._selector import QueueSelector
 from txmq.errors import (
     BadRequestError,
     ForbiddenError,
     NotFoundError,
+    NotImplementedYetError,
     TooManyRequestsError,
     TxmqError,
+    UpstreamTimeoutError,
 )
 from txmq.ids import new_unique_id, new_unique_ids
 from txmq.message import Message, MessageQueue, SendResult
 from txmq.models import TopicRoute
+from txmq.records import encode_for_send
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_message, check_message_content, check_send_topic
 
 log = logging.getLogger("txmq.producer")
 
 T = TypeVar("T")
-# One attempt: (store stub, chosen queue, seconds left) -> result.
-Attempt = Callable[[store_pb2_grpc.StoreStub, MessageQueue, float], T]
+# One attempt: (store stub, chosen queue, seconds left, store address) -> result.
+Attempt = Callable[[store_pb2_grpc.StoreStub, MessageQueue, float, str], T]
 
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024  # RocketMQ's maxMessageSize
+DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
 _THROTTLE_BACKOFF_S = 0.05
 
 
@@ -47,6 +59,14 @@ class Producer:
     a failed attempt is retried up to ``retry_times`` more times, on another store when
     there is one, and only when the error says a retry can help. Each message gets its
     unique id before the first attempt, so a retried message keeps its id.
+
+    Sends travel over one ``SendStream`` per store, encoded as commit-log records, and
+    concurrent sends (from many threads) share its frames: a send goes at once when
+    nothing is in flight, and waits to join the next frame otherwise (at most
+    ``max_in_flight_frames`` frames in flight per store; ``linger_ms`` > 0 lets a send
+    wait that long for others; a frame holds at most ``max_frame_bytes`` unless one
+    entry is larger). ``send_batch`` stays all or nothing. With ``interceptors``, or
+    ``send_stream=False``, or a store without SendStream, each send is its own unary call.
     """
 
     def __init__(
@@ -59,8 +79,14 @@ class Producer:
         max_message_size_bytes: int = DEFAULT_MAX_MESSAGE_SIZE_BYTES,
         route_refresh_interval: float = 30.0,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+        send_stream: bool = True,
+        linger_ms: float = 0.0,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_in_flight_frames: int = 2,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
+        if linger_ms < 0 or max_frame_bytes <= 0 or max_in_flight_frames <= 0:
+            raise ValueError("linger_ms must be >= 0, max_frame_bytes and max_in_flight_frames > 0")
         if send_timeout <= 0 or retry_times < 0 or max_message_size_bytes <= 0 or route_refresh_interval <= 0:
             raise ValueError(
                 "send_timeout, max_message_size_bytes and route_refresh_interval must be > 0, retry_times >= 0"
@@ -75,6 +101,10 @@ class Producer:
         self._lock = threading.Lock()
         self._core: ClientCore | None = None
         self._selectors: dict[str, QueueSelector] = {}
+        self._streams = send_stream and not interceptors
+        self._pipe_settings = PipeSettings(linger_ms, max_frame_bytes, max_in_flight_frames)
+        self._pipes: dict[str, SendPipe] = {}
+        self._unary_only: set[str] = set()  # stores that answered SendStream UNIMPLEMENTED
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -92,6 +122,9 @@ class Producer:
         """Close every channel. Idempotent; ``start()`` may open the producer again."""
         with self._lock:
             core, self._core = self._core, None
+            pipes, self._pipes = list(self._pipes.values()), {}
+        for pipe in pipes:
+            pipe.close()
         if core is not None:
             core.close()
 
@@ -108,9 +141,20 @@ class Producer:
 
     def send(self, msg: Message, *, timeout: float | None = None) -> SendResult:
         """Send one message; ``timeout`` overrides ``send_timeout`` for this call."""
-        pb = self._prepare(msg)
+        self._check(msg)
+        born_timestamp_ms = int(time.time() * 1000)
 
-        def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float) -> SendResult:
+        def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float, address: str) -> SendResult:
+            pipe = self._pipe(address, store)
+            if pipe is not None:
+                record = encode_for_send(
+                    msg.topic, mq.queue_id, msg.body, msg.unique_id or "", tags=msg.tags, keys=msg.keys,
+                    properties=msg.properties, flag=msg.flag, born_timestamp_ms=born_timestamp_ms,
+                )  # fmt: skip
+                acked = self._await(address, pipe, pipe.submit(record, 1), remaining)
+                if acked is not None:
+                    return _results_from_ack(*acked, 1, msg.topic, (msg.unique_id or "",))[0]
+            pb = message_to_proto(msg, born_timestamp_ms=born_timestamp_ms)
             pb.queue_id = mq.queue_id
             request = store_pb2.SendMessageRequest(message=pb, producer_group=self.group)
             return send_result_from_proto(call(store.SendMessage, request, timeout=remaining).result)
@@ -135,8 +179,32 @@ class Producer:
         born_timestamp_ms = int(time.time() * 1000)
         request: store_pb2.SendBatchRequest | None = None
 
-        def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float) -> list[SendResult]:
+        def attempt(
+            store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float, address: str
+        ) -> list[SendResult]:
             nonlocal request
+            pipe = self._pipe(address, store)
+            if pipe is not None:
+                queue_id = mq.queue_id
+                blob = b"".join(
+                    [
+                        encode_for_send(
+                            topic,
+                            queue_id,
+                            m.body,
+                            m.unique_id or "",
+                            tags=m.tags,
+                            keys=m.keys,
+                            properties=m.properties,
+                            flag=m.flag,
+                            born_timestamp_ms=born_timestamp_ms,
+                        )
+                        for m in msgs
+                    ]
+                )
+                acked = self._await(address, pipe, pipe.submit(blob, len(msgs)), remaining)
+                if acked is not None:
+                    return _results_from_ack(*acked, len(msgs), topic, [m.unique_id or "" for m in msgs])
             if request is None:  # built once the queue is known: no second pass to set it
                 request = store_pb2.SendBatchRequest(producer_group=self.group)
                 add_messages_to_proto(request.messages, msgs, queue_id=mq.queue_id, born_timestamp_ms=born_timestamp_ms)
@@ -147,9 +215,50 @@ class Producer:
 
         return self._send_with_retry(topic, pinned.pop(), attempt, timeout=timeout)
 
+    # -- the send stream -----------------------------------------------------------------
+
+    def _pipe(self, address: str, stub: store_pb2_grpc.StoreStub) -> SendPipe | None:
+        """The open send stream to ``address`` (opened or reopened here), or None where
+        sends are unary."""
+        if not self._streams or address in self._unary_only:
+            return None
+        with self._lock:
+            pipe = self._pipes.get(address)
+            if pipe is None or pipe.failed is not None:
+                if self._core is None:
+                    raise RuntimeError("the producer is not started: call start() or use it in a with block")
+                pipe = self._pipes[address] = SendPipe(stub, producer_group=self.group, settings=self._pipe_settings)
+            return pipe
+
+    def _await(
+        self, address: str, pipe: SendPipe, entry: Entry, remaining: float
+    ) -> tuple[store_pb2.RecordAck, int] | None:
+        """The ack of ``entry`` and where its records start in it; None when the store
+        has no SendStream (then the caller sends unary, now and later)."""
+        try:
+            return entry.future.result(timeout=max(0.0, remaining))
+        except FutureTimeout:
+            withdrawn = pipe.withdraw(entry)
+            raise UpstreamTimeoutError(
+                f"no acknowledgement within {remaining:.3f}s"
+                + (" (it was not sent)" if withdrawn else " (it may have been stored)")
+            ) from None
+        except NotImplementedYetError as err:
+            if not err.transport:
+                raise
+            log.info("store %s has no SendStream (%s): sending unary calls", address, err)
+            with self._lock:
+                self._unary_only.add(address)
+            return None
+
     # -- internals shared with the transactional producer -------------------------------
 
     def _prepare(self, msg: Message) -> common_pb2.Message:
+        """``_check``, then the message as protobuf."""
+        self._check(msg)
+        return message_to_proto(msg, born_timestamp_ms=int(time.time() * 1000))
+
+    def _check(self, msg: Message) -> None:
         """Validate and assign the unique id (on the caller's message, as RocketMQ does, so
         the caller can log it and a resend of the same object keeps it)."""
         check_message(
@@ -163,7 +272,6 @@ class Producer:
         )
         if msg.unique_id is None:
             msg.unique_id = new_unique_id()
-        return message_to_proto(msg, born_timestamp_ms=int(time.time() * 1000))
 
     def _prepare_batch(self, topic: str, msgs: Sequence[Message]) -> None:
         """``_prepare`` for a batch of one topic, without building protobuf messages:
@@ -205,8 +313,9 @@ class Producer:
             try:
                 route = core.routes.get(topic, timeout=deadline - time.monotonic())
                 mq = selector.select(_write_queues(route, queue_id), avoid_store=failed_store)
-                store = core.stub(route.store_address(mq.store_id), store_pb2_grpc.StoreStub)
-                return attempt(store, mq, deadline - time.monotonic())
+                address = route.store_address(mq.store_id)
+                store = core.stub(address, store_pb2_grpc.StoreStub)
+                return attempt(store, mq, deadline - time.monotonic(), address)
             except TxmqError as err:
                 if mq is not None:
                     # Whatever the store said, the route may be out of date (topic deleted
@@ -222,6 +331,26 @@ class Producer:
                 if isinstance(err, TooManyRequestsError):
                     left = deadline - time.monotonic()
                     time.sleep(max(0.0, backoff_delay(attempts, first=_THROTTLE_BACKOFF_S, maximum=left)))
+
+
+def _results_from_ack(
+    ack: store_pb2.RecordAck, start: int, count: int, topic: str, unique_ids: Sequence[str]
+) -> list[SendResult]:
+    """The SendResults of ``count`` records of one topic from ``start`` in ``ack``."""
+    status = SEND_STATUSES[ack.status]
+    prefix, store_id = ack.offset_msg_id_prefix, ack.store_id
+    offsets, queue_offsets, queue_ids = ack.commit_log_offsets, ack.queue_offsets, ack.queue_ids
+    queues: dict[int, MessageQueue] = {}
+    out: list[SendResult] = []
+    for i in range(count):
+        j = start + i
+        queue_id = queue_ids[j]
+        mq = queues.get(queue_id)
+        if mq is None:
+            mq = queues[queue_id] = MessageQueue(topic, store_id, queue_id)
+        offset = offsets[j]
+        out.append(SendResult(status, unique_ids[i], f"{prefix}{offset:016X}", mq, queue_offsets[j], offset))
+    return out
 
 
 def _write_queues(route: TopicRoute, queue_id: int | None) -> list[MessageQueue]:

@@ -189,7 +189,7 @@ class TransactionProducer(Producer):
             raise TxmqError("a TransactionListener is required", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
         pb = self._prepare(msg)
 
-        def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float) -> SendResult:
+        def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float, address: str) -> SendResult:
             pb.queue_id = mq.queue_id
             request = store_pb2.SendMessageRequest(message=pb, producer_group=self.group, transaction_prepared=True)
             return send_result_from_proto(call(store.SendMessage, request, timeout=remaining).result)
