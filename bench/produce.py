@@ -13,6 +13,7 @@ message count or ``--max-seconds``, whichever comes first.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import datetime as dt
@@ -23,6 +24,7 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -83,6 +85,7 @@ class Config:
     scenarios: list[str]
     txmq_client: str
     store_args: list[str] = field(default_factory=list)
+    sdk_options: dict[str, object] = field(default_factory=dict)
     profile: bool = False
     profile_native: bool = False
     wait_quiet_s: float = 0.0
@@ -128,10 +131,63 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[k]
 
 
+def drive_threads(target: Target, mode: str, unit: int, total: int, cfg: Config, body: bytes, bar=None) -> dict:
+    """``drive`` for a blocking client (the SDK's sync Producer): ``cfg.concurrency``
+    plain threads, each calling it in a loop, as an application would; no event loop
+    between the application and the client."""
+    lock = threading.Lock()
+    st = {"claimed": 0, "done": 0, "requests": 0}
+    lat: list[float] = []
+    deadline = time.monotonic() + cfg.max_seconds
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            while time.monotonic() < deadline:
+                with lock:
+                    n = min(unit, total - st["claimed"])
+                    if n <= 0:
+                        return
+                    st["claimed"] += n
+                t0 = time.perf_counter()
+                if mode == "single":
+                    target.blocking_send_one(body)
+                else:
+                    target.blocking_send_batch([body] * n)
+                took = time.perf_counter() - t0
+                with lock:
+                    lat.append(took)
+                    st["done"] += n
+                    st["requests"] += 1
+                if bar is not None:
+                    bar.update(n)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, name=f"bench-client-{i}") for i in range(cfg.concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(cfg.max_seconds + 60)
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return {
+        "messages": st["done"],
+        "requests": st["requests"],
+        "seconds": elapsed,
+        "lat": lat,
+        "stopped_by": "count" if st["done"] >= total else "time",
+    }
+
+
 async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes, bar=None) -> dict:
     """Send ``total`` messages with ``cfg.concurrency`` requests in flight; stop early at
     ``cfg.max_seconds``. Returns counts, elapsed time and request latencies."""
     unit = 1 if mode == "single" else cfg.batch_size
+    if target.blocking:
+        return await asyncio.to_thread(drive_threads, target, mode, unit, total, cfg, body, bar)
     st = {"claimed": 0, "done": 0, "requests": 0}
     lat: list[float] = []
     deadline = time.monotonic() + cfg.max_seconds
@@ -175,6 +231,20 @@ async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes,
     }
 
 
+def parse_sdk_options(items: tuple[str, ...]) -> dict[str, object]:
+    """``("a=1", "b=False")`` -> ``{"a": 1, "b": False}``."""
+    out: dict[str, object] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise click.BadParameter(f"{item!r} is not name=value", param_hint="--sdk-option")
+        try:
+            out[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise click.BadParameter(f"{value!r} is not a Python literal", param_hint="--sdk-option") from None
+    return out
+
+
 def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
     if system in ("txmq-async", "txmq-sync"):
         return TxmqTarget(
@@ -184,6 +254,7 @@ def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
             client=cfg.txmq_client,
             concurrency=cfg.concurrency,
             store_args=cfg.store_args,
+            sdk_options=cfg.sdk_options,
         )
     if system == "grpc-null":
         return TxmqTarget(
@@ -605,6 +676,13 @@ async def run_all(cfg: Config, progress: bool, keep: bool, run_id: str) -> list[
     help="Extra flag for the store process, e.g. --store-arg=--log_level=WARNING.",
 )
 @click.option(
+    "--sdk-option",
+    "sdk_options",
+    multiple=True,
+    help="A txmq.Producer keyword for the SDK client, name=value (Python literal), e.g. "
+    "--sdk-option send_stream=False --sdk-option max_in_flight_frames=4.",
+)
+@click.option(
     "--profile",
     is_flag=True,
     help="py-spy the store process during each txmq scenario (only the thread "
@@ -644,6 +722,7 @@ def main(
     scenarios,
     txmq_client,
     store_args,
+    sdk_options,
     profile,
     profile_native,
     wait_quiet_s,
@@ -676,6 +755,7 @@ def main(
         scenarios=picked,
         txmq_client=txmq_client,
         store_args=list(store_args),
+        sdk_options=parse_sdk_options(sdk_options),
         profile=profile or profile_native,
         profile_native=profile_native,
         wait_quiet_s=wait_quiet_s,

@@ -14,6 +14,9 @@ class Target:
     reads back how many messages the server holds (a sanity check), ``stop`` tears down."""
 
     child: procs.Child | None = None
+    #: A blocking client (the SDK's sync Producer): the driver calls ``blocking_send_one``
+    #: / ``blocking_send_batch`` from plain threads instead of awaiting the async ones.
+    blocking = False
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
@@ -35,6 +38,12 @@ class Target:
         raise NotImplementedError
 
     async def send_batch(self, bodies: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def blocking_send_one(self, body: bytes) -> None:
+        raise NotImplementedError
+
+    def blocking_send_batch(self, bodies: list[bytes]) -> None:
         raise NotImplementedError
 
     async def stored_count(self) -> int:

@@ -87,11 +87,13 @@ class TxmqTarget(Target):
         concurrency: int,
         store_args: list[str] | None = None,
         store_module: str | None = None,
+        sdk_options: dict[str, object] | None = None,
     ) -> None:
         super().__init__(workdir)
         self.flush_mode = flush_mode
         self.etcd = etcd
         self.client = client  # "sdk" | "stubs"
+        self.sdk_options = dict(sdk_options or {})
         self.store_args = store_args or []
         self.store_module = store_module
         self.channel: grpc.aio.Channel | None = None
@@ -103,7 +105,8 @@ class TxmqTarget(Target):
     @property
     def client_info(self) -> str:
         if self.client == "sdk":
-            return f"txmq SDK (sync txmq.Producer, {self.concurrency} threads), grpcio {grpc.__version__}"
+            options = "".join(f", {k}={v!r}" for k, v in self.sdk_options.items())
+            return f"txmq SDK (sync txmq.Producer, called from {self.concurrency} threads{options}), grpcio {grpc.__version__}"
         return f"raw stubs, grpc.aio {grpc.__version__}, one channel{self.fallback_note}"
 
     @property
@@ -181,11 +184,21 @@ class TxmqTarget(Target):
     async def _open_sdk(self):
         import txmq
 
-        prod = txmq.Producer(group=PRODUCER_GROUP, endpoint=self.endpoint, send_timeout=30.0)
+        prod = txmq.Producer(group=PRODUCER_GROUP, endpoint=self.endpoint, send_timeout=30.0, **self.sdk_options)
         prod.start()
         self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="txmq-sdk")
         self._txmq = txmq
         return prod
+
+    @property
+    def blocking(self) -> bool:  # type: ignore[override]
+        return self.client == "sdk" and self.producer is not None
+
+    def blocking_send_one(self, body: bytes) -> None:
+        self._sdk_send_one(body)
+
+    def blocking_send_batch(self, bodies: list[bytes]) -> None:
+        self._sdk_send_batch(bodies)
 
     def _sdk_send_one(self, body: bytes) -> None:
         r = self.producer.send(self._txmq.Message(TOPIC, body))
