@@ -106,7 +106,8 @@ class TxmqTarget(Target):
     def client_info(self) -> str:
         if self.client == "sdk":
             options = "".join(f", {k}={v!r}" for k, v in self.sdk_options.items())
-            return f"txmq SDK (sync txmq.Producer, called from {self.concurrency} threads{options}), grpcio {grpc.__version__}"
+            threads = f"called from {self.concurrency} threads{options}"
+            return f"txmq SDK (sync txmq.Producer, {threads}), grpcio {grpc.__version__}"
         return f"raw stubs, grpc.aio {grpc.__version__}, one channel{self.fallback_note}"
 
     @property
