@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from txmq.errors import TxmqError
+from txmq.records import decode_messages
 from txmq.v1 import errors_pb2, store_pb2
 from txmq_store.consumequeue import ConsumeQueue
 from txmq_store.index import HEADER, IndexFile
@@ -56,17 +57,22 @@ async def send_ids(store: MessageStore, start: int, stop: int, *, body: bytes = 
     return [r.commit_log_offset for r in results]
 
 
-def read_all(store: MessageStore, offset: int = 0) -> tuple[list[int], TxmqError | None]:
-    """Queue offsets a consumer gets from ``offset`` on, and the error that stopped it."""
+def read_all(store: MessageStore, offset: int = 0, *, raw: bool = False) -> tuple[list[int], TxmqError | None]:
+    """Queue offsets a consumer gets from ``offset`` on, and the error that stopped it
+    (``raw``: reading stored records, as the pull service does)."""
     got: list[int] = []
     while True:
         try:
-            r = store.get_message(topic="TopicA", queue_id=0, offset=offset)
+            r = store.get_message(topic="TopicA", queue_id=0, offset=offset, raw=raw)
         except TxmqError as exc:
             return got, exc
-        if not r.messages:
+        if raw:
+            found = [m.queue_offset for m in decode_messages(b"".join(r.records), "s")]
+        else:
+            found = [m.queue_offset for m in r.messages]
+        if not found:
             return got, None
-        got += [m.queue_offset for m in r.messages]
+        got += found
         offset = r.next_begin_offset
 
 
@@ -101,6 +107,10 @@ async def test_damage_in_an_old_segment_is_an_error_never_data(
     assert err is not None and err.code == errors_pb2.CODE_DATA_CORRUPTED and not err.retriable
     assert err.metadata["queue_offset"] == str(victim)
     assert err.metadata["commit_log_offset"] == str(offsets[victim])
+    # Raw reads (records passed through to the client) check each record the same way.
+    got, raw_err = read_all(store, raw=True)
+    assert got == list(range(victim)) and raw_err is not None and raw_err.code == errors_pb2.CODE_DATA_CORRUPTED
+    assert raw_err.metadata == err.metadata
     # A consumer that skips it (resumes at next_offset) gets everything after it.
     got, err = read_all(store, int(err.metadata["next_offset"]))
     assert (got, err) == (list(range(victim + 1, 300)), None)

@@ -62,12 +62,15 @@ def pull_status(store_status: int, request_offset: int) -> int:
 
 
 def to_pull_response(reply: store_pb2.GetMessageResponse, request_offset: int) -> pull_pb2.PullMessageResponse:
+    """The store's answer as the pull's; raw records pass through as they are."""
     return pull_pb2.PullMessageResponse(
         status=pull_status(reply.status, request_offset),
         next_begin_offset=reply.next_begin_offset,
         min_offset=reply.min_offset,
         max_offset=reply.max_offset,
         messages=reply.messages,
+        records=reply.records,
+        store_id=reply.store_id,
     )
 
 
@@ -109,6 +112,7 @@ class ValidPull:
     group: str
     filter: PullFilter
     max_messages: int
+    raw_records: bool = False
 
 
 class PullProcessor:
@@ -183,6 +187,7 @@ class PullProcessor:
             group=req.consumer_group,
             filter=pull_filter,
             max_messages=req.max_messages or DEFAULT_MAX_MESSAGES,
+            raw_records=req.raw_records,
         )
 
     async def _find_group(self, store_id: str, store: StoreClient, name: str) -> common_pb2.SubscriptionGroupConfig:
@@ -277,6 +282,7 @@ class PullProcessor:
             offset=offset,
             max_messages=v.max_messages,
             filter=v.filter.to_pb(),
+            raw_records=v.raw_records,
         )
         return to_pull_response(await v.store.get_message(request), offset)
 

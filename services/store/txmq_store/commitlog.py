@@ -378,6 +378,17 @@ class CommitLog:
             return None
         return os.pread(seg.fd, size, offset - seg.start)
 
+    def read_ahead(self, offset: int, size: int, want: int) -> bytes | None:
+        """``read(offset, size)`` that returns up to ``want`` bytes from ``offset`` when
+        the segment and the write offset allow (one pread for records that follow)."""
+        if size <= 0 or offset + size > self.write_offset:
+            return None
+        seg = self._find(offset)
+        if seg is None or offset + size > seg.end:
+            return None
+        n = max(size, min(want, seg.end - offset, self.write_offset - offset))
+        return os.pread(seg.fd, n, offset - seg.start)
+
     def read_record(self, offset: int, *, boundary: bool = False) -> StoredMessage | None:
         """Decode and CRC-check the record that starts exactly at ``offset``; None when
         there is none (gone or beyond the end). ``boundary``: a record is known to start

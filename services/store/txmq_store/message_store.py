@@ -37,6 +37,7 @@ from .codec import (
     encode_host,
     read_store_timestamp,
     split_host_port,
+    verify_record,
 )
 from .commitlog import CommitLog, Fsync
 from .configs import (
@@ -657,8 +658,11 @@ class MessageStore:
         offset: int,
         max_messages: int = DEFAULT_MAX_MESSAGES,
         message_filter: MessageFilter | None = None,
+        raw: bool = False,
     ) -> GetMessageResult:
-        """RocketMQ's getMessage: status and next offset rules of seed 004."""
+        """RocketMQ's getMessage: status and next offset rules of seed 004. ``raw``: the
+        result holds the records as stored (``records``), decoded only as far as an SQL92
+        filter must read them, instead of decoded messages."""
         if offset < 0:
             raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
         if max_messages < 0:
@@ -689,11 +693,11 @@ class MessageStore:
         units = cq.read_units(offset, max(SCAN_BYTES, max_messages * UNIT.size) // UNIT.size)
         if units is None:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
-        return self._scan(units, offset, lo, hi, max_messages, message_filter, topic=topic, queue_id=queue_id)
+        return self._scan(units, offset, lo, hi, max_messages, message_filter, topic=topic, queue_id=queue_id, raw=raw)
 
     def _scan(
         self, units: bytes, offset: int, lo: int, hi: int, max_messages: int, message_filter: MessageFilter | None,
-        *, topic: str, queue_id: int,
+        *, topic: str, queue_id: int, raw: bool = False,
     ) -> GetMessageResult:  # fmt: skip
         """Every record served is CRC-checked (once). A damaged one ends the batch: the
         intact messages before it are returned and the next read starts at it; a read
@@ -706,10 +710,16 @@ class MessageStore:
         tag_filter = message_filter if message_filter and message_filter.tags else None
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         taken: list[StoredMessage] = []
+        records: list[bytes] = []
+        count = 0
         total_bytes = 0
         next_file_start = -1
         max_phy_pulling = 0
         scanned = 0
+        # Records of a queue often follow each other in the commit log: one pread serves
+        # those that lie in the chunk read last.
+        chunk, chunk_start, chunk_end = b"", 0, 0
+        read_ahead = self.settings.max_transfer_bytes_in_memory
         for phys, size, tag_code in UNIT.iter_unpack(units):
             if size == 0:
                 scanned += 1  # a gap: a record recovery found damaged, its queue rebuilt
@@ -718,40 +728,60 @@ class MessageStore:
             if next_file_start >= 0 and phys < next_file_start:
                 scanned += 1
                 continue
-            if self._batch_full(size, max_messages, total_bytes, len(taken), in_disk=max_phy - phys > memory):
+            if self._batch_full(size, max_messages, total_bytes, count, in_disk=max_phy - phys > memory):
                 break
             scanned += 1
             if tag_filter is not None and not tag_filter.match_tag_code(tag_code):
                 if total_bytes == 0:
                     status = GetMessageStatus.NO_MATCHED_MESSAGE
                 continue
-            buf = cl.read(phys, size)
+            if chunk_start <= phys and phys + size <= chunk_end:
+                buf: bytes | None = chunk[phys - chunk_start : phys - chunk_start + size]
+            else:
+                buf = cl.read_ahead(phys, size, read_ahead)
+                if buf is not None:
+                    chunk, chunk_start, chunk_end = buf, phys, phys + len(buf)
+                    buf = buf[:size] if len(buf) > size else buf
             if buf is None:
                 if total_bytes == 0:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_file_start = cl.roll_next_file(phys)
                 continue
             try:
-                msg = decode_record(buf, verify_crc=True, expected_offset=phys)
+                if raw and predicate is None:
+                    verify_record(buf, 0, phys)
+                    msg = None
+                else:
+                    msg = decode_record(buf, verify_crc=True, expected_offset=phys)
             except CorruptRecord as exc:
                 self._corruption.report(phys, str(exc))
-                if taken:
+                if count:
                     scanned -= 1  # the next read starts at the damaged record
                     break
                 at = offset + scanned - 1
                 raise corrupted(
                     phys, str(exc), topic=topic, queue_id=str(queue_id), queue_offset=str(at), next_offset=str(at + 1)
                 ) from None
-            if predicate is not None and not predicate(msg.all_properties()):
+            if predicate is not None and not predicate(msg.all_properties()):  # type: ignore[union-attr]
                 if total_bytes == 0:
                     status = GetMessageStatus.NO_MATCHED_MESSAGE
                 continue
-            taken.append(msg)
+            if raw:
+                records.append(buf)
+            else:
+                taken.append(msg)  # type: ignore[arg-type]
+            count += 1
             total_bytes += size
             status = GetMessageStatus.FOUND
             next_file_start = -1
         return GetMessageResult(
-            status, offset + scanned, lo, hi, taken, suggest_pulling_from_replica=max_phy - max_phy_pulling > memory
+            status,
+            offset + scanned,
+            lo,
+            hi,
+            taken,
+            suggest_pulling_from_replica=max_phy - max_phy_pulling > memory,
+            records=records,
         )
 
     def _batch_full(self, size: int, max_messages: int, total_bytes: int, count: int, *, in_disk: bool) -> bool:

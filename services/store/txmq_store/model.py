@@ -151,6 +151,8 @@ class GetMessageResult:
     max_offset: int
     messages: list[StoredMessage] = field(default_factory=list)
     suggest_pulling_from_replica: bool = False
+    # A raw read (``get_message(raw=True)``): the records as stored, CRC-checked.
+    records: list[bytes] = field(default_factory=list)
 
 
 @dataclass(slots=True)

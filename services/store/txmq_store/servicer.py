@@ -300,7 +300,19 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             offset=request.offset,
             max_messages=request.max_messages,
             message_filter=message_filter,
+            raw=request.raw_records,
         )
+        if request.raw_records:
+            store_metrics.count_out_records(request.topic, r.records)
+            return store_pb2.GetMessageResponse(
+                status=GET_STATUS[r.status],
+                next_begin_offset=r.next_begin_offset,
+                min_offset=r.min_offset,
+                max_offset=r.max_offset,
+                suggest_pulling_from_replica=r.suggest_pulling_from_replica,
+                records=b"".join(r.records),
+                store_id=self._store.store_id,
+            )
         store_metrics.count_out(request.topic, r.messages)
         return store_pb2.GetMessageResponse(
             status=GET_STATUS[r.status],

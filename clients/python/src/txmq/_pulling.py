@@ -25,6 +25,7 @@ from txmq._subscription import Subscription
 from txmq.errors import InternalError, NotFoundError, TxmqError, UnavailableError
 from txmq.message import MessageQueue
 from txmq.models import ServiceKind, TopicRoute
+from txmq.records import decode_messages
 from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_topic
 
@@ -103,6 +104,7 @@ class PullClient:
             suspend=suspend_timeout is not None,
             suspend_timeout_ms=max(1, int(suspend_timeout * 1000)) if suspend_timeout is not None else 0,
             client_id=client_id,
+            raw_records=True,
         )
         if not sub.matches_all:
             request.filter.CopyFrom(sub.to_proto())
@@ -208,7 +210,15 @@ def to_pull_result(response: pull_pb2.PullMessageResponse, sub: Subscription) ->
         raise InternalError(
             f"the pull service answered status {response.status}", code=errors_pb2.CODE_INTERNAL_ERROR
         ) from None
-    messages = [message_ext_from_proto(v) for v in response.messages]
+    if response.records:
+        try:
+            messages = decode_messages(response.records, response.store_id)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InternalError(
+                f"the pull service answered records that do not decode: {exc}", code=errors_pb2.CODE_INTERNAL_ERROR
+            ) from None
+    else:  # a pull service that does not pass records through
+        messages = [message_ext_from_proto(v) for v in response.messages]
     if status is PullStatus.FOUND and not sub.matches_all:
         messages = [m for m in messages if sub.accepts(m)]
         if not messages:

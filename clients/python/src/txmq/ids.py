@@ -51,9 +51,25 @@ def new_unique_ids(count: int) -> list[str]:
     return [f"{head}{n & 0xFFFF:04X}" for n in ns]
 
 
+_prefixes: dict[tuple[str, int], str] = {}
+
+
+def offset_msg_id_prefix(host: str, port: int) -> str:
+    """The offsetMsgId of commit-log offset N on this store host is this prefix +
+    ``f"{N:016X}"`` (cached: an address is parsed once, not once per message)."""
+    key = (host, port)
+    prefix = _prefixes.get(key)
+    if prefix is None:
+        prefix = (ipaddress.ip_address(host).packed + struct.pack(">I", port)).hex().upper()
+        if len(_prefixes) < 4096:
+            _prefixes[key] = prefix
+    return prefix
+
+
 def encode_offset_msg_id(host: str, port: int, commit_log_offset: int) -> str:
-    addr = ipaddress.ip_address(host)
-    return (addr.packed + struct.pack(">Iq", port, commit_log_offset)).hex().upper()
+    if commit_log_offset < 0:
+        raise ValueError(f"commit-log offset {commit_log_offset} is negative")
+    return f"{offset_msg_id_prefix(host, port)}{commit_log_offset:016X}"
 
 
 def decode_offset_msg_id(offset_msg_id: str) -> tuple[str, int, int]:

@@ -36,10 +36,13 @@ timestamp of 0 means "the store's time".
 
 from __future__ import annotations
 
+import ipaddress
 import struct
 import zlib
 from collections.abc import Mapping, Sequence
 
+from txmq.ids import offset_msg_id_prefix
+from txmq.message import MessageExt
 from txmq.protocol import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 
 MESSAGE_MAGIC = 0x54584D51  # "TXMQ"
@@ -54,6 +57,7 @@ PREFIX = struct.Struct(">III")  # total size, magic, record CRC
 HEAD = struct.Struct(">IIiqqIq20sq20sIqI")  # body CRC ... body length (bytes 12..115)
 U8 = struct.Struct(">B")
 U16 = struct.Struct(">H")
+_PORT = struct.Struct(">I")
 HEADER_SIZE = PREFIX.size + HEAD.size  # 116
 RECORD_CRC_START = PREFIX.size
 # Offsets of single fields, for readers that need one of them.
@@ -125,3 +129,81 @@ def encode_for_send(
         len(body),
     )
     return b"".join((PREFIX.pack(HEADER_SIZE + len(body) + len(tail), MESSAGE_MAGIC, 0), head, body, tail))
+
+
+# -- reading records a pull returns (PullMessageRequest.raw_records) --------------------
+
+_hosts: dict[bytes, tuple[str, str]] = {}
+
+
+def _host(raw: bytes) -> tuple[str, str]:
+    """20 raw bytes -> ("host:port", the offsetMsgId prefix of that host), cached."""
+    cached = _hosts.get(raw)
+    if cached is None:
+        addr = ipaddress.IPv6Address(raw[:16])
+        host = str(addr.ipv4_mapped) if addr.ipv4_mapped is not None else str(addr)
+        (port,) = _PORT.unpack_from(raw, 16)
+        cached = (f"{host}:{port}", offset_msg_id_prefix(host, port))
+        if len(_hosts) < 4096:
+            _hosts[raw] = cached
+    return cached
+
+
+def decode_messages(records: bytes, store_id: str) -> list[MessageExt]:
+    """The records of a pull answer, back to back as stored (the store checked each
+    record's CRC before serving it), as the messages a consumer sees: the same fields
+    as from a MessageView. Raises ValueError for bytes that are not whole records."""
+    out: list[MessageExt] = []
+    pos, end = 0, len(records)
+    while pos < end:
+        out.append(_decode(records, pos, end, store_id))
+        pos += out[-1].store_size_bytes
+    return out
+
+
+def _decode(buf: bytes, pos: int, end_of_buf: int, store_id: str) -> MessageExt:
+    if end_of_buf - pos < HEADER_SIZE:
+        raise ValueError(f"{end_of_buf - pos} bytes at {pos}: not a whole record header")
+    size, magic, _ = PREFIX.unpack_from(buf, pos)
+    end = pos + size
+    if magic != MESSAGE_MAGIC or size < HEADER_SIZE + 3 or end > end_of_buf:
+        raise ValueError(f"no whole record at {pos} (magic {magic:#x}, size {size})")
+    (body_crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_raw, store_ts, store_raw, reconsume,
+     prepared, body_len) = HEAD.unpack_from(buf, pos + PREFIX.size)  # fmt: skip
+    tpos = pos + HEADER_SIZE + body_len
+    ppos = tpos + 1 + (buf[tpos] if tpos < end else 0)
+    if ppos + 2 > end or ppos + 2 + U16.unpack_from(buf, ppos)[0] != end:
+        raise ValueError(f"field lengths disagree with the record size at {pos}")
+    props: dict[str, str] = {}
+    for item in buf[ppos + 2 : end].decode("utf-8").split(PROPERTY_SEPARATOR):
+        if item:
+            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+            props[name] = value
+    tags = props.pop(PROPERTY_TAGS, "")
+    keys = props.pop(PROPERTY_KEYS, "")
+    unique_id = props.pop(PROPERTY_UNIQ_KEY, "")
+    born_host, _ = _host(born_raw)
+    store_host, prefix = _host(store_raw)
+    return MessageExt(
+        buf[tpos + 1 : ppos].decode("ascii"),
+        buf[pos + HEADER_SIZE : tpos],
+        tags=tags or None,
+        keys=tuple(keys.split(KEY_SEPARATOR)) if keys else (),
+        properties=props,
+        unique_id=unique_id or None,
+        flag=flag,
+        queue_id=queue_id,
+        offset_msg_id=f"{prefix}{physical:016X}",
+        queue_offset=queue_offset,
+        commit_log_offset=physical,
+        store_size_bytes=size,
+        body_crc=body_crc,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_ts,
+        born_host=born_host,
+        store_timestamp_ms=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        store_id=store_id,
+    )

@@ -22,7 +22,7 @@ PULL_STATUS_NO_MATCHED_MSG: PullStatus
 PULL_STATUS_OFFSET_ILLEGAL: PullStatus
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "queue", "queue_offset", "max_messages", "filter", "suspend", "suspend_timeout_ms", "commit_offset", "client_id")
+    __slots__ = ("consumer_group", "queue", "queue_offset", "max_messages", "filter", "suspend", "suspend_timeout_ms", "commit_offset", "client_id", "raw_records")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class PullMessageRequest(_message.Message):
     SUSPEND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     queue: _common_pb2.MessageQueue
     queue_offset: int
@@ -41,21 +42,26 @@ class PullMessageRequest(_message.Message):
     suspend_timeout_ms: int
     commit_offset: int
     client_id: str
-    def __init__(self, consumer_group: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., filter: _Optional[_Union[_common_pb2.FilterExpression, _Mapping]] = ..., suspend: _Optional[bool] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
+    raw_records: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., filter: _Optional[_Union[_common_pb2.FilterExpression, _Mapping]] = ..., suspend: _Optional[bool] = ..., suspend_timeout_ms: _Optional[int] = ..., commit_offset: _Optional[int] = ..., client_id: _Optional[str] = ..., raw_records: _Optional[bool] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages")
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "records", "store_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
     status: PullStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageView]
-    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ...) -> None: ...
+    records: bytes
+    store_id: str
+    def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., records: _Optional[bytes] = ..., store_id: _Optional[str] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
     __slots__ = ("consumer_group", "queue", "offset")

@@ -267,36 +267,42 @@ class SendBatchResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
 
 class GetMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "max_messages", "filter")
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "max_messages", "filter", "raw_records")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
+    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     offset: int
     max_messages: int
     filter: _common_pb2.FilterExpression
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., filter: _Optional[_Union[_common_pb2.FilterExpression, _Mapping]] = ...) -> None: ...
+    raw_records: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., filter: _Optional[_Union[_common_pb2.FilterExpression, _Mapping]] = ..., raw_records: _Optional[bool] = ...) -> None: ...
 
 class GetMessageResponse(_message.Message):
-    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "suggest_pulling_from_replica")
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages", "suggest_pulling_from_replica", "records", "store_id")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SUGGEST_PULLING_FROM_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
     status: GetMessageStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageView]
     suggest_pulling_from_replica: bool
-    def __init__(self, status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., suggest_pulling_from_replica: _Optional[bool] = ...) -> None: ...
+    records: bytes
+    store_id: str
+    def __init__(self, status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., suggest_pulling_from_replica: _Optional[bool] = ..., records: _Optional[bytes] = ..., store_id: _Optional[str] = ...) -> None: ...
 
 class WatchArrivalsRequest(_message.Message):
     __slots__ = ("topics",)
