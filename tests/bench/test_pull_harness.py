@@ -17,7 +17,7 @@ from bench import pull
 
 def test_pick_defaults_and_globs():
     assert pull.pick("all") == pull.DEFAULT_SCENARIOS
-    assert pull.pick("txmq*") == ["txmq:latency", "txmq:throughput", "txmq-big:throughput"]
+    assert pull.pick("txmq*") == ["txmq:latency", "txmq:throughput", "txmq-32:throughput"]
     assert pull.pick("nats:latency,redis") == ["nats:latency", "redis:latency", "redis:throughput"]
     with pytest.raises(click.BadParameter):
         pull.pick("kafka")

@@ -73,7 +73,9 @@ class StoreSettings(ServiceSettings):
     )
     physical_memory_bytes: int = Field(0, ge=0, description="RAM size for the in-memory rule; 0: detect.")
     max_transfer_bytes_in_memory: int = Field(262_144, ge=1, description="Batch byte limit for in-memory reads.")
-    max_transfer_count_in_memory: int = Field(32, ge=1, description="Batch count limit for in-memory reads.")
+    max_transfer_count_in_memory: int = Field(
+        256, ge=1, description="Batch count limit for in-memory reads (RocketMQ: 32; docs/rocketmq-differences.md)."
+    )
     max_transfer_bytes_on_disk: int = Field(65_536, ge=1, description="Batch byte limit for on-disk reads.")
     max_transfer_count_on_disk: int = Field(8, ge=1, description="Batch count limit for on-disk reads.")
 
