@@ -123,7 +123,11 @@ class ArrivalFeed:
         for a in batch.arrivals:
             key = QueueKey(store_id, a.topic, a.queue_id)
             if hold.interested(key):  # convert (copy the properties) only what matters now
-                events.append(ArrivalEvent(key, a.queue_offset, a.max_offset, a.tag_code, dict(a.properties)))
+                events.append(
+                    ArrivalEvent(
+                        key, a.queue_offset, a.max_offset, a.tag_code, dict(a.properties), a.min_offset, a.record
+                    )
+                )
         if events:
             hold.on_arrivals(events)
         if batch.overflowed:

@@ -41,6 +41,9 @@ log = logging.getLogger("txmq.pull.hold")
 
 # Arrivals one in-flight read remembers before it gives up and re-checks instead.
 READ_WATCH_BUFFER = 256
+# What a held pull keeps of the arrivals on its queue (to be answered from their records):
+# at most this many record bytes; past them it keeps nothing more (it then reads).
+HELD_ARRIVAL_BYTES = 65_536
 # Rebuild the timer heap when dead entries (answered before their deadline) dominate it.
 _HEAP_COMPACT_MIN = 64
 
@@ -67,6 +70,8 @@ class ArrivalEvent:
     max_offset: int  # the queue's max offset after this message
     tag_code: int
     properties: Mapping[str, str]
+    min_offset: int = 0  # the queue's min offset at dispatch
+    record: bytes = b""  # the stored record, when the store attached it
 
 
 class ArrivalMatcher(Protocol):
@@ -117,7 +122,7 @@ class ReadWatch:
 
 
 class _Held:
-    __slots__ = ("deadline_ms", "done", "future", "key", "matcher", "offset")
+    __slots__ = ("arrival_bytes", "arrivals", "deadline_ms", "done", "future", "key", "matcher", "offset")
 
     def __init__(
         self, key: QueueKey, offset: int, matcher: ArrivalMatcher, deadline_ms: int, future: asyncio.Future[WakeReason]
@@ -128,6 +133,19 @@ class _Held:
         self.deadline_ms = deadline_ms
         self.future = future
         self.done = False
+        # The arrivals on its queue since its read (those that did not wake it, then the
+        # batch that did), while they fit HELD_ARRIVAL_BYTES; None once they did not.
+        self.arrivals: list[ArrivalEvent] | None = []
+        self.arrival_bytes = 0
+
+    def keep(self, events: list[ArrivalEvent]) -> None:
+        if self.arrivals is None:
+            return
+        self.arrival_bytes += sum(len(a.record) for a in events)
+        if self.arrival_bytes > HELD_ARRIVAL_BYTES or len(self.arrivals) + len(events) > READ_WATCH_BUFFER:
+            self.arrivals = None
+        else:
+            self.arrivals.extend(events)
 
 
 class HoldService:
@@ -227,21 +245,35 @@ class HoldService:
         finally:
             self._admitted -= 1
 
-    async def park(self, watch: ReadWatch, *, offset: int, matcher: ArrivalMatcher, deadline_ms: int) -> WakeReason:
+    async def park(
+        self,
+        watch: ReadWatch,
+        *,
+        offset: int,
+        matcher: ArrivalMatcher,
+        deadline_ms: int,
+        woken_by: list[ArrivalEvent] | None = None,
+    ) -> WakeReason:
         """Wait until a matching arrival, a re-check or the deadline. ``watch`` (opened
         before the read that found nothing at ``offset``) is consumed: an arrival it saw
-        wakes the pull at once. Cancelling the caller removes the held pull."""
+        wakes the pull at once. Cancelling the caller removes the held pull. On ARRIVAL,
+        ``woken_by`` receives the arrivals on the queue since the read, the waking one
+        included, unless there were too many to keep (their records may answer the pull
+        without another read)."""
         watch.close()
         if self._closed:
             return WakeReason.TIMEOUT
         if watch.overflowed:
             return WakeReason.RECHECK
         if any(_wakes(a, offset, matcher) for a in watch.arrivals):
+            if woken_by is not None:
+                woken_by.extend(watch.arrivals)
             return WakeReason.ARRIVAL
         if self._clock.now_ms() >= deadline_ms:
             return WakeReason.TIMEOUT
         future: asyncio.Future[WakeReason] = asyncio.get_running_loop().create_future()
         held = _Held(watch.key, offset, matcher, deadline_ms, future)
+        held.keep(watch.arrivals)  # none woke it, but they precede what will
         self._held.setdefault(held.key, set()).add(held)
         self._held_count += 1
         heapq.heappush(self._heap, (deadline_ms, next(self._seq), held))
@@ -251,22 +283,31 @@ class HoldService:
         if self._waiting_until is None or (next_wake is not None and next_wake < self._waiting_until):
             self._poke.set()
         try:
-            return await future
+            reason = await future
         finally:
             if not held.done:  # cancelled: the client went away
                 self._remove(held)
+        if reason is WakeReason.ARRIVAL and woken_by is not None and held.arrivals is not None:
+            woken_by.extend(held.arrivals)
+        return reason
 
     # -- the arrival side ------------------------------------------------------------------
 
     def on_arrivals(self, arrivals: Iterable[ArrivalEvent]) -> None:
         """Wake the held pulls each arrival matches; record it for reads in flight."""
+        by_key: dict[QueueKey, list[ArrivalEvent]] = {}
         for a in arrivals:
-            for w in self._reading.get(a.key, ()):
-                w._add(a)
-            bucket = self._held.get(a.key)
+            by_key.setdefault(a.key, []).append(a)
+        for key, events in by_key.items():
+            for w in self._reading.get(key, ()):
+                for a in events:
+                    w._add(a)
+            bucket = self._held.get(key)
             if bucket:
-                for held in [h for h in bucket if _wakes(a, h.offset, h.matcher)]:
-                    self._resolve(held, WakeReason.ARRIVAL)
+                for held in list(bucket):
+                    held.keep(events)
+                    if any(_wakes(a, held.offset, held.matcher) for a in events):
+                        self._resolve(held, WakeReason.ARRIVAL)
 
     def recheck_store(self, store_id: str) -> None:
         """Arrivals of ``store_id`` may have been missed (overflow, stream re-opened):

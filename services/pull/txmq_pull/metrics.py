@@ -4,6 +4,8 @@
 - ``txmq_pull_long_polls_total`` {outcome}: held pulls that ended, by what ended them:
   ``arrival`` (a matching message was dispatched), ``recheck`` (the backstop or a lost
   arrival stream made it read again), ``timeout`` (the hold expired: nothing came);
+- ``txmq_pull_answered_from_arrivals_total``: woken pulls answered from the records the
+  arrival stream carried, without reading the store again;
 - ``txmq_pull_messages_total`` / ``txmq_pull_bytes_total`` {consumer_group, topic}:
   messages and body bytes handed to consumers (the store's ``rocketmq_messages_out_total``
   counts the same reads per topic, without the group).
@@ -18,6 +20,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from txmq.records import count_records
 from txmq.v1 import pull_pb2
 from txmq_runtime.metrics import TopicCounters
 
@@ -25,6 +28,10 @@ HELD_PULLS = Gauge("txmq_pull_held_requests", "Pulls parked in long polling righ
 LONG_POLLS = Counter("txmq_pull_long_polls", "Held pulls that ended, by what ended them.", ["outcome"])
 MESSAGES = Counter("txmq_pull_messages", "Messages handed to consumers.", ["consumer_group", "topic"])
 BYTES = Counter("txmq_pull_bytes", "Message body bytes handed to consumers.", ["consumer_group", "topic"])
+
+FROM_ARRIVALS = Counter(
+    "txmq_pull_answered_from_arrivals", "Woken pulls answered from the arrival stream's records, without a read."
+)
 
 _PULLED = TopicCounters(MESSAGES, BYTES)
 _OUTCOMES: dict[Any, Any] = {}
@@ -45,3 +52,5 @@ def pulled(request: pull_pb2.PullMessageRequest, response: pull_pb2.PullMessageR
         _PULLED.count(
             (request.consumer_group, request.queue.topic), len(messages), sum(len(v.message.body) for v in messages)
         )
+    elif response.records:
+        _PULLED.count((request.consumer_group, request.queue.topic), *count_records(response.records))

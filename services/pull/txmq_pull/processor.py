@@ -19,7 +19,8 @@ from txmq.v1 import common_pb2, errors_pb2, pull_pb2, store_pb2
 from txmq.validation import check_group, check_topic
 from txmq_pull.arrivals import ArrivalFeed
 from txmq_pull.filters import PullFilter, parse_filter
-from txmq_pull.hold import HoldService, QueueKey, ReadWatch, WakeReason
+from txmq_pull.hold import ArrivalEvent, HoldService, QueueKey, ReadWatch, WakeReason
+from txmq_pull.metrics import FROM_ARRIVALS
 from txmq_pull.settings import PullSettings
 from txmq_pull.store_client import StoreClient, StoreClients
 from txmq_runtime.clock import Clock
@@ -27,6 +28,9 @@ from txmq_runtime.clock import Clock
 log = logging.getLogger("txmq.pull")
 
 DEFAULT_MAX_MESSAGES = 32
+#: An answer made from arrivals holds at most this many record bytes (the store's
+#: default in-memory transfer cap).
+ARRIVAL_ANSWER_MAX_BYTES = 262_144
 
 _S = store_pb2
 _P = pull_pb2
@@ -258,8 +262,15 @@ class PullProcessor:
         hold = self._hold
         try:
             while True:
-                reason = await hold.park(watch, offset=offset, matcher=v.filter, deadline_ms=deadline_ms)
+                woken_by: list[ArrivalEvent] = []
+                reason = await hold.park(
+                    watch, offset=offset, matcher=v.filter, deadline_ms=deadline_ms, woken_by=woken_by
+                )
                 if reason is WakeReason.ARRIVAL:
+                    answer = answer_from_arrivals(v, offset, woken_by) if v.raw_records else None
+                    if answer is not None:
+                        FROM_ARRIVALS.inc()
+                        return answer  # no read: the arrival stream brought the records
                     return await self.read(v, offset)  # once, without suspension: whatever it finds
                 if reason is WakeReason.TIMEOUT:
                     return _timed_out(await self.read(v, offset))
@@ -306,6 +317,45 @@ class PullProcessor:
             group=req.consumer_group, topic=req.queue.topic, queue_id=req.queue.queue_id
         )
         return pull_pb2.QueryConsumerOffsetResponse(found=reply.found, offset=reply.offset)
+
+
+def answer_from_arrivals(
+    v: ValidPull, offset: int, arrivals: list[ArrivalEvent]
+) -> pull_pb2.PullMessageResponse | None:
+    """What a read at ``offset`` right after these arrivals would answer, from the records
+    they carry: the arrivals on the pull's queue from ``offset`` on, without a gap, all
+    with their records, filtered as the store filters (tag code, SQL92 properties), at
+    most ``max_messages`` / ``ARRIVAL_ANSWER_MAX_BYTES``. None when they cannot say
+    (the first is not at ``offset``, a record is missing, nothing matched): then read."""
+    run = sorted((a for a in arrivals if a.key == v.key and a.queue_offset >= offset), key=lambda a: a.queue_offset)
+    if not run or run[0].queue_offset != offset:
+        return None
+    taken: list[bytes] = []
+    size = 0
+    next_offset = offset
+    for a in run:
+        if a.queue_offset != next_offset:
+            if a.queue_offset < next_offset:
+                continue  # the same arrival twice (a read watch and a held pull's batch)
+            break  # a gap: answer what came before it
+        if not a.record:
+            break
+        if len(taken) >= v.max_messages or (taken and size + len(a.record) > ARRIVAL_ANSWER_MAX_BYTES):
+            break
+        next_offset = a.queue_offset + 1
+        if v.filter.matches_arrival(a.tag_code, a.properties):
+            taken.append(a.record)
+            size += len(a.record)
+    if not taken:
+        return None
+    return pull_pb2.PullMessageResponse(
+        status=pull_pb2.PULL_STATUS_FOUND,
+        next_begin_offset=next_offset,
+        min_offset=run[-1].min_offset,
+        max_offset=run[-1].max_offset,
+        records=b"".join(taken),
+        store_id=v.key.store_id,
+    )
 
 
 def _timed_out(r: pull_pb2.PullMessageResponse) -> pull_pb2.PullMessageResponse:

@@ -105,8 +105,9 @@ class StoreClient:
         return dict((await _call(lambda: self._admin.GetStoreStatus(request, timeout=self._timeout_s))).settings)
 
     def watch_arrivals(self) -> grpc.aio.UnaryStreamCall:
-        """The store's arrival stream (every topic); no deadline."""
-        return self._store.WatchArrivals(store_pb2.WatchArrivalsRequest())
+        """The store's arrival stream (every topic, with the records of small dispatches);
+        no deadline."""
+        return self._store.WatchArrivals(store_pb2.WatchArrivalsRequest(with_records=True))
 
 
 class StoreClients:

@@ -22,6 +22,8 @@ class Arrival:
     tag_code: int
     properties: Mapping[str, str]
     store_timestamp_ms: int
+    min_offset: int = 0  # the queue's min offset at dispatch
+    record: bytes = b""  # the stored record, when the dispatch was small enough to carry it
 
 
 @dataclass(slots=True)

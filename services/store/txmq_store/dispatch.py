@@ -6,7 +6,9 @@ arrival watchers. Runs on the event loop, in commit-log order: right after an ap
 from __future__ import annotations
 
 import shutil
+import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from .arrivals import Arrival, ArrivalHub
@@ -32,6 +34,10 @@ class Dispatcher:
         self.topics = topics
         self.queues: dict[QueueKey, ConsumeQueue] = {}
         self.dispatched_offset = 0  # every record below is dispatched
+        # Arrivals carry their records when a dispatch spans at most this many bytes and
+        # ``read_span`` (the commit log's read) is set.
+        self.arrival_records_max_bytes = 0
+        self.read_span: Callable[[int, int], bytes | None] | None = None
 
     @classmethod
     def load(
@@ -94,6 +100,17 @@ class Dispatcher:
     ) -> None:
         """Dispatch freshly appended records (``end_offset``: where the last one ends)."""
         arrivals: list[Arrival] | None = [] if self.hub.active else None
+        # A small dispatch (a few messages: when parked consumers wait for them) carries
+        # its records on the arrival stream: one read of the span just written.
+        span = b""
+        span_start = offsets[0] if offsets else 0
+        if (
+            arrivals is not None
+            and self.read_span is not None
+            and offsets
+            and 0 < end_offset - span_start <= self.arrival_records_max_bytes
+        ):
+            span = self.read_span(span_start, end_offset - span_start) or b""
         queues = self.queues
         entries: list[Entry] = []
         topics_get = self.topics.get
@@ -105,6 +122,7 @@ class Dispatcher:
                 cq = queues.get((rec.topic, rec.queue_id)) or self._new_queue(rec.topic, rec.queue_id)
                 cq.put(queue_offset, offset, rec.size, rec.tag_code)
                 if arrivals is not None:
+                    at = offset - span_start
                     arrivals.append(
                         Arrival(
                             rec.topic,
@@ -114,6 +132,8 @@ class Dispatcher:
                             rec.tag_code,
                             rec.all_properties(),
                             store_timestamp_ms,
+                            cq.min_offset,
+                            _record_at(span, at, rec.size, offset),
                         )  # fmt: skip
                     )
             if rec.indexed:
@@ -146,3 +166,17 @@ class Dispatcher:
 
 def add_key_entries(entries: list[Entry], topic: str, keys: tuple[str, ...], offset: int, store_ms: int) -> None:
     entries.extend([(message_key_hash(topic, k), offset, store_ms) for k in keys])
+
+
+_SIZE = struct.Struct(">I")
+_PHYSICAL = struct.Struct(">q")
+
+
+def _record_at(span: bytes, at: int, size: int, offset: int) -> bytes:
+    """The record of ``size`` bytes at ``span[at:]`` if it is the one written at
+    ``offset`` (its size and physical-offset fields agree), else nothing."""
+    if at < 0 or at + size > len(span) or _SIZE.unpack_from(span, at)[0] != size:
+        return b""
+    if _PHYSICAL.unpack_from(span, at + 32)[0] != offset:
+        return b""
+    return span[at : at + size]

@@ -143,6 +143,8 @@ class MessageStore:
         self._clock = clock
         self.commitlog = commitlog
         self._dispatcher = dispatcher
+        dispatcher.read_span = commitlog.read
+        dispatcher.arrival_records_max_bytes = settings.arrival_records_max_bytes
         self._topics = topics
         self._groups = groups
         self._offsets = offsets

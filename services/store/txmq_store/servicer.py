@@ -327,14 +327,15 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     async def WatchArrivals(self, request: store_pb2.WatchArrivalsRequest, context: grpc.aio.ServicerContext):
         # Ends when the store closes (next_batch -> None); a client that goes away
         # cancels this generator, and the context manager drops the watcher.
+        with_records = request.with_records
         with self._store.watch_arrivals(request.topics) as watcher:
             # Initial metadata right away tells the client the watch is in place: every
             # dispatch from now on reaches it, so it can re-read what came before.
             await context.send_initial_metadata(())
             while (batch := await watcher.next_batch(max_arrivals=MAX_ARRIVALS_PER_BATCH)) is not None:
-                yield self._arrival_batch(batch)
+                yield self._arrival_batch(batch, with_records=with_records)
 
-    def _arrival_batch(self, batch: ArrivalBatch) -> store_pb2.ArrivalBatch:
+    def _arrival_batch(self, batch: ArrivalBatch, *, with_records: bool) -> store_pb2.ArrivalBatch:
         return store_pb2.ArrivalBatch(
             arrivals=[
                 store_pb2.Arrival(
@@ -345,6 +346,8 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                     tag_code=a.tag_code,
                     properties=a.properties,
                     store_timestamp_ms=a.store_timestamp_ms,
+                    min_offset=a.min_offset,
+                    record=a.record if with_records else b"",
                 )
                 for a in batch.arrivals
             ],

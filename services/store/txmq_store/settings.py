@@ -83,6 +83,12 @@ class StoreSettings(ServiceSettings):
     arrival_watcher_buffer: int = Field(
         10_000, ge=1, description="Arrivals buffered per watcher before it is marked overflowed."
     )
+    arrival_records_max_bytes: int = Field(
+        16_384,
+        ge=0,
+        description="Dispatches up to this size carry their records on the arrival stream (a woken pull is "
+        "answered without another read); 0: never.",
+    )
     file_reserved_time_ms: int = Field(
         72 * 3600 * 1000, ge=0, description="Commit-log segments older than this are deleted; 0: keep forever."
     )

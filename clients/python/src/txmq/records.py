@@ -133,6 +133,22 @@ def encode_for_send(
 
 # -- reading records a pull returns (PullMessageRequest.raw_records) --------------------
 
+
+def count_records(records: bytes) -> tuple[int, int]:
+    """(records, body bytes) of records back to back (their sizes are trusted: the
+    store checked them)."""
+    n = body = pos = 0
+    end = len(records)
+    while pos + HEADER_SIZE <= end:
+        (size,) = _PORT.unpack_from(records, pos)
+        if size <= 0:
+            break
+        body += _PORT.unpack_from(records, pos + BODY_LENGTH_AT)[0]
+        n += 1
+        pos += size
+    return n, body
+
+
 _hosts: dict[bytes, tuple[str, str]] = {}
 
 

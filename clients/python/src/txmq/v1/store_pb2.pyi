@@ -305,13 +305,15 @@ class GetMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., suggest_pulling_from_replica: _Optional[bool] = ..., records: _Optional[bytes] = ..., store_id: _Optional[str] = ...) -> None: ...
 
 class WatchArrivalsRequest(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "with_records")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    WITH_RECORDS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    with_records: bool
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., with_records: _Optional[bool] = ...) -> None: ...
 
 class Arrival(_message.Message):
-    __slots__ = ("topic", "queue_id", "queue_offset", "max_offset", "tag_code", "properties", "store_timestamp_ms")
+    __slots__ = ("topic", "queue_id", "queue_offset", "max_offset", "tag_code", "properties", "store_timestamp_ms", "record", "min_offset")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +328,8 @@ class Arrival(_message.Message):
     TAG_CODE_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     queue_offset: int
@@ -333,7 +337,9 @@ class Arrival(_message.Message):
     tag_code: int
     properties: _containers.ScalarMap[str, str]
     store_timestamp_ms: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., tag_code: _Optional[int] = ..., properties: _Optional[_Mapping[str, str]] = ..., store_timestamp_ms: _Optional[int] = ...) -> None: ...
+    record: bytes
+    min_offset: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., tag_code: _Optional[int] = ..., properties: _Optional[_Mapping[str, str]] = ..., store_timestamp_ms: _Optional[int] = ..., record: _Optional[bytes] = ..., min_offset: _Optional[int] = ...) -> None: ...
 
 class ArrivalBatch(_message.Message):
     __slots__ = ("arrivals", "overflowed", "store_id")
