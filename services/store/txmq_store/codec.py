@@ -79,6 +79,10 @@ class PreparedRecord:
     extra_properties: Mapping[str, str] | None  # added by the store; win over user ones
     takes_queue_slot: bool  # see model.takes_queue_slot
     indexed: bool  # see model.is_indexed
+    # A record a producer sent in the commit-log layout (SendStream): it lies at
+    # ``frame_pos`` of ``frame`` and is patched there (``patch_record``), not encoded.
+    frame: bytearray | None = None
+    frame_pos: int = 0
 
     def all_properties(self) -> dict[str, str]:
         """Every stored property (built on demand: only arrival watchers need it)."""
@@ -115,6 +119,38 @@ def encode_record(
     )
     crc = _crc32(rec.tail, _crc32(rec.body, _crc32(head)))
     return PREFIX.pack(rec.size, MESSAGE_MAGIC, crc), head, rec.body, rec.tail
+
+
+_OFFSETS = struct.Struct(">qq")  # queue offset, physical offset (bytes 24..39)
+_BORN_TIMESTAMP = struct.Struct(">q")  # bytes 44..51
+_STORED = struct.Struct(">q20s")  # store timestamp, store host (bytes 72..99)
+_U32 = struct.Struct(">I")
+
+
+def patch_record(
+    frame: bytearray,
+    pos: int,
+    size: int,
+    queue_offset: int,
+    physical_offset: int,
+    born_host: bytes,
+    store_timestamp_ms: int,
+    store_host: bytes,
+) -> None:
+    """Write the fields only the store knows into a sent record, in place, then its
+    record CRC (``encode_record``'s bytes for the same fields, without re-encoding)."""
+    _OFFSETS.pack_into(frame, pos + 24, queue_offset, physical_offset)
+    frame[pos + 52 : pos + 72] = born_host
+    _STORED.pack_into(frame, pos + 72, store_timestamp_ms, store_host)
+    _U32.pack_into(frame, pos + 8, _crc32(memoryview(frame)[pos + RECORD_CRC_START : pos + size]))
+
+
+def set_born_timestamp(frame: bytearray, pos: int, born_timestamp_ms: int) -> None:
+    _BORN_TIMESTAMP.pack_into(frame, pos + 44, born_timestamp_ms)
+
+
+def set_queue_id(frame: bytearray, pos: int, queue_id: int) -> None:
+    _U32.pack_into(frame, pos + 16, queue_id)
 
 
 def encode_blank(size: int) -> bytes:

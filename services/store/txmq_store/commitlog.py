@@ -35,6 +35,7 @@ from .codec import (
     decode_record,
     encode_blank,
     encode_record,
+    patch_record,
     read_size_and_magic,
     read_store_timestamp,
     verify_record,
@@ -278,7 +279,7 @@ class CommitLog:
             seg_end = seg.end
             pos = seg.start
         chunk_start = pos
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
         offsets: list[int] = []
         for rec, queue_offset in zip(records, queue_offsets):
             if pos + rec.size + BLANK_SIZE > seg_end:
@@ -290,14 +291,20 @@ class CommitLog:
                 seg_end = seg.end
                 pos = chunk_start = seg.start
                 parts = []
-            parts.extend(encode_record(rec, queue_offset, pos, store_timestamp_ms, store_host))
+            frame = rec.frame
+            if frame is None:
+                parts.extend(encode_record(rec, queue_offset, pos, store_timestamp_ms, store_host))
+            else:  # sent in the record layout: patched where it lies
+                at = rec.frame_pos
+                patch_record(frame, at, rec.size, queue_offset, pos, rec.born_host, store_timestamp_ms, store_host)
+                parts.append(memoryview(frame)[at : at + rec.size])
             offsets.append(pos)
             pos += rec.size
         self._write(seg, parts, chunk_start)
         self.write_offset = pos
         return offsets
 
-    def _write(self, seg: Segment, parts: list[bytes], offset: int) -> None:
+    def _write(self, seg: Segment, parts: list[bytes] | list[bytes | memoryview], offset: int) -> None:
         data = b"".join(parts)
         at = offset - seg.start
         first = seg is self._append_first

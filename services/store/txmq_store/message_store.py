@@ -36,6 +36,7 @@ from .codec import (
     decode_record,
     encode_host,
     read_store_timestamp,
+    set_queue_id,
     split_host_port,
     verify_record,
 )
@@ -477,6 +478,7 @@ class MessageStore:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no records to send")
         now = self._clock()
         unpack = MessageEncoder(limits=self._limits, born_host=_born_host(born_host), now_ms=now, system=False).unpack
+        frame = bytearray(blob)  # the records are patched in place (one copy of the frame)
         max_messages = self.settings.max_batch_messages
         new_topics: dict[str, TopicConfig] = {}
         records: list[PreparedRecord] = []
@@ -487,15 +489,16 @@ class MessageStore:
             i = len(records)
             if i == max_messages:
                 raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"more than {max_messages} records in one frame")
-            rec = unpack(blob, pos, i)
-            pos += rec.size
+            rec = unpack(frame, pos, i)
             total_body += len(rec.body)
             if cfg is None or cfg.name != rec.topic:
                 cfg = self._topic_for_send(rec.topic, i, system=False, new_topics=new_topics)
             queue_id = rec.queue_id
             if not queue_id < cfg.write_queue_nums:  # ANY_QUEUE (0xFFFFFFFF) or out of range
                 rec.queue_id = self._queue_for_send(cfg, None if queue_id == ANY_QUEUE else queue_id, i)
+                set_queue_id(frame, pos, rec.queue_id)
             records.append(rec)
+            pos += rec.size
         self._check_batch_size(len(records), total_body)
         return self._append_prepared(records, new_topics, [], now)
 

@@ -29,6 +29,7 @@ from .codec import (
     U16,
     PreparedRecord,
     encode_tail,
+    set_born_timestamp,
 )
 from .configs import is_system_topic
 from .model import (
@@ -188,11 +189,12 @@ class MessageEncoder:
             *_TRAITS[sys_flag & TRANSACTION_TYPE_MASK],
         )
 
-    def unpack(self, blob: bytes, pos: int, index: int) -> PreparedRecord:
+    def unpack(self, blob: bytearray, pos: int, index: int) -> PreparedRecord:
         """Check the record a producer sent at ``blob[pos:]`` (``Store.SendStream``, layout in
         ``txmq.records``) and take it as it is: its topic, properties and body are stored
-        byte for byte, the fields only the store knows are written by the commit log.
-        The record's ``queue_id`` may be ``ANY_QUEUE``; the caller resolves it."""
+        byte for byte where they lie; the commit log writes in the fields only the store
+        knows (``codec.patch_record``). The record's ``queue_id`` may be ``ANY_QUEUE``;
+        the caller resolves it."""
         limits = self._limits
         end_of_blob = len(blob)
         if end_of_blob - pos < MIN_RECORD_SIZE:
@@ -237,7 +239,7 @@ class MessageEncoder:
                 errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
                 f"message of {size} bytes does not fit a commit-log segment ({limits.max_record_bytes})", index,
             )  # fmt: skip
-        body = blob[pos + HEADER_SIZE : tpos]
+        body = memoryview(blob)[pos + HEADER_SIZE : tpos]
         if _crc32(body) != body_crc:
             raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "body CRC mismatch: the record was damaged", index)
         try:
@@ -261,18 +263,21 @@ class MessageEncoder:
             unique_id, tags, keys, props = self._parse_properties(text, index)
         if not unique_id:
             raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "a sent record must carry its unique id (UNIQ_KEY)", index)
+        if not born_ts:
+            born_ts = self._now_ms
+            set_born_timestamp(blob, pos, born_ts)
         return PreparedRecord(
             topic,
             queue_id,
             flag,
             0,
-            born_ts or self._now_ms,
+            born_ts,
             self._born_host,
             0,
             0,
-            body,
+            body,  # type: ignore[arg-type]  # a view: only its length and CRC are used
             body_crc,
-            blob[tpos:end],
+            b"",
             size,
             cached_tag_code(tags) if tags else 0,
             tags,
@@ -282,6 +287,8 @@ class MessageEncoder:
             None,
             True,
             True,
+            blob,
+            pos,
         )
 
     def _parse_properties(self, text: str, index: int) -> tuple[str, str, tuple[str, ...], dict[str, str]]:
