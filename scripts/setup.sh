@@ -32,7 +32,7 @@ fi
 extras=analytics
 [ "$mode" = test ] && extras=dev,analytics
 stamp=.venv/.txmq-setup-stamp   # "<hash of the pyproject files> <extras installed>"
-want="$(cat pyproject.toml clients/python/pyproject.toml | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml clients/python/pyproject.toml clients/python/setup.py clients/python/src/txmq/_codec.c | sha256sum | cut -d' ' -f1)"
 have_hash="" have_extras=""
 if [ -f "$stamp" ]; then
   read -r have_hash have_extras < "$stamp" || true
