@@ -18,6 +18,8 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from txmq.codec_native import patch as _native_patch
+from txmq.codec_native import verify as _native_verify
 from txmq.records import (  # noqa: F401  (re-exported for the store)
     BLANK_MAGIC,
     HEAD,
@@ -121,9 +123,7 @@ def encode_record(
     return PREFIX.pack(rec.size, MESSAGE_MAGIC, crc), head, rec.body, rec.tail
 
 
-_OFFSETS = struct.Struct(">qq")  # queue offset, physical offset (bytes 24..39)
 _BORN_TIMESTAMP = struct.Struct(">q")  # bytes 44..51
-_STORED = struct.Struct(">q20s")  # store timestamp, store host (bytes 72..99)
 _U32 = struct.Struct(">I")
 
 
@@ -137,12 +137,10 @@ def patch_record(
     store_timestamp_ms: int,
     store_host: bytes,
 ) -> None:
-    """Write the fields only the store knows into a sent record, in place, then its
-    record CRC (``encode_record``'s bytes for the same fields, without re-encoding)."""
-    _OFFSETS.pack_into(frame, pos + 24, queue_offset, physical_offset)
-    frame[pos + 52 : pos + 72] = born_host
-    _STORED.pack_into(frame, pos + 72, store_timestamp_ms, store_host)
-    _U32.pack_into(frame, pos + 8, _crc32(memoryview(frame)[pos + RECORD_CRC_START : pos + size]))
+    """Write the fields only the store knows into a sent record (of ``size`` bytes, as
+    its size field says), in place, then its record CRC: ``encode_record``'s bytes for
+    the same fields, without re-encoding (compiled: ``txmq.codec_native.patch``)."""
+    _native_patch(frame, pos, queue_offset, physical_offset, born_host, store_timestamp_ms, store_host)
 
 
 def set_born_timestamp(frame: bytearray, pos: int, born_timestamp_ms: int) -> None:
@@ -163,29 +161,16 @@ def read_size_and_magic(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int
 
 def verify_record(buf: bytes | memoryview, pos: int, physical_offset: int) -> int:
     """Validate the record at ``buf[pos:]`` that must sit at ``physical_offset``;
-    returns its size. Raises CorruptRecord for a torn, corrupt or misplaced record."""
-    avail = len(buf) - pos
-    if avail < PREFIX.size:
-        raise CorruptRecord(f"{avail} bytes left at {physical_offset}, no record header")
-    size, magic, crc = PREFIX.unpack_from(buf, pos)
-    if magic != MESSAGE_MAGIC:
-        raise CorruptRecord(f"bad magic {magic:#x} at {physical_offset}")
-    if size < MIN_RECORD_SIZE or size > avail:
-        raise CorruptRecord(f"impossible size {size} at {physical_offset} ({avail} bytes left)")
-    if _crc32(memoryview(buf)[pos + RECORD_CRC_START : pos + size]) != crc:
-        raise CorruptRecord(f"record CRC mismatch at {physical_offset}")
-    (phys,) = struct.unpack_from(">q", buf, pos + 32)
-    if phys != physical_offset:
-        raise CorruptRecord(f"record at {physical_offset} claims offset {phys}")
-    (body_len,) = struct.unpack_from(">I", buf, pos + HEADER_SIZE - 4)
-    tpos = pos + HEADER_SIZE + body_len
-    if tpos + 3 > pos + size:
-        raise CorruptRecord(f"body length {body_len} overruns record at {physical_offset}")
-    topic_len = buf[tpos]
-    ppos = tpos + 1 + topic_len
-    if ppos + 2 > pos + size or ppos + 2 + U16.unpack_from(buf, ppos)[0] != pos + size:
-        raise CorruptRecord(f"field lengths disagree with size {size} at {physical_offset}")
-    return size
+    returns its size. Raises CorruptRecord for a torn, corrupt or misplaced record
+    (magic, size, record CRC, claimed offset, field lengths; compiled:
+    ``txmq.codec_native.verify``)."""
+    try:
+        return _native_verify(buf, pos, physical_offset)
+    except ValueError as exc:
+        reason = str(exc)
+    # Raised outside the handler: the ValueError (and, in pure Python, the view of
+    # ``buf`` its traceback holds) is gone, so an mmap behind ``buf`` can be closed.
+    raise CorruptRecord(reason)
 
 
 def decode_record(

@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from txmq.codec_native import fields as _fields
 from txmq.errors import TxmqError, error
 from txmq.ids import new_unique_id
 from txmq.protocol import RESERVED_PROPERTIES
@@ -19,14 +20,9 @@ from txmq.validation import check_group as check_group_name  # noqa: F401 - one 
 from txmq_runtime.tags import tag_hash_code
 
 from .codec import (
-    HEAD,
     HEADER_SIZE,
-    MESSAGE_MAGIC,
-    MIN_RECORD_SIZE,
     NAME_VALUE_SEPARATOR,
-    PREFIX,
     PROPERTY_SEPARATOR,
-    U16,
     PreparedRecord,
     encode_tail,
     set_born_timestamp,
@@ -94,7 +90,7 @@ class MessageLimits:
 
 _UNIQ_PREFIX = f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}"
 _UNIQ_PREFIX_LEN = len(_UNIQ_PREFIX)
-_HEAD_AT = PREFIX.size
+MIN_DECODED_SIZE = HEADER_SIZE + 3  # an empty body, topic and properties
 _NO_PROPERTIES: Mapping[str, str] = {}
 
 
@@ -196,59 +192,36 @@ class MessageEncoder:
         knows (``codec.patch_record``). The record's ``queue_id`` may be ``ANY_QUEUE``;
         the caller resolves it."""
         limits = self._limits
-        end_of_blob = len(blob)
-        if end_of_blob - pos < MIN_RECORD_SIZE:
-            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"torn record: {end_of_blob - pos} bytes left", index)
-        size, magic, _ = PREFIX.unpack_from(blob, pos)
-        if magic != MESSAGE_MAGIC:
-            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"bad record magic {magic:#x}", index)
-        end = pos + size
-        if size < MIN_RECORD_SIZE or end > end_of_blob:
-            raise _bad(
-                errors_pb2.CODE_ILLEGAL_MESSAGE,
-                f"torn record: size {size}, {end_of_blob - pos} bytes left", index,
-            )  # fmt: skip
-        (body_crc, queue_id, flag, _qo, _po, sys_flag, born_ts, _bh, _st, _sh, reconsume, prepared, body_len) = (
-            HEAD.unpack_from(blob, pos + _HEAD_AT)
-        )
+        try:
+            (size, body_crc, queue_id, flag, _qo, _po, sys_flag, born_ts, _bh, _st, _sh, reconsume, prepared, body,
+             topic, text) = _fields(blob, pos)  # fmt: skip
+        except ValueError as exc:  # a torn or malformed record, or text that does not decode
+            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"not a well-formed record: {exc}", index) from None
         if sys_flag or reconsume or prepared:
             raise _bad(
                 errors_pb2.CODE_ILLEGAL_MESSAGE,
                 "a sent record's sysflag, reconsume times and prepared-transaction offset must be 0", index,
             )  # fmt: skip
-        if not body_len:
+        if not body:
             raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "message body is empty", index)
-        if body_len > limits.max_body_bytes:
+        if len(body) > limits.max_body_bytes:
             raise _bad(
                 errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
-                f"body of {body_len} bytes exceeds {limits.max_body_bytes}", index,
+                f"body of {len(body)} bytes exceeds {limits.max_body_bytes}", index,
             )  # fmt: skip
-        tpos = pos + HEADER_SIZE + body_len
-        ppos = tpos + 1 + (blob[tpos] if tpos < end else 0)
-        if ppos + 2 > end or ppos + 2 + U16.unpack_from(blob, ppos)[0] != end:
-            raise _bad(
-                errors_pb2.CODE_ILLEGAL_MESSAGE, f"the record's field lengths disagree with its size {size}", index
-            )
-        if end - ppos - 2 > limits.max_properties_bytes:
+        props_bytes = size - MIN_DECODED_SIZE - len(body) - len(topic)  # the topic is ASCII
+        if props_bytes > limits.max_properties_bytes:
             raise _bad(
                 errors_pb2.CODE_MESSAGE_PROPERTIES_TOO_LARGE,
-                f"properties take {end - ppos - 2} bytes encoded, at most {limits.max_properties_bytes}", index,
+                f"properties take {props_bytes} bytes encoded, at most {limits.max_properties_bytes}", index,
             )  # fmt: skip
         if size > limits.max_record_bytes:
             raise _bad(
                 errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
                 f"message of {size} bytes does not fit a commit-log segment ({limits.max_record_bytes})", index,
             )  # fmt: skip
-        body = memoryview(blob)[pos + HEADER_SIZE : tpos]
         if _crc32(body) != body_crc:
             raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "body CRC mismatch: the record was damaged", index)
-        try:
-            topic = blob[tpos + 1 : ppos].decode("ascii")
-            text = blob[ppos + 2 : end].decode("utf-8")
-        except UnicodeDecodeError:
-            raise _bad(
-                errors_pb2.CODE_ILLEGAL_MESSAGE, "topic is not ASCII or properties are not UTF-8", index
-            ) from None
         if not topic:
             raise _bad(errors_pb2.CODE_ILLEGAL_TOPIC, "topic is empty", index)
         keys: tuple[str, ...]
@@ -275,7 +248,7 @@ class MessageEncoder:
             self._born_host,
             0,
             0,
-            body,  # type: ignore[arg-type]  # a view: only its length and CRC are used
+            body,
             body_crc,
             b"",
             size,

@@ -41,6 +41,7 @@ import struct
 import zlib
 from collections.abc import Mapping, Sequence
 
+from txmq.codec_native import fields as _fields
 from txmq.ids import offset_msg_id_prefix
 from txmq.message import MessageExt
 from txmq.protocol import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
@@ -168,30 +169,21 @@ def _host(raw: bytes) -> tuple[str, str]:
 def decode_messages(records: bytes, store_id: str) -> list[MessageExt]:
     """The records of a pull answer, back to back as stored (the store checked each
     record's CRC before serving it), as the messages a consumer sees: the same fields
-    as from a MessageView. Raises ValueError for bytes that are not whole records."""
+    as from a MessageView. Raises ValueError for bytes that are not whole records
+    (parsing compiled: ``txmq.codec_native.fields``)."""
     out: list[MessageExt] = []
     pos, end = 0, len(records)
     while pos < end:
-        out.append(_decode(records, pos, end, store_id))
+        out.append(_decode(records, pos, store_id))
         pos += out[-1].store_size_bytes
     return out
 
 
-def _decode(buf: bytes, pos: int, end_of_buf: int, store_id: str) -> MessageExt:
-    if end_of_buf - pos < HEADER_SIZE:
-        raise ValueError(f"{end_of_buf - pos} bytes at {pos}: not a whole record header")
-    size, magic, _ = PREFIX.unpack_from(buf, pos)
-    end = pos + size
-    if magic != MESSAGE_MAGIC or size < HEADER_SIZE + 3 or end > end_of_buf:
-        raise ValueError(f"no whole record at {pos} (magic {magic:#x}, size {size})")
-    (body_crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_raw, store_ts, store_raw, reconsume,
-     prepared, body_len) = HEAD.unpack_from(buf, pos + PREFIX.size)  # fmt: skip
-    tpos = pos + HEADER_SIZE + body_len
-    ppos = tpos + 1 + (buf[tpos] if tpos < end else 0)
-    if ppos + 2 > end or ppos + 2 + U16.unpack_from(buf, ppos)[0] != end:
-        raise ValueError(f"field lengths disagree with the record size at {pos}")
+def _decode(buf: bytes, pos: int, store_id: str) -> MessageExt:
+    (size, body_crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_raw, store_ts, store_raw,
+     reconsume, prepared, body, topic, text) = _fields(buf, pos)  # fmt: skip
     props: dict[str, str] = {}
-    for item in buf[ppos + 2 : end].decode("utf-8").split(PROPERTY_SEPARATOR):
+    for item in text.split(PROPERTY_SEPARATOR):
         if item:
             name, _, value = item.partition(NAME_VALUE_SEPARATOR)
             props[name] = value
@@ -201,8 +193,8 @@ def _decode(buf: bytes, pos: int, end_of_buf: int, store_id: str) -> MessageExt:
     born_host, _ = _host(born_raw)
     store_host, prefix = _host(store_raw)
     return MessageExt(
-        buf[tpos + 1 : ppos].decode("ascii"),
-        buf[pos + HEADER_SIZE : tpos],
+        topic,
+        body,
         tags=tags or None,
         keys=tuple(keys.split(KEY_SEPARATOR)) if keys else (),
         properties=props,
