@@ -47,8 +47,8 @@ class Entry:
 @dataclass(frozen=True, slots=True)
 class PipeSettings:
     linger_ms: float = 0.0
-    max_frame_bytes: int = 1024 * 1024
-    max_in_flight_frames: int = 2
+    max_frame_bytes: int = 64 * 1024
+    max_in_flight_frames: int = 4
 
 
 class SendPipe:

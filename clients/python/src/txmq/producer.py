@@ -46,7 +46,7 @@ T = TypeVar("T")
 Attempt = Callable[[store_pb2_grpc.StoreStub, MessageQueue, float, str], T]
 
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024  # RocketMQ's maxMessageSize
-DEFAULT_MAX_FRAME_BYTES = 1024 * 1024
+DEFAULT_MAX_FRAME_BYTES = 64 * 1024  # pipelined small frames beat large ones (docs/benchmarks.md)
 _THROTTLE_BACKOFF_S = 0.05
 
 
@@ -82,7 +82,7 @@ class Producer:
         send_stream: bool = True,
         linger_ms: float = 0.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-        max_in_flight_frames: int = 2,
+        max_in_flight_frames: int = 4,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
         if linger_ms < 0 or max_frame_bytes <= 0 or max_in_flight_frames <= 0:
