@@ -153,6 +153,11 @@ class FakeBackend:
         self.sends.append((store_id, message, producer_group, prepared))
         return self._store(store_id, message, prepared=prepared)
 
+    async def send_normal(self, store_id: str, message: common_pb2.Message) -> store_pb2.SendResult:
+        """``send`` of a normal message (the real backend coalesces these over its send
+        stream; one at a time here answers the same)."""
+        return await self.send(store_id, message)
+
     async def send_batch(self, store_id: str, messages: list[common_pb2.Message]) -> list[store_pb2.SendResult]:
         """Store ``messages`` in order, all or none (the store validates the batch whole)."""
         await asyncio.sleep(0)

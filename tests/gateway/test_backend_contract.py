@@ -267,6 +267,28 @@ async def test_a_send_to_an_unknown_topic_is_refused(side: Side) -> None:
     await expect_code(errors_pb2.CODE_TOPIC_NOT_FOUND, lambda: side.backend.send(side.store_id, message))
 
 
+async def test_normal_sends_answer_as_sends_do_and_share_the_store(side: Side) -> None:
+    """``send_normal`` (coalesced over the store's send stream by the real backend)
+    answers each send as ``send`` does, also when many go at once."""
+    topic = await side.new_topic(queue_nums=2)
+    messages = [
+        common_pb2.Message(topic=topic, body=f"n{i}".encode(), queue_id=1, unique_id=uuid.uuid4().hex.upper())
+        for i in range(20)
+    ]
+    results = await asyncio.gather(*(side.backend.send_normal(side.store_id, m) for m in messages))
+    assert [r.msg_id for r in results] == [m.unique_id for m in messages]
+    assert all(r.status == store_pb2.SEND_STATUS_OK and r.queue.store_id == side.store_id for r in results)
+    assert sorted(r.queue_offset for r in results) == list(range(20))
+    assert len({r.commit_log_offset for r in results}) == 20
+    reply = await side.pull(topic, 0, queue_id=1)
+    by_offset = {r.queue_offset: m.body.decode() for r, m in zip(results, messages, strict=True)}
+    assert bodies_of(reply) == [by_offset[i] for i in range(len(reply.messages))]
+    anywhere = await side.backend.send_normal(side.store_id, common_pb2.Message(topic=topic, body=b"anywhere"))
+    assert anywhere.queue.queue_id in (0, 1) and anywhere.msg_id
+    unknown = common_pb2.Message(topic=f"nope-{uuid.uuid4().hex[:8]}", body=b"x", queue_id=0, unique_id="U1")
+    await expect_code(errors_pb2.CODE_TOPIC_NOT_FOUND, lambda: side.backend.send_normal(side.store_id, unknown))
+
+
 async def test_a_batch_is_stored_in_order(side: Side) -> None:
     topic = await side.new_topic()
     messages = [

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import Any
 
 import pytest
 from support.clock import ManualClock
 
 from txmq.errors import error
-from txmq.v1 import common_pb2, errors_pb2, route_pb2, store_pb2
+from txmq.v1 import common_pb2, errors_pb2, route_pb2
 from txmq_gateway.auth import Authenticator, parse_authorization, sign
 from txmq_gateway.convert import TransactionHandle, to_txmq_message, to_v2_message
 from txmq_gateway.producer import ProducerCore, SendDeduper, Sent
@@ -367,78 +366,3 @@ async def test_a_receive_read_to_the_end_releases_nothing() -> None:
     frames = [f async for f in servicer.ReceiveMessage(svc.ReceiveMessageRequest(), FakeContext())]  # type: ignore[arg-type]
     assert [f.WhichOneof("content") for f in frames] == ["message", "status"]
     assert frames[-1].status.code == Code.OK and consumer.changed == []
-
-
-# -- coalesced sends ---------------------------------------------------------------------
-
-
-class BatchingBackend(FakeBackend):
-    """The contract-checked fake (fake_backend.py) as a store that holds every call until
-    ``release`` is set, records each call's size and refuses ``refuse_body`` (fault
-    injection)."""
-
-    def __init__(self, refuse_body: bytes | None = None) -> None:
-        super().__init__()
-        self.add_topic("T", {"s1": 1})
-        self.calls: list[int] = []
-        self.release = asyncio.Event()
-        self.refuse_body = refuse_body
-
-    async def send(self, store_id: str, message: common_pb2.Message, **kwargs: Any) -> store_pb2.SendResult:
-        self.calls.append(1)
-        await self.release.wait()
-        if message.body == self.refuse_body:
-            raise error(errors_pb2.CODE_ILLEGAL_MESSAGE, "bad body")
-        return await super().send(store_id, message, **kwargs)
-
-    async def send_batch(self, store_id: str, messages: list[common_pb2.Message]) -> list[store_pb2.SendResult]:
-        self.calls.append(len(messages))
-        await self.release.wait()
-        if any(m.body == self.refuse_body for m in messages):
-            raise error(errors_pb2.CODE_ILLEGAL_MESSAGE, "bad body", index="1")  # nothing stored
-        return await super().send_batch(store_id, messages)
-
-
-async def test_sends_arriving_during_a_store_call_go_together_in_one_batch() -> None:
-    from txmq_gateway.producer import SendCoalescer
-
-    backend = BatchingBackend()
-    coalescer = SendCoalescer(backend, "s1")  # type: ignore[arg-type]
-
-    def send(i: int) -> asyncio.Task[store_pb2.SendResult]:
-        return asyncio.create_task(coalescer.send(common_pb2.Message(topic="T", body=b"x", unique_id=f"m{i}")))
-
-    sends = [send(0)]
-    for _ in range(5):
-        await asyncio.sleep(0)  # the first is at the store now
-    sends += [send(i) for i in range(1, 5)]
-    for _ in range(5):
-        await asyncio.sleep(0)
-    backend.release.set()
-    results = await asyncio.gather(*sends)
-    assert backend.calls == [1, 4]  # the first alone (no waiting when idle), the rest together
-    assert [r.msg_id for r in results] == [f"m{i}" for i in range(5)]
-
-
-async def test_a_refused_batch_falls_back_to_single_sends_so_one_bad_message_fails_alone() -> None:
-    from txmq_gateway.producer import SendCoalescer
-
-    backend = BatchingBackend(refuse_body=b"bad")
-    coalescer = SendCoalescer(backend, "s1")  # type: ignore[arg-type]
-    bodies = [b"first", b"ok", b"bad", b"ok2"]
-    sends = [
-        asyncio.create_task(coalescer.send(common_pb2.Message(topic="T", body=b, unique_id=b.decode())))
-        for b in bodies[:1]
-    ]
-    for _ in range(5):
-        await asyncio.sleep(0)
-    sends += [
-        asyncio.create_task(coalescer.send(common_pb2.Message(topic="T", body=b, unique_id=b.decode())))
-        for b in bodies[1:]
-    ]
-    for _ in range(5):
-        await asyncio.sleep(0)
-    backend.release.set()
-    outcomes = await asyncio.gather(*sends, return_exceptions=True)
-    assert [type(o).__name__ for o in outcomes] == ["SendResult", "SendResult", "BadRequestError", "SendResult"]
-    assert backend.calls == [1, 3, 1, 1, 1]  # the batch of 3 refused, then each alone

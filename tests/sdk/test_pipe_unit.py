@@ -5,6 +5,7 @@ tests/store/test_packed.py and through the Producer in test_send_stream_it.py.""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from txmq._pipe import Entry, PipeSettings, SendPipe
+from txmq._pipe import AsyncSendPipe, Entry, PipeSettings, SendPipe
 from txmq.errors import BadRequestError, NotImplementedYetError, TxmqError, UnavailableError
 from txmq.v1 import errors_pb2, store_pb2
 
@@ -228,3 +229,106 @@ def test_close_fails_waiting_entries_and_cancels_the_call() -> None:
     assert call.cancelled.is_set()
     err = raised(waiting)
     assert isinstance(err, UnavailableError) and "shut down" in str(err)
+
+
+# -- the asyncio driver (the gateway's), the same FrameBook --------------------------------
+
+
+class ScriptedAioCall:
+    """What grpc.aio's stream-stream call gives: ``write``, ``read`` (EOF at the end),
+    ``cancel``."""
+
+    def __init__(self) -> None:
+        self.frames: asyncio.Queue[store_pb2.RecordFrame] = asyncio.Queue()
+        self._acks: asyncio.Queue[store_pb2.RecordAck | object] = asyncio.Queue()
+
+    async def write(self, frame: store_pb2.RecordFrame) -> None:
+        await self.frames.put(frame)
+
+    async def read(self) -> object:
+        return await self._acks.get()
+
+    def ack(self, frame: store_pb2.RecordFrame, n: int) -> None:
+        self._acks.put_nowait(
+            store_pb2.RecordAck(
+                sequence=frame.sequence,
+                status=store_pb2.SEND_STATUS_OK,
+                commit_log_offsets=list(range(n)),
+                queue_offsets=list(range(n)),
+                queue_ids=[0] * n,
+                offset_msg_id_prefix="P",
+                store_id="s",
+            )
+        )
+
+    def refuse(self, frame: store_pb2.RecordFrame, err: TxmqError) -> None:
+        self._acks.put_nowait(store_pb2.RecordAck(sequence=frame.sequence, error=err.to_detail()))
+
+    def cancel(self) -> None:
+        self._acks.put_nowait(grpc.aio.EOF)
+
+
+class ScriptedAioStub:
+    def __init__(self) -> None:
+        self.call = ScriptedAioCall()
+
+    def SendStream(self) -> ScriptedAioCall:
+        return self.call
+
+
+async def next_frame(call: ScriptedAioCall) -> store_pb2.RecordFrame:
+    return await asyncio.wait_for(call.frames.get(), WAIT_S)
+
+
+@pytest.mark.asyncio
+async def test_async_sends_during_a_frame_in_flight_share_the_next_one() -> None:
+    stub = ScriptedAioStub()
+    p = AsyncSendPipe(stub, producer_group="", settings=PipeSettings(max_in_flight_frames=1))
+    first = asyncio.create_task(p.submit(b"a", 1))
+    frame = await next_frame(stub.call)
+    later = [asyncio.create_task(p.submit(b, 1)) for b in (b"b", b"c", b"d")]
+    await asyncio.sleep(0)
+    assert stub.call.frames.empty()  # one frame in flight: they wait
+    stub.call.ack(frame, 1)
+    assert (await first)[1] == 0
+    shared = await next_frame(stub.call)
+    assert shared.records == b"bcd"  # no waiting when idle; the rest together
+    stub.call.ack(shared, 3)
+    assert [(await t)[1] for t in later] == [0, 1, 2]
+    await p.close()
+
+
+@pytest.mark.asyncio
+async def test_async_a_refused_record_fails_only_its_sender() -> None:
+    stub = ScriptedAioStub()
+    p = AsyncSendPipe(stub, producer_group="", settings=PipeSettings(max_in_flight_frames=1))
+    first = asyncio.create_task(p.submit(b"0", 1))
+    frame = await next_frame(stub.call)
+    ok, bad, ok2 = (asyncio.create_task(p.submit(b, 1)) for b in (b"o", b"x", b"p"))
+    await asyncio.sleep(0)
+    stub.call.ack(frame, 1)
+    await first
+    shared = await next_frame(stub.call)
+    assert shared.records == b"oxp"
+    stub.call.refuse(shared, BadRequestError("bad body", code=errors_pb2.CODE_ILLEGAL_MESSAGE, metadata={"index": "1"}))
+    with pytest.raises(BadRequestError) as info:
+        await bad
+    assert info.value.metadata["index"] == "0"
+    again = await next_frame(stub.call)
+    assert again.records == b"op"  # nothing of the refused frame was stored: the others go again
+    stub.call.ack(again, 2)
+    assert [(await ok)[1], (await ok2)[1]] == [0, 1]
+    await p.close()
+
+
+@pytest.mark.asyncio
+async def test_async_a_stream_that_ends_fails_what_waits() -> None:
+    stub = ScriptedAioStub()
+    p = AsyncSendPipe(stub, producer_group="", settings=PipeSettings())
+    sent = asyncio.create_task(p.submit(b"a", 1))
+    await next_frame(stub.call)
+    stub.call.cancel()  # EOF: the store ended the stream
+    with pytest.raises(UnavailableError):
+        await sent
+    assert p.failed is not None
+    await p.close()

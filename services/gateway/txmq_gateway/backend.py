@@ -12,7 +12,10 @@ from typing import TypeVar
 
 import grpc
 
-from txmq.errors import TxmqError, error
+from txmq._pipe import AsyncSendPipe, PipeSettings
+from txmq.errors import NotImplementedYetError, TxmqError, error
+from txmq.ids import new_unique_id
+from txmq.records import HEADER_SIZE, encode_for_send
 from txmq.v1 import (
     common_pb2,
     errors_pb2,
@@ -26,6 +29,17 @@ from txmq.v1 import (
 )
 from txmq_runtime.calls import call, internal_channel
 from txmq_runtime.registry import ClusterView
+
+# Coalesced sends: frames of at most 64 KiB, 4 in flight per store (the SDK's defaults).
+_PIPE_SETTINGS = PipeSettings()
+_UNIQ = b"UNIQ_KEY\x01"
+
+
+def _unique_id_of(record: bytes) -> str:
+    """The unique id ``encode_for_send`` put first in a record's properties."""
+    at = record.index(_UNIQ, HEADER_SIZE) + len(_UNIQ)
+    return record[at : record.index(b"\x02", at)].decode()
+
 
 log = logging.getLogger("txmq.gateway.backend")
 
@@ -45,6 +59,8 @@ class Backend:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._store_stubs: dict[str, store_pb2_grpc.StoreStub] = {}
         self._round_robin = itertools.count()
+        self._pipes: dict[str, AsyncSendPipe] = {}  # store address -> its send stream
+        self._unary_only: set[str] = set()  # store addresses without SendStream
 
     # -- addressing ------------------------------------------------------------------
 
@@ -95,6 +111,47 @@ class Backend:
         )
         stub = self.store(store_id)
         return (await call(lambda: stub.SendMessage(request, timeout=self.timeout_s))).result
+
+    async def send_normal(self, store_id: str, message: common_pb2.Message) -> store_pb2.SendResult:
+        """Store a normal (not transactional) message, coalesced with the other sends to
+        that store: the SDK's mechanism (``txmq._pipe.AsyncSendPipe``), frames of records on
+        one SendStream per store. A record the store refuses fails only its own send."""
+        address = self.store_address(store_id)
+        if address in self._unary_only:
+            return await self.send(store_id, message)
+        pipe = self._pipes.get(address)
+        if pipe is None or pipe.failed is not None:
+            pipe = self._pipes[address] = AsyncSendPipe(
+                self.store(store_id), producer_group="", settings=_PIPE_SETTINGS
+            )
+        record = encode_for_send(
+            message.topic,
+            message.queue_id if message.HasField("queue_id") else None,
+            message.body,
+            message.unique_id or new_unique_id(),
+            tags=message.tags or None,
+            keys=tuple(message.keys),
+            properties=dict(message.properties),
+            flag=message.flag,
+            born_timestamp_ms=message.born_timestamp_ms,
+        )
+        try:
+            ack, at = await pipe.submit(record, 1)
+        except NotImplementedYetError as err:
+            if not err.transport:
+                raise
+            log.info("store %s at %s has no SendStream (%s): unary sends", store_id, address, err)
+            self._unary_only.add(address)
+            return await self.send(store_id, message)
+        offset = ack.commit_log_offsets[at]
+        return store_pb2.SendResult(
+            status=ack.status,
+            msg_id=_unique_id_of(record),
+            offset_msg_id=f"{ack.offset_msg_id_prefix}{offset:016X}",
+            queue=common_pb2.MessageQueue(topic=message.topic, store_id=ack.store_id, queue_id=ack.queue_ids[at]),
+            queue_offset=ack.queue_offsets[at],
+            commit_log_offset=offset,
+        )
 
     async def send_batch(self, store_id: str, messages: list[common_pb2.Message]) -> list[store_pb2.SendResult]:
         """Store ``messages`` in one call (validated as a whole by the store: an error
@@ -191,6 +248,9 @@ class Backend:
         return txcheck_pb2_grpc.TransactionStub(self.channel(address)).ProducerChannel()
 
     async def close(self) -> None:
+        pipes, self._pipes = list(self._pipes.values()), {}
+        for pipe in pipes:
+            await pipe.close()
         channels, self._channels = self._channels, {}
         self._store_stubs.clear()
         for address, channel in channels.items():

@@ -24,8 +24,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from txmq.errors import TxmqError
-from txmq.v1 import common_pb2, route_pb2, store_pb2, txcheck_pb2
+from txmq.v1 import route_pb2, store_pb2, txcheck_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import TransactionHandle, decoded_body, to_txmq_message
 from txmq_gateway.settings import GatewaySettings
@@ -37,10 +36,6 @@ log = logging.getLogger("txmq.gateway.producer")
 
 _UNSUPPORTED_TYPES = {pb.DELAY: "delay (timed) messages", pb.LITE: "lite topics", pb.PRIORITY: "priority messages"}
 _WRITABLE = 2  # RocketMQ permission bit
-# Most sends, and most body bytes, one coalesced SendBatch carries (well inside the
-# store's defaults: 4096 messages, 64 MiB).
-MAX_COALESCED = 64
-MAX_COALESCED_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,84 +94,6 @@ class SendDeduper:
             del self._done[key]
 
 
-class SendCoalescer:
-    """Sends of normal messages to one store, coalesced: the first goes at once; sends
-    that arrive while a call to the store is in flight wait for it and then go together
-    in one ``SendBatch`` (at most ``MAX_COALESCED`` / ``MAX_COALESCED_BYTES``). No timer, so an idle gateway adds
-    no latency; under load many single sends cost the store one call. The store
-    validates a batch as a whole, so when it refuses one (a bad message, a topic that
-    is not writable) nothing was stored and each message is sent on its own: one client's
-    bad message never fails another client's send."""
-
-    def __init__(self, backend: Backend, store_id: str) -> None:
-        self.backend = backend
-        self.store_id = store_id
-        self._waiting: list[tuple[common_pb2.Message, asyncio.Future[store_pb2.SendResult]]] = []
-        self._draining = False
-
-    async def send(self, message: common_pb2.Message) -> store_pb2.SendResult:
-        future: asyncio.Future[store_pb2.SendResult] = asyncio.get_running_loop().create_future()
-        self._waiting.append((message, future))
-        if not self._draining:
-            self._draining = True
-            asyncio.get_running_loop().create_task(self._drain())
-        return await asyncio.shield(future)
-
-    async def _drain(self) -> None:
-        try:
-            while self._waiting:
-                take, size = 0, 0
-                for message, _ in self._waiting[:MAX_COALESCED]:
-                    size += len(message.body)
-                    if take and size > MAX_COALESCED_BYTES:
-                        break
-                    take += 1
-                batch, self._waiting = self._waiting[:take], self._waiting[take:]
-                await self._send(batch)
-        finally:
-            self._draining = False
-
-    async def _send(self, batch: list[tuple[common_pb2.Message, asyncio.Future[store_pb2.SendResult]]]) -> None:
-        if len(batch) > 1:
-            try:
-                results = await self.backend.send_batch(self.store_id, [m for m, _ in batch])
-            except TxmqError as err:
-                if err.retriable:  # the store may be down: each send fails alike
-                    for _, future in batch:
-                        _settle(future, exc=err)
-                    return
-                log.debug("batch of %d refused by %s (%s): sending each alone", len(batch), self.store_id, err)
-            except Exception as exc:  # noqa: BLE001 - handed to the waiting sends
-                for _, future in batch:
-                    _settle(future, exc=exc)
-                return
-            else:
-                for (_, future), result in zip(batch, results, strict=True):
-                    _settle(future, result=result)
-                return
-        await asyncio.gather(*(self._send_one(message, future) for message, future in batch))
-
-    async def _send_one(self, message: common_pb2.Message, future: asyncio.Future[store_pb2.SendResult]) -> None:
-        try:
-            _settle(future, result=await self.backend.send(self.store_id, message))
-        except Exception as exc:  # noqa: BLE001 - handed to the waiting send
-            _settle(future, exc=exc)
-
-
-def _settle(
-    future: asyncio.Future[store_pb2.SendResult],
-    *,
-    result: store_pb2.SendResult | None = None,
-    exc: BaseException | None = None,
-) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)  # type: ignore[arg-type]
-
-
 class ProducerCore:
     def __init__(self, backend: Backend, settings: GatewaySettings) -> None:
         self.backend = backend
@@ -185,7 +102,6 @@ class ProducerCore:
             window_ms=settings.send_dedupe_window_ms, max_entries=settings.send_dedupe_max_entries
         )
         self._round_robin = itertools.count()
-        self._coalescers: dict[str, SendCoalescer] = {}
 
     async def send(self, request: svc.SendMessageRequest) -> svc.SendMessageResponse:
         """One entry per message; the response status is the entry's for one message,
@@ -238,7 +154,7 @@ class ProducerCore:
             if transactional:
                 result = await self.backend.send(store_id, stored, producer_group=topic, prepared=True)
             else:
-                result = await self._coalescer(store_id).send(stored)
+                result = await self.backend.send_normal(store_id, stored)
             if result.status != store_pb2.SEND_STATUS_OK:
                 # Accepted but not flushed / replicated in time (RocketMQ FLUSH_DISK_TIMEOUT...).
                 raise GatewayError(
@@ -257,12 +173,6 @@ class ProducerCore:
             )
 
         return await self.dedupe.once((topic, sp.message_id), store)
-
-    def _coalescer(self, store_id: str) -> SendCoalescer:
-        coalescer = self._coalescers.get(store_id)
-        if coalescer is None:
-            coalescer = self._coalescers[store_id] = SendCoalescer(self.backend, store_id)
-        return coalescer
 
     async def _place(self, topic: str, message_group: str) -> tuple[str, int | None]:
         """(store id, queue id or None for the store's own choice)."""

@@ -1,11 +1,13 @@
-"""Coalesced sends over one ``Store.SendStream`` per store (Kafka's record accumulator).
+"""Coalesced sends over one ``Store.SendStream`` per store (Kafka's record accumulator):
+one mechanism, two drivers — ``SendPipe`` for the SDK's threads, ``AsyncSendPipe`` for
+asyncio callers (the RocketMQ gateway).
 
-Callers (any number of threads) ``submit`` an entry — one message, or one batch that
-must be stored all or nothing — already encoded in the commit-log layout
-(``txmq.records``). The stream's request iterator, which gRPC runs on its own thread,
-takes *everything* waiting when it can send the next frame: nothing waits when nothing is
+Callers ``submit`` an entry — one message, or one batch that must be stored all or
+nothing — already encoded in the commit-log layout (``txmq.records``). When the stream
+can take another frame, *everything* waiting goes into it: nothing waits when nothing is
 in flight (``linger_ms`` 0), and the more senders are waiting, the larger the frames.
-Each entry keeps its own result and error:
+``FrameBook`` holds that state and decides, the same for both drivers; each entry keeps
+its own result and error:
 
 * an ack answers every entry of its frame (offsets sliced per entry);
 * a frame refused because of one record (``metadata.index``) fails that record's entry
@@ -13,11 +15,12 @@ Each entry keeps its own result and error:
   queue: the store stored nothing of the frame, so they go again in the next one;
 * a frame refused as a whole fails each of its entries with that error;
 * a broken stream fails everything in flight and waiting (the error says whether a retry
-  may help; the producer's retry loop opens a new pipe).
+  may help; a new pipe is opened for the retry).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -25,6 +28,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -33,14 +37,18 @@ from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
 
 log = logging.getLogger("txmq.producer")
 
+#: What an entry's future gets: the ack of its frame and where its records start in it.
+Acked = tuple[store_pb2.RecordAck, int]
+
 
 @dataclass(slots=True, eq=False)
 class Entry:
-    """What one caller sends: ``count`` records back to back in ``blob``."""
+    """What one caller sends: ``count`` records back to back in ``blob``. ``future`` is a
+    ``concurrent.futures.Future`` (threads) or an ``asyncio.Future`` (asyncio)."""
 
     blob: bytes
     count: int
-    future: Future[tuple[store_pb2.RecordAck, int]] = field(default_factory=Future)
+    future: Any = field(default_factory=Future)
     queued: bool = True  # not yet taken into a frame
 
 
@@ -51,113 +59,71 @@ class PipeSettings:
     max_in_flight_frames: int = 4
 
 
-class SendPipe:
-    """One open SendStream to one store. Thread-safe."""
+class FrameBook:
+    """Entries waiting, frames in flight, and what an ack means for them. Not locked:
+    its driver serialises the calls (a lock, or the event loop)."""
 
-    def __init__(self, stub: store_pb2_grpc.StoreStub, *, producer_group: str, settings: PipeSettings) -> None:
-        self._group = producer_group
-        self._settings = settings
-        self._cond = threading.Condition()
-        self._pending: deque[Entry] = deque()
-        self._in_flight: deque[tuple[int, list[Entry]]] = deque()
-        self._sequence = 0
-        self._failed: TxmqError | None = None
-        self._call = stub.SendStream(self._frames())
-        self._reader = threading.Thread(target=self._read_acks, name="txmq-send-acks", daemon=True)
-        self._reader.start()
+    def __init__(self, settings: PipeSettings) -> None:
+        self.settings = settings
+        self.pending: deque[Entry] = deque()
+        self.in_flight: deque[tuple[int, list[Entry]]] = deque()
+        self.sequence = 0
+        self.failed: TxmqError | None = None
 
-    @property
-    def failed(self) -> TxmqError | None:
-        """Why the pipe stopped (then a new one is needed), or None while it works."""
-        return self._failed
-
-    def submit(self, blob: bytes, count: int) -> Entry:
-        entry = Entry(blob, count)
-        with self._cond:
-            if self._failed is not None:
-                raise self._failed
-            self._pending.append(entry)
-            self._cond.notify_all()
-        return entry
+    def add(self, entry: Entry) -> None:
+        if self.failed is not None:
+            raise _copy(self.failed)
+        self.pending.append(entry)
 
     def withdraw(self, entry: Entry) -> bool:
-        """Take back an entry not yet sent (a caller that gave up): True if it was."""
-        with self._cond:
-            if entry.queued:
-                self._pending.remove(entry)
-                entry.queued = False
-                return True
+        if entry.queued:
+            self.pending.remove(entry)
+            entry.queued = False
+            return True
         return False
 
-    def close(self, reason: TxmqError | None = None) -> None:
-        self._fail(reason or UnavailableError("the producer was shut down", code=errors_pb2.CODE_UNAVAILABLE))
-        self._call.cancel()
+    def can_send(self) -> bool:
+        return self.failed is None and bool(self.pending) and len(self.in_flight) < self.settings.max_in_flight_frames
 
-    # -- the stream's two sides ----------------------------------------------------------
+    def full(self) -> bool:
+        """The waiting entries fill a frame (a lingering frame goes at once)."""
+        return sum(len(e.blob) for e in self.pending) >= self.settings.max_frame_bytes
 
-    def _frames(self) -> Iterator[store_pb2.RecordFrame]:
-        """Run by gRPC's request thread: the next frame from everything waiting."""
-        s = self._settings
-        cond = self._cond
-        while True:
-            with cond:
-                while self._failed is None and (not self._pending or len(self._in_flight) >= s.max_in_flight_frames):
-                    cond.wait()
-                if self._failed is not None:
-                    return
-                if s.linger_ms > 0:  # others may join until the frame is full or the time is up
-                    deadline = time.monotonic() + s.linger_ms / 1000
-                    while (
-                        self._failed is None
-                        and sum(len(e.blob) for e in self._pending) < s.max_frame_bytes
-                        and (left := deadline - time.monotonic()) > 0
-                    ):
-                        cond.wait(left)
-                    if self._failed is not None:
-                        return
-                    if not self._pending:
-                        continue
-                entries: list[Entry] = []
-                size = 0
-                while self._pending and (not entries or size + len(self._pending[0].blob) <= s.max_frame_bytes):
-                    entry = self._pending.popleft()
-                    entry.queued = False
-                    entries.append(entry)
-                    size += len(entry.blob)
-                self._sequence += 1
-                sequence = self._sequence
-                self._in_flight.append((sequence, entries))
-            blob = entries[0].blob if len(entries) == 1 else b"".join(e.blob for e in entries)
-            yield store_pb2.RecordFrame(sequence=sequence, records=blob, producer_group=self._group)
+    def take(self) -> tuple[int, list[Entry], bytes]:
+        """The next frame: waiting entries up to ``max_frame_bytes`` (at least one)."""
+        cap = self.settings.max_frame_bytes
+        entries: list[Entry] = []
+        size = 0
+        pending = self.pending
+        while pending and (not entries or size + len(pending[0].blob) <= cap):
+            entry = pending.popleft()
+            entry.queued = False
+            entries.append(entry)
+            size += len(entry.blob)
+        self.sequence += 1
+        self.in_flight.append((self.sequence, entries))
+        blob = entries[0].blob if len(entries) == 1 else b"".join(e.blob for e in entries)
+        return self.sequence, entries, blob
 
-    def _read_acks(self) -> None:
-        try:
-            for ack in self._call:
-                with self._cond:
-                    sequence, entries = self._in_flight.popleft()
-                    self._cond.notify_all()  # room for another frame
-                if ack.sequence != sequence:
-                    raise UnavailableError(f"send stream out of order: ack {ack.sequence} for frame {sequence}")
-                self._answer(entries, ack)
-            err: TxmqError = UnavailableError("the store ended the send stream")
-        except grpc.RpcError as exc:
-            err = TxmqError.from_rpc_error(exc)
-        except TxmqError as exc:
-            err = exc
-        self._fail(err)
-
-    def _answer(self, entries: list[Entry], ack: store_pb2.RecordAck) -> None:
+    def answer(self, ack: store_pb2.RecordAck) -> list[tuple[Entry, Acked | TxmqError]]:
+        """The outcomes the ack of the oldest frame in flight decides; entries that must
+        go again are back at the head of the queue. Raises UnavailableError for an ack
+        out of order (the stream is then broken)."""
+        if not self.in_flight:
+            raise UnavailableError(f"send stream: ack {ack.sequence} with no frame in flight")
+        sequence, entries = self.in_flight.popleft()
+        if ack.sequence != sequence:
+            raise UnavailableError(f"send stream out of order: ack {ack.sequence} for frame {sequence}")
+        out: list[tuple[Entry, Acked | TxmqError]] = []
         if not ack.HasField("error"):
             start = 0
             for entry in entries:
-                entry.future.set_result((ack, start))
+                out.append((entry, (ack, start)))
                 start += entry.count
-            return
+            return out
         index = ack.error.metadata.get("index", "")
         if not index.isdigit():
-            for entry in entries:
-                entry.future.set_exception(TxmqError.from_detail(ack.error))
-            return
+            return [(entry, TxmqError.from_detail(ack.error)) for entry in entries]
         # One record is to blame: its entry fails, the others go again (nothing was stored).
         at = int(index)
         again: list[Entry] = []
@@ -165,33 +131,194 @@ class SendPipe:
             if 0 <= at < entry.count:
                 err = TxmqError.from_detail(ack.error)
                 err.metadata["index"] = str(at)
-                entry.future.set_exception(err)
+                out.append((entry, err))
             else:
                 again.append(entry)
             at -= entry.count
+        if self.failed is not None:
+            out += [(entry, _copy(self.failed)) for entry in again]
+        else:
+            for entry in reversed(again):
+                entry.queued = True
+                self.pending.appendleft(entry)
+        return out
+
+    def fail(self, err: TxmqError) -> list[tuple[Entry, TxmqError]]:
+        """Stop: every entry in flight or waiting fails with (a copy of) ``err``."""
+        if self.failed is None:
+            self.failed = err
+        waiting = [e for _, entries in self.in_flight for e in entries] + list(self.pending)
+        self.in_flight.clear()
+        self.pending.clear()
+        for entry in waiting:
+            entry.queued = False
+        return [(entry, _copy(err)) for entry in waiting]
+
+
+def closed_error() -> UnavailableError:
+    return UnavailableError("the producer was shut down", code=errors_pb2.CODE_UNAVAILABLE)
+
+
+class SendPipe:
+    """One open SendStream to one store, for threads (grpc's sync API). Thread-safe."""
+
+    def __init__(self, stub: store_pb2_grpc.StoreStub, *, producer_group: str, settings: PipeSettings) -> None:
+        self._group = producer_group
+        self._cond = threading.Condition()
+        self._book = FrameBook(settings)
+        self._call = stub.SendStream(self._frames())
+        self._reader = threading.Thread(target=self._read_acks, name="txmq-send-acks", daemon=True)
+        self._reader.start()
+
+    @property
+    def failed(self) -> TxmqError | None:
+        """Why the pipe stopped (then a new one is needed), or None while it works."""
+        return self._book.failed
+
+    def submit(self, blob: bytes, count: int) -> Entry:
+        entry = Entry(blob, count)
         with self._cond:
-            if self._failed is None:
-                for entry in reversed(again):
-                    entry.queued = True
-                    self._pending.appendleft(entry)
-                self._cond.notify_all()
-                return
-            failed = self._failed
-        for entry in again:
-            entry.future.set_exception(_copy(failed))
+            self._book.add(entry)
+            self._cond.notify_all()
+        return entry
+
+    def withdraw(self, entry: Entry) -> bool:
+        """Take back an entry not yet sent (a caller that gave up): True if it was."""
+        with self._cond:
+            return self._book.withdraw(entry)
+
+    def close(self, reason: TxmqError | None = None) -> None:
+        self._fail(reason or closed_error())
+        self._call.cancel()
+
+    # -- the stream's two sides ----------------------------------------------------------
+
+    def _frames(self) -> Iterator[store_pb2.RecordFrame]:
+        """Run by gRPC's request thread: the next frame from everything waiting."""
+        book, cond = self._book, self._cond
+        linger_s = book.settings.linger_ms / 1000
+        while True:
+            with cond:
+                while book.failed is None and not book.can_send():
+                    cond.wait()
+                if book.failed is not None:
+                    return
+                if linger_s > 0:  # others may join until the frame is full or the time is up
+                    deadline = time.monotonic() + linger_s
+                    while book.failed is None and not book.full() and (left := deadline - time.monotonic()) > 0:
+                        cond.wait(left)
+                    if not book.can_send():
+                        if book.failed is not None:
+                            return
+                        continue
+                sequence, _, blob = book.take()
+            yield store_pb2.RecordFrame(sequence=sequence, records=blob, producer_group=self._group)
+
+    def _read_acks(self) -> None:
+        try:
+            for ack in self._call:
+                with self._cond:
+                    outcomes = self._book.answer(ack)
+                    self._cond.notify_all()  # room for another frame, or entries back in line
+                _settle(outcomes)
+            err: TxmqError = UnavailableError("the store ended the send stream")
+        except grpc.RpcError as exc:
+            err = TxmqError.from_rpc_error(exc)
+        except TxmqError as exc:
+            err = exc
+        self._fail(err)
 
     def _fail(self, err: TxmqError) -> None:
         with self._cond:
-            if self._failed is None:
-                self._failed = err
-            waiting = [e for _, entries in self._in_flight for e in entries] + list(self._pending)
-            self._in_flight.clear()
-            self._pending.clear()
+            outcomes = self._book.fail(err)
             self._cond.notify_all()
-        for entry in waiting:
-            entry.queued = False
-            if not entry.future.done():
-                entry.future.set_exception(_copy(err))
+        _settle(outcomes)
+
+
+class AsyncSendPipe:
+    """One open SendStream to one store, for asyncio callers (grpc.aio). Use on one
+    event loop; ``await submit(...)`` returns the entry's ack and start."""
+
+    def __init__(self, stub: Any, *, producer_group: str, settings: PipeSettings) -> None:
+        self._group = producer_group
+        self._book = FrameBook(settings)
+        self._work = asyncio.Event()
+        self._call = stub.SendStream()
+        self._tasks = [
+            asyncio.get_running_loop().create_task(self._write_frames(), name="txmq-send-frames"),
+            asyncio.get_running_loop().create_task(self._read_acks(), name="txmq-send-acks"),
+        ]
+
+    @property
+    def failed(self) -> TxmqError | None:
+        return self._book.failed
+
+    async def submit(self, blob: bytes, count: int) -> Acked:
+        entry = Entry(blob, count, asyncio.get_running_loop().create_future())
+        self._book.add(entry)
+        self._work.set()
+        try:
+            return await asyncio.shield(entry.future)
+        except asyncio.CancelledError:
+            self._book.withdraw(entry)  # not sent yet: never sent
+            raise
+
+    async def close(self, reason: TxmqError | None = None) -> None:
+        self._fail(reason or closed_error())
+        self._call.cancel()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _write_frames(self) -> None:
+        book = self._book
+        linger_s = book.settings.linger_ms / 1000
+        try:
+            while book.failed is None:
+                if not book.can_send():
+                    self._work.clear()
+                    await self._work.wait()
+                    continue
+                if linger_s > 0 and not book.full():
+                    await asyncio.sleep(linger_s)  # others may join
+                    if not book.can_send():
+                        continue
+                sequence, _, blob = book.take()
+                await self._call.write(
+                    store_pb2.RecordFrame(sequence=sequence, records=blob, producer_group=self._group)
+                )
+        except grpc.RpcError as exc:
+            self._fail(TxmqError.from_rpc_error(exc))
+        except asyncio.InvalidStateError:
+            self._fail(UnavailableError("the send stream is closed"))
+
+    async def _read_acks(self) -> None:
+        try:
+            while True:
+                ack = await self._call.read()
+                if ack is grpc.aio.EOF:
+                    raise UnavailableError("the store ended the send stream")
+                _settle(self._book.answer(ack))
+                self._work.set()  # room for another frame, or entries back in line
+        except grpc.RpcError as exc:
+            self._fail(TxmqError.from_rpc_error(exc))
+        except TxmqError as exc:
+            self._fail(exc)
+
+    def _fail(self, err: TxmqError) -> None:
+        _settle(self._book.fail(err))
+        self._work.set()
+
+
+def _settle(outcomes: list[tuple[Entry, Acked | TxmqError]] | list[tuple[Entry, TxmqError]]) -> None:
+    for entry, outcome in outcomes:
+        future = entry.future
+        if future.done():
+            continue
+        if isinstance(outcome, TxmqError):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 def _copy(err: TxmqError) -> TxmqError:
