@@ -9,8 +9,8 @@ import hashlib
 import pytest
 from support.clock import ManualClock
 
-from txmq.errors import error
-from txmq.v1 import common_pb2, errors_pb2, route_pb2
+from txmq.errors import TxmqError, error
+from txmq.v1 import common_pb2, errors_pb2, route_pb2, store_pb2
 from txmq_gateway.auth import Authenticator, parse_authorization, sign
 from txmq_gateway.convert import TransactionHandle, to_txmq_message, to_v2_message
 from txmq_gateway.producer import ProducerCore, SendDeduper, Sent
@@ -366,3 +366,43 @@ async def test_a_receive_read_to_the_end_releases_nothing() -> None:
     frames = [f async for f in servicer.ReceiveMessage(svc.ReceiveMessageRequest(), FakeContext())]  # type: ignore[arg-type]
     assert [f.WhichOneof("content") for f in frames] == ["message", "status"]
     assert frames[-1].status.code == Code.OK and consumer.changed == []
+
+
+# -- normal sends on the shared coalescing mechanism -------------------------------------
+
+
+class _SilentStream:
+    """A store's SendStream that takes frames and never acknowledges (a stopped store)."""
+
+    def __init__(self) -> None:
+        self.frames: list[store_pb2.RecordFrame] = []
+        self._never = asyncio.Event()
+
+    async def write(self, frame: store_pb2.RecordFrame) -> None:
+        self.frames.append(frame)
+
+    async def read(self) -> object:
+        await self._never.wait()
+        return None
+
+    def cancel(self) -> None:
+        self._never.set()
+
+
+async def test_a_normal_send_to_a_store_that_never_answers_times_out_typed() -> None:
+    from txmq_gateway.backend import Backend
+
+    stream = _SilentStream()
+
+    class Stub:
+        def SendStream(self) -> _SilentStream:
+            return stream
+
+    backend = Backend(cluster=None, timeout_ms=50)  # type: ignore[arg-type]
+    backend.store_address = lambda store_id: "127.0.0.1:1"  # type: ignore[method-assign]
+    backend.store = lambda store_id: Stub()  # type: ignore[method-assign,assignment,return-value]
+    with pytest.raises(TxmqError) as info:
+        await backend.send_normal("s1", common_pb2.Message(topic="T", body=b"x", unique_id="U1"))
+    assert info.value.code == errors_pb2.CODE_UPSTREAM_TIMEOUT and info.value.retriable
+    assert len(stream.frames) == 1  # it was sent: the store may have it (a retry keeps the id)
+    await backend.close()

@@ -136,7 +136,12 @@ class Backend:
             born_timestamp_ms=message.born_timestamp_ms,
         )
         try:
-            ack, at = await pipe.submit(record, 1)
+            async with asyncio.timeout(self.timeout_s):
+                ack, at = await pipe.submit(record, 1)
+        except TimeoutError:
+            raise error(
+                errors_pb2.CODE_UPSTREAM_TIMEOUT, f"store {store_id} did not acknowledge within {self.timeout_s} s"
+            ) from None
         except NotImplementedYetError as err:
             if not err.transport:
                 raise
