@@ -20,6 +20,19 @@ from txmq.v1 import errors_pb2, store_pb2
 WAIT_S = 10
 
 
+def ok_ack(frame: store_pb2.RecordFrame, n: int, *, first_offset: int = 0) -> store_pb2.RecordAck:
+    """The store's ack of ``frame`` holding ``n`` records, stored from ``first_offset``."""
+    return store_pb2.RecordAck(
+        sequence=frame.sequence,
+        status=store_pb2.SEND_STATUS_OK,
+        commit_log_offsets=[first_offset + 100 * i for i in range(n)],
+        queue_offsets=list(range(n)),
+        queue_ids=[0] * n,
+        offset_msg_id_prefix="P",
+        store_id="s",
+    )
+
+
 class ScriptedCall:
     """What grpc's sync stream-stream call gives: an iterator of acks, ``cancel()``. The
     request iterator is drained on a thread of its own, as gRPC does."""
@@ -34,17 +47,7 @@ class ScriptedCall:
         return self.frames.get(timeout=WAIT_S)
 
     def ack(self, frame: store_pb2.RecordFrame, n: int, *, first_offset: int = 0) -> None:
-        self._acks.put(
-            store_pb2.RecordAck(
-                sequence=frame.sequence,
-                status=store_pb2.SEND_STATUS_OK,
-                commit_log_offsets=[first_offset + 100 * i for i in range(n)],
-                queue_offsets=list(range(n)),
-                queue_ids=[0] * n,
-                offset_msg_id_prefix="P",
-                store_id="s",
-            )
-        )
+        self._acks.put(ok_ack(frame, n, first_offset=first_offset))
 
     def refuse(self, frame: store_pb2.RecordFrame, err: TxmqError) -> None:
         self._acks.put(store_pb2.RecordAck(sequence=frame.sequence, error=err.to_detail()))
@@ -249,17 +252,7 @@ class ScriptedAioCall:
         return await self._acks.get()
 
     def ack(self, frame: store_pb2.RecordFrame, n: int) -> None:
-        self._acks.put_nowait(
-            store_pb2.RecordAck(
-                sequence=frame.sequence,
-                status=store_pb2.SEND_STATUS_OK,
-                commit_log_offsets=list(range(n)),
-                queue_offsets=list(range(n)),
-                queue_ids=[0] * n,
-                offset_msg_id_prefix="P",
-                store_id="s",
-            )
-        )
+        self._acks.put_nowait(ok_ack(frame, n))
 
     def refuse(self, frame: store_pb2.RecordFrame, err: TxmqError) -> None:
         self._acks.put_nowait(store_pb2.RecordAck(sequence=frame.sequence, error=err.to_detail()))
