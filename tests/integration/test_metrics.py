@@ -156,7 +156,8 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
     assert delta("store", "rocketmq_message_size_bucket", le="1024.0") == 5  # 1, 10, 100, 1000 and "wake"
     assert delta("store", "rocketmq_message_size_bucket", le="4096.0") == 6  # and 2000
     assert delta("store", "rocketmq_message_size_sum") == sent_bytes
-    assert delta("store", "rocketmq_rpc_latency_count", service="Store", action="SendMessage", result="OK") == 6
+    # The SDK sends over SendStream: each of the six sequential sends is one frame, timed.
+    assert delta("store", "rocketmq_rpc_latency_count", service="Store", action="SendStream", result="OK") == 6
     assert delta("store", "rocketmq_rpc_latency_count", service="StoreAdmin", action="GetTopic", result=error_code) == 1
     assert delta("store", "txmq_store_flush_seconds_count") >= 1  # sync flush: a group commit per send at most
     now = scrape(ports["store"])

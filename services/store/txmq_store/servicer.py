@@ -4,6 +4,7 @@ Errors are typed by the core and mapped to statuses by ``@rpc``."""
 from __future__ import annotations
 
 import asyncio
+import time
 import types
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -14,6 +15,7 @@ from txmq.errors import TxmqError, error
 from txmq.protocol import OP_COMMIT, OP_ROLLBACK
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.grpc_errors import rpc
+from txmq_runtime.metrics import RpcMetrics
 
 from . import metrics as store_metrics
 from .arrivals import ArrivalBatch
@@ -27,6 +29,7 @@ from .transactions import DecisionRequest, HalfAction
 MAX_ARRIVALS_PER_BATCH = 1000
 # SendStream: frames appended but not yet acknowledged, per stream (then reading waits).
 MAX_UNACKED_FRAMES = 64
+_FRAMES = RpcMetrics()  # SendStream frames, timed one by one (the interceptor skips streams)
 _DECISION = {store_pb2.DECISION_COMMIT: OP_COMMIT, store_pb2.DECISION_ROLLBACK: OP_ROLLBACK}
 _TO_PB_DECISION = {v: k for k, v in _DECISION.items()}
 
@@ -123,29 +126,34 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         flight. A refused frame is answered in its ack; the stream goes on."""
         store = self._store
         born_host = peer_address(context)
-        appended: asyncio.Queue[tuple[int, Appended | TxmqError] | None] = asyncio.Queue()
+        appended: asyncio.Queue[tuple[int, Appended | TxmqError, float] | None] = asyncio.Queue()
         room = asyncio.Semaphore(MAX_UNACKED_FRAMES)
 
         async def read() -> None:
             try:
                 async for frame in request_iterator:
                     await room.acquire()
+                    started = time.perf_counter()
                     try:
                         out: Appended | TxmqError = store.append_packed(frame.records, born_host=born_host)
                     except TxmqError as err:
                         out = err
-                    appended.put_nowait((frame.sequence, out))
+                    appended.put_nowait((frame.sequence, out, started))
             finally:
                 appended.put_nowait(None)
 
         reader = asyncio.create_task(read())
         try:
             while (item := await appended.get()) is not None:
-                sequence, out = item
+                sequence, out, started = item
                 if isinstance(out, TxmqError):
                     ack = store_pb2.RecordAck(sequence=sequence, error=out.to_detail())
                 else:
                     ack = await self._record_ack(sequence, out)
+                # Each frame is timed like a call (rocketmq_rpc_latency, action SendStream):
+                # from its arrival to its ack, under the status a refusal would have.
+                result = TxmqError.from_detail(ack.error).grpc_status.name if ack.HasField("error") else "OK"
+                _FRAMES.observe("Store", "SendStream", result, time.perf_counter() - started)
                 yield ack
                 room.release()
             await reader  # a failure of the reader (not a refused frame) ends the call
