@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import grpc
 from support import ServiceProcess
 
+from txmq.records import encode_for_send
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 
 TOPIC = "CrashTopic"
@@ -129,3 +130,97 @@ def test_acknowledged_messages_survive_kill_9(private_store: Callable[..., Servi
         assert views[acked.queue_offset].message.body == acked.body
     # At most the batch in flight at the kill may be stored beyond what was acknowledged.
     assert sum(map(len, served.values())) - len(sender.acked) <= BATCH
+
+
+IN_FLIGHT_FRAMES = 4
+
+
+class StreamSender(threading.Thread):
+    """Sends frames of records over one SendStream, several in flight (as the SDK does),
+    until the store goes away; keeps what was acknowledged."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(name="crash-stream-sender", daemon=True)
+        self.address = address
+        self.acked: list[Acked] = []
+        self.enough_acked = threading.Event()
+        self.failure: grpc.RpcError | None = None
+        self.unexpected: BaseException | None = None
+        self._room = threading.Semaphore(IN_FLIGHT_FRAMES)
+        self._sent: dict[int, list[bytes]] = {}
+        self._done = threading.Event()
+
+    def _frames(self):  # type: ignore[no-untyped-def]
+        batch = 0
+        while not self._done.is_set():
+            if not self._room.acquire(timeout=0.5):
+                continue
+            bodies = [body_for(1_000 + batch, i) for i in range(BATCH)]
+            self._sent[batch] = bodies
+            records = b"".join(
+                encode_for_send(TOPIC, None, b, f"S{batch:08d}{i:04d}".ljust(32, "0"), tags="crash")
+                for i, b in enumerate(bodies)
+            )
+            yield store_pb2.RecordFrame(sequence=batch, records=records)
+            batch += 1
+
+    def run(self) -> None:
+        with grpc.insecure_channel(self.address) as channel:
+            stub = store_pb2_grpc.StoreStub(channel)
+            try:
+                for ack in stub.SendStream(self._frames()):
+                    if ack.HasField("error") or ack.status != store_pb2.SEND_STATUS_OK:
+                        raise AssertionError(f"not stored as acknowledged: {ack}")
+                    bodies = self._sent.pop(ack.sequence)
+                    for body, queue_id, queue_offset in zip(bodies, ack.queue_ids, ack.queue_offsets, strict=True):
+                        self.acked.append(Acked(queue_id, queue_offset, body))
+                    self._room.release()
+                    if ack.sequence + 1 == ACKED_BATCHES_BEFORE_KILL:
+                        self.enough_acked.set()
+            except grpc.RpcError as err:  # the store was killed under us
+                self.failure = err
+            except Exception as exc:  # noqa: BLE001 - reported by the test, not lost in this thread
+                self.unexpected = exc
+            finally:
+                self._done.set()
+                self.enough_acked.set()  # never leave the test waiting
+
+
+def test_acknowledged_frames_of_a_pipelined_send_stream_survive_kill_9(
+    private_store: Callable[..., ServiceProcess],
+) -> None:
+    """The same over SendStream with frames pipelined (appended on arrival, acknowledged
+    after the group commit that covers them): every acknowledged record is there after a
+    kill -9, intact, at the queue offset its ack gave; at most the frames in flight at the
+    kill are stored beyond that."""
+    store = private_store("--flush_mode", "sync")
+    with grpc.insecure_channel(store.address) as channel:
+        store_pb2_grpc.StoreAdminStub(channel).CreateTopic(
+            store_pb2.CreateTopicRequest(
+                topic=common_pb2.TopicConfig(name=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+            ),
+            timeout=10,
+        )
+
+    sender = StreamSender(store.address)
+    sender.start()
+    assert sender.enough_acked.wait(timeout=120)
+    store.kill()
+    sender.join(timeout=60)
+    assert not sender.is_alive()
+    assert sender.unexpected is None, sender.unexpected
+    assert sender.failure is not None, "the sender should have been cut off by the kill"
+    assert len(sender.acked) >= ACKED_BATCHES_BEFORE_KILL * BATCH
+
+    store.restart()
+    with grpc.insecure_channel(store.address) as channel:
+        stub = store_pb2_grpc.StoreStub(channel)
+        served = {q: read_queue(stub, q) for q in range(QUEUES)}
+    for queue_id, views in served.items():
+        assert [v.queue_offset for v in views] == list(range(len(views))), queue_id
+        assert all(intact(v.message.body) and v.message.tags == "crash" for v in views), queue_id
+    for acked in sender.acked:
+        views = served[acked.queue_id]
+        assert acked.queue_offset < len(views), f"acknowledged record lost: {acked.queue_id}/{acked.queue_offset}"
+        assert views[acked.queue_offset].message.body == acked.body
+    assert sum(map(len, served.values())) - len(sender.acked) <= IN_FLIGHT_FRAMES * BATCH
