@@ -1,4 +1,4 @@
-"""The SDK's send pipe (txmq._pipe) against a scripted SendStream: which entries share a
+"""The SDK's send pipe (txmq.pipe) against a scripted SendStream: which entries share a
 frame, what happens to the others when one record is refused, a broken stream, a
 caller that gives up. The store side of SendStream is tested for real in
 tests/store/test_packed.py and through the Producer in test_send_stream_it.py."""
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from txmq._pipe import AsyncSendPipe, Entry, PipeSettings, SendPipe
 from txmq.errors import BadRequestError, NotImplementedYetError, TxmqError, UnavailableError
+from txmq.pipe import AsyncSendPipe, Entry, PipeSettings, SendPipe
 from txmq.v1 import errors_pb2, store_pb2
 
 WAIT_S = 10

@@ -12,9 +12,9 @@ from typing import TypeVar
 
 import grpc
 
-from txmq._pipe import AsyncSendPipe, PipeSettings
 from txmq.errors import NotImplementedYetError, TxmqError, error
 from txmq.ids import new_unique_id
+from txmq.pipe import AsyncSendPipe, PipeSettings
 from txmq.records import HEADER_SIZE, encode_for_send
 from txmq.v1 import (
     common_pb2,
@@ -114,7 +114,7 @@ class Backend:
 
     async def send_normal(self, store_id: str, message: common_pb2.Message) -> store_pb2.SendResult:
         """Store a normal (not transactional) message, coalesced with the other sends to
-        that store: the SDK's mechanism (``txmq._pipe.AsyncSendPipe``), frames of records on
+        that store: the SDK's mechanism (``txmq.pipe.AsyncSendPipe``), frames of records on
         one SendStream per store. A record the store refuses fails only its own send."""
         address = self.store_address(store_id)
         if address in self._unary_only:

@@ -21,7 +21,6 @@ from txmq._convert import (
     send_result_from_proto,
     send_results_from_proto,
 )
-from txmq._pipe import Entry, PipeSettings, SendPipe
 from txmq._selector import QueueSelector
 from txmq.errors import (
     BadRequestError,
@@ -35,6 +34,7 @@ from txmq.errors import (
 from txmq.ids import new_unique_id, new_unique_ids
 from txmq.message import Message, MessageQueue, SendResult
 from txmq.models import TopicRoute
+from txmq.pipe import Entry, PipeSettings, SendPipe
 from txmq.records import encode_for_send
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_message, check_message_content, check_send_topic
