@@ -216,3 +216,28 @@ async def test_raw_records_decode_as_the_views(grpc_store: GrpcStore) -> None:
         )  # fmt: skip
         assert decode_messages(raw.records, raw.store_id) == [message_ext_from_proto(v) for v in views.messages]
         assert len(views.messages) == {None: 4, "T1": 2, "n > 6": 1}[f.expression if f else None]
+
+
+async def test_a_prepared_frame_stores_half_messages(grpc_store: GrpcStore) -> None:
+    """transaction_prepared: each record becomes a half message (as SendBatch does): not
+    in its real queue, the ack names the real queue and the half record's queue offset."""
+    blob = rec(b"h0", queue_id=2, uid="TX0") + rec(b"h1", queue_id=None, uid="TX1")
+
+    async def one() -> AsyncIterator[store_pb2.RecordFrame]:
+        yield store_pb2.RecordFrame(sequence=7, records=blob, producer_group="pg", transaction_prepared=True)
+
+    (ack,) = [a async for a in grpc_store.stub.SendStream(one())]
+    assert not ack.HasField("error"), ack
+    assert ack.queue_ids[0] == 2 and 0 <= ack.queue_ids[1] < 4
+    assert list(ack.queue_offsets) == [0, 1]  # the half queue's offsets
+    assert await queue_max(grpc_store) == [0, 0, 0, 0]  # nothing visible before the commit
+    half = await grpc_store.stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=ack.commit_log_offsets[0]))
+    m = half.message.message
+    assert (m.topic, m.unique_id, m.body) == ("RMQ_SYS_TRANS_HALF_TOPIC", "TX0", b"h0")
+    assert m.properties["REAL_TOPIC"] == "TopicA" and m.properties["REAL_QID"] == "2" and m.properties["PGROUP"] == "pg"
+
+    async def no_group() -> AsyncIterator[store_pb2.RecordFrame]:
+        yield store_pb2.RecordFrame(sequence=8, records=rec(b"h2", uid="TX2"), transaction_prepared=True)
+
+    (refused,) = [a async for a in grpc_store.stub.SendStream(no_group())]
+    assert error_of(refused).code == errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP

@@ -469,10 +469,16 @@ class MessageStore:
                 records.append(prepare(msg, i, cfg.name, queue_id, None, sys_flag))
         return self._append_prepared(records, new_topics, real_queues, now)
 
-    def append_packed(self, blob: bytes, *, born_host: str = "") -> Appended:
+    def append_packed(
+        self, blob: bytes, *, born_host: str = "", transaction_prepared: bool = False, producer_group: str = ""
+    ) -> Appended:
         """``append_records`` for records a producer sent in the commit-log layout
         (``Store.SendStream``): each is checked (``MessageEncoder.unpack``) and stored
-        as it came, with the fields only the store knows written in. All or nothing."""
+        as it came, with the fields only the store knows written in. All or nothing.
+        ``transaction_prepared``: stored as half messages, which ``append_records`` makes
+        (their topic and properties are rewritten, so they are not taken as they came)."""
+        if transaction_prepared:
+            return self._append_packed_halves(blob, born_host=born_host, producer_group=producer_group)
         self._check_writable()
         if not blob:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no records to send")
@@ -501,6 +507,36 @@ class MessageStore:
             pos += rec.size
         self._check_batch_size(len(records), total_body)
         return self._append_prepared(records, new_topics, [], now)
+
+    def _append_packed_halves(self, blob: bytes, *, born_host: str, producer_group: str) -> Appended:
+        self._check_writable()
+        if not blob:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no records to send")
+        unpack = MessageEncoder(limits=self._limits, born_host=UNKNOWN_HOST, now_ms=self._clock(), system=False).unpack
+        frame = bytearray(blob)
+        messages: list[OutgoingMessage] = []
+        pos = 0
+        while pos < len(frame):
+            if len(messages) == self.settings.max_batch_messages:
+                raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"more than {len(messages)} records in one frame")
+            rec = unpack(frame, pos, len(messages))
+            pos += rec.size
+            messages.append(
+                OutgoingMessage(
+                    rec.topic,
+                    bytes(rec.body),
+                    rec.tags,
+                    rec.keys,
+                    dict(rec.user_properties),
+                    rec.unique_id,
+                    rec.flag,
+                    None if rec.queue_id == ANY_QUEUE else rec.queue_id,
+                    rec.born_timestamp_ms,
+                )
+            )
+        return self.append_records(
+            messages, producer_group=producer_group, transaction_prepared=True, born_host=born_host
+        )
 
     def _check_writable(self) -> None:
         self._check_open()

@@ -135,7 +135,12 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                     await room.acquire()
                     started = time.perf_counter()
                     try:
-                        out: Appended | TxmqError = store.append_packed(frame.records, born_host=born_host)
+                        out: Appended | TxmqError = store.append_packed(
+                            frame.records,
+                            born_host=born_host,
+                            transaction_prepared=frame.transaction_prepared,
+                            producer_group=frame.producer_group,
+                        )
                     except TxmqError as err:
                         out = err
                     appended.put_nowait((frame.sequence, out, started))
@@ -174,7 +179,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         )
         ack.commit_log_offsets.extend(appended.offsets)
         ack.queue_offsets.extend(appended.queue_offsets)
-        ack.queue_ids.extend([rec.queue_id for rec in appended.records])
+        if appended.real_queues:  # half messages: the queue each is meant for
+            ack.queue_ids.extend([queue_id for _, queue_id in appended.real_queues])
+        else:
+            ack.queue_ids.extend([rec.queue_id for rec in appended.records])
         return ack
 
     def _records_response(

@@ -160,10 +160,19 @@ def closed_error() -> UnavailableError:
 
 
 class SendPipe:
-    """One open SendStream to one store, for threads (grpc's sync API). Thread-safe."""
+    """One open SendStream to one store, for threads (grpc's sync API). Thread-safe.
+    ``transaction_prepared``: its frames hold half messages."""
 
-    def __init__(self, stub: store_pb2_grpc.StoreStub, *, producer_group: str, settings: PipeSettings) -> None:
+    def __init__(
+        self,
+        stub: store_pb2_grpc.StoreStub,
+        *,
+        producer_group: str,
+        settings: PipeSettings,
+        transaction_prepared: bool = False,
+    ) -> None:
         self._group = producer_group
+        self._prepared = transaction_prepared
         self._cond = threading.Condition()
         self._book = FrameBook(settings)
         self._call = stub.SendStream(self._frames())
@@ -212,7 +221,9 @@ class SendPipe:
                             return
                         continue
                 sequence, _, blob = book.take()
-            yield store_pb2.RecordFrame(sequence=sequence, records=blob, producer_group=self._group)
+            yield store_pb2.RecordFrame(
+                sequence=sequence, records=blob, producer_group=self._group, transaction_prepared=self._prepared
+            )
 
     def _read_acks(self) -> None:
         try:

@@ -103,7 +103,7 @@ class Producer:
         self._selectors: dict[str, QueueSelector] = {}
         self._streams = send_stream and not interceptors
         self._pipe_settings = PipeSettings(linger_ms, max_frame_bytes, max_in_flight_frames)
-        self._pipes: dict[str, SendPipe] = {}
+        self._pipes: dict[tuple[str, bool], SendPipe] = {}
         self._unary_only: set[str] = set()  # stores that answered SendStream UNIMPLEMENTED
 
     # -- lifecycle -------------------------------------------------------------------
@@ -217,17 +217,20 @@ class Producer:
 
     # -- the send stream -----------------------------------------------------------------
 
-    def _pipe(self, address: str, stub: store_pb2_grpc.StoreStub) -> SendPipe | None:
-        """The open send stream to ``address`` (opened or reopened here), or None where
-        sends are unary."""
+    def _pipe(self, address: str, stub: store_pb2_grpc.StoreStub, *, prepared: bool = False) -> SendPipe | None:
+        """The open send stream to ``address`` (opened or reopened here; ``prepared``:
+        the one for half messages), or None where sends are unary."""
         if not self._streams or address in self._unary_only:
             return None
+        key = (address, prepared)
         with self._lock:
-            pipe = self._pipes.get(address)
+            pipe = self._pipes.get(key)
             if pipe is None or pipe.failed is not None:
                 if self._core is None:
                     raise RuntimeError("the producer is not started: call start() or use it in a with block")
-                pipe = self._pipes[address] = SendPipe(stub, producer_group=self.group, settings=self._pipe_settings)
+                pipe = self._pipes[key] = SendPipe(
+                    stub, producer_group=self.group, settings=self._pipe_settings, transaction_prepared=prepared
+                )
             return pipe
 
     def _await(
@@ -334,9 +337,10 @@ class Producer:
 
 
 def _results_from_ack(
-    ack: store_pb2.RecordAck, start: int, count: int, topic: str, unique_ids: Sequence[str]
+    ack: store_pb2.RecordAck, start: int, count: int, topic: str, unique_ids: Sequence[str], *, prepared: bool = False
 ) -> list[SendResult]:
-    """The SendResults of ``count`` records of one topic from ``start`` in ``ack``."""
+    """The SendResults of ``count`` records of one topic from ``start`` in ``ack``
+    (``prepared``: half messages, whose transaction id is their unique id)."""
     status = SEND_STATUSES[ack.status]
     prefix, store_id = ack.offset_msg_id_prefix, ack.store_id
     offsets, queue_offsets, queue_ids = ack.commit_log_offsets, ack.queue_offsets, ack.queue_ids
@@ -349,7 +353,10 @@ def _results_from_ack(
         if mq is None:
             mq = queues[queue_id] = MessageQueue(topic, store_id, queue_id)
         offset = offsets[j]
-        out.append(SendResult(status, unique_ids[i], f"{prefix}{offset:016X}", mq, queue_offsets[j], offset))
+        uid = unique_ids[i]
+        out.append(
+            SendResult(status, uid, f"{prefix}{offset:016X}", mq, queue_offsets[j], offset, uid if prepared else None)
+        )
     return out
 
 

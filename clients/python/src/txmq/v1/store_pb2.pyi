@@ -108,14 +108,16 @@ class SendBatchRequest(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., producer_group: _Optional[str] = ..., transaction_prepared: _Optional[bool] = ...) -> None: ...
 
 class RecordFrame(_message.Message):
-    __slots__ = ("sequence", "records", "producer_group")
+    __slots__ = ("sequence", "records", "producer_group", "transaction_prepared")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_PREPARED_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     records: bytes
     producer_group: str
-    def __init__(self, sequence: _Optional[int] = ..., records: _Optional[bytes] = ..., producer_group: _Optional[str] = ...) -> None: ...
+    transaction_prepared: bool
+    def __init__(self, sequence: _Optional[int] = ..., records: _Optional[bytes] = ..., producer_group: _Optional[str] = ..., transaction_prepared: _Optional[bool] = ...) -> None: ...
 
 class RecordAck(_message.Message):
     __slots__ = ("sequence", "error", "status", "commit_log_offsets", "queue_offsets", "queue_ids", "offset_msg_id_prefix", "store_id")
