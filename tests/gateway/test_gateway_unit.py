@@ -371,36 +371,26 @@ async def test_a_receive_read_to_the_end_releases_nothing() -> None:
 # -- normal sends on the shared coalescing mechanism -------------------------------------
 
 
-class _SilentStream:
-    """A store's SendStream that takes frames and never acknowledges (a stopped store)."""
+class _SilentStore:
+    """A store whose SendRecords takes frames and never answers (a stopped store)."""
 
     def __init__(self) -> None:
         self.frames: list[store_pb2.RecordFrame] = []
         self._never = asyncio.Event()
 
-    async def write(self, frame: store_pb2.RecordFrame) -> None:
+    async def SendRecords(self, frame: store_pb2.RecordFrame, timeout: float) -> store_pb2.RecordAck:  # noqa: ASYNC109 - grpc stub signature
         self.frames.append(frame)
-
-    async def read(self) -> object:
         await self._never.wait()
-        return None
-
-    def cancel(self) -> None:
-        self._never.set()
+        raise AssertionError("unreachable")
 
 
 async def test_a_normal_send_to_a_store_that_never_answers_times_out_typed() -> None:
     from txmq_gateway.backend import Backend
 
-    stream = _SilentStream()
-
-    class Stub:
-        def SendStream(self) -> _SilentStream:
-            return stream
-
+    stream = _SilentStore()
     backend = Backend(cluster=None, timeout_ms=50)  # type: ignore[arg-type]
     backend.store_address = lambda store_id: "127.0.0.1:1"  # type: ignore[method-assign]
-    backend.store = lambda store_id: Stub()  # type: ignore[method-assign,assignment,return-value]
+    backend.store = lambda store_id: stream  # type: ignore[method-assign,assignment,return-value]
     with pytest.raises(TxmqError) as info:
         await backend.send_normal("s1", common_pb2.Message(topic="T", body=b"x", unique_id="U1"))
     assert info.value.code == errors_pb2.CODE_UPSTREAM_TIMEOUT and info.value.retriable

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from txmq.errors import BadRequestError, NotImplementedYetError, TxmqError, UnavailableError
-from txmq.pipe import AsyncSendPipe, Entry, PipeSettings, SendPipe
+from txmq.pipe import AsyncFramePipe, Entry, PipeSettings, SendPipe
 from txmq.v1 import errors_pb2, store_pb2
 
 WAIT_S = 10
@@ -234,94 +234,58 @@ def test_close_fails_waiting_entries_and_cancels_the_call() -> None:
     assert isinstance(err, UnavailableError) and "shut down" in str(err)
 
 
-# -- the asyncio driver (the gateway's), the same FrameBook --------------------------------
+# -- the asyncio driver with a unary call per frame (the gateway's), the same FrameBook ----
 
 
-class ScriptedAioCall:
-    """What grpc.aio's stream-stream call gives: ``write``, ``read`` (EOF at the end),
-    ``cancel``."""
+class ScriptedUnaryStore:
+    """``SendRecords`` calls that the test answers one by one (``calls``: frame, future)."""
 
     def __init__(self) -> None:
-        self.frames: asyncio.Queue[store_pb2.RecordFrame] = asyncio.Queue()
-        self._acks: asyncio.Queue[store_pb2.RecordAck | object] = asyncio.Queue()
+        self.calls: asyncio.Queue[tuple[store_pb2.RecordFrame, asyncio.Future[store_pb2.RecordAck]]] = asyncio.Queue()
 
-    async def write(self, frame: store_pb2.RecordFrame) -> None:
-        await self.frames.put(frame)
-
-    async def read(self) -> object:
-        return await self._acks.get()
-
-    def ack(self, frame: store_pb2.RecordFrame, n: int) -> None:
-        self._acks.put_nowait(ok_ack(frame, n))
-
-    def refuse(self, frame: store_pb2.RecordFrame, err: TxmqError) -> None:
-        self._acks.put_nowait(store_pb2.RecordAck(sequence=frame.sequence, error=err.to_detail()))
-
-    def cancel(self) -> None:
-        self._acks.put_nowait(grpc.aio.EOF)
+    async def SendRecords(self, frame: store_pb2.RecordFrame, timeout: float) -> store_pb2.RecordAck:  # noqa: ASYNC109 - grpc stub signature
+        answer: asyncio.Future[store_pb2.RecordAck] = asyncio.get_running_loop().create_future()
+        await self.calls.put((frame, answer))
+        return await answer
 
 
-class ScriptedAioStub:
-    def __init__(self) -> None:
-        self.call = ScriptedAioCall()
+class Unavailable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
 
-    def SendStream(self) -> ScriptedAioCall:
-        return self.call
+    def details(self) -> str:
+        return "down"
 
-
-async def next_frame(call: ScriptedAioCall) -> store_pb2.RecordFrame:
-    return await asyncio.wait_for(call.frames.get(), WAIT_S)
+    def trailing_metadata(self) -> tuple[()]:
+        return ()
 
 
 @pytest.mark.asyncio
-async def test_async_sends_during_a_frame_in_flight_share_the_next_one() -> None:
-    stub = ScriptedAioStub()
-    p = AsyncSendPipe(stub, producer_group="", settings=PipeSettings(max_in_flight_frames=1))
+async def test_unary_frames_coalesce_refuse_per_record_and_fail_per_call() -> None:
+    store = ScriptedUnaryStore()
+    p = AsyncFramePipe(store, producer_group="", settings=PipeSettings(max_in_flight_frames=1), timeout_s=5)
     first = asyncio.create_task(p.submit(b"a", 1))
-    frame = await next_frame(stub.call)
-    later = [asyncio.create_task(p.submit(b, 1)) for b in (b"b", b"c", b"d")]
-    await asyncio.sleep(0)
-    assert stub.call.frames.empty()  # one frame in flight: they wait
-    stub.call.ack(frame, 1)
-    assert (await first)[1] == 0
-    shared = await next_frame(stub.call)
-    assert shared.records == b"bcd"  # no waiting when idle; the rest together
-    stub.call.ack(shared, 3)
-    assert [(await t)[1] for t in later] == [0, 1, 2]
-    await p.close()
-
-
-@pytest.mark.asyncio
-async def test_async_a_refused_record_fails_only_its_sender() -> None:
-    stub = ScriptedAioStub()
-    p = AsyncSendPipe(stub, producer_group="", settings=PipeSettings(max_in_flight_frames=1))
-    first = asyncio.create_task(p.submit(b"0", 1))
-    frame = await next_frame(stub.call)
+    frame, answer = await asyncio.wait_for(store.calls.get(), WAIT_S)
     ok, bad, ok2 = (asyncio.create_task(p.submit(b, 1)) for b in (b"o", b"x", b"p"))
     await asyncio.sleep(0)
-    stub.call.ack(frame, 1)
-    await first
-    shared = await next_frame(stub.call)
-    assert shared.records == b"oxp"
-    stub.call.refuse(shared, BadRequestError("bad body", code=errors_pb2.CODE_ILLEGAL_MESSAGE, metadata={"index": "1"}))
-    with pytest.raises(BadRequestError) as info:
+    assert store.calls.empty()  # one call in flight: they wait
+    answer.set_result(ok_ack(frame, 1))
+    assert (await first)[1] == 0
+    frame, answer = await asyncio.wait_for(store.calls.get(), WAIT_S)
+    assert frame.records == b"oxp"  # together in the next call
+    refusal = BadRequestError("bad", code=errors_pb2.CODE_ILLEGAL_MESSAGE, metadata={"index": "1"})
+    answer.set_result(store_pb2.RecordAck(sequence=frame.sequence, error=refusal.to_detail()))
+    with pytest.raises(BadRequestError):
         await bad
-    assert info.value.metadata["index"] == "0"
-    again = await next_frame(stub.call)
-    assert again.records == b"op"  # nothing of the refused frame was stored: the others go again
-    stub.call.ack(again, 2)
-    assert [(await ok)[1], (await ok2)[1]] == [0, 1]
-    await p.close()
-
-
-@pytest.mark.asyncio
-async def test_async_a_stream_that_ends_fails_what_waits() -> None:
-    stub = ScriptedAioStub()
-    p = AsyncSendPipe(stub, producer_group="", settings=PipeSettings())
-    sent = asyncio.create_task(p.submit(b"a", 1))
-    await next_frame(stub.call)
-    stub.call.cancel()  # EOF: the store ended the stream
-    with pytest.raises(UnavailableError):
-        await sent
-    assert p.failed is not None
+    frame, answer = await asyncio.wait_for(store.calls.get(), WAIT_S)
+    assert frame.records == b"op"  # the others again
+    answer.set_exception(Unavailable())  # this call failed: its sends fail, the pipe goes on
+    for t in (ok, ok2):
+        with pytest.raises(UnavailableError):
+            await t
+    assert p.failed is None
+    later = asyncio.create_task(p.submit(b"n", 1))
+    frame, answer = await asyncio.wait_for(store.calls.get(), WAIT_S)
+    answer.set_result(ok_ack(frame, 1))
+    assert (await later)[0].store_id == "s"
     await p.close()

@@ -165,6 +165,19 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         finally:
             reader.cancel()
 
+    @rpc
+    async def SendRecords(self, request: store_pb2.RecordFrame, context: grpc.aio.ServicerContext):
+        try:
+            appended = self._store.append_packed(
+                request.records,
+                born_host=peer_address(context),
+                transaction_prepared=request.transaction_prepared,
+                producer_group=request.producer_group,
+            )
+        except TxmqError as err:
+            return store_pb2.RecordAck(sequence=request.sequence, error=err.to_detail())
+        return await self._record_ack(request.sequence, appended)
+
     async def _record_ack(self, sequence: int, appended: Appended) -> store_pb2.RecordAck:
         store = self._store
         try:

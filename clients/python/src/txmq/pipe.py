@@ -1,6 +1,7 @@
-"""Coalesced sends over one ``Store.SendStream`` per store (Kafka's record accumulator):
-one mechanism, two drivers — ``SendPipe`` for the SDK's threads, ``AsyncSendPipe`` for
-asyncio callers (the RocketMQ gateway).
+"""Coalesced sends to a store (Kafka's record accumulator): one mechanism, two drivers —
+``SendPipe`` for the SDK's threads, frames on one ``Store.SendStream`` per store, and
+``AsyncFramePipe`` for asyncio callers (the RocketMQ gateway), one unary
+``Store.SendRecords`` per frame (in grpc.aio cheaper than a stream message each way).
 
 Callers ``submit`` an entry — one message, or one batch that must be stored all or
 nothing — already encoded in the commit-log layout (``txmq.records``). When the stream
@@ -106,14 +107,12 @@ class FrameBook:
         return self.sequence, entries, blob
 
     def answer(self, ack: store_pb2.RecordAck) -> list[tuple[Entry, Acked | TxmqError]]:
-        """The outcomes the ack of the oldest frame in flight decides; entries that must
-        go again are back at the head of the queue. Raises UnavailableError for an ack
-        out of order (the stream is then broken)."""
-        if not self.in_flight:
-            raise UnavailableError(f"send stream: ack {ack.sequence} with no frame in flight")
-        sequence, entries = self.in_flight.popleft()
-        if ack.sequence != sequence:
-            raise UnavailableError(f"send stream out of order: ack {ack.sequence} for frame {sequence}")
+        """The outcomes the ack of a frame in flight decides; entries that must go again
+        are back at the head of the queue. Raises UnavailableError for an ack of no frame
+        in flight (the stream is then broken)."""
+        entries = self._pop(ack.sequence)
+        if entries is None:
+            raise UnavailableError(f"send stream: ack {ack.sequence} for no frame in flight")
         out: list[tuple[Entry, Acked | TxmqError]] = []
         if not ack.HasField("error"):
             start = 0
@@ -142,6 +141,20 @@ class FrameBook:
                 entry.queued = True
                 self.pending.appendleft(entry)
         return out
+
+    def _pop(self, sequence: int) -> list[Entry] | None:
+        in_flight = self.in_flight
+        if in_flight and in_flight[0][0] == sequence:  # a stream's acks come in order
+            return in_flight.popleft()[1]
+        for i, (seq, entries) in enumerate(in_flight):
+            if seq == sequence:
+                del in_flight[i]
+                return entries
+        return None
+
+    def fail_frame(self, sequence: int, err: TxmqError) -> list[tuple[Entry, TxmqError]]:
+        """A frame whose call failed (nothing else is broken): its entries fail."""
+        return [(entry, _copy(err)) for entry in self._pop(sequence) or ()]
 
     def fail(self, err: TxmqError) -> list[tuple[Entry, TxmqError]]:
         """Stop: every entry in flight or waiting fails with (a copy of) ``err``."""
@@ -246,19 +259,18 @@ class SendPipe:
         _settle(outcomes)
 
 
-class AsyncSendPipe:
-    """One open SendStream to one store, for asyncio callers (grpc.aio). Use on one
-    event loop; ``await submit(...)`` returns the entry's ack and start."""
+class AsyncFramePipe:
+    """The asyncio driver with one unary ``SendRecords`` call per frame (in grpc.aio a
+    unary call costs less than a stream message each way). Frames complete in any order;
+    a failed call fails its own frame's entries only."""
 
-    def __init__(self, stub: Any, *, producer_group: str, settings: PipeSettings) -> None:
+    def __init__(self, stub: Any, *, producer_group: str, settings: PipeSettings, timeout_s: float) -> None:
+        self._stub = stub
         self._group = producer_group
+        self._timeout_s = timeout_s
         self._book = FrameBook(settings)
-        self._work = asyncio.Event()
-        self._call = stub.SendStream()
-        self._tasks = [
-            asyncio.get_running_loop().create_task(self._write_frames(), name="txmq-send-frames"),
-            asyncio.get_running_loop().create_task(self._read_acks(), name="txmq-send-acks"),
-        ]
+        self._calls: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     @property
     def failed(self) -> TxmqError | None:
@@ -267,58 +279,44 @@ class AsyncSendPipe:
     async def submit(self, blob: bytes, count: int) -> Acked:
         entry = Entry(blob, count, asyncio.get_running_loop().create_future())
         self._book.add(entry)
-        self._work.set()
+        self._send_what_can_go()
         try:
             return await asyncio.shield(entry.future)
         except asyncio.CancelledError:
             self._book.withdraw(entry)  # not sent yet: never sent
             raise
 
-    async def close(self, reason: TxmqError | None = None) -> None:
-        self._fail(reason or closed_error())
-        self._call.cancel()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _write_frames(self) -> None:
+    def _send_what_can_go(self) -> None:
         book = self._book
-        linger_s = book.settings.linger_ms / 1000
-        try:
-            while book.failed is None:
-                if not book.can_send():
-                    self._work.clear()
-                    await self._work.wait()
-                    continue
-                if linger_s > 0 and not book.full():
-                    await asyncio.sleep(linger_s)  # others may join
-                    if not book.can_send():
-                        continue
-                sequence, _, blob = book.take()
-                await self._call.write(
-                    store_pb2.RecordFrame(sequence=sequence, records=blob, producer_group=self._group)
-                )
-        except grpc.RpcError as exc:
-            self._fail(TxmqError.from_rpc_error(exc))
-        except asyncio.InvalidStateError:
-            self._fail(UnavailableError("the send stream is closed"))
+        while book.can_send():
+            sequence, _, blob = book.take()
+            frame = store_pb2.RecordFrame(sequence=sequence, records=blob, producer_group=self._group)
+            task = asyncio.get_running_loop().create_task(self._call(frame))
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
 
-    async def _read_acks(self) -> None:
+    async def _call(self, frame: store_pb2.RecordFrame) -> None:
         try:
-            while True:
-                ack = await self._call.read()
-                if ack is grpc.aio.EOF:
-                    raise UnavailableError("the store ended the send stream")
+            ack = await self._stub.SendRecords(frame, timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            _settle(self._book.fail_frame(frame.sequence, TxmqError.from_rpc_error(exc)))
+        except asyncio.CancelledError:
+            _settle(self._book.fail_frame(frame.sequence, closed_error()))
+            raise
+        else:
+            try:
                 _settle(self._book.answer(ack))
-                self._work.set()  # room for another frame, or entries back in line
-        except grpc.RpcError as exc:
-            self._fail(TxmqError.from_rpc_error(exc))
-        except TxmqError as exc:
-            self._fail(exc)
+            except TxmqError as err:
+                _settle(self._book.fail_frame(frame.sequence, err))
+        if not self._closed:
+            self._send_what_can_go()  # room for another frame, or entries back in line
 
-    def _fail(self, err: TxmqError) -> None:
-        _settle(self._book.fail(err))
-        self._work.set()
+    async def close(self, reason: TxmqError | None = None) -> None:
+        self._closed = True
+        _settle(self._book.fail(reason or closed_error()))
+        for task in list(self._calls):
+            task.cancel()
+        await asyncio.gather(*self._calls, return_exceptions=True)
 
 
 def _settle(outcomes: list[tuple[Entry, Acked | TxmqError]] | list[tuple[Entry, TxmqError]]) -> None:

@@ -49,6 +49,11 @@ class StoreStub:
                 request_serializer=txmq_dot_v1_dot_store__pb2.RecordFrame.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_store__pb2.RecordAck.FromString,
                 _registered_method=True)
+        self.SendRecords = channel.unary_unary(
+                '/txmq.v1.Store/SendRecords',
+                request_serializer=txmq_dot_v1_dot_store__pb2.RecordFrame.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.RecordAck.FromString,
+                _registered_method=True)
         self.GetMessage = channel.unary_unary(
                 '/txmq.v1.Store/GetMessage',
                 request_serializer=txmq_dot_v1_dot_store__pb2.GetMessageRequest.SerializeToString,
@@ -137,6 +142,15 @@ class StoreServicer:
         SendBatch; a refused frame is answered in its ack (the stream stays open). Frames
         are appended as they arrive, so under sync flush one fsync covers every frame in
         flight (group commit across the pipelined frames). docs/store.md "Packed sends".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendRecords(self, request, context):
+        """One frame of records in one unary call, answered like a SendStream frame (its
+        refusal in the ack's error): for asyncio clients, where a unary call per frame costs
+        less than a stream message each way (the RocketMQ gateway).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -254,6 +268,11 @@ def add_StoreServicer_to_server(servicer, server):
             ),
             'SendStream': grpc.stream_stream_rpc_method_handler(
                     servicer.SendStream,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.RecordFrame.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.RecordAck.SerializeToString,
+            ),
+            'SendRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendRecords,
                     request_deserializer=txmq_dot_v1_dot_store__pb2.RecordFrame.FromString,
                     response_serializer=txmq_dot_v1_dot_store__pb2.RecordAck.SerializeToString,
             ),
@@ -397,6 +416,33 @@ class Store:
             request_iterator,
             target,
             '/txmq.v1.Store/SendStream',
+            txmq_dot_v1_dot_store__pb2.RecordFrame.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.RecordAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.Store/SendRecords',
             txmq_dot_v1_dot_store__pb2.RecordFrame.SerializeToString,
             txmq_dot_v1_dot_store__pb2.RecordAck.FromString,
             options,
