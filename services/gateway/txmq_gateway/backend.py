@@ -117,8 +117,7 @@ class Backend:
     async def send_normal(self, store_id: str, message: common_pb2.Message) -> store_pb2.SendResult:
         """Store a normal (not transactional) message, coalesced with the other sends to
         that store: the SDK's mechanism (``txmq.pipe``), frames of records, one unary
-        ``SendRecords`` per frame (``AsyncFramePipe``: in grpc.aio cheaper than a stream
-        message each way). A record the store refuses fails only its own send."""
+        ``SendRecords`` per frame (``AsyncFramePipe``). A record the store refuses fails only its own send."""
         address = self.store_address(store_id)
         if address in self._unary_only:
             return await self.send(store_id, message)

@@ -1,7 +1,8 @@
 """Coalesced sends to a store (Kafka's record accumulator): one mechanism, two drivers —
 ``SendPipe`` for the SDK's threads, frames on one ``Store.SendStream`` per store, and
 ``AsyncFramePipe`` for asyncio callers (the RocketMQ gateway), one unary
-``Store.SendRecords`` per frame (in grpc.aio cheaper than a stream message each way).
+``Store.SendRecords`` per frame (the shape of the gateway's former coalescer; a stream
+was not measured to be cheaper there).
 
 Callers ``submit`` an entry — one message, or one batch that must be stored all or
 nothing — already encoded in the commit-log layout (``txmq.records``). When the stream
@@ -260,8 +261,8 @@ class SendPipe:
 
 
 class AsyncFramePipe:
-    """The asyncio driver with one unary ``SendRecords`` call per frame (in grpc.aio a
-    unary call costs less than a stream message each way). Frames complete in any order;
+    """The asyncio driver with one unary ``SendRecords`` call per frame. Frames complete
+    in any order;
     a failed call fails its own frame's entries only."""
 
     def __init__(self, stub: Any, *, producer_group: str, settings: PipeSettings, timeout_s: float) -> None:

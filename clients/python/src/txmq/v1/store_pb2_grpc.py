@@ -149,8 +149,7 @@ class StoreServicer:
 
     def SendRecords(self, request, context):
         """One frame of records in one unary call, answered like a SendStream frame (its
-        refusal in the ack's error): for asyncio clients, where a unary call per frame costs
-        less than a stream message each way (the RocketMQ gateway).
+        refusal in the ack's error): the RocketMQ gateway's coalesced sends use it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
