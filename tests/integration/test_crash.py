@@ -91,7 +91,7 @@ def read_queue(stub: store_pb2_grpc.StoreStub, queue_id: int) -> list[common_pb2
         offset = response.next_begin_offset
 
 
-def test_acknowledged_messages_survive_kill_9(private_store: Callable[..., ServiceProcess]) -> None:
+def sync_store_with_topic(private_store: Callable[..., ServiceProcess]) -> ServiceProcess:
     store = private_store("--flush_mode", "sync")
     with grpc.insecure_channel(store.address) as channel:
         store_pb2_grpc.StoreAdminStub(channel).CreateTopic(
@@ -100,6 +100,26 @@ def test_acknowledged_messages_survive_kill_9(private_store: Callable[..., Servi
             ),
             timeout=10,
         )
+    return store
+
+
+def check_served(served: dict[int, list[common_pb2.MessageView]], acked: list[Acked], *, beyond_acked: int) -> None:
+    """Contiguous offsets from 0, each body whole (nothing torn or half-written served),
+    every acknowledged message at its offset, at most ``beyond_acked`` stored beyond them."""
+    for queue_id, views in served.items():
+        assert [v.queue_offset for v in views] == list(range(len(views))), queue_id
+        for view in views:
+            assert intact(view.message.body), (queue_id, view.queue_offset)
+            assert view.message.topic == TOPIC and view.message.tags == "crash"
+    for a in acked:
+        views = served[a.queue_id]
+        assert a.queue_offset < len(views), f"acknowledged message lost: {a.queue_id}/{a.queue_offset}"
+        assert views[a.queue_offset].message.body == a.body
+    assert sum(map(len, served.values())) - len(acked) <= beyond_acked
+
+
+def test_acknowledged_messages_survive_kill_9(private_store: Callable[..., ServiceProcess]) -> None:
+    store = sync_store_with_topic(private_store)
 
     sender = Sender(store.address)
     sender.start()
@@ -118,18 +138,8 @@ def test_acknowledged_messages_survive_kill_9(private_store: Callable[..., Servi
         assert status.recovered_from_crash
         served = {q: read_queue(stub, q) for q in range(QUEUES)}
 
-    for queue_id, views in served.items():
-        # Contiguous offsets from 0, each body whole (nothing torn or half-written served).
-        assert [v.queue_offset for v in views] == list(range(len(views))), queue_id
-        for view in views:
-            assert intact(view.message.body), (queue_id, view.queue_offset)
-            assert view.message.topic == TOPIC and view.message.tags == "crash"
-    for acked in sender.acked:
-        views = served[acked.queue_id]
-        assert acked.queue_offset < len(views), f"acknowledged message lost: {acked.queue_id}/{acked.queue_offset}"
-        assert views[acked.queue_offset].message.body == acked.body
     # At most the batch in flight at the kill may be stored beyond what was acknowledged.
-    assert sum(map(len, served.values())) - len(sender.acked) <= BATCH
+    check_served(served, sender.acked, beyond_acked=BATCH)
 
 
 IN_FLIGHT_FRAMES = 4
@@ -193,14 +203,7 @@ def test_acknowledged_frames_of_a_pipelined_send_stream_survive_kill_9(
     after the group commit that covers them): every acknowledged record is there after a
     kill -9, intact, at the queue offset its ack gave; at most the frames in flight at the
     kill are stored beyond that."""
-    store = private_store("--flush_mode", "sync")
-    with grpc.insecure_channel(store.address) as channel:
-        store_pb2_grpc.StoreAdminStub(channel).CreateTopic(
-            store_pb2.CreateTopicRequest(
-                topic=common_pb2.TopicConfig(name=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
-            ),
-            timeout=10,
-        )
+    store = sync_store_with_topic(private_store)
 
     sender = StreamSender(store.address)
     sender.start()
@@ -216,11 +219,4 @@ def test_acknowledged_frames_of_a_pipelined_send_stream_survive_kill_9(
     with grpc.insecure_channel(store.address) as channel:
         stub = store_pb2_grpc.StoreStub(channel)
         served = {q: read_queue(stub, q) for q in range(QUEUES)}
-    for queue_id, views in served.items():
-        assert [v.queue_offset for v in views] == list(range(len(views))), queue_id
-        assert all(intact(v.message.body) and v.message.tags == "crash" for v in views), queue_id
-    for acked in sender.acked:
-        views = served[acked.queue_id]
-        assert acked.queue_offset < len(views), f"acknowledged record lost: {acked.queue_id}/{acked.queue_offset}"
-        assert views[acked.queue_offset].message.body == acked.body
-    assert sum(map(len, served.values())) - len(sender.acked) <= IN_FLIGHT_FRAMES * BATCH
+    check_served(served, sender.acked, beyond_acked=IN_FLIGHT_FRAMES * BATCH)

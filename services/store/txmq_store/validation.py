@@ -98,6 +98,31 @@ def _bad(code: int, message: str, index: int) -> TxmqError:
     return error(code, message, index=str(index))
 
 
+def _check_body(length: int, limits: MessageLimits, index: int) -> None:
+    if not length:
+        raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "message body is empty", index)
+    if length > limits.max_body_bytes:
+        raise _bad(
+            errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE, f"body of {length} bytes exceeds {limits.max_body_bytes}", index
+        )
+
+
+def _check_properties_size(length: int, limits: MessageLimits, index: int) -> None:
+    if length > limits.max_properties_bytes:
+        raise _bad(
+            errors_pb2.CODE_MESSAGE_PROPERTIES_TOO_LARGE,
+            f"properties take {length} bytes encoded, at most {limits.max_properties_bytes}", index,
+        )  # fmt: skip
+
+
+def _check_record_size(size: int, limits: MessageLimits, index: int) -> None:
+    if size > limits.max_record_bytes:
+        raise _bad(
+            errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
+            f"message of {size} bytes does not fit a commit-log segment ({limits.max_record_bytes})", index,
+        )  # fmt: skip
+
+
 class MessageEncoder:
     """Checks messages' content and encodes them as records, for one request (born
     host, receive time and whether it is a system send are per request)."""
@@ -127,13 +152,7 @@ class MessageEncoder:
         store adds. Positional: this runs once per message."""
         limits = self._limits
         body = msg.body
-        if not body:
-            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "message body is empty", index)
-        if len(body) > limits.max_body_bytes:
-            raise _bad(
-                errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
-                f"body of {len(body)} bytes exceeds {limits.max_body_bytes}", index,
-            )  # fmt: skip
+        _check_body(len(body), limits, index)
         if not -(2**31) <= msg.flag <= INT32_MAX:
             raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, f"flag {msg.flag} is not a 32-bit integer", index)
         unique_id = msg.unique_id or new_unique_id()
@@ -148,18 +167,10 @@ class MessageEncoder:
             encoded = f"{_UNIQ_PREFIX}{unique_id}{PROPERTY_SEPARATOR}".encode()
         else:
             encoded = self._encode_properties(index, unique_id, tags, keys, props, extra_properties)
-        if len(encoded) > limits.max_properties_bytes:
-            raise _bad(
-                errors_pb2.CODE_MESSAGE_PROPERTIES_TOO_LARGE,
-                f"properties take {len(encoded)} bytes encoded, at most {limits.max_properties_bytes}", index,
-            )  # fmt: skip
+        _check_properties_size(len(encoded), limits, index)
         tail = encode_tail(topic, encoded)
         size = HEADER_SIZE + len(body) + len(tail)
-        if size > limits.max_record_bytes:
-            raise _bad(
-                errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
-                f"message of {size} bytes does not fit a commit-log segment ({limits.max_record_bytes})", index,
-            )  # fmt: skip
+        _check_record_size(size, limits, index)
         system = self._system
         if system and not (0 <= msg.reconsume_times <= INT32_MAX and 0 <= sys_flag <= 0xFFFFFFFF):
             raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "reconsume times / sysflag out of range", index)
@@ -202,24 +213,9 @@ class MessageEncoder:
                 errors_pb2.CODE_ILLEGAL_MESSAGE,
                 "a sent record's sysflag, reconsume times and prepared-transaction offset must be 0", index,
             )  # fmt: skip
-        if not body:
-            raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "message body is empty", index)
-        if len(body) > limits.max_body_bytes:
-            raise _bad(
-                errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
-                f"body of {len(body)} bytes exceeds {limits.max_body_bytes}", index,
-            )  # fmt: skip
-        props_bytes = size - MIN_DECODED_SIZE - len(body) - len(topic)  # the topic is ASCII
-        if props_bytes > limits.max_properties_bytes:
-            raise _bad(
-                errors_pb2.CODE_MESSAGE_PROPERTIES_TOO_LARGE,
-                f"properties take {props_bytes} bytes encoded, at most {limits.max_properties_bytes}", index,
-            )  # fmt: skip
-        if size > limits.max_record_bytes:
-            raise _bad(
-                errors_pb2.CODE_MESSAGE_BODY_TOO_LARGE,
-                f"message of {size} bytes does not fit a commit-log segment ({limits.max_record_bytes})", index,
-            )  # fmt: skip
+        _check_body(len(body), limits, index)
+        _check_properties_size(size - MIN_DECODED_SIZE - len(body) - len(topic), limits, index)  # ASCII topic
+        _check_record_size(size, limits, index)
         if _crc32(body) != body_crc:
             raise _bad(errors_pb2.CODE_ILLEGAL_MESSAGE, "body CRC mismatch: the record was damaged", index)
         if not topic:
