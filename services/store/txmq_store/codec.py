@@ -22,6 +22,7 @@ from txmq.codec_native import patch as _native_patch
 from txmq.codec_native import verify as _native_verify
 from txmq.records import (  # noqa: F401  (re-exported for the store)
     BLANK_MAGIC,
+    BORN_TIMESTAMP_AT,
     HEAD,
     HEADER_SIZE,
     MAX_PROPERTIES_BYTES,
@@ -30,17 +31,19 @@ from txmq.records import (  # noqa: F401  (re-exported for the store)
     NAME_VALUE_SEPARATOR,
     PREFIX,
     PROPERTY_SEPARATOR,
+    QUEUE_ID_AT,
     RECORD_CRC_START,
+    STORE_TIMESTAMP_AT,
     U8,
     U16,
+    decode_host,
+    decode_properties,
+    encode_properties,
+    pop_field_properties,
     topic_prefix,
 )
 
 from .model import (
-    KEY_SEPARATOR,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
     StoredMessage,
     with_field_properties,
 )
@@ -123,32 +126,31 @@ def encode_record(
     return PREFIX.pack(rec.size, MESSAGE_MAGIC, crc), head, rec.body, rec.tail
 
 
-_BORN_TIMESTAMP = struct.Struct(">q")  # bytes 44..51
+_I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
 
 
 def patch_record(
     frame: bytearray,
     pos: int,
-    size: int,
     queue_offset: int,
     physical_offset: int,
     born_host: bytes,
     store_timestamp_ms: int,
     store_host: bytes,
 ) -> None:
-    """Write the fields only the store knows into a sent record (of ``size`` bytes, as
-    its size field says), in place, then its record CRC: ``encode_record``'s bytes for
-    the same fields, without re-encoding (compiled: ``txmq.codec_native.patch``)."""
+    """Write the fields only the store knows into a sent record (as long as its size
+    field says), in place, then its record CRC: ``encode_record``'s bytes for the same
+    fields, without re-encoding (compiled: ``txmq.codec_native.patch``)."""
     _native_patch(frame, pos, queue_offset, physical_offset, born_host, store_timestamp_ms, store_host)
 
 
 def set_born_timestamp(frame: bytearray, pos: int, born_timestamp_ms: int) -> None:
-    _BORN_TIMESTAMP.pack_into(frame, pos + 44, born_timestamp_ms)
+    _I64.pack_into(frame, pos + BORN_TIMESTAMP_AT, born_timestamp_ms)
 
 
 def set_queue_id(frame: bytearray, pos: int, queue_id: int) -> None:
-    _U32.pack_into(frame, pos + 16, queue_id)
+    _U32.pack_into(frame, pos + QUEUE_ID_AT, queue_id)
 
 
 def encode_blank(size: int) -> bytes:
@@ -223,16 +225,14 @@ def decode_record(
         props = decode_properties(bytes(buf[ppos + 2 : end]).decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise CorruptRecord(f"undecodable text in record at {physical_offset}") from exc
-    tags = props.pop(PROPERTY_TAGS, "")
-    keys = props.pop(PROPERTY_KEYS, "")
-    unique_id = props.pop(PROPERTY_UNIQ_KEY, "")
+    tags, keys, unique_id = pop_field_properties(props)
     bhost, bport = decode_host(born_host)
     shost, sport = decode_host(store_host)
     return StoredMessage(
         topic=topic,
         body=body,
         tags=tags,
-        keys=tuple(keys.split(KEY_SEPARATOR)) if keys else (),
+        keys=keys,
         properties=props,
         unique_id=unique_id,
         flag=flag,
@@ -253,29 +253,11 @@ def decode_record(
     )
 
 
-_STORE_TS = struct.Struct(">q")
-
-
 def read_store_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:
-    return _STORE_TS.unpack_from(buf, pos + 72)[0]
-
-
-def encode_properties(props: Mapping[str, str]) -> str:
-    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in text.split(PROPERTY_SEPARATOR):
-        if item:
-            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
-            out[name] = value
-    return out
+    return _I64.unpack_from(buf, pos + STORE_TIMESTAMP_AT)[0]
 
 
 _HOST_CACHE: dict[tuple[str, int], bytes] = {}
-_HOST_DECODE_CACHE: dict[bytes, tuple[str, int]] = {}
-_PORT = struct.Struct(">I")
 
 
 def encode_host(host: str, port: int) -> bytes:
@@ -286,20 +268,9 @@ def encode_host(host: str, port: int) -> bytes:
         addr = ipaddress.ip_address(host)
         if addr.version == 4:
             addr = ipaddress.IPv6Address(b"\x00" * 10 + b"\xff\xff" + addr.packed)
-        cached = addr.packed + _PORT.pack(port)
+        cached = addr.packed + _U32.pack(port)
         if len(_HOST_CACHE) < 4096:
             _HOST_CACHE[key] = cached
-    return cached
-
-
-def decode_host(raw: bytes) -> tuple[str, int]:
-    cached = _HOST_DECODE_CACHE.get(raw)
-    if cached is None:
-        addr = ipaddress.IPv6Address(raw[:16])
-        host = str(addr.ipv4_mapped) if addr.ipv4_mapped is not None else str(addr)
-        cached = (host, _PORT.unpack_from(raw, 16)[0])
-        if len(_HOST_DECODE_CACHE) < 4096:
-            _HOST_DECODE_CACHE[raw] = cached
     return cached
 
 

@@ -296,7 +296,7 @@ class CommitLog:
                 parts.extend(encode_record(rec, queue_offset, pos, store_timestamp_ms, store_host))
             else:  # sent in the record layout: patched where it lies
                 at = rec.frame_pos
-                patch_record(frame, at, rec.size, queue_offset, pos, rec.born_host, store_timestamp_ms, store_host)
+                patch_record(frame, at, queue_offset, pos, rec.born_host, store_timestamp_ms, store_host)
                 parts.append(memoryview(frame)[at : at + rec.size])
             offsets.append(pos)
             pos += rec.size

@@ -11,6 +11,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from txmq.records import PHYSICAL_OFFSET_AT
+
 from .arrivals import Arrival, ArrivalHub
 from .codec import PreparedRecord
 from .configs import TopicConfigTable
@@ -169,7 +171,7 @@ def add_key_entries(entries: list[Entry], topic: str, keys: tuple[str, ...], off
 
 
 _SIZE = struct.Struct(">I")
-_PHYSICAL = struct.Struct(">q")
+_PHYSICAL = struct.Struct(">q")  # at PHYSICAL_OFFSET_AT
 
 
 def _record_at(span: bytes, at: int, size: int, offset: int) -> bytes:
@@ -177,6 +179,6 @@ def _record_at(span: bytes, at: int, size: int, offset: int) -> bytes:
     ``offset`` (its size and physical-offset fields agree), else nothing."""
     if at < 0 or at + size > len(span) or _SIZE.unpack_from(span, at)[0] != size:
         return b""
-    if _PHYSICAL.unpack_from(span, at + 32)[0] != offset:
+    if _PHYSICAL.unpack_from(span, at + PHYSICAL_OFFSET_AT)[0] != offset:
         return b""
     return span[at : at + size]

@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -477,51 +477,10 @@ class MessageStore:
         as it came, with the fields only the store knows written in. All or nothing.
         ``transaction_prepared``: stored as half messages, which ``append_records`` makes
         (their topic and properties are rewritten, so they are not taken as they came)."""
-        if transaction_prepared:
-            return self._append_packed_halves(blob, born_host=born_host, producer_group=producer_group)
         self._check_writable()
-        if not blob:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no records to send")
         now = self._clock()
-        unpack = MessageEncoder(limits=self._limits, born_host=_born_host(born_host), now_ms=now, system=False).unpack
-        frame = bytearray(blob)  # the records are patched in place (one copy of the frame)
-        max_messages = self.settings.max_batch_messages
-        new_topics: dict[str, TopicConfig] = {}
-        records: list[PreparedRecord] = []
-        cfg: TopicConfig | None = None
-        pos = total_body = 0
-        end = len(blob)
-        while pos < end:
-            i = len(records)
-            if i == max_messages:
-                raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"more than {max_messages} records in one frame")
-            rec = unpack(frame, pos, i)
-            total_body += len(rec.body)
-            if cfg is None or cfg.name != rec.topic:
-                cfg = self._topic_for_send(rec.topic, i, system=False, new_topics=new_topics)
-            queue_id = rec.queue_id
-            if not queue_id < cfg.write_queue_nums:  # ANY_QUEUE (0xFFFFFFFF) or out of range
-                rec.queue_id = self._queue_for_send(cfg, None if queue_id == ANY_QUEUE else queue_id, i)
-                set_queue_id(frame, pos, rec.queue_id)
-            records.append(rec)
-            pos += rec.size
-        self._check_batch_size(len(records), total_body)
-        return self._append_prepared(records, new_topics, [], now)
-
-    def _append_packed_halves(self, blob: bytes, *, born_host: str, producer_group: str) -> Appended:
-        self._check_writable()
-        if not blob:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no records to send")
-        unpack = MessageEncoder(limits=self._limits, born_host=UNKNOWN_HOST, now_ms=self._clock(), system=False).unpack
-        frame = bytearray(blob)
-        messages: list[OutgoingMessage] = []
-        pos = 0
-        while pos < len(frame):
-            if len(messages) == self.settings.max_batch_messages:
-                raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"more than {len(messages)} records in one frame")
-            rec = unpack(frame, pos, len(messages))
-            pos += rec.size
-            messages.append(
+        if transaction_prepared:
+            halves = [
                 OutgoingMessage(
                     rec.topic,
                     bytes(rec.body),
@@ -533,10 +492,43 @@ class MessageStore:
                     None if rec.queue_id == ANY_QUEUE else rec.queue_id,
                     rec.born_timestamp_ms,
                 )
+                for _, _, rec in self._sent_records(bytearray(blob), UNKNOWN_HOST, now)
+            ]
+            return self.append_records(
+                halves, producer_group=producer_group, transaction_prepared=True, born_host=born_host
             )
-        return self.append_records(
-            messages, producer_group=producer_group, transaction_prepared=True, born_host=born_host
-        )
+        frame = bytearray(blob)  # the records are patched in place (one copy of the frame)
+        new_topics: dict[str, TopicConfig] = {}
+        records: list[PreparedRecord] = []
+        cfg: TopicConfig | None = None
+        total_body = 0
+        for i, pos, rec in self._sent_records(frame, _born_host(born_host), now):
+            total_body += len(rec.body)
+            if cfg is None or cfg.name != rec.topic:
+                cfg = self._topic_for_send(rec.topic, i, system=False, new_topics=new_topics)
+            queue_id = rec.queue_id
+            if not queue_id < cfg.write_queue_nums:  # ANY_QUEUE (0xFFFFFFFF) or out of range
+                rec.queue_id = self._queue_for_send(cfg, None if queue_id == ANY_QUEUE else queue_id, i)
+                set_queue_id(frame, pos, rec.queue_id)
+            records.append(rec)
+        self._check_batch_size(len(records), total_body)
+        return self._append_prepared(records, new_topics, [], now)
+
+    def _sent_records(self, frame: bytearray, born_host: bytes, now: int) -> Iterator[tuple[int, int, PreparedRecord]]:
+        """(index, position, record) of each record of a sent frame, checked; at most
+        ``max_batch_messages``."""
+        if not frame:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no records to send")
+        unpack = MessageEncoder(limits=self._limits, born_host=born_host, now_ms=now, system=False).unpack
+        max_messages = self.settings.max_batch_messages
+        pos = i = 0
+        while pos < len(frame):
+            if i == max_messages:
+                raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"more than {max_messages} records in one frame")
+            rec = unpack(frame, pos, i)
+            yield i, pos, rec
+            pos += rec.size
+            i += 1
 
     def _check_writable(self) -> None:
         self._check_open()

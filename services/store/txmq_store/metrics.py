@@ -31,7 +31,6 @@ live in integrity.py.
 from __future__ import annotations
 
 import shutil
-import struct
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,7 +42,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from txmq.protocol import HALF_QUEUE_ID, TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
-from txmq.records import BODY_LENGTH_AT
+from txmq.records import count_records
 from txmq_runtime.metrics import MESSAGE_SIZE_BUCKETS, Sample, ScrapeCollector, TopicCounters
 
 if TYPE_CHECKING:
@@ -144,14 +143,11 @@ def count_out(topic: str, messages: Iterable[_Record]) -> None:
         _OUT.count((topic,), n, size)
 
 
-_BODY_LENGTH = struct.Struct(">I")
-
-
-def count_out_records(topic: str, records: list[bytes]) -> None:
-    """Records one raw GetMessage served (bytes: their bodies, as ``count_out``)."""
+def count_out_records(topic: str, records: bytes) -> None:
+    """Records one raw GetMessage served, back to back (bytes: their bodies, as
+    ``count_out``)."""
     if records:
-        at = BODY_LENGTH_AT
-        _OUT.count((topic,), len(records), sum(_BODY_LENGTH.unpack_from(r, at)[0] for r in records))
+        _OUT.count((topic,), *count_records(records))
 
 
 class _Flushable(Protocol):

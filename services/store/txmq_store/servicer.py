@@ -332,14 +332,15 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             raw=request.raw_records,
         )
         if request.raw_records:
-            store_metrics.count_out_records(request.topic, r.records)
+            records = b"".join(r.records)
+            store_metrics.count_out_records(request.topic, records)
             return store_pb2.GetMessageResponse(
                 status=GET_STATUS[r.status],
                 next_begin_offset=r.next_begin_offset,
                 min_offset=r.min_offset,
                 max_offset=r.max_offset,
                 suggest_pulling_from_replica=r.suggest_pulling_from_replica,
-                records=b"".join(r.records),
+                records=records,
                 store_id=self._store.store_id,
             )
         store_metrics.count_out(request.topic, r.messages)

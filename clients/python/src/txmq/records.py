@@ -64,6 +64,7 @@ RECORD_CRC_START = PREFIX.size
 # Offsets of single fields, for readers that need one of them.
 QUEUE_ID_AT = 16
 PHYSICAL_OFFSET_AT = 32
+BORN_TIMESTAMP_AT = 44
 STORE_TIMESTAMP_AT = 72
 BODY_LENGTH_AT = 112
 assert HEADER_SIZE == 116
@@ -84,6 +85,43 @@ def topic_prefix(topic: str) -> bytes:
     return prefix
 
 
+def encode_properties(props: Mapping[str, str]) -> str:
+    """The properties text: name \\x01 value \\x02, repeated."""
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        if item:
+            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+            out[name] = value
+    return out
+
+
+def pop_field_properties(props: dict[str, str]) -> tuple[str, tuple[str, ...], str]:
+    """Take the message fields stored as properties out of ``props``: (tags, keys,
+    unique id), empty when absent."""
+    tags = props.pop(PROPERTY_TAGS, "")
+    keys = props.pop(PROPERTY_KEYS, "")
+    return tags, tuple(keys.split(KEY_SEPARATOR)) if keys else (), props.pop(PROPERTY_UNIQ_KEY, "")
+
+
+_HOST_DECODE_CACHE: dict[bytes, tuple[str, int]] = {}
+
+
+def decode_host(raw: bytes) -> tuple[str, int]:
+    """A record's 20-byte host field (IPv6, IPv4 as v4-mapped, + port) -> (host, port)."""
+    cached = _HOST_DECODE_CACHE.get(raw)
+    if cached is None:
+        addr = ipaddress.IPv6Address(raw[:16])
+        host = str(addr.ipv4_mapped) if addr.ipv4_mapped is not None else str(addr)
+        cached = (host, _PORT.unpack_from(raw, 16)[0])
+        if len(_HOST_DECODE_CACHE) < 4096:
+            _HOST_DECODE_CACHE[raw] = cached
+    return cached
+
+
 def encode_properties_text(
     unique_id: str, tags: str | None, keys: Sequence[str], properties: Mapping[str, str] | None
 ) -> bytes:
@@ -94,7 +132,7 @@ def encode_properties_text(
     if keys:
         text += f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{KEY_SEPARATOR.join(keys)}{PROPERTY_SEPARATOR}"
     if properties:
-        text += "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in properties.items())
+        text += encode_properties(properties)
     return text.encode("utf-8")
 
 
@@ -157,9 +195,7 @@ def _host(raw: bytes) -> tuple[str, str]:
     """20 raw bytes -> ("host:port", the offsetMsgId prefix of that host), cached."""
     cached = _hosts.get(raw)
     if cached is None:
-        addr = ipaddress.IPv6Address(raw[:16])
-        host = str(addr.ipv4_mapped) if addr.ipv4_mapped is not None else str(addr)
-        (port,) = _PORT.unpack_from(raw, 16)
+        host, port = decode_host(raw)
         cached = (f"{host}:{port}", offset_msg_id_prefix(host, port))
         if len(_hosts) < 4096:
             _hosts[raw] = cached
@@ -182,21 +218,15 @@ def decode_messages(records: bytes, store_id: str) -> list[MessageExt]:
 def _decode(buf: bytes, pos: int, store_id: str) -> MessageExt:
     (size, body_crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_raw, store_ts, store_raw,
      reconsume, prepared, body, topic, text) = _fields(buf, pos)  # fmt: skip
-    props: dict[str, str] = {}
-    for item in text.split(PROPERTY_SEPARATOR):
-        if item:
-            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
-            props[name] = value
-    tags = props.pop(PROPERTY_TAGS, "")
-    keys = props.pop(PROPERTY_KEYS, "")
-    unique_id = props.pop(PROPERTY_UNIQ_KEY, "")
+    props = decode_properties(text)
+    tags, keys, unique_id = pop_field_properties(props)
     born_host, _ = _host(born_raw)
     store_host, prefix = _host(store_raw)
     return MessageExt(
         topic,
         body,
         tags=tags or None,
-        keys=tuple(keys.split(KEY_SEPARATOR)) if keys else (),
+        keys=keys,
         properties=props,
         unique_id=unique_id or None,
         flag=flag,
