@@ -15,7 +15,7 @@ import grpc
 from txmq.errors import NotImplementedYetError, TxmqError, error
 from txmq.ids import new_unique_id
 from txmq.pipe import AsyncFramePipe, PipeSettings
-from txmq.records import HEADER_SIZE, encode_for_send
+from txmq.records import encode_for_send
 from txmq.v1 import (
     common_pb2,
     errors_pb2,
@@ -34,13 +34,6 @@ from txmq_runtime.registry import ClusterView
 # next one (as the gateway's own coalescer did: with 4 in flight, 4 concurrent sends went
 # as 4 frames and cost the gateway ~40 % more CPU per message, bench.gateway).
 _PIPE_SETTINGS = PipeSettings(max_in_flight_frames=1)
-_UNIQ = b"UNIQ_KEY\x01"
-
-
-def _unique_id_of(record: bytes) -> str:
-    """The unique id ``encode_for_send`` put first in a record's properties."""
-    at = record.index(_UNIQ, HEADER_SIZE) + len(_UNIQ)
-    return record[at : record.index(b"\x02", at)].decode()
 
 
 log = logging.getLogger("txmq.gateway.backend")
@@ -117,7 +110,8 @@ class Backend:
     async def send_normal(self, store_id: str, message: common_pb2.Message) -> store_pb2.SendResult:
         """Store a normal (not transactional) message, coalesced with the other sends to
         that store: the SDK's mechanism (``txmq.pipe``), frames of records, one unary
-        ``SendRecords`` per frame (``AsyncFramePipe``). A record the store refuses fails only its own send."""
+        ``SendRecords`` per frame (``AsyncFramePipe``). A record the store refuses fails
+        only its own send."""
         address = self.store_address(store_id)
         if address in self._unary_only:
             return await self.send(store_id, message)
@@ -126,14 +120,15 @@ class Backend:
             pipe = self._pipes[address] = AsyncFramePipe(
                 self.store(store_id), producer_group="", settings=_PIPE_SETTINGS, timeout_s=self.timeout_s
             )
+        unique_id = message.unique_id or new_unique_id()
         record = encode_for_send(
             message.topic,
             message.queue_id if message.HasField("queue_id") else None,
             message.body,
-            message.unique_id or new_unique_id(),
+            unique_id,
             tags=message.tags or None,
-            keys=tuple(message.keys),
-            properties=dict(message.properties),
+            keys=message.keys,
+            properties=message.properties,
             flag=message.flag,
             born_timestamp_ms=message.born_timestamp_ms,
         )
@@ -153,7 +148,7 @@ class Backend:
         offset = ack.commit_log_offsets[at]
         return store_pb2.SendResult(
             status=ack.status,
-            msg_id=_unique_id_of(record),
+            msg_id=unique_id,
             offset_msg_id=f"{ack.offset_msg_id_prefix}{offset:016X}",
             queue=common_pb2.MessageQueue(topic=message.topic, store_id=ack.store_id, queue_id=ack.queue_ids[at]),
             queue_offset=ack.queue_offsets[at],

@@ -145,15 +145,9 @@ class Producer:
         born_timestamp_ms = int(time.time() * 1000)
 
         def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float, address: str) -> SendResult:
-            pipe = self._pipe(address, store)
-            if pipe is not None:
-                record = encode_for_send(
-                    msg.topic, mq.queue_id, msg.body, msg.unique_id or "", tags=msg.tags, keys=msg.keys,
-                    properties=msg.properties, flag=msg.flag, born_timestamp_ms=born_timestamp_ms,
-                )  # fmt: skip
-                acked = self._await(address, pipe, pipe.submit(record, 1), remaining)
-                if acked is not None:
-                    return _results_from_ack(*acked, 1, msg.topic, (msg.unique_id or "",))[0]
+            streamed = self._send_on_stream(address, store, [msg], mq.queue_id, born_timestamp_ms, remaining)
+            if streamed is not None:
+                return streamed[0]
             pb = message_to_proto(msg, born_timestamp_ms=born_timestamp_ms)
             pb.queue_id = mq.queue_id
             request = store_pb2.SendMessageRequest(message=pb, producer_group=self.group)
@@ -183,28 +177,9 @@ class Producer:
             store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float, address: str
         ) -> list[SendResult]:
             nonlocal request
-            pipe = self._pipe(address, store)
-            if pipe is not None:
-                queue_id = mq.queue_id
-                blob = b"".join(
-                    [
-                        encode_for_send(
-                            topic,
-                            queue_id,
-                            m.body,
-                            m.unique_id or "",
-                            tags=m.tags,
-                            keys=m.keys,
-                            properties=m.properties,
-                            flag=m.flag,
-                            born_timestamp_ms=born_timestamp_ms,
-                        )
-                        for m in msgs
-                    ]
-                )
-                acked = self._await(address, pipe, pipe.submit(blob, len(msgs)), remaining)
-                if acked is not None:
-                    return _results_from_ack(*acked, len(msgs), topic, [m.unique_id or "" for m in msgs])
+            streamed = self._send_on_stream(address, store, msgs, mq.queue_id, born_timestamp_ms, remaining)
+            if streamed is not None:
+                return streamed
             if request is None:  # built once the queue is known: no second pass to set it
                 request = store_pb2.SendBatchRequest(producer_group=self.group)
                 add_messages_to_proto(request.messages, msgs, queue_id=mq.queue_id, born_timestamp_ms=born_timestamp_ms)
@@ -232,6 +207,44 @@ class Producer:
                     stub, producer_group=self.group, settings=self._pipe_settings, transaction_prepared=prepared
                 )
             return pipe
+
+    def _send_on_stream(
+        self,
+        address: str,
+        stub: store_pb2_grpc.StoreStub,
+        msgs: Sequence[Message],
+        queue_id: int,
+        born_timestamp_ms: int,
+        remaining: float,
+        *,
+        prepared: bool = False,
+    ) -> list[SendResult] | None:
+        """``msgs`` (one topic, validated, with unique ids) as one entry of the store's
+        send stream (``prepared``: the half messages' stream); None where sends are unary."""
+        pipe = self._pipe(address, stub, prepared=prepared)
+        if pipe is None:
+            return None
+        blob = b"".join(
+            [
+                encode_for_send(
+                    m.topic,
+                    queue_id,
+                    m.body,
+                    m.unique_id or "",
+                    tags=m.tags,
+                    keys=m.keys,
+                    properties=m.properties,
+                    flag=m.flag,
+                    born_timestamp_ms=born_timestamp_ms,
+                )
+                for m in msgs
+            ]
+        )
+        acked = self._await(address, pipe, pipe.submit(blob, len(msgs)), remaining)
+        if acked is None:
+            return None
+        uids = [m.unique_id or "" for m in msgs]
+        return _results_from_ack(*acked, len(msgs), msgs[0].topic, uids, prepared=prepared)
 
     def _await(
         self, address: str, pipe: SendPipe, entry: Entry, remaining: float

@@ -45,8 +45,7 @@ from txmq._convert import message_ext_from_proto, send_result_from_proto
 from txmq.errors import TxmqError, UnavailableError
 from txmq.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from txmq.models import ServiceKind
-from txmq.producer import Producer, _results_from_ack
-from txmq.records import encode_for_send
+from txmq.producer import Producer
 from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
 
 log = logging.getLogger("txmq.transaction")
@@ -191,15 +190,12 @@ class TransactionProducer(Producer):
         pb = self._prepare(msg)
 
         def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float, address: str) -> SendResult:
-            pipe = self._pipe(address, store, prepared=True)
-            if pipe is not None:  # the half message over the store's send stream, coalesced
-                record = encode_for_send(
-                    msg.topic, mq.queue_id, msg.body, msg.unique_id or "", tags=msg.tags, keys=msg.keys,
-                    properties=msg.properties, flag=msg.flag, born_timestamp_ms=pb.born_timestamp_ms,
-                )  # fmt: skip
-                acked = self._await(address, pipe, pipe.submit(record, 1), remaining)
-                if acked is not None:
-                    return _results_from_ack(*acked, 1, msg.topic, (msg.unique_id or "",), prepared=True)[0]
+            # The half message on the store's send stream for halves, coalesced.
+            streamed = self._send_on_stream(
+                address, store, [msg], mq.queue_id, pb.born_timestamp_ms, remaining, prepared=True
+            )
+            if streamed is not None:
+                return streamed[0]
             pb.queue_id = mq.queue_id
             request = store_pb2.SendMessageRequest(message=pb, producer_group=self.group, transaction_prepared=True)
             return send_result_from_proto(call(store.SendMessage, request, timeout=remaining).result)
