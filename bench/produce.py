@@ -131,36 +131,58 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[k]
 
 
-def drive_threads(target: Target, mode: str, unit: int, total: int, cfg: Config, body: bytes, bar=None) -> dict:
+class _Tally:
+    """A drive's shared count: messages claimed and done, each request's latency
+    (thread-safe, so plain threads and asyncio tasks use it alike)."""
+
+    def __init__(self, unit: int, total: int, bar=None) -> None:
+        self.unit, self.total, self.bar = unit, total, bar
+        self.claimed = self.done = self.requests = 0
+        self.lat: list[float] = []
+        self._lock = threading.Lock()
+
+    def claim(self) -> int:
+        """How many messages the next request sends (0: the count is reached)."""
+        with self._lock:
+            n = min(self.unit, self.total - self.claimed)
+            if n > 0:
+                self.claimed += n
+            return n
+
+    def finish(self, n: int, took_s: float) -> None:
+        with self._lock:
+            self.lat.append(took_s)
+            self.done += n
+            self.requests += 1
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def result(self, seconds: float) -> dict:
+        return {
+            "messages": self.done,
+            "requests": self.requests,
+            "seconds": seconds,
+            "lat": self.lat,
+            "stopped_by": "count" if self.done >= self.total else "time",
+        }
+
+
+def drive_threads(target: Target, mode: str, tally: _Tally, cfg: Config, body: bytes) -> dict:
     """``drive`` for a blocking client (the SDK's sync Producer): ``cfg.concurrency``
     plain threads, each calling it in a loop, as an application would; no event loop
     between the application and the client."""
-    lock = threading.Lock()
-    st = {"claimed": 0, "done": 0, "requests": 0}
-    lat: list[float] = []
     deadline = time.monotonic() + cfg.max_seconds
     errors: list[BaseException] = []
 
     def worker() -> None:
         try:
-            while time.monotonic() < deadline:
-                with lock:
-                    n = min(unit, total - st["claimed"])
-                    if n <= 0:
-                        return
-                    st["claimed"] += n
+            while time.monotonic() < deadline and (n := tally.claim()) > 0:
                 t0 = time.perf_counter()
                 if mode == "single":
                     target.blocking_send_one(body)
                 else:
                     target.blocking_send_batch([body] * n)
-                took = time.perf_counter() - t0
-                with lock:
-                    lat.append(took)
-                    st["done"] += n
-                    st["requests"] += 1
-                if bar is not None:
-                    bar.update(n)
+                tally.finish(n, time.perf_counter() - t0)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller
             errors.append(exc)
 
@@ -173,41 +195,25 @@ def drive_threads(target: Target, mode: str, unit: int, total: int, cfg: Config,
     elapsed = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    return {
-        "messages": st["done"],
-        "requests": st["requests"],
-        "seconds": elapsed,
-        "lat": lat,
-        "stopped_by": "count" if st["done"] >= total else "time",
-    }
+    return tally.result(elapsed)
 
 
 async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes, bar=None) -> dict:
     """Send ``total`` messages with ``cfg.concurrency`` requests in flight; stop early at
     ``cfg.max_seconds``. Returns counts, elapsed time and request latencies."""
-    unit = 1 if mode == "single" else cfg.batch_size
+    tally = _Tally(1 if mode == "single" else cfg.batch_size, total, bar)
     if target.blocking:
-        return await asyncio.to_thread(drive_threads, target, mode, unit, total, cfg, body, bar)
-    st = {"claimed": 0, "done": 0, "requests": 0}
-    lat: list[float] = []
+        return await asyncio.to_thread(drive_threads, target, mode, tally, cfg, body)
     deadline = time.monotonic() + cfg.max_seconds
 
     async def worker() -> None:
-        while time.monotonic() < deadline:
-            n = min(unit, total - st["claimed"])
-            if n <= 0:
-                return
-            st["claimed"] += n
+        while time.monotonic() < deadline and (n := tally.claim()) > 0:
             t0 = time.perf_counter()
             if mode == "single":
                 await target.send_one(body)
             else:
                 await target.send_batch([body] * n)
-            lat.append(time.perf_counter() - t0)
-            st["done"] += n
-            st["requests"] += 1
-            if bar is not None:
-                bar.update(n)
+            tally.finish(n, time.perf_counter() - t0)
 
     t0 = time.perf_counter()
     tasks = [asyncio.create_task(worker()) for _ in range(cfg.concurrency)]
@@ -221,14 +227,7 @@ async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes,
         if gathered.done():  # retrieved, so a cancelled run logs no "never retrieved"
             with contextlib.suppress(BaseException):
                 gathered.exception()
-    elapsed = time.perf_counter() - t0
-    return {
-        "messages": st["done"],
-        "requests": st["requests"],
-        "seconds": elapsed,
-        "lat": lat,
-        "stopped_by": "count" if st["done"] >= total else "time",
-    }
+    return tally.result(time.perf_counter() - t0)
 
 
 def parse_sdk_options(items: tuple[str, ...]) -> dict[str, object]:

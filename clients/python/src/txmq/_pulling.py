@@ -213,7 +213,7 @@ def to_pull_result(response: pull_pb2.PullMessageResponse, sub: Subscription) ->
     if response.records:
         try:
             messages = decode_messages(response.records, response.store_id)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # UnicodeDecodeError included
             raise InternalError(
                 f"the pull service answered records that do not decode: {exc}", code=errors_pb2.CODE_INTERNAL_ERROR
             ) from None

@@ -23,7 +23,6 @@ its own result and error:
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections import deque
@@ -36,8 +35,6 @@ import grpc
 
 from txmq.errors import TxmqError, UnavailableError
 from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
-
-log = logging.getLogger("txmq.producer")
 
 #: What an entry's future gets: the ack of its frame and where its records start in it.
 Acked = tuple[store_pb2.RecordAck, int]
@@ -91,8 +88,9 @@ class FrameBook:
         """The waiting entries fill a frame (a lingering frame goes at once)."""
         return sum(len(e.blob) for e in self.pending) >= self.settings.max_frame_bytes
 
-    def take(self) -> tuple[int, list[Entry], bytes]:
-        """The next frame: waiting entries up to ``max_frame_bytes`` (at least one)."""
+    def take(self) -> tuple[int, bytes]:
+        """The next frame, its sequence and records: waiting entries up to
+        ``max_frame_bytes`` (at least one)."""
         cap = self.settings.max_frame_bytes
         entries: list[Entry] = []
         size = 0
@@ -105,7 +103,7 @@ class FrameBook:
         self.sequence += 1
         self.in_flight.append((self.sequence, entries))
         blob = entries[0].blob if len(entries) == 1 else b"".join(e.blob for e in entries)
-        return self.sequence, entries, blob
+        return self.sequence, blob
 
     def answer(self, ack: store_pb2.RecordAck) -> list[tuple[Entry, Acked | TxmqError]]:
         """The outcomes the ack of a frame in flight decides; entries that must go again
@@ -234,7 +232,7 @@ class SendPipe:
                         if book.failed is not None:
                             return
                         continue
-                sequence, _, blob = book.take()
+                sequence, blob = book.take()
             yield store_pb2.RecordFrame(
                 sequence=sequence, records=blob, producer_group=self._group, transaction_prepared=self._prepared
             )
@@ -290,7 +288,7 @@ class AsyncFramePipe:
     def _send_what_can_go(self) -> None:
         book = self._book
         while book.can_send():
-            sequence, _, blob = book.take()
+            sequence, blob = book.take()
             frame = store_pb2.RecordFrame(sequence=sequence, records=blob, producer_group=self._group)
             task = asyncio.get_running_loop().create_task(self._call(frame))
             self._calls.add(task)
