@@ -103,6 +103,26 @@ def sync_store_with_topic(private_store: Callable[..., ServiceProcess]) -> Servi
     return store
 
 
+def kill_while_sending(store: ServiceProcess, sender: Sender | StreamSender) -> dict[int, list[common_pb2.MessageView]]:
+    """Start ``sender``, kill -9 the store once enough was acknowledged, restart it on
+    its data; what each queue serves then."""
+    sender.start()
+    assert sender.enough_acked.wait(timeout=120)
+    store.kill()
+    sender.join(timeout=60)
+    assert not sender.is_alive()
+    assert sender.unexpected is None, sender.unexpected
+    assert sender.failure is not None, "the sender should have been cut off by the kill"
+    assert len(sender.acked) >= ACKED_BATCHES_BEFORE_KILL * BATCH
+
+    store.restart()
+    with grpc.insecure_channel(store.address) as channel:
+        stub = store_pb2_grpc.StoreStub(channel)
+        status = store_pb2_grpc.StoreAdminStub(channel).GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=10)
+        assert status.recovered_from_crash
+        return {q: read_queue(stub, q) for q in range(QUEUES)}
+
+
 def check_served(served: dict[int, list[common_pb2.MessageView]], acked: list[Acked], *, beyond_acked: int) -> None:
     """Contiguous offsets from 0, each body whole (nothing torn or half-written served),
     every acknowledged message at its offset, at most ``beyond_acked`` stored beyond them."""
@@ -122,22 +142,7 @@ def test_acknowledged_messages_survive_kill_9(private_store: Callable[..., Servi
     store = sync_store_with_topic(private_store)
 
     sender = Sender(store.address)
-    sender.start()
-    assert sender.enough_acked.wait(timeout=120)
-    store.kill()  # mid-loop: the sender is always inside a SendBatch
-    sender.join(timeout=60)
-    assert not sender.is_alive()
-    assert sender.unexpected is None, sender.unexpected
-    assert sender.failure is not None, "the sender should have been cut off by the kill"
-    assert len(sender.acked) >= ACKED_BATCHES_BEFORE_KILL * BATCH
-
-    store.restart()
-    with grpc.insecure_channel(store.address) as channel:
-        stub = store_pb2_grpc.StoreStub(channel)
-        status = store_pb2_grpc.StoreAdminStub(channel).GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=10)
-        assert status.recovered_from_crash
-        served = {q: read_queue(stub, q) for q in range(QUEUES)}
-
+    served = kill_while_sending(store, sender)  # mid-loop: the sender is always inside a SendBatch
     # At most the batch in flight at the kill may be stored beyond what was acknowledged.
     check_served(served, sender.acked, beyond_acked=BATCH)
 
@@ -206,17 +211,5 @@ def test_acknowledged_frames_of_a_pipelined_send_stream_survive_kill_9(
     store = sync_store_with_topic(private_store)
 
     sender = StreamSender(store.address)
-    sender.start()
-    assert sender.enough_acked.wait(timeout=120)
-    store.kill()
-    sender.join(timeout=60)
-    assert not sender.is_alive()
-    assert sender.unexpected is None, sender.unexpected
-    assert sender.failure is not None, "the sender should have been cut off by the kill"
-    assert len(sender.acked) >= ACKED_BATCHES_BEFORE_KILL * BATCH
-
-    store.restart()
-    with grpc.insecure_channel(store.address) as channel:
-        stub = store_pb2_grpc.StoreStub(channel)
-        served = {q: read_queue(stub, q) for q in range(QUEUES)}
+    served = kill_while_sending(store, sender)
     check_served(served, sender.acked, beyond_acked=IN_FLIGHT_FRAMES * BATCH)
