@@ -91,6 +91,9 @@ class ServiceParts:
     stopping: Callable[[], Awaitable[None]] | None = None
     #: Overrides the instance id from the settings (a store registers under its store id).
     instance_id: str | None = None
+    #: Overrides the kind the instance registers as (a replica of a store group registers
+    #: as SERVICE_KIND_STORE_REPLICA; its group's leader publishes the store endpoint).
+    kind: int | None = None
 
 
 Setup = Callable[[ServiceContext[S]], Awaitable[ServiceParts]]
@@ -227,14 +230,15 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         if (metrics_port := metrics.serve(host=metrics_host, port=settings.metrics_port, stack=stack)) is not None:
             labels["metrics"] = join_host_port(_advertised_host(metrics_host), metrics_port)
         instance_id = parts.instance_id or settings.instance_id or f"{name}-{socket.gethostname()}-{os.getpid()}"
+        registered_kind = parts.kind or kind
         endpoint = common_pb2.Endpoint(
-            kind=kind,
+            kind=registered_kind,
             instance_id=instance_id,
             address=address,
             started_at_ms=time.time_ns() // 1_000_000,
             labels=labels,
         )
-        await registration.put(keys.service(kind, instance_id), encode(endpoint))
+        await registration.put(keys.service(registered_kind, instance_id), encode(endpoint))
         try:
             await registration.start(give_up_after_s=startup_s)
         except RETRYABLE as exc:

@@ -304,6 +304,35 @@ class CommitLog:
         self.write_offset = pos
         return offsets
 
+    def append_copied(self, offset: int, data: bytes) -> None:
+        """Write bytes copied from a replication leader's log at ``offset``, which must be
+        this log's end, or the start of the next segment when the end is a segment's end,
+        or anywhere segment-aligned when the log is empty. The caller checked that
+        ``data`` is whole records (or a segment's blank marker) within one segment.
+        One pwrite; on failure what was written is zeroed (as ``append``)."""
+        if not self._segments:
+            if offset % self.segment_bytes:
+                raise ValueError(f"an empty log cannot start at {offset} (not a segment start)")
+            self.write_offset = self.flushed_offset = offset
+        if offset != self.write_offset:
+            raise ValueError(f"copied bytes at {offset}, but the log ends at {self.write_offset}")
+        start, n_segments = self.write_offset, len(self._segments)
+        self._append_reach = 0
+        try:
+            seg = self._segment_for_write(offset)
+            if offset + len(data) > seg.end:
+                raise ValueError(f"copied bytes {offset}..{offset + len(data)} cross the segment end {seg.end}")
+            self._append_first = seg
+            self._write(seg, [data], offset)
+        except OSError:
+            try:
+                self._rollback(start, n_segments)
+            except OSError as exc:
+                self.broken = True
+                log.error("rolling back a failed copy at %d failed too: %s", start, exc)
+            raise
+        self.write_offset = offset + len(data)
+
     def _write(self, seg: Segment, parts: list[bytes] | list[bytes | memoryview], offset: int) -> None:
         data = b"".join(parts)
         at = offset - seg.start

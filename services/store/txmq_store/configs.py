@@ -94,9 +94,23 @@ class TopicConfigTable:
         del self._topics[name]
         self._save()
 
+    def document(self) -> dict[str, object]:
+        """The table as its file holds it (replication ships it to followers)."""
+        return {"topics": [asdict(c) for c in self.all() if not c.is_system]}
+
+    def adopt(self, document: dict[str, object]) -> None:
+        """Become the table ``document`` describes (a follower taking its leader's)."""
+        topics = _system_topics()
+        items: list[dict] = document.get("topics", [])  # type: ignore[assignment]
+        for item in items:
+            cfg = TopicConfig(**item)
+            if not is_system_topic(cfg.name):
+                topics[cfg.name] = cfg
+        self._topics = topics
+        self._save()
+
     def _save(self) -> None:
-        user = [asdict(c) for c in self.all() if not c.is_system]
-        write_json_atomically(self._path, {"topics": user})
+        write_json_atomically(self._path, self.document())
 
 
 def _system_groups() -> dict[str, SubscriptionGroupConfig]:
@@ -133,6 +147,17 @@ class SubscriptionGroupTable:
         del self._groups[name]
         self._save()
 
+    def document(self) -> dict[str, object]:
+        return {"groups": [asdict(g) for g in self.all() if not self.is_system(g.group_name)]}
+
+    def adopt(self, document: dict[str, object]) -> None:
+        groups = _system_groups()
+        items: list[dict] = document.get("groups", [])  # type: ignore[assignment]
+        for item in items:
+            cfg = SubscriptionGroupConfig(**item)
+            groups[cfg.group_name] = cfg
+        self._groups = groups
+        self._save()
+
     def _save(self) -> None:
-        groups = [asdict(g) for g in self.all() if not self.is_system(g.group_name)]
-        write_json_atomically(self._path, {"groups": groups})
+        write_json_atomically(self._path, self.document())

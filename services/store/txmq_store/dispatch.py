@@ -165,6 +165,37 @@ class Dispatcher:
             self.index.put(entries)
         self.dispatched_offset = msg.commit_log_offset + msg.store_size
 
+    def dispatch_stored(self, messages: list[StoredMessage], end_offset: int) -> None:
+        """Dispatch decoded records (a replica's: copied from its leader, or held since
+        its recovery) once they are below the high watermark, waking watchers as
+        ``dispatch`` does (without records attached). ``end_offset``: where the span
+        these records came from ends (a segment's blank marker may follow the last)."""
+        for msg in messages:
+            self.redispatch(msg, to_queue=True, to_index=True)
+        self.dispatched_offset = max(self.dispatched_offset, end_offset)
+        if not self.hub.active:
+            return
+        arrivals = []
+        for msg in messages:
+            cq = self.queues.get((msg.topic, msg.queue_id))
+            if cq is None or not takes_queue_slot(msg.sys_flag):
+                continue
+            tag_code = cached_tag_code(msg.tags) if msg.tags else 0
+            arrivals.append(
+                Arrival(
+                    msg.topic,
+                    msg.queue_id,
+                    msg.queue_offset,
+                    msg.queue_offset + 1,
+                    tag_code,
+                    msg.all_properties(),
+                    msg.store_timestamp_ms,
+                    cq.min_offset,
+                )
+            )
+        if arrivals:
+            self.hub.publish(arrivals)
+
 
 def add_key_entries(entries: list[Entry], topic: str, keys: tuple[str, ...], offset: int, store_ms: int) -> None:
     entries.extend([(message_key_hash(topic, k), offset, store_ms) for k in keys])

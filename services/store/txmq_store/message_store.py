@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 import os
 import socket
@@ -76,6 +77,7 @@ from .model import (
 )
 from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
+from .replication import EpochHistory, Leadership, check_copied, config_document, not_leader
 from .settings import StoreSettings
 from .transactions import Fences, Transactions
 from .validation import (
@@ -136,6 +138,7 @@ class MessageStore:
         crashed: bool,
         quarantine: Quarantine | None = None,
         corruption: CorruptionLog | None = None,
+        held: list[StoredMessage] | None = None,
     ) -> None:
         self.settings = settings
         self.store_id = settings.resolved_store_id
@@ -182,8 +185,25 @@ class MessageStore:
         self._corruption = corruption or CorruptionLog()
         self._free_space = FreeSpaceGuard(commitlog.directory, min_free_bytes=settings.disk_min_free_bytes)
         # Transaction decisions and the check loop's writes (transactions.py).
-        self.transactions = Transactions(
-            self, cache_entries=settings.decision_cache_entries, fences=Fences(paths.config / "fences.json")
+        self.transactions = self._new_transactions()
+        # A replicated store group's replica (docs/replication.md): nothing beyond the
+        # high watermark is dispatched. ``_held``: records in the log, not dispatched
+        # yet, decoded (copied from the leader, or found beyond the checkpoint at start);
+        # the leader's own appends wait in ``_undispatched`` as in sync mode.
+        self.replicated = bool(settings.replica_id)
+        self.replica_id = settings.replica_id
+        self.epochs = EpochHistory.load(paths.root / "replication" / "epochs.json") if self.replicated else None
+        self.leadership: Leadership | None = None
+        self.follower_high_watermark = 0
+        self.leader_hint = ("", "")  # (replica id, address) of the leader, for NOT_LEADER
+        self._held: deque[StoredMessage] = deque(held or ())
+        self._local_durable = commitlog.flushed_offset if self._sync else commitlog.write_offset
+        self._writes_ready = not self.replicated
+        self.config_version = 0  # bumped by every topic / subscription-group change
+
+    def _new_transactions(self) -> Transactions:
+        return Transactions(
+            self, cache_entries=self.settings.decision_cache_entries, fences=Fences(self._paths.config / "fences.json")
         )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -235,6 +255,7 @@ class MessageStore:
         dispatcher: Dispatcher | None = None
         quarantine = Quarantine(paths.quarantine)
         corruption = CorruptionLog()
+        held: list[StoredMessage] | None = [] if settings.replica_id else None
         try:
             dispatcher = recover(
                 paths,
@@ -248,11 +269,12 @@ class MessageStore:
                 quarantine=quarantine,
                 corruption=corruption,
                 now_ms=clock(),
+                held=held,
             )
             store = cls(
                 settings, paths=paths, lock_fd=lock_fd, clock=clock, commitlog=commitlog, dispatcher=dispatcher,
                 topics=topics, groups=groups, offsets=offsets, hub=hub, crashed=crashed, quarantine=quarantine,
-                corruption=corruption,
+                corruption=corruption, held=held,
             )  # fmt: skip
             # Make the recovered state the new baseline before accepting writes.
             store._sync_paths(store._take_dirty())
@@ -337,7 +359,13 @@ class MessageStore:
         etcd); ``await topics_propagated()`` waits for those."""
         self._topic_listeners.append(callback)
 
+    def _check_admin_write(self) -> None:
+        """Configuration changes, like records, are made on a group's leader only."""
+        if self.replicated:
+            self._check_leads()
+
     def _topics_changed(self) -> None:
+        self.config_version += 1
         for cb in self._topic_listeners:
             try:
                 pending = cb()
@@ -534,6 +562,18 @@ class MessageStore:
         self._check_open()
         if not self._writable or self.commitlog.broken:
             raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
+        if self.replicated:
+            self._check_leads()
+
+    def _check_leads(self) -> None:
+        """A replica takes writes (records, offsets, configuration) only while it leads
+        its group, enough replicas are in sync and the records it took over are held."""
+        leadership = self.leadership
+        if leadership is None:
+            raise not_leader(*self.leader_hint)
+        leadership.check_writable()
+        if not self._writes_ready:
+            raise error(errors_pb2.CODE_SERVICE_NOT_READY, "the new leader is not ready for writes yet")
 
     def _check_batch_size(self, count: int, body_bytes: int) -> None:
         s = self.settings
@@ -577,7 +617,12 @@ class MessageStore:
             log.error("commit log append failed; the store stops accepting writes: %s", exc)
             raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log write failed: {exc}") from None
         end = self.commitlog.write_offset
-        if self._group_commit is not None:
+        if self.replicated:
+            self._undispatched.append((end, records, offsets, queue_offsets, now))
+            if not self._sync:
+                self._local_durable = end
+            self._advance()
+        elif self._group_commit is not None:
             self._undispatched.append((end, records, offsets, queue_offsets, now))
         else:
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
@@ -586,10 +631,22 @@ class MessageStore:
 
     async def settle(self, appended: Appended) -> SendStatus:
         """Acknowledge an append per the flush mode: async, at once; sync, once the
-        group commit has fsynced it (FLUSH_DISK_TIMEOUT when that takes too long)."""
-        if self._group_commit is None:
-            return SendStatus.OK
-        return await self._wait_durable(appended.end)
+        group commit has fsynced it (FLUSH_DISK_TIMEOUT when that takes too long). A
+        replicated group's leader then waits for the in-sync replicas to hold it
+        (FLUSH_REPLICA_TIMEOUT when they do not within sync_flush_timeout_ms)."""
+        status = SendStatus.OK if self._group_commit is None else await self._wait_durable(appended.end)
+        if not self.replicated or status != SendStatus.OK:
+            return status
+        leadership = self.leadership
+        if leadership is None:
+            raise not_leader(*self.leader_hint)
+        fut = leadership.wait_replicated(appended.end)
+        try:
+            async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
+                await fut
+        except TimeoutError:
+            return SendStatus.FLUSH_REPLICA_TIMEOUT
+        return SendStatus.OK
 
     @property
     def dispatched_offset(self) -> int:
@@ -676,10 +733,196 @@ class MessageStore:
         return SendStatus.OK
 
     def _dispatch_durable(self, durable_offset: int) -> None:
+        if self.replicated:
+            self._local_durable = max(self._local_durable, durable_offset)
+            self._advance()
+            return
         pending = self._undispatched
         while pending and pending[0][0] <= durable_offset:
             end, records, offsets, queue_offsets, now = pending.popleft()
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
+
+    # -- replicated store groups (docs/replication.md) -------------------------------------
+
+    @property
+    def local_log_end(self) -> int:
+        """What this replica holds durably per its flush mode: what it reports to its
+        leader, and its own share of the high watermark when it leads."""
+        return self._local_durable
+
+    @property
+    def high_watermark(self) -> int:
+        if self.leadership is not None:
+            return self.leadership.high_watermark
+        return self.follower_high_watermark
+
+    def _advance(self) -> None:
+        """Dispatch what is below both this replica's durable end and the high
+        watermark; a new leader becomes writable once it dispatched what it took over."""
+        leadership = self.leadership
+        if leadership is not None:
+            leadership.local_durable(self._local_durable)
+            bound = min(self._local_durable, leadership.high_watermark)
+        else:
+            bound = min(self._local_durable, self.follower_high_watermark)
+        self._dispatch_upto(bound)
+        if leadership is not None and not self._writes_ready and leadership.writes_open():
+            self._open_writes()
+
+    def _dispatch_upto(self, bound: int) -> None:
+        held = self._held
+        if held and held[0].commit_log_offset + held[0].store_size <= bound:
+            ready = []
+            while held and held[0].commit_log_offset + held[0].store_size <= bound:
+                ready.append(held.popleft())
+            last = ready[-1]
+            self._dispatcher.dispatch_stored(ready, last.commit_log_offset + last.store_size)
+        pending = self._undispatched
+        while not held and pending and pending[0][0] <= bound:
+            end, records, offsets, queue_offsets, now = pending.popleft()
+            self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
+        if not held and not pending:
+            # Past a segment's closing blank marker, which has no record to dispatch.
+            reach = min(bound, self.commitlog.write_offset)
+            if reach > self._dispatcher.dispatched_offset:
+                self._dispatcher.dispatched_offset = reach
+
+    def become_leader(self, *, epoch: int, in_sync: frozenset[str], min_in_sync: int) -> Leadership:
+        """This replica leads ``epoch`` (etcd says so): its epoch begins at its log's
+        end. Writes open once the in-sync replicas hold everything up to there."""
+        assert self.epochs is not None
+        start = self.commitlog.write_offset
+        self.epochs.begin(epoch, start)
+        self._writes_ready = False
+        self.leadership = Leadership(
+            replica_id=self.replica_id, epoch=epoch, epoch_start=start, in_sync=in_sync,
+            min_in_sync=min_in_sync, local_end=self._local_durable,
+        )  # fmt: skip
+        self.leadership.on_advance = self._advance
+        self.leader_hint = (self.replica_id, self.advertised_address)
+        log.info(
+            "store %s replica %s leads epoch %d from offset %d (in sync: %s)",
+            self.store_id, self.replica_id, epoch, start, ",".join(sorted(in_sync)),
+        )  # fmt: skip
+        self._advance()
+        return self.leadership
+
+    def _open_writes(self) -> None:
+        """Everything this leader took over is dispatched: queue offsets continue from
+        the queues, and the decision book starts from the log as at a start."""
+        self._queue_offsets = {key: cq.max_offset for key, cq in self._dispatcher.queues.items()}
+        self.transactions = self._new_transactions()
+        self.transactions.horizon = self.commitlog.write_offset
+        self.transactions.warm(max_entries=min(self.settings.decision_cache_entries, WARM_DECISIONS_MAX))
+        self._writes_ready = True
+        log.info("store %s replica %s takes writes", self.store_id, self.replica_id)
+
+    def end_leadership(self, reason: str) -> None:
+        """Stop leading: no more writes or acknowledgements. What was appended but not
+        dispatched stays in the log (held) until a leader says whether it survives."""
+        leadership, self.leadership = self.leadership, None
+        if leadership is None:
+            return
+        leadership.end()
+        self._writes_ready = False
+        self.leader_hint = ("", "")
+        self.follower_high_watermark = leadership.high_watermark
+        if self._undispatched:
+            start = self._undispatched[0][2][0] if self._undispatched[0][2] else self._dispatcher.dispatched_offset
+            self._undispatched.clear()
+            self._held.extend(self._read_records(start, self.commitlog.write_offset))
+        log.warning("store %s replica %s no longer leads epoch %d: %s", self.store_id, self.replica_id,
+                    leadership.epoch, reason)  # fmt: skip
+
+    def _read_records(self, start: int, end: int) -> list[StoredMessage]:
+        found: list[StoredMessage] = []
+        pos = start
+        while pos < end:
+            msg = self.commitlog.read_record(pos, boundary=True) if pos < end else None
+            if msg is None:  # a segment's closing blank marker
+                pos = self.commitlog.roll_next_file(pos)
+                continue
+            found.append(msg)
+            pos += msg.store_size
+        return found
+
+    def cut_log(self, end: int) -> None:
+        """A follower cuts its log where it diverges from its leader's. What it cuts was
+        never dispatched (the high watermark never passes a point of divergence)."""
+        if end >= self.commitlog.write_offset:
+            return
+        if end < self._dispatcher.dispatched_offset:
+            log.error(
+                "store %s replica %s cuts its log to %d, below what it dispatched (%d): consume queues and "
+                "index are cut too", self.store_id, self.replica_id, end, self._dispatcher.dispatched_offset,
+            )  # fmt: skip
+            for cq in self._dispatcher.queues.values():
+                cq.truncate_from_commit_log_offset(end)
+            self._dispatcher.index.repair(end)
+            self._dispatcher.dispatched_offset = end
+        log.warning(
+            "store %s replica %s cuts its log from %d to %d (where it diverges from its leader's)",
+            self.store_id, self.replica_id, self.commitlog.write_offset, end,
+        )  # fmt: skip
+        self.commitlog.truncate(end)
+        assert self.epochs is not None
+        self.epochs.cut(end)
+        while self._held and self._held[-1].commit_log_offset + self._held[-1].store_size > end:
+            self._held.pop()
+        self._local_durable = min(self._local_durable, end)
+
+    def copy_shipment(self, offset: int, data: bytes) -> int:
+        """Append bytes copied from the leader (checked whole records); returns the
+        log's end. Under sync flush the caller fsyncs (``flush_copied``) before it
+        reports the end."""
+        self._check_open()
+        if not self._writable or self.commitlog.broken:
+            raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
+        segment_end = self.commitlog.roll_next_file(offset)
+        messages = check_copied(data, offset, segment_end)
+        try:
+            self.commitlog.append_copied(offset, data)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                self._writable = False
+            raise error(errors_pb2.CODE_STORAGE_ERROR, f"copying the leader's log failed: {exc}") from None
+        self._held.extend(messages)
+        store_metrics.count_in(messages)
+        end = self.commitlog.write_offset
+        if not self._sync:
+            self._local_durable = end
+            self._advance()
+        return end
+
+    async def flush_copied(self) -> int:
+        """Sync flush: fsync what was copied; returns the durable end."""
+        end = self.commitlog.write_offset
+        await asyncio.to_thread(self.commitlog.flush, end)
+        self._local_durable = max(self._local_durable, end)
+        self._advance()
+        return self._local_durable
+
+    def set_follower_high_watermark(self, hw: int) -> None:
+        if hw > self.follower_high_watermark:
+            self.follower_high_watermark = hw
+            self._advance()
+
+    def config_documents(self) -> tuple[bytes, bytes]:
+        """The topic and subscription-group tables as shipped to followers."""
+        return config_document(self._topics.document()), config_document(self._groups.document())
+
+    def offsets_document(self) -> tuple[int, bytes]:
+        return self._offsets.version, config_document(self._offsets.rows())
+
+    def adopt_configs(self, *, topics: bytes = b"", groups: bytes = b"", offsets: bytes = b"") -> None:
+        """A follower takes its leader's configuration (shipped when it changed)."""
+        if topics:
+            self._topics.adopt(json.loads(topics))
+            self._topics_changed()
+        if groups:
+            self._groups.adopt(json.loads(groups))
+        if offsets:
+            self._offsets.adopt(json.loads(offsets))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -976,6 +1219,8 @@ class MessageStore:
     # -- consume offsets -----------------------------------------------------------------
 
     def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if self.replicated:
+            self._check_leads()
         check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         cfg = self._require_topic(topic)
         if not 0 <= queue_id < cfg.read_queue_nums:
@@ -988,6 +1233,7 @@ class MessageStore:
                     errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {group}", group=group
                 )
             self._groups.put(SubscriptionGroupConfig(group))
+            self.config_version += 1
         self._offsets.commit(group, topic, queue_id, offset, now_ms=self._clock())
 
     def query_consume_offset(self, *, group: str, topic: str, queue_id: int) -> int | None:
@@ -1025,6 +1271,7 @@ class MessageStore:
         attributes: dict[str, str] | None = None,
     ) -> TopicConfig:  # fmt: skip
         """0 queue nums: default_topic_queue_nums; perm 0: read + write."""
+        self._check_admin_write()
         check_writable_topic_name(name)
         if self._topics.get(name) is not None:
             raise error(errors_pb2.CODE_TOPIC_ALREADY_EXISTS, f"topic {name} already exists", topic=name)
@@ -1047,6 +1294,7 @@ class MessageStore:
     ) -> TopicConfig:  # fmt: skip
         """0 queue nums / perm keep the current value; attributes replace the current
         ones."""
+        self._check_admin_write()
         check_writable_topic_name(name)
         old = self.get_topic(name)
         cfg = TopicConfig(
@@ -1064,6 +1312,7 @@ class MessageStore:
     def delete_topic(self, name: str) -> None:
         """Removes the config, the consume queues and the committed offsets. The records
         stay in the commit log (until expiry) but never reach a new namesake's queues."""
+        self._check_admin_write()
         check_writable_topic_name(name)
         self.get_topic(name)
         self._topics.remove(name)
@@ -1086,6 +1335,7 @@ class MessageStore:
         return cfg
 
     def create_subscription_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        self._check_admin_write()
         check_group_name(cfg.group_name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         if self._groups.get(cfg.group_name) is not None:
             raise error(
@@ -1093,19 +1343,24 @@ class MessageStore:
                 f"subscription group {cfg.group_name} already exists", group=cfg.group_name,
             )  # fmt: skip
         self._groups.put(_checked_group(cfg))
+        self.config_version += 1
         return cfg
 
     def update_subscription_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        self._check_admin_write()
         self._check_mutable_group(cfg.group_name)
         self.get_subscription_group(cfg.group_name)
         self._groups.put(_checked_group(cfg))
+        self.config_version += 1
         return cfg
 
     def delete_subscription_group(self, name: str) -> None:
         """Removes the group and its committed offsets."""
+        self._check_admin_write()
         self._check_mutable_group(name)
         self.get_subscription_group(name)
         self._groups.remove(name)
+        self.config_version += 1
         self._offsets.remove(group=name)
 
     def _check_mutable_group(self, name: str) -> None:

@@ -46,6 +46,7 @@ def is_indexed(sys_flag: int) -> bool:
 class SendStatus(enum.IntEnum):
     OK = 1
     FLUSH_DISK_TIMEOUT = 2
+    FLUSH_REPLICA_TIMEOUT = 3
 
 
 class GetMessageStatus(enum.IntEnum):

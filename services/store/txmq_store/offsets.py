@@ -60,8 +60,24 @@ class ConsumeOffsetTable:
         can run in a thread while commits continue."""
         if self._version == self._saved_version:
             return None
-        rows = [[g, t, q, c.offset, c.updated_at_ms] for (g, t, q), c in sorted(self._offsets.items())]
-        return self._version, rows
+        return self._version, self.rows()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def rows(self) -> list[list[object]]:
+        """Every offset as a file row (replication ships them to followers)."""
+        return [[g, t, q, c.offset, c.updated_at_ms] for (g, t, q), c in sorted(self._offsets.items())]
+
+    def adopt(self, rows: list[list[object]]) -> None:
+        """Become the table ``rows`` describe (a follower taking its leader's); saved by
+        the next periodic persist."""
+        self._offsets = {
+            (str(g), str(t), int(q)): CommittedOffset(int(o), int(u))  # type: ignore[call-overload]
+            for g, t, q, o, u in rows
+        }
+        self._version += 1
 
     def save(self, version: int, rows: list[list[object]]) -> None:
         write_json_atomically(self._path, {"offsets": rows})

@@ -147,9 +147,16 @@ def recover(
     quarantine: Quarantine,
     corruption: CorruptionLog,
     now_ms: int,
+    held: list[StoredMessage] | None = None,
 ) -> Dispatcher:
     """Bring commit log, consume queues and index to a consistent state; returns the
-    dispatcher (its ``dispatched_offset`` is the end of the commit log)."""
+    dispatcher (its ``dispatched_offset`` is the end of the commit log).
+
+    ``held`` (a replica of a replicated store group): only records below the checkpoint
+    are known to be held by the group's in-sync replicas (a replica dispatches nothing
+    beyond its high watermark, and the checkpoint never passes what was dispatched), so
+    the records after it are decoded into ``held``, in log order, and not dispatched;
+    ``dispatched_offset`` is then the checkpoint (or the log's end when lower)."""
     checkpoint = read_checkpoint(paths)
     if checkpoint is None:
         # Nothing says what the queues and index cover: rebuild both.
@@ -187,7 +194,12 @@ def recover(
         index.repair(cp)  # what lies beyond the checkpoint may be partial
     dispatcher = Dispatcher.load(paths.consumequeue, units_per_file=units_per_file, index=index, hub=hub, topics=topics)
 
+    hold_from = cp if held is not None else None
+
     def on_record(msg: StoredMessage) -> None:
+        if hold_from is not None and msg.commit_log_offset >= hold_from:
+            held.append(msg)  # type: ignore[union-attr]
+            return
         dispatcher.redispatch(
             msg, to_queue=msg.commit_log_offset >= queues_from, to_index=msg.commit_log_offset >= index_from
         )
@@ -221,10 +233,13 @@ def recover(
     commitlog.flush(end)
     for topic in {t for t, _ in dispatcher.queues if topics.get(t) is None}:
         dispatcher.delete_topic(topic)  # left over from a deleted topic
+    dispatched = end if hold_from is None else min(end, hold_from)
+    if dispatched < end and not rebuild_index:
+        index.repair(dispatched)
     for cq in dispatcher.queues.values():
-        cq.truncate_from_commit_log_offset(end)
+        cq.truncate_from_commit_log_offset(dispatched)
         cq.correct_min_offset(commitlog.min_offset)
-    dispatcher.dispatched_offset = end
+    dispatcher.dispatched_offset = dispatched
     log.info(
         "recovered (%s): commit log %d..%d, checkpoint %s, queues from %d, index from %d",
         "after a crash" if crashed else "clean", lo, end, checkpoint, queues_from, index_from,

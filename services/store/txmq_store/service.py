@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from txmq.v1 import common_pb2
+from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.registry import EtcdKeys, Registration, encode
 from txmq_runtime.server import ServiceContext, ServiceParts
 from txmq_store.export import StoreExporter
+from txmq_store.group import LeaderKeys, ReplicationServicer, StoreGroup, leader_key, replica_endpoint
 from txmq_store.message_store import MessageStore
 from txmq_store.metrics import COLLECTOR as STORE_METRICS
 from txmq_store.servicer import add_store_servicers
@@ -27,7 +28,9 @@ class TopicPublisher:
     admin RPC awaits it, so a route look-up after CreateTopic answers finds the topic.
     """
 
-    def __init__(self, store: MessageStore, *, store_id: str, keys: EtcdKeys, registration: Registration) -> None:
+    def __init__(
+        self, store: MessageStore, *, store_id: str, keys: EtcdKeys, registration: Registration | LeaderKeys
+    ) -> None:
         self._store = store
         self._store_id = store_id
         self._keys = keys
@@ -91,14 +94,35 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
             "store %s recovered from a crash (no clean-shutdown marker in %s)", store.store_id, ctx.settings.data_dir
         )
     service_names = add_store_servicers(ctx.server, store)
+    replication = ReplicationServicer(store, ctx.settings)
+    store_pb2_grpc.add_StoreReplicationServicer_to_server(replication, ctx.server)
+    service_names = [*service_names, store_pb2.DESCRIPTOR.services_by_name["StoreReplication"].full_name]
     STORE_METRICS.add(store)
-    publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=ctx.registration)
+    group: StoreGroup | None = None
+    if store.replicated:
+        # A replica of a store group: the group's leader publishes the store endpoint
+        # and its topics (docs/replication.md); this process registers as a replica.
+        published = LeaderKeys(ctx.etcd, leader_key=leader_key(ctx.keys, store.store_id))
+        await published.put(
+            ctx.keys.service(common_pb2.SERVICE_KIND_STORE, store.store_id),
+            encode(replica_endpoint(store, ctx.settings, ctx.address)),
+        )
+        publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=published)
+        group = replication.group = StoreGroup(
+            store, etcd=ctx.etcd, keys=ctx.keys, settings=ctx.settings, address=ctx.address, published=published
+        )
+    else:
+        publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=ctx.registration)
     await publisher.start()
+    if group is not None:
+        await group.start()
     exporter = StoreExporter.from_settings(store, ctx.settings)  # None: export_interval_ms is 0
     if exporter is not None:
         exporter.start()
 
     async def close() -> None:
+        if group is not None:
+            await group.close()
         await publisher.close()
         if exporter is not None:
             await exporter.stop()  # one last export, while the store is still open
@@ -108,4 +132,12 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
     async def stopping() -> None:
         store.end_arrival_streams()
 
+    if store.replicated:
+        return ServiceParts(
+            service_names=service_names,
+            close=close,
+            stopping=stopping,
+            instance_id=f"{store.store_id}.{store.replica_id}",
+            kind=common_pb2.SERVICE_KIND_STORE_REPLICA,
+        )
     return ServiceParts(service_names=service_names, close=close, stopping=stopping, instance_id=store.store_id)

@@ -105,6 +105,33 @@ class StoreSettings(ServiceSettings):
         7 * 24 * 3600 * 1000, ge=0, description="Exported files older than this are deleted; 0: keep forever."
     )
 
+    replica_id: str = Field(
+        "",
+        description="Replicated store group (docs/replication.md): this replica's id within the group named by "
+        "store_id; empty: the store is alone (no replication).",
+    )
+    min_in_sync: int = Field(
+        1,
+        ge=1,
+        description="Replicated group: a send is acknowledged when every in-sync replica holds it, and writes are "
+        "refused (CODE_NOT_ENOUGH_REPLICAS) while fewer replicas than this are in sync.",
+    )
+    replica_lease_ms: int = Field(
+        6_000, ge=1_000, description="Replicated group: the leader's etcd lease; a dead leader is replaced after it."
+    )
+    replica_lag_max_ms: int = Field(
+        6_000,
+        ge=1,
+        description="Replicated group: a follower that has not held everything shipped to it for this long leaves "
+        "the in-sync set.",
+    )
+    replica_tick_ms: int = Field(
+        200, ge=10, description="Replicated group: how often a replica reads its group's state in etcd."
+    )
+    replica_shipment_max_bytes: int = Field(
+        1 * MIB, ge=64 * KIB, description="Replicated group: most log bytes the leader ships in one message."
+    )
+
     @property
     def resolved_store_id(self) -> str:
         return self.store_id or "store-0"

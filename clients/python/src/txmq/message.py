@@ -90,6 +90,9 @@ class SendStatus(enum.Enum):
     # Sync flush: written, but the fsync did not finish in time. The message is stored;
     # it may be lost if the store crashes before its next flush.
     FLUSH_DISK_TIMEOUT = store_pb2.SEND_STATUS_FLUSH_DISK_TIMEOUT
+    # Replicated store group: written on the leader, not yet held by every in-sync
+    # replica in time (RocketMQ FLUSH_SLAVE_TIMEOUT). It may still become visible.
+    FLUSH_REPLICA_TIMEOUT = store_pb2.SEND_STATUS_FLUSH_REPLICA_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)

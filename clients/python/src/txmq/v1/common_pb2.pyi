@@ -20,6 +20,7 @@ class ServiceKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SERVICE_KIND_TXCHECK: _ClassVar[ServiceKind]
     SERVICE_KIND_PULL: _ClassVar[ServiceKind]
     SERVICE_KIND_GATEWAY: _ClassVar[ServiceKind]
+    SERVICE_KIND_STORE_REPLICA: _ClassVar[ServiceKind]
 FILTER_TYPE_UNSPECIFIED: FilterType
 FILTER_TYPE_TAG: FilterType
 FILTER_TYPE_SQL92: FilterType
@@ -28,6 +29,7 @@ SERVICE_KIND_STORE: ServiceKind
 SERVICE_KIND_TXCHECK: ServiceKind
 SERVICE_KIND_PULL: ServiceKind
 SERVICE_KIND_GATEWAY: ServiceKind
+SERVICE_KIND_STORE_REPLICA: ServiceKind
 
 class Message(_message.Message):
     __slots__ = ("topic", "body", "tags", "keys", "properties", "unique_id", "flag", "queue_id", "born_timestamp_ms")

@@ -58,6 +58,8 @@ class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CODE_UNAVAILABLE: _ClassVar[Code]
     CODE_SERVICE_NOT_READY: _ClassVar[Code]
     CODE_NO_LIVE_PRODUCER: _ClassVar[Code]
+    CODE_NOT_LEADER: _ClassVar[Code]
+    CODE_NOT_ENOUGH_REPLICAS: _ClassVar[Code]
     CODE_UPSTREAM_TIMEOUT: _ClassVar[Code]
 CODE_UNSPECIFIED: Code
 CODE_OK: Code
@@ -108,6 +110,8 @@ CODE_NOT_IMPLEMENTED: Code
 CODE_UNAVAILABLE: Code
 CODE_SERVICE_NOT_READY: Code
 CODE_NO_LIVE_PRODUCER: Code
+CODE_NOT_LEADER: Code
+CODE_NOT_ENOUGH_REPLICAS: Code
 CODE_UPSTREAM_TIMEOUT: Code
 
 class ErrorDetail(_message.Message):

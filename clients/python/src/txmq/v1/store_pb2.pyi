@@ -14,6 +14,7 @@ class SendStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SEND_STATUS_UNSPECIFIED: _ClassVar[SendStatus]
     SEND_STATUS_OK: _ClassVar[SendStatus]
     SEND_STATUS_FLUSH_DISK_TIMEOUT: _ClassVar[SendStatus]
+    SEND_STATUS_FLUSH_REPLICA_TIMEOUT: _ClassVar[SendStatus]
 
 class Decision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -44,6 +45,7 @@ class GetMessageStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 SEND_STATUS_UNSPECIFIED: SendStatus
 SEND_STATUS_OK: SendStatus
 SEND_STATUS_FLUSH_DISK_TIMEOUT: SendStatus
+SEND_STATUS_FLUSH_REPLICA_TIMEOUT: SendStatus
 DECISION_UNSPECIFIED: Decision
 DECISION_COMMIT: Decision
 DECISION_ROLLBACK: Decision
@@ -598,7 +600,7 @@ class GetStoreStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStoreStatusResponse(_message.Message):
-    __slots__ = ("store_id", "flush_mode", "commit_log_min_offset", "commit_log_max_offset", "commit_log_flushed_offset", "dispatched_offset", "segment_count", "recovered_from_crash", "started_at_ms", "settings")
+    __slots__ = ("store_id", "flush_mode", "commit_log_min_offset", "commit_log_max_offset", "commit_log_flushed_offset", "dispatched_offset", "segment_count", "recovered_from_crash", "started_at_ms", "settings", "replica")
     class SettingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -616,6 +618,7 @@ class GetStoreStatusResponse(_message.Message):
     RECOVERED_FROM_CRASH_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
     store_id: str
     flush_mode: str
     commit_log_min_offset: int
@@ -626,4 +629,115 @@ class GetStoreStatusResponse(_message.Message):
     recovered_from_crash: bool
     started_at_ms: int
     settings: _containers.ScalarMap[str, str]
-    def __init__(self, store_id: _Optional[str] = ..., flush_mode: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., segment_count: _Optional[int] = ..., recovered_from_crash: _Optional[bool] = ..., started_at_ms: _Optional[int] = ..., settings: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    replica: ReplicaStatus
+    def __init__(self, store_id: _Optional[str] = ..., flush_mode: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., segment_count: _Optional[int] = ..., recovered_from_crash: _Optional[bool] = ..., started_at_ms: _Optional[int] = ..., settings: _Optional[_Mapping[str, str]] = ..., replica: _Optional[_Union[ReplicaStatus, _Mapping]] = ...) -> None: ...
+
+class EpochEntry(_message.Message):
+    __slots__ = ("epoch", "start_offset")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    start_offset: int
+    def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
+
+class StoreGroupState(_message.Message):
+    __slots__ = ("epoch", "leader", "leader_address", "in_sync", "epoch_start_offset", "min_in_sync", "changed_at_ms")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    leader: str
+    leader_address: str
+    in_sync: _containers.RepeatedScalarFieldContainer[str]
+    epoch_start_offset: int
+    min_in_sync: int
+    changed_at_ms: int
+    def __init__(self, epoch: _Optional[int] = ..., leader: _Optional[str] = ..., leader_address: _Optional[str] = ..., in_sync: _Optional[_Iterable[str]] = ..., epoch_start_offset: _Optional[int] = ..., min_in_sync: _Optional[int] = ..., changed_at_ms: _Optional[int] = ...) -> None: ...
+
+class FollowerReport(_message.Message):
+    __slots__ = ("store_id", "replica_id", "epoch", "log_end", "epochs", "segment_bytes")
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    store_id: str
+    replica_id: str
+    epoch: int
+    log_end: int
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
+    segment_bytes: int
+    def __init__(self, store_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., epoch: _Optional[int] = ..., log_end: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., segment_bytes: _Optional[int] = ...) -> None: ...
+
+class Shipment(_message.Message):
+    __slots__ = ("epoch", "truncate_to", "epochs", "offset", "data", "high_watermark", "topics_json", "subscription_groups_json", "consume_offsets_json")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_GROUPS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_OFFSETS_JSON_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    truncate_to: int
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
+    offset: int
+    data: bytes
+    high_watermark: int
+    topics_json: bytes
+    subscription_groups_json: bytes
+    consume_offsets_json: bytes
+    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., topics_json: _Optional[bytes] = ..., subscription_groups_json: _Optional[bytes] = ..., consume_offsets_json: _Optional[bytes] = ...) -> None: ...
+
+class GetReplicaStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReplicaProgress(_message.Message):
+    __slots__ = ("replica_id", "log_end", "lag_bytes", "in_sync", "caught_up_ms_ago", "connected")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    CAUGHT_UP_MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    log_end: int
+    lag_bytes: int
+    in_sync: bool
+    caught_up_ms_ago: int
+    connected: bool
+    def __init__(self, replica_id: _Optional[str] = ..., log_end: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., in_sync: _Optional[bool] = ..., caught_up_ms_ago: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+
+class ReplicaStatus(_message.Message):
+    __slots__ = ("store_id", "replica_id", "role", "epoch", "log_end", "high_watermark", "leader", "in_sync", "min_in_sync", "epochs", "followers")
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    MIN_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    store_id: str
+    replica_id: str
+    role: str
+    epoch: int
+    log_end: int
+    high_watermark: int
+    leader: str
+    in_sync: _containers.RepeatedScalarFieldContainer[str]
+    min_in_sync: int
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
+    followers: _containers.RepeatedCompositeFieldContainer[ReplicaProgress]
+    def __init__(self, store_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., log_end: _Optional[int] = ..., high_watermark: _Optional[int] = ..., leader: _Optional[str] = ..., in_sync: _Optional[_Iterable[str]] = ..., min_in_sync: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., followers: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ...) -> None: ...

@@ -1282,3 +1282,139 @@ class StoreAdmin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class StoreReplicationStub:
+    """---------------------------------------------------------------------------------------
+    Replicated store groups (docs/replication.md). The replicas of a group share its store
+    id; etcd holds the group's state (StoreGroupState, changed only by compare-and-swap) and
+    the leader's lease. Followers copy the leader's commit log byte for byte over Follow.
+
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Follow = channel.stream_stream(
+                '/txmq.v1.StoreReplication/Follow',
+                request_serializer=txmq_dot_v1_dot_store__pb2.FollowerReport.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.Shipment.FromString,
+                _registered_method=True)
+        self.GetReplicaStatus = channel.unary_unary(
+                '/txmq.v1.StoreReplication/GetReplicaStatus',
+                request_serializer=txmq_dot_v1_dot_store__pb2.GetReplicaStatusRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.ReplicaStatus.FromString,
+                _registered_method=True)
+
+
+class StoreReplicationServicer:
+    """---------------------------------------------------------------------------------------
+    Replicated store groups (docs/replication.md). The replicas of a group share its store
+    id; etcd holds the group's state (StoreGroupState, changed only by compare-and-swap) and
+    the leader's lease. Followers copy the leader's commit log byte for byte over Follow.
+
+    """
+
+    def Follow(self, request_iterator, context):
+        """A follower's stream to its leader: reports (its log end, its epoch history) up,
+        shipments (log bytes, the high watermark, configuration snapshots) down. The
+        leader refuses a follower whose epoch is newer than its own (CODE_FENCED: the
+        leader is stale) and answers CODE_NOT_LEADER when it does not lead.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetReplicaStatus(self, request, context):
+        """The group as this replica sees it: its role, and on the leader each follower's log
+        end and lag.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_StoreReplicationServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Follow': grpc.stream_stream_rpc_method_handler(
+                    servicer.Follow,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.FollowerReport.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.Shipment.SerializeToString,
+            ),
+            'GetReplicaStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReplicaStatus,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.GetReplicaStatusRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.ReplicaStatus.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'txmq.v1.StoreReplication', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('txmq.v1.StoreReplication', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class StoreReplication:
+    """---------------------------------------------------------------------------------------
+    Replicated store groups (docs/replication.md). The replicas of a group share its store
+    id; etcd holds the group's state (StoreGroupState, changed only by compare-and-swap) and
+    the leader's lease. Followers copy the leader's commit log byte for byte over Follow.
+
+    """
+
+    @staticmethod
+    def Follow(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/txmq.v1.StoreReplication/Follow',
+            txmq_dot_v1_dot_store__pb2.FollowerReport.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.Shipment.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReplicaStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.StoreReplication/GetReplicaStatus',
+            txmq_dot_v1_dot_store__pb2.GetReplicaStatusRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.ReplicaStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -1,0 +1,578 @@
+"""A replicated store group in a running store process (docs/replication.md): the
+group's state in etcd (one key, changed only by compare-and-swap), leadership under
+the fenced lease, the leader's side of Follow (shipping its log) and the follower's.
+
+Keys, under the etcd prefix::
+
+    store-groups/<store_id>/state    StoreGroupState (proto JSON); CAS on its mod revision
+    store-groups/<store_id>/leader   replica id, under the leader's FencedLease
+    services/store/<store_id>        the leader's Endpoint (route look-ups), and
+    stores/<store_id>/topics/*       its topics: both under the leader's lease, written
+                                     only while the leader key is still ours
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import json_format
+
+from txmq.errors import TxmqError, error
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
+from txmq_runtime.calls import internal_channel
+from txmq_runtime.clock import SYSTEM_CLOCK, Clock
+from txmq_runtime.etcd import RETRYABLE
+from txmq_runtime.grpc_errors import rpc
+from txmq_runtime.lease import FencedLease, Holding, LeaseLapsed
+from txmq_runtime.registry import EtcdKeys, encode
+
+from .message_store import MessageStore
+from .replication import Leadership, divergence, not_leader, ship_span
+from .settings import StoreSettings
+
+log = logging.getLogger("txmq.store.group")
+
+#: A leader sends a heartbeat (the high watermark) at least this often.
+HEARTBEAT_S = 0.5
+#: Consume offsets are shipped at most this often (they change with every commit).
+OFFSETS_EVERY_S = 1.0
+
+
+def group_prefix(keys: EtcdKeys, store_id: str) -> str:
+    return f"{keys.prefix}/store-groups/{store_id}/"
+
+
+def state_key(keys: EtcdKeys, store_id: str) -> str:
+    return group_prefix(keys, store_id) + "state"
+
+
+def leader_key(keys: EtcdKeys, store_id: str) -> str:
+    return group_prefix(keys, store_id) + "leader"
+
+
+def decode_state(value: bytes) -> store_pb2.StoreGroupState:
+    return json_format.Parse(value, store_pb2.StoreGroupState(), ignore_unknown_fields=True)
+
+
+def encode_state(state: store_pb2.StoreGroupState) -> bytes:
+    return json_format.MessageToJson(state, preserving_proto_field_name=True, indent=None).encode()
+
+
+def _epochs(entries: list[tuple[int, int]]) -> list[store_pb2.EpochEntry]:
+    return [store_pb2.EpochEntry(epoch=e, start_offset=s) for e, s in entries]
+
+
+# -- the leader's side -----------------------------------------------------------------
+
+
+class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
+    def __init__(self, store: MessageStore, settings: StoreSettings, group: StoreGroup | None = None) -> None:
+        self._store = store
+        self._settings = settings
+        self.group = group
+
+    @rpc
+    async def Follow(
+        self, request_iterator: AsyncIterator[store_pb2.FollowerReport], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[store_pb2.Shipment]:
+        store = self._store
+        reports = request_iterator.__aiter__()
+        try:
+            first = await reports.__anext__()
+        except StopAsyncIteration:
+            return
+        leadership = store.leadership
+        if not store.replicated or leadership is None:
+            raise not_leader(*store.leader_hint)
+        if first.store_id != store.store_id or not first.replica_id or first.replica_id == store.replica_id:
+            raise error(
+                errors_pb2.CODE_ILLEGAL_ARGUMENT,
+                f"a follower of store group {store.store_id} needs its store id and its own replica id",
+            )
+        if first.segment_bytes != store.commitlog.segment_bytes:
+            raise error(
+                errors_pb2.CODE_ILLEGAL_ARGUMENT,
+                f"segment size {first.segment_bytes} differs from the leader's {store.commitlog.segment_bytes}",
+            )
+        if first.epoch > leadership.epoch:
+            raise error(errors_pb2.CODE_FENCED, f"epoch {leadership.epoch} is stale: the follower knows {first.epoch}")
+        assert store.epochs is not None
+        cut = divergence(
+            store.epochs.entries,
+            store.commitlog.write_offset,
+            [(e.epoch, e.start_offset) for e in first.epochs],
+            first.log_end,
+        )
+        position = cut
+        if cut < store.commitlog.min_offset:
+            if cut > 0:
+                raise error(
+                    errors_pb2.CODE_ILLEGAL_ARGUMENT,
+                    f"the follower's log ends at {cut}, before the leader's oldest segment "
+                    f"({store.commitlog.min_offset}): empty its data directory to copy the log again",
+                )
+            position = store.commitlog.min_offset
+        view = leadership.attach(first.replica_id)
+        view.in_flight.clear()
+        leadership.reported(view, cut)
+        log.info("replica %s follows from offset %d (reported %d)", first.replica_id, cut, first.log_end)
+        reader = asyncio.create_task(self._read_reports(reports, leadership, view))
+        try:
+            topics, groups = store.config_documents()
+            offsets_version, offsets = store.offsets_document()
+            config_version = store.config_version
+            yield store_pb2.Shipment(
+                epoch=leadership.epoch, truncate_to=cut, epochs=_epochs(store.epochs.entries),
+                high_watermark=leadership.high_watermark, topics_json=topics, subscription_groups_json=groups,
+                consume_offsets_json=offsets,
+            )  # fmt: skip
+            sent_hw, sent_at, offsets_at = leadership.high_watermark, time.monotonic(), time.monotonic()
+            max_bytes = self._settings.replica_shipment_max_bytes
+            while True:
+                if store.leadership is not leadership or leadership.ended:
+                    raise not_leader(*store.leader_hint)
+                if reader.done():
+                    reader.result()  # the follower's failure, if any
+                    return
+                shipment = store_pb2.Shipment(epoch=leadership.epoch)
+                if store.config_version != config_version:
+                    config_version = store.config_version
+                    shipment.topics_json, shipment.subscription_groups_json = store.config_documents()
+                now = time.monotonic()
+                if now - offsets_at >= OFFSETS_EVERY_S and store.offsets_document()[0] != offsets_version:
+                    offsets_version, shipment.consume_offsets_json = store.offsets_document()
+                    offsets_at = now
+                end = store.commitlog.write_offset
+                data = self._read(position, end, max_bytes) if position < end else b""
+                if data:
+                    shipment.offset, shipment.data = position, data
+                    position += len(data)
+                    leadership.shipped(view, position, end)
+                elif position >= end and (sent_hw != leadership.high_watermark or now - sent_at >= HEARTBEAT_S):
+                    leadership.shipped(view, position, end)  # a heartbeat: it holds all there is
+                elif not (shipment.topics_json or shipment.consume_offsets_json):
+                    await leadership.wait_for_change(HEARTBEAT_S)
+                    continue
+                shipment.high_watermark = sent_hw = leadership.high_watermark
+                sent_at = now
+                yield shipment
+        finally:
+            reader.cancel()
+            leadership.detach(view)
+
+    def _read(self, position: int, end: int, max_bytes: int) -> bytes:
+        """Whole records from ``position``, within its segment, at most ``max_bytes``
+        unless one record (or the segment's closing blank marker) is larger."""
+        commitlog = self._store.commitlog
+        segment_end = commitlog.roll_next_file(position)
+        want = min(segment_end, end) - position
+        data = commitlog.read(position, min(want, max_bytes)) or b""
+        n = ship_span(data, position, segment_end)
+        if n == 0 and len(data) >= 8:
+            # One record (or the blank marker) larger than max_bytes: ship it whole.
+            size = int.from_bytes(data[:4], "big")
+            whole = segment_end - position if size >= want else size
+            data = commitlog.read(position, whole) or b""
+            n = ship_span(data, position, segment_end)
+        return data[:n]
+
+    @staticmethod
+    async def _read_reports(reports: AsyncIterator[store_pb2.FollowerReport], leadership: Leadership, view) -> None:
+        async for report in reports:
+            leadership.reported(view, report.log_end)
+
+    @rpc
+    async def GetReplicaStatus(
+        self, request: store_pb2.GetReplicaStatusRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ReplicaStatus:
+        return replica_status(self._store, self.group)
+
+
+def replica_status(store: MessageStore, group: StoreGroup | None) -> store_pb2.ReplicaStatus:
+    if not store.replicated:
+        return store_pb2.ReplicaStatus()
+    leadership = store.leadership
+    role = "leader" if leadership is not None else ("follower" if group and group.following else "candidate")
+    state = group.state if group is not None else None
+    status = store_pb2.ReplicaStatus(
+        store_id=store.store_id,
+        replica_id=store.replica_id,
+        role=role,
+        epoch=leadership.epoch if leadership else (state.epoch if state else 0),
+        log_end=store.commitlog.write_offset,
+        high_watermark=store.high_watermark,
+        leader=state.leader if state else "",
+        in_sync=sorted(leadership.in_sync) if leadership else (list(state.in_sync) if state else []),
+        min_in_sync=store.settings.min_in_sync,
+        epochs=_epochs(store.epochs.entries if store.epochs else []),
+    )
+    if leadership is not None:
+        now = leadership.clock.now_ms()
+        end = store.commitlog.write_offset
+        for rid, view in sorted(leadership.followers.items()):
+            status.followers.append(
+                store_pb2.ReplicaProgress(
+                    replica_id=rid,
+                    log_end=view.log_end,
+                    lag_bytes=max(0, end - view.log_end),
+                    in_sync=rid in leadership.in_sync,
+                    caught_up_ms_ago=max(0, now - view.caught_up_at_ms),
+                    connected=view.connected,
+                )
+            )
+    return status
+
+
+# -- the follower's side ---------------------------------------------------------------
+
+
+class Follower:
+    """Copies the leader's log while this replica follows it: one Follow stream,
+    re-opened after a failure until ``stop``."""
+
+    def __init__(self, store: MessageStore, *, leader: str, address: str, epoch: int) -> None:
+        self._store = store
+        self.leader = leader
+        self.address = address
+        self.epoch = epoch
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"follow-{self.leader}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        async with internal_channel(self.address) as channel:
+            stub = store_pb2_grpc.StoreReplicationStub(channel)
+            while True:
+                try:
+                    await self._follow(stub)
+                except asyncio.CancelledError:
+                    raise
+                except grpc.aio.AioRpcError as exc:
+                    err = TxmqError.from_rpc_error(exc)
+                    log.info("following %s at %s: %s", self.leader, self.address, err)
+                except TxmqError as exc:
+                    log.warning("following %s at %s stopped: %s", self.leader, self.address, exc)
+                except Exception:
+                    log.exception("following %s at %s failed", self.leader, self.address)
+                await asyncio.sleep(0.2)
+
+    async def _follow(self, stub: store_pb2_grpc.StoreReplicationStub) -> None:
+        store = self._store
+        assert store.epochs is not None
+        queue: asyncio.Queue[store_pb2.FollowerReport] = asyncio.Queue()
+        first = store_pb2.FollowerReport(
+            store_id=store.store_id, replica_id=store.replica_id, epoch=self.epoch, log_end=store.local_log_end,
+            epochs=_epochs(store.epochs.entries), segment_bytes=store.commitlog.segment_bytes,
+        )  # fmt: skip
+
+        async def reports() -> AsyncIterator[store_pb2.FollowerReport]:
+            yield first
+            while True:
+                yield await queue.get()
+
+        call = stub.Follow(reports())
+        leader_epochs: list[tuple[int, int]] = []
+        async for shipment in call:
+            if shipment.epoch < self.epoch:
+                raise error(errors_pb2.CODE_FENCED, f"the leader's epoch {shipment.epoch} is older than {self.epoch}")
+            if shipment.epochs:
+                leader_epochs = [(e.epoch, e.start_offset) for e in shipment.epochs]
+                store.cut_log(shipment.truncate_to)
+                store.epochs.adopt(leader_epochs, store.commitlog.write_offset)
+            if shipment.topics_json or shipment.subscription_groups_json or shipment.consume_offsets_json:
+                store.adopt_configs(
+                    topics=shipment.topics_json,
+                    groups=shipment.subscription_groups_json,
+                    offsets=shipment.consume_offsets_json,
+                )
+            if shipment.data:
+                end = store.copy_shipment(shipment.offset, shipment.data)
+                if store.settings.flush_mode == "sync":
+                    end = await store.flush_copied()
+                store.epochs.adopt(leader_epochs, end)
+            store.set_follower_high_watermark(shipment.high_watermark)
+            queue.put_nowait(store_pb2.FollowerReport(epoch=self.epoch, log_end=store.local_log_end))
+
+
+# -- etcd: the group's state and leadership --------------------------------------------
+
+
+class LeaderKeys:
+    """The keys a group's leader keeps in etcd for route look-ups (its Endpoint as the
+    store, its topics), under the leadership's lease and written only while the leader
+    key is still ours (compare on its epoch). Stepping down revokes that lease, which
+    deletes exactly the keys still attached to it: a newer leader's writes of the same
+    keys are attached to its own lease. Offers ``replace`` like ``Registration``, so
+    the TopicPublisher writes through it."""
+
+    def __init__(self, etcd, *, leader_key: str) -> None:
+        self._etcd = etcd
+        self._leader_key = leader_key
+        self._values: dict[str, bytes] = {}
+        self._holding: Holding | None = None
+        self._lock = asyncio.Lock()
+
+    async def activate(self, holding: Holding) -> None:
+        self._holding = holding
+        await self._write(list(self._values), [])
+
+    def deactivate(self) -> None:
+        self._holding = None
+
+    async def put(self, key: str, value: bytes) -> None:
+        self._values[key] = value
+        await self._write([key], [])
+
+    async def replace(self, values: dict[str, bytes], *, prefix: str) -> None:
+        stale = [k for k in self._values if k.startswith(prefix) and k not in values]
+        for k in stale:
+            del self._values[k]
+        changed = [k for k, v in values.items() if self._values.get(k) != v]
+        self._values.update(values)
+        await self._write(changed, stale)
+
+    async def _write(self, changed: list[str], stale: list[str]) -> None:
+        holding = self._holding
+        if holding is None or not (changed or stale):
+            return
+        tx = self._etcd.transactions
+        ops = [tx.delete(k.encode()) for k in stale]
+        ops += [tx.put(k.encode(), self._values[k], lease=holding.lease_id) for k in changed]
+        async with self._lock:
+            try:
+                won, _ = await self._etcd.transaction(
+                    compare=[tx.mod(self._leader_key.encode()) == holding.epoch], success=ops, failure=[]
+                )
+            except RETRYABLE as exc:
+                log.warning("could not publish the leader's %d key(s): %s", len(ops), exc)
+                return
+        if not won:
+            log.warning("not publishing the leader's keys: the leader key is no longer ours")
+
+
+@dataclass(slots=True)
+class _Read:
+    state: store_pb2.StoreGroupState | None
+    revision: int  # the state key's mod revision (0: absent)
+
+
+class StoreGroup:
+    """Runs this replica's part in its group: reads the state every ``replica_tick_ms``,
+    campaigns when the leader is gone and it is in sync, follows the leader otherwise,
+    and as leader keeps the in-sync set in etcd current."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        etcd,
+        keys: EtcdKeys,
+        settings: StoreSettings,
+        address: str,
+        published: LeaderKeys,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._store = store
+        self._etcd = etcd
+        self._keys = keys
+        self._settings = settings
+        self._address = address
+        self.published = published
+        self._clock = clock
+        self._state_key = state_key(keys, store.store_id)
+        self._leader_key = leader_key(keys, store.store_id)
+        self._lease = self._new_lease()
+        self.state: store_pb2.StoreGroupState | None = None
+        self._revision = 0
+        self._follower: Follower | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._holding: Holding | None = None
+
+    def _new_lease(self) -> FencedLease:
+        return FencedLease(
+            self._etcd, name=f"store group {self._store.store_id}", ttl_ms=self._settings.replica_lease_ms,
+            on_lost=self._lost, clock=self._clock,
+        )  # fmt: skip
+
+    @property
+    def following(self) -> str:
+        return self._follower.leader if self._follower is not None else ""
+
+    async def start(self) -> None:
+        self._lease.start()
+        self._task = asyncio.create_task(self._run(), name="store-group")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._stop_following()
+        self._store.end_leadership("the store is stopping")
+        await self._lease.close()
+
+    async def _run(self) -> None:
+        tick = self._settings.replica_tick_ms / 1000
+        while True:
+            try:
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except (*RETRYABLE, LeaseLapsed) as exc:
+                log.info("store group %s: %s", self._store.store_id, exc)
+            except Exception:
+                log.exception("store group %s step failed", self._store.store_id)
+            await asyncio.sleep(tick)
+
+    async def _read(self) -> _Read:
+        got = await self._etcd.get(self._state_key.encode())
+        if got is None:
+            return _Read(None, 0)
+        return _Read(decode_state(got.value), got.mod_revision)
+
+    async def _step(self) -> None:
+        store = self._store
+        read = await self._read()
+        state = self.state = read.state
+        self._revision = read.revision
+        me = store.replica_id
+        if store.leadership is not None:
+            if (
+                state is None
+                or state.leader != me
+                or state.epoch != store.leadership.epoch
+                or self._lease.holds(self._leader_key) is None
+            ):
+                await self._step_down("etcd names another leader or the lease lapsed")
+                return
+            await self._keep_in_sync(state, read.revision)
+            return
+        if state is not None and state.leader and state.leader != me:
+            store.leader_hint = (state.leader, state.leader_address)
+        eligible = state is None or not state.in_sync or me in state.in_sync
+        if eligible and self._lease.valid():
+            campaign = await self._lease.campaign(self._leader_key, me.encode())
+            if campaign.holding is not None:
+                await self._take_over(state, read.revision, campaign.holding)
+                return
+        if state is not None and state.leader and state.leader != me:
+            await self._follow(state)
+
+    async def _take_over(self, state: store_pb2.StoreGroupState | None, revision: int, holding: Holding) -> None:
+        store = self._store
+        me = store.replica_id
+        if state is not None and state.leader == me and store.epochs and store.epochs.latest == state.epoch:
+            # We led this epoch before and our lease key lapsed: a new epoch all the same.
+            pass
+        old_in_sync = set(state.in_sync) if state is not None else set()
+        if state is not None and state.leader:
+            old_in_sync.discard(state.leader)
+        in_sync = frozenset(old_in_sync | {me})
+        new = store_pb2.StoreGroupState(
+            epoch=(state.epoch if state is not None else 0) + 1,
+            leader=me,
+            leader_address=self._address,
+            in_sync=sorted(in_sync),
+            epoch_start_offset=store.commitlog.write_offset,
+            min_in_sync=self._settings.min_in_sync,
+            changed_at_ms=int(time.time() * 1000),
+        )
+        if not await self._cas(revision, new):
+            await self._lease.release(self._leader_key)
+            return
+        await self._stop_following()
+        self.state = new
+        self._holding = holding
+        store.become_leader(epoch=new.epoch, in_sync=in_sync, min_in_sync=self._settings.min_in_sync)
+        await self.published.activate(holding)
+
+    async def _cas(self, revision: int, new: store_pb2.StoreGroupState) -> bool:
+        tx = self._etcd.transactions
+        k = self._state_key.encode()
+        compare = [tx.version(k) == 0] if revision == 0 else [tx.mod(k) == revision]
+        won, responses = await self._etcd.transaction(
+            compare=compare, success=[tx.put(k, encode_state(new)), tx.get(k)], failure=[]
+        )
+        if won:
+            self._revision = responses[-1][0][1].mod_revision
+        return bool(won)
+
+    async def _keep_in_sync(self, state: store_pb2.StoreGroupState, revision: int) -> None:
+        leadership = self._store.leadership
+        assert leadership is not None
+        wanted = leadership.wanted_in_sync(lag_max_ms=self._settings.replica_lag_max_ms)
+        if wanted == leadership.in_sync:
+            return
+        new = store_pb2.StoreGroupState()
+        new.CopyFrom(state)
+        del new.in_sync[:]
+        new.in_sync.extend(sorted(wanted))
+        new.changed_at_ms = int(time.time() * 1000)
+        leadership.pending_in_sync = wanted  # acknowledgements count against both sets meanwhile
+        try:
+            won = await self._cas(revision, new)
+        finally:
+            if leadership.pending_in_sync == wanted:
+                leadership.pending_in_sync = None
+        if won:
+            log.info(
+                "store group %s: in sync now %s (was %s)",
+                self._store.store_id, ",".join(sorted(wanted)), ",".join(sorted(leadership.in_sync)),
+            )  # fmt: skip
+            self.state = new
+            leadership.set_in_sync(wanted)
+
+    async def _follow(self, state: store_pb2.StoreGroupState) -> None:
+        f = self._follower
+        if f is not None and f.leader == state.leader and f.address == state.leader_address:
+            f.epoch = max(f.epoch, state.epoch)
+            return
+        await self._stop_following()
+        log.info(
+            "store group %s: replica %s follows %s at %s (epoch %d)",
+            self._store.store_id, self._store.replica_id, state.leader, state.leader_address, state.epoch,
+        )  # fmt: skip
+        self._follower = Follower(self._store, leader=state.leader, address=state.leader_address, epoch=state.epoch)
+        self._follower.start()
+
+    async def _stop_following(self) -> None:
+        f, self._follower = self._follower, None
+        if f is not None:
+            await f.stop()
+
+    async def _step_down(self, reason: str) -> None:
+        """Stop leading; revoke the leadership's lease (the leader key and the keys
+        published under it go) and campaign later under a new one."""
+        self._store.end_leadership(reason)
+        self._holding = None
+        self.published.deactivate()
+        old, self._lease = self._lease, self._new_lease()
+        await old.close()
+        self._lease.start()
+
+    def _lost(self, holding: Holding, reason: str) -> None:
+        if holding.key == self._leader_key:
+            self._store.end_leadership(f"leadership lost: {reason}")
+
+
+def replica_endpoint(store: MessageStore, settings: StoreSettings, address: str) -> common_pb2.Endpoint:
+    return common_pb2.Endpoint(
+        kind=common_pb2.SERVICE_KIND_STORE,
+        instance_id=store.store_id,
+        address=address,
+        started_at_ms=int(time.time() * 1000),
+        labels={"replica": settings.replica_id},
+    )
+
+
+__all__ = ["Follower", "ReplicationServicer", "StoreGroup", "encode", "replica_endpoint"]

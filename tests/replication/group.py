@@ -1,0 +1,210 @@
+"""A replicated store group of real store processes for the tests, and a workload that
+remembers what was acknowledged (the checker's input)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import grpc
+from support import ServiceFactory, ServiceProcess
+from support.waiting import wait_until
+
+from txmq.errors import ERROR_DETAIL_KEY
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
+
+GROUP = "grp"
+TOPIC = "ReplTopic"
+QUEUES = 4
+
+
+def error_detail(err: grpc.RpcError) -> errors_pb2.ErrorDetail | None:
+    for key, value in err.trailing_metadata() or ():
+        if key == ERROR_DETAIL_KEY:
+            return errors_pb2.ErrorDetail.FromString(value)
+    return None
+
+
+class StoreGroupProcesses:
+    """``n`` replicas of one store group (sync flush), each with its own data dir."""
+
+    def __init__(self, factory: ServiceFactory, tmp_path, *, n: int = 3, min_in_sync: int = 2, extra=()) -> None:
+        self.replicas: dict[str, ServiceProcess] = {}
+        for i in range(n):
+            rid = f"r{i}"
+            self.replicas[rid] = factory.start(
+                "store",
+                "--data_dir", str(tmp_path / f"replica-{rid}"),
+                "--store_id", GROUP,
+                "--replica_id", rid,
+                "--flush_mode", "sync",
+                "--min_in_sync", str(min_in_sync),
+                "--replica_lease_ms", "2000",
+                "--replica_lag_max_ms", "2000",
+                "--replica_tick_ms", "100",
+                "--commitlog_segment_bytes", str(1 << 20),
+                "--disk_min_free_bytes", "0",
+                *extra,
+            )  # fmt: skip
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def channel(self, rid: str) -> grpc.Channel:
+        address = self.replicas[rid].address
+        key = f"{rid}@{address}"
+        if key not in self._channels:
+            self._channels[key] = grpc.insecure_channel(address)
+        return self._channels[key]
+
+    def status(self, rid: str) -> store_pb2.ReplicaStatus | None:
+        if not self.replicas[rid].process.running():
+            return None
+        try:
+            return store_pb2_grpc.StoreReplicationStub(self.channel(rid)).GetReplicaStatus(
+                store_pb2.GetReplicaStatusRequest(), timeout=2
+            )
+        except grpc.RpcError:
+            return None
+
+    def leader(self, *, timeout_s: float = 30.0, writable: bool = True) -> str:
+        """The replica that leads (and, with ``writable``, takes writes)."""
+
+        def find() -> str | None:
+            for rid in self.replicas:
+                st = self.status(rid)
+                if st is not None and st.role == "leader":
+                    if not writable or self.admin_ok(rid):
+                        return rid
+            return None
+
+        return wait_until(find, timeout_s=timeout_s, what="a writable leader")
+
+    def admin_ok(self, rid: str) -> bool:
+        """Whether ``rid`` takes writes: the test topic is created there (or exists)."""
+        try:
+            store_pb2_grpc.StoreAdminStub(self.channel(rid)).CreateTopic(
+                store_pb2.CreateTopicRequest(
+                    topic=common_pb2.TopicConfig(name=TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+                ),
+                timeout=5,
+            )
+            return True
+        except grpc.RpcError as err:
+            detail = error_detail(err)
+            return detail is not None and detail.code == errors_pb2.CODE_TOPIC_ALREADY_EXISTS
+
+    def in_sync(self, rid: str) -> list[str]:
+        st = self.status(rid)
+        return list(st.in_sync) if st else []
+
+
+@dataclass(slots=True)
+class Acked:
+    body: bytes
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass
+class Workload:
+    """Sends batches of unique bodies to whoever leads; keeps what was acknowledged OK.
+    A batch that fails (or times out) is not retried with the same bodies: any second
+    copy of an acknowledged body is a duplicate the store made."""
+
+    group: StoreGroupProcesses
+    batch: int = 8
+    acked: list[Acked] = field(default_factory=list)
+    failures: int = 0
+    unexpected: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="repl-workload", daemon=True)
+        self.thread.start()
+
+    def finish(self) -> None:
+        self.stop.set()
+        assert self.thread is not None
+        self.thread.join(timeout=60)
+
+    def acked_count(self) -> int:
+        return len(self.acked)
+
+    def _run(self) -> None:
+        target = None
+        n = 0
+        while not self.stop.is_set():
+            if target is None:
+                target = self._find_leader()
+                if target is None:
+                    time.sleep(0.05)
+                    continue
+            bodies = [f"{uuid.uuid4().hex}-{n}-{i}".encode() for i in range(self.batch)]
+            n += 1
+            request = store_pb2.SendBatchRequest(
+                messages=[common_pb2.Message(topic=TOPIC, body=b, tags="t") for b in bodies]
+            )
+            try:
+                response = store_pb2_grpc.StoreStub(self.group.channel(target)).SendBatch(request, timeout=10)
+            except grpc.RpcError as err:
+                self.failures += 1
+                detail = error_detail(err)
+                if detail is not None and detail.code not in (
+                    errors_pb2.CODE_NOT_LEADER, errors_pb2.CODE_NOT_ENOUGH_REPLICAS,
+                    errors_pb2.CODE_SERVICE_NOT_READY, errors_pb2.CODE_SERVICE_NOT_WRITABLE,
+                ):  # fmt: skip
+                    self.unexpected.append(f"{detail.code}: {detail.message}")
+                target = None
+                continue
+            for body, result in zip(bodies, response.results, strict=True):
+                if result.status == store_pb2.SEND_STATUS_OK:
+                    self.acked.append(Acked(body, result.queue.queue_id, result.queue_offset))
+                else:
+                    self.failures += 1
+
+    def _find_leader(self) -> str | None:
+        for rid, proc in self.group.replicas.items():
+            if not proc.process.running():
+                continue
+            st = self.group.status(rid)
+            if st is not None and st.role == "leader":
+                return rid
+        return None
+
+
+def read_all(group: StoreGroupProcesses, rid: str) -> dict[int, list[tuple[int, bytes]]]:
+    """Every message of the topic on replica ``rid``: queue id -> [(queue offset, body)]."""
+    stub = store_pb2_grpc.StoreStub(group.channel(rid))
+    out: dict[int, list[tuple[int, bytes]]] = {}
+    for qid in range(QUEUES):
+        offset = 0
+        rows = out.setdefault(qid, [])
+        while True:
+            resp = stub.GetMessage(
+                store_pb2.GetMessageRequest(topic=TOPIC, queue_id=qid, offset=offset, max_messages=256), timeout=10
+            )
+            if not resp.messages:
+                break
+            for m in resp.messages:
+                rows.append((m.queue_offset, m.message.body))
+            offset = resp.next_begin_offset
+    return out
+
+
+def check(acked: list[Acked], stored: dict[int, list[tuple[int, bytes]]]) -> dict[str, int]:
+    """The checker: every acknowledged body readable exactly once, at the queue offset
+    its acknowledgement named; queue offsets contiguous (none reused, none skipped)."""
+    where: dict[bytes, list[tuple[int, int]]] = {}
+    for qid, rows in stored.items():
+        offsets = [o for o, _ in rows]
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets))) if offsets else True, (
+            f"queue {qid}: offsets not contiguous"
+        )
+        for o, body in rows:
+            where.setdefault(body, []).append((qid, o))
+    lost = [a for a in acked if a.body not in where]
+    duplicated = [a for a in acked if len(where.get(a.body, ())) > 1]
+    moved = [a for a in acked if a.body in where and (a.queue_id, a.queue_offset) not in where[a.body]]
+    return {"acked": len(acked), "lost": len(lost), "duplicated": len(duplicated), "moved": len(moved)}
