@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from support import ServiceFactory, ServiceProcess
+from support.proxy import PartitionProxy
 from support.waiting import wait_until
 
 from txmq.errors import ERROR_DETAIL_KEY
@@ -30,10 +31,26 @@ def error_detail(err: grpc.RpcError) -> errors_pb2.ErrorDetail | None:
 class StoreGroupProcesses:
     """``n`` replicas of one store group (sync flush), each with its own data dir."""
 
-    def __init__(self, factory: ServiceFactory, tmp_path, *, n: int = 3, min_in_sync: int = 2, extra=()) -> None:
+    def __init__(
+        self, factory: ServiceFactory, tmp_path, *, n: int = 3, min_in_sync: int = 2, extra=(), partitionable=False
+    ) -> None:
         self.replicas: dict[str, ServiceProcess] = {}
+        self.data_dirs = {f"r{i}": tmp_path / f"replica-r{i}" for i in range(n)}
+        #: With ``partitionable``: per replica, the proxy its followers reach it through
+        #: (its advertised address) and the proxy it reaches etcd through.
+        self.inbound: dict[str, PartitionProxy] = {}
+        self.to_etcd: dict[str, PartitionProxy] = {}
+        etcd_port = int(factory.etcd_endpoints.rsplit(":", 1)[1])
         for i in range(n):
             rid = f"r{i}"
+            proxies: list[str] = []
+            if partitionable:
+                self.inbound[rid] = PartitionProxy()
+                self.to_etcd[rid] = PartitionProxy(etcd_port)
+                proxies = [
+                    "--advertised_address", self.inbound[rid].address,
+                    "--etcd_endpoints", self.to_etcd[rid].address,
+                ]  # fmt: skip
             self.replicas[rid] = factory.start(
                 "store",
                 "--data_dir", str(tmp_path / f"replica-{rid}"),
@@ -46,8 +63,11 @@ class StoreGroupProcesses:
                 "--replica_tick_ms", "100",
                 "--commitlog_segment_bytes", str(1 << 20),
                 "--disk_min_free_bytes", "0",
+                *proxies,
                 *extra,
             )  # fmt: skip
+            if partitionable:
+                self.inbound[rid].upstream_port = self.replicas[rid].bound_port or 0
         self._channels: dict[str, grpc.Channel] = {}
 
     def channel(self, rid: str) -> grpc.Channel:
@@ -93,6 +113,21 @@ class StoreGroupProcesses:
         except grpc.RpcError as err:
             detail = error_detail(err)
             return detail is not None and detail.code == errors_pb2.CODE_TOPIC_ALREADY_EXISTS
+
+    def isolate(self, rid: str) -> None:
+        """Cut ``rid`` off from etcd and from its followers (not from its clients)."""
+        self.inbound[rid].cut()
+        self.to_etcd[rid].cut()
+
+    def heal(self, rid: str) -> None:
+        self.inbound[rid].heal()
+        self.to_etcd[rid].heal()
+
+    def close(self) -> None:
+        for proxy in [*self.inbound.values(), *self.to_etcd.values()]:
+            proxy.close()
+        for channel in self._channels.values():
+            channel.close()
 
     def in_sync(self, rid: str) -> list[str]:
         st = self.status(rid)

@@ -98,3 +98,77 @@ class DelayingProxy:
             for link in self._links:
                 for s in (link.client, link.upstream):
                     s.close()
+
+
+class PartitionProxy:
+    """A TCP proxy that can cut a link: ``cut()`` closes every open connection and
+    refuses new ones (accepted, then closed at once) until ``heal()``. The upstream
+    port may be set after the proxy starts (a service that bound port 0)."""
+
+    def __init__(self, upstream_port: int = 0, *, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.upstream_port = upstream_port
+        self._listener = socket.create_server((host, 0))
+        self.port = self._listener.getsockname()[1]
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._cut = False
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="partition-accept").start()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if self._cut or not self.upstream_port:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection((self.host, self.upstream_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks += [client, upstream]
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            socks, self._socks = self._socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def heal(self) -> None:
+        self._cut = False
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        self._listener.close()
