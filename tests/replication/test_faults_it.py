@@ -56,10 +56,15 @@ class Run:
     def all_in_sync(self) -> None:
         began = time.monotonic()
         group = self.group
-        wait_until(
-            lambda: len(group.in_sync(self.leader)) == len(group.replicas),
-            what="every replica in sync again",
-        )
+        target = group.status(self.leader).high_watermark
+
+        def caught_up() -> bool:
+            if len(group.in_sync(self.leader)) != len(group.replicas):
+                return False
+            statuses = [group.status(r) for r in group.replicas]
+            return all(st is not None and st.high_watermark >= target for st in statuses)
+
+        wait_until(caught_up, what="every replica in sync and holding the leader's high watermark again")
         self.resyncs.append(time.monotonic() - began)
 
     def rounds(self, fault: Callable[[], None]) -> None:
@@ -171,6 +176,43 @@ def test_the_in_sync_set_changing_during_writes(service_factory, tmp_path):
             run.some_sends(20)  # min_in_sync 2 of 3: writes go on
         finally:
             proc.signal(signal.SIGCONT)
+        run.all_in_sync()
+
+    run.rounds(fault)
+
+
+def _damage(data_dir, round_no: int) -> str:
+    """Flip a byte in the middle of the replica's log (even rounds) or cut its newest
+    segment file to half (odd rounds)."""
+    segments = sorted(p for p in (data_dir / "commitlog").iterdir() if p.name.isdigit())
+    if round_no % 2 == 0:
+        seg = segments[0]
+        with open(seg, "r+b") as f:
+            size = len(f.read().rstrip(b"\0"))
+            at = size // 2
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return f"flipped byte {at} of {seg.name}"
+    seg = segments[-1]
+    used = len(seg.read_bytes().rstrip(b"\0"))
+    os.truncate(seg, used // 2)
+    return f"cut {seg.name} from {used} to {used // 2} bytes"
+
+
+def test_a_minority_replica_with_a_damaged_or_cut_log(service_factory, tmp_path):
+    run = Run(StoreGroupProcesses(service_factory, tmp_path), "a follower's segment bit-flipped or cut")
+    n = 0
+
+    def fault() -> None:
+        nonlocal n
+        group = run.group
+        follower = next(r for r in group.replicas if r != run.leader)
+        group.replicas[follower].kill()
+        print(f"round {n}: {follower}: {_damage(group.data_dirs[follower], n)}")
+        n += 1
+        group.replicas[follower].restart()
         run.all_in_sync()
 
     run.rounds(fault)

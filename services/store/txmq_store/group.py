@@ -459,7 +459,7 @@ class StoreGroup:
             return
         if state is not None and state.leader and state.leader != me:
             store.leader_hint = (state.leader, state.leader_address)
-        eligible = state is None or not state.in_sync or me in state.in_sync
+        eligible = (state is None or not state.in_sync or me in state.in_sync) and not store.needs_resync
         if eligible and self._lease.valid():
             campaign = await self._lease.campaign(self._leader_key, me.encode())
             if campaign.holding is not None:

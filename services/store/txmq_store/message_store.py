@@ -200,6 +200,7 @@ class MessageStore:
         self._local_durable = commitlog.flushed_offset if self._sync else commitlog.write_offset
         self._writes_ready = not self.replicated
         self.config_version = 0  # bumped by every topic / subscription-group change
+        self.needs_resync = False
 
     def _new_transactions(self) -> Transactions:
         return Transactions(
@@ -256,6 +257,7 @@ class MessageStore:
         quarantine = Quarantine(paths.quarantine)
         corruption = CorruptionLog()
         held: list[StoredMessage] | None = [] if settings.replica_id else None
+        damaged: list[tuple[int, int]] | None = [] if settings.replica_id else None
         try:
             dispatcher = recover(
                 paths,
@@ -270,12 +272,16 @@ class MessageStore:
                 corruption=corruption,
                 now_ms=clock(),
                 held=held,
+                damaged=damaged,
             )
             store = cls(
                 settings, paths=paths, lock_fd=lock_fd, clock=clock, commitlog=commitlog, dispatcher=dispatcher,
                 topics=topics, groups=groups, offsets=offsets, hub=hub, crashed=crashed, quarantine=quarantine,
                 corruption=corruption, held=held,
             )  # fmt: skip
+            # A replica whose log was cut at damage may lack acknowledged records: it
+            # does not stand for leader until it has copied its leader's log again.
+            store.needs_resync = bool(damaged)
             # Make the recovered state the new baseline before accepting writes.
             store._sync_paths(store._take_dirty())
             write_checkpoint(paths, dispatcher.dispatched_offset, now_ms=clock())
@@ -903,6 +909,9 @@ class MessageStore:
         return self._local_durable
 
     def set_follower_high_watermark(self, hw: int) -> None:
+        if self.needs_resync and self._local_durable >= hw > 0:
+            self.needs_resync = False
+            log.info("store %s replica %s holds its leader's log again", self.store_id, self.replica_id)
         if hw > self.follower_high_watermark:
             self.follower_high_watermark = hw
             self._advance()

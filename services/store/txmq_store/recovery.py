@@ -148,6 +148,7 @@ def recover(
     corruption: CorruptionLog,
     now_ms: int,
     held: list[StoredMessage] | None = None,
+    damaged: list[tuple[int, int]] | None = None,
 ) -> Dispatcher:
     """Bring commit log, consume queues and index to a consistent state; returns the
     dispatcher (its ``dispatched_offset`` is the end of the commit log).
@@ -156,7 +157,10 @@ def recover(
     are known to be held by the group's in-sync replicas (a replica dispatches nothing
     beyond its high watermark, and the checkpoint never passes what was dispatched), so
     the records after it are decoded into ``held``, in log order, and not dispatched;
-    ``dispatched_offset`` is then the checkpoint (or the log's end when lower)."""
+    ``dispatched_offset`` is then the checkpoint (or the log's end when lower). Damage
+    in the middle of such a replica's log is not quarantined: the log ends where the
+    damage begins (the ranges go into ``damaged``) and the rest is copied again from
+    the group's leader."""
     checkpoint = read_checkpoint(paths)
     if checkpoint is None:
         # Nothing says what the queues and index cover: rebuild both.
@@ -216,12 +220,28 @@ def recover(
             "the intact records after them are kept",
         )  # fmt: skip
 
+    def on_damaged_replica(start: int, end: int, reason: str) -> None:
+        log.error(
+            "commit log bytes %d..%d are damaged (%s); the log ends there and is copied again from the leader",
+            start, end, reason,
+        )  # fmt: skip
+        damaged.append((start, end))  # type: ignore[union-attr]
+
     # Validate the whole segment holding the checkpoint; re-dispatch from the checkpoint.
     scan_from = min(queues_from, index_from, _segment_start(commitlog, cp))
     end = commitlog.recover_end(
-        scan_from, redispatch_from=min(queues_from, index_from), on_record=on_record, on_damaged=on_damaged,
+        scan_from, redispatch_from=min(queues_from, index_from), on_record=on_record,
+        on_damaged=on_damaged if damaged is None else on_damaged_replica,
         durable_below=cp if checkpoint is not None else lo,
     )  # fmt: skip
+    if damaged is not None and checkpoint is not None and end < cp:
+        # Cut below the checkpoint (a file cut short): records it held durably are gone.
+        log.error("commit log ends at %d, below its checkpoint %d; copied again from the leader", end, cp)
+        damaged.append((end, cp))
+    if damaged:
+        end = min(start for start, _ in damaged)
+        if held is not None:
+            held[:] = [m for m in held if m.commit_log_offset < end]
     commitlog.truncate(end)
     quarantine.forget_from(end)
     if end < cp and not rebuild_index:
