@@ -19,6 +19,7 @@ from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 GROUP = "grp"
 TOPIC = "ReplTopic"
 QUEUES = 4
+CONSUMER = "repl-consumer"
 
 
 def error_detail(err: grpc.RpcError) -> errors_pb2.ErrorDetail | None:
@@ -69,6 +70,7 @@ class StoreGroupProcesses:
             if partitionable:
                 self.inbound[rid].upstream_port = self.replicas[rid].bound_port or 0
         self._channels: dict[str, grpc.Channel] = {}
+        self.workloads: list[Workload] = []
 
     def channel(self, rid: str) -> grpc.Channel:
         address = self.replicas[rid].address
@@ -124,6 +126,8 @@ class StoreGroupProcesses:
         self.to_etcd[rid].heal()
 
     def close(self) -> None:
+        for work in self.workloads:
+            work.stop.set()
         for proxy in [*self.inbound.values(), *self.to_etcd.values()]:
             proxy.close()
         for channel in self._channels.values():
@@ -150,12 +154,15 @@ class Workload:
     group: StoreGroupProcesses
     batch: int = 8
     acked: list[Acked] = field(default_factory=list)
+    #: The highest consume offset whose commit was acknowledged (queue 0 of CONSUMER).
+    committed: int = -1
     failures: int = 0
     unexpected: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
     def start(self) -> None:
+        self.group.workloads.append(self)
         self.thread = threading.Thread(target=self._run, name="repl-workload", daemon=True)
         self.thread.start()
 
@@ -168,6 +175,13 @@ class Workload:
         return len(self.acked)
 
     def _run(self) -> None:
+        try:
+            self._send_until_stopped()
+        except ValueError:  # "Cannot invoke RPC on closed channel": the test is over
+            if not self.stop.is_set():
+                self.unexpected.append("the workload's channels were closed under it")
+
+    def _send_until_stopped(self) -> None:
         target = None
         n = 0
         while not self.stop.is_set():
@@ -198,6 +212,15 @@ class Workload:
                     self.acked.append(Acked(body, result.queue.queue_id, result.queue_offset))
                 else:
                     self.failures += 1
+            try:  # a consume offset that only grows: after any failover it must not be lower
+                store_pb2_grpc.StoreStub(self.group.channel(target)).CommitConsumeOffset(
+                    store_pb2.CommitConsumeOffsetRequest(consumer_group=CONSUMER, topic=TOPIC, queue_id=0, offset=n),
+                    timeout=10,
+                )
+                self.committed = n
+            except grpc.RpcError:
+                self.failures += 1
+                target = None
 
     def _find_leader(self) -> str | None:
         for rid, proc in self.group.replicas.items():
@@ -207,6 +230,13 @@ class Workload:
             if st is not None and st.role == "leader":
                 return rid
         return None
+
+
+def committed_offset(group: StoreGroupProcesses, rid: str) -> int:
+    resp = store_pb2_grpc.StoreStub(group.channel(rid)).QueryConsumeOffset(
+        store_pb2.QueryConsumeOffsetRequest(consumer_group=CONSUMER, topic=TOPIC, queue_id=0), timeout=5
+    )
+    return resp.offset if resp.found else -1
 
 
 def read_all(group: StoreGroupProcesses, rid: str) -> dict[int, list[tuple[int, bytes]]]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from support.waiting import wait_until
 
-from .group import StoreGroupProcesses, Workload, check, read_all
+from .group import StoreGroupProcesses, Workload, check, committed_offset, read_all
 
 ROUNDS = int(os.environ.get("TXMQ_FAULT_ROUNDS", "10"))
 LEASE_S = 2.0  # --replica_lease_ms of StoreGroupProcesses
@@ -42,6 +42,7 @@ class Run:
 
     def new_leader(self, old: str) -> str:
         began = time.monotonic()
+        floor = self.work.committed  # acknowledged before the new leader took over
         group = self.group
         self.leader = wait_until(
             lambda: next(
@@ -51,6 +52,8 @@ class Run:
             what="a new writable leader",
         )  # fmt: skip
         self.failovers.append(time.monotonic() - began)
+        # Consume offsets never go back: the new leader has every acknowledged commit.
+        assert committed_offset(group, self.leader) >= floor, (self.leader, floor)
         return self.leader
 
     def all_in_sync(self) -> None:
@@ -85,6 +88,14 @@ class Run:
                 what=f"{rid} holding everything",
             )
         verdicts = {rid: check(work.acked, read_all(group, rid)) for rid in group.replicas}
+        # The consume offset never went back: every replica has at least the last
+        # acknowledged commit (followers take the leader's table as it changes).
+        assert work.committed > 0
+        for rid in group.replicas:
+            wait_until(
+                lambda rid=rid: committed_offset(group, rid) >= work.committed,
+                what=f"{rid}: consume offset at least the last acknowledged commit {work.committed}",
+            )
         v = verdicts[leader]
         line = (
             f"fault {self.name}: rounds {ROUNDS}, acknowledged {v['acked']} (refused or unknown {work.failures}), "

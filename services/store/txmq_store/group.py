@@ -39,8 +39,6 @@ log = logging.getLogger("txmq.store.group")
 
 #: A leader sends a heartbeat (the high watermark) at least this often.
 HEARTBEAT_S = 0.5
-#: Consume offsets are shipped at most this often (they change with every commit).
-OFFSETS_EVERY_S = 1.0
 
 
 def group_prefix(keys: EtcdKeys, store_id: str) -> str:
@@ -129,9 +127,9 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
             yield store_pb2.Shipment(
                 epoch=leadership.epoch, truncate_to=cut, epochs=_epochs(store.epochs.entries),
                 high_watermark=leadership.high_watermark, topics_json=topics, subscription_groups_json=groups,
-                consume_offsets_json=offsets,
+                consume_offsets_json=offsets, consume_offsets_version=offsets_version,
             )  # fmt: skip
-            sent_hw, sent_at, offsets_at = leadership.high_watermark, time.monotonic(), time.monotonic()
+            sent_hw, sent_at = leadership.high_watermark, time.monotonic()
             max_bytes = self._settings.replica_shipment_max_bytes
             while True:
                 if store.leadership is not leadership or leadership.ended:
@@ -144,9 +142,9 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
                     config_version = store.config_version
                     shipment.topics_json, shipment.subscription_groups_json = store.config_documents()
                 now = time.monotonic()
-                if now - offsets_at >= OFFSETS_EVERY_S and store.offsets_document()[0] != offsets_version:
+                if store.offsets_version != offsets_version:
                     offsets_version, shipment.consume_offsets_json = store.offsets_document()
-                    offsets_at = now
+                shipment.consume_offsets_version = offsets_version
                 end = store.commitlog.write_offset
                 data = self._read(position, end, max_bytes) if position < end else b""
                 if data:
@@ -184,7 +182,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
     @staticmethod
     async def _read_reports(reports: AsyncIterator[store_pb2.FollowerReport], leadership: Leadership, view) -> None:
         async for report in reports:
-            leadership.reported(view, report.log_end)
+            leadership.reported(view, report.log_end, report.consume_offsets_version)
 
     @rpc
     async def GetReplicaStatus(
@@ -283,6 +281,7 @@ class Follower:
 
         call = stub.Follow(reports())
         leader_epochs: list[tuple[int, int]] = []
+        offsets_version = 0
         async for shipment in call:
             if shipment.epoch < self.epoch:
                 raise error(errors_pb2.CODE_FENCED, f"the leader's epoch {shipment.epoch} is older than {self.epoch}")
@@ -302,7 +301,13 @@ class Follower:
                     end = await store.flush_copied()
                 store.epochs.adopt(leader_epochs, end)
             store.set_follower_high_watermark(shipment.high_watermark)
-            queue.put_nowait(store_pb2.FollowerReport(epoch=self.epoch, log_end=store.local_log_end))
+            if shipment.consume_offsets_json:
+                offsets_version = shipment.consume_offsets_version
+            queue.put_nowait(
+                store_pb2.FollowerReport(
+                    epoch=self.epoch, log_end=store.local_log_end, consume_offsets_version=offsets_version
+                )
+            )
 
 
 # -- etcd: the group's state and leadership --------------------------------------------

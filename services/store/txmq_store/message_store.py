@@ -923,6 +923,29 @@ class MessageStore:
     def offsets_document(self) -> tuple[int, bytes]:
         return self._offsets.version, config_document(self._offsets.rows())
 
+    @property
+    def offsets_version(self) -> int:
+        return self._offsets.version
+
+    async def offsets_replicated(self) -> None:
+        """A replicated group's leader: wait until every in-sync follower has taken the
+        consume offsets committed so far, so a failover never moves them back.
+        UPSTREAM_TIMEOUT (retriable) after sync_flush_timeout_ms."""
+        if not self.replicated:
+            return
+        leadership = self.leadership
+        if leadership is None:
+            raise not_leader(*self.leader_hint)
+        fut = leadership.wait_offsets_replicated(self._offsets.version)
+        try:
+            async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
+                await fut
+        except TimeoutError:
+            raise error(
+                errors_pb2.CODE_UPSTREAM_TIMEOUT,
+                "the consume offset is committed on the leader but its followers did not take it in time",
+            ) from None
+
     def adopt_configs(self, *, topics: bytes = b"", groups: bytes = b"", offsets: bytes = b"") -> None:
         """A follower takes its leader's configuration (shipped when it changed)."""
         if topics:

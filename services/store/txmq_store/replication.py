@@ -156,6 +156,8 @@ class FollowerView:
     caught_up_at_ms: int = 0
     connected: bool = False
     streams: int = 0
+    #: The leader's consume-offset table version this follower has taken.
+    offsets_version: int = 0
     #: Shipments not yet reported held: (where it ends, the leader's end then, sent at).
     in_flight: collections.deque[tuple[int, int, int]] = field(default_factory=collections.deque)
 
@@ -201,6 +203,7 @@ class Leadership:
     #: Called whenever the high watermark grows (the store dispatches).
     on_advance: Callable[[], None] | None = None
     _waiters: collections.deque[tuple[int, asyncio.Future[None]]] = field(default_factory=collections.deque)
+    _offset_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     _changed: asyncio.Future[None] | None = None
 
     def __post_init__(self) -> None:
@@ -244,6 +247,36 @@ class Leadership:
                     fut.set_result(None)
         return self.high_watermark
 
+    def offsets_held(self) -> int:
+        """The consume-offset table version every counted follower has taken."""
+        versions = [self.followers[r].offsets_version if r in self.followers else 0 for r in self.counted()]
+        others = [v for r, v in zip(self.counted(), versions, strict=True) if r != self.replica_id]
+        return min(others) if others else 2**62
+
+    def _resolve_offsets(self) -> None:
+        if not self._offset_waiters or not self.enough_in_sync():
+            return
+        held = self.offsets_held()
+        keep = []
+        for version, fut in self._offset_waiters:
+            if version <= held:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((version, fut))
+        self._offset_waiters = keep
+
+    def wait_offsets_replicated(self, version: int) -> asyncio.Future[None]:
+        """A future resolved once every in-sync follower took offsets ``version``."""
+        fut = asyncio.get_running_loop().create_future()
+        if self.ended:
+            fut.set_exception(not_leader())
+            return fut
+        self._offset_waiters.append((version, fut))
+        self._resolve_offsets()
+        self.poke()
+        return fut
+
     def wait_replicated(self, end: int) -> asyncio.Future[None]:
         """A future resolved once the in-sync replicas hold ``[0, end)``."""
         fut = asyncio.get_running_loop().create_future()
@@ -274,9 +307,11 @@ class Leadership:
         view.streams -= 1
         view.connected = view.streams > 0
 
-    def reported(self, view: FollowerView, log_end: int) -> None:
+    def reported(self, view: FollowerView, log_end: int, offsets_version: int = 0) -> None:
         view.reported(log_end)
+        view.offsets_version = max(view.offsets_version, offsets_version)
         self.recompute()
+        self._resolve_offsets()
 
     def shipped(self, view: FollowerView, reach: int, leader_end: int) -> None:
         view.shipped(reach, leader_end, self.clock.now_ms())
@@ -329,6 +364,7 @@ class Leadership:
         self.in_sync = members
         self.pending_in_sync = None
         self.recompute()
+        self._resolve_offsets()
 
     def end(self) -> None:
         """The term is over: every waiting send fails (it may or may not survive)."""
@@ -338,6 +374,10 @@ class Leadership:
             fut = self._waiters.popleft()[1]
             if not fut.done():
                 fut.set_exception(not_leader())
+        for _, fut in self._offset_waiters:
+            if not fut.done():
+                fut.set_exception(not_leader())
+        self._offset_waiters = []
 
     # -- shipping ----------------------------------------------------------------------
 

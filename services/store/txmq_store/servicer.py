@@ -438,6 +438,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         self._store.commit_consume_offset(
             group=request.consumer_group, topic=request.topic, queue_id=request.queue_id, offset=request.offset
         )
+        await self._store.offsets_replicated()
         return store_pb2.CommitConsumeOffsetResponse()
 
     @rpc
