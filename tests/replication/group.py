@@ -20,6 +20,14 @@ GROUP = "grp"
 TOPIC = "ReplTopic"
 QUEUES = 4
 CONSUMER = "repl-consumer"
+TX_GROUP = "repl-tx-producer"
+#: What a send may meet while leadership moves: nothing else is expected.
+_EXPECTED = (
+    errors_pb2.CODE_NOT_LEADER,
+    errors_pb2.CODE_NOT_ENOUGH_REPLICAS,
+    errors_pb2.CODE_SERVICE_NOT_READY,
+    errors_pb2.CODE_UPSTREAM_TIMEOUT,
+)
 
 
 def error_detail(err: grpc.RpcError) -> errors_pb2.ErrorDetail | None:
@@ -156,6 +164,12 @@ class Workload:
     acked: list[Acked] = field(default_factory=list)
     #: The highest consume offset whose commit was acknowledged (queue 0 of CONSUMER).
     committed: int = -1
+    #: Every ``transaction_every``-th batch is a transaction of two half messages,
+    #: committed and rolled back by turns through DecideTransactions.
+    transaction_every: int = 4
+    #: Bodies of transactions whose rollback was acknowledged: never to be seen.
+    rolled_back: list[bytes] = field(default_factory=list)
+    transactions: int = 0
     failures: int = 0
     unexpected: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -190,8 +204,11 @@ class Workload:
                 if target is None:
                     time.sleep(0.05)
                     continue
-            bodies = [f"{uuid.uuid4().hex}-{n}-{i}".encode() for i in range(self.batch)]
             n += 1
+            if n % self.transaction_every == 0:
+                target = self._transaction(target, n)
+                continue
+            bodies = [f"{uuid.uuid4().hex}-{n}-{i}".encode() for i in range(self.batch)]
             request = store_pb2.SendBatchRequest(
                 messages=[common_pb2.Message(topic=TOPIC, body=b, tags="t") for b in bodies]
             )
@@ -200,10 +217,7 @@ class Workload:
             except grpc.RpcError as err:
                 self.failures += 1
                 detail = error_detail(err)
-                if detail is not None and detail.code not in (
-                    errors_pb2.CODE_NOT_LEADER, errors_pb2.CODE_NOT_ENOUGH_REPLICAS,
-                    errors_pb2.CODE_SERVICE_NOT_READY, errors_pb2.CODE_SERVICE_NOT_WRITABLE,
-                ):  # fmt: skip
+                if detail is not None and detail.code not in _EXPECTED:
                     self.unexpected.append(f"{detail.code}: {detail.message}")
                 target = None
                 continue
@@ -221,6 +235,56 @@ class Workload:
             except grpc.RpcError:
                 self.failures += 1
                 target = None
+
+    def _transaction(self, target: str, n: int) -> str | None:
+        """Two half messages, then commit (odd turns) or roll back (even turns). A
+        committed copy acknowledged OK joins ``acked``; an acknowledged rollback's bodies
+        join ``rolled_back``. Returns the target to use next (None: look again)."""
+        stub = store_pb2_grpc.StoreStub(self.group.channel(target))
+        bodies = [f"tx-{uuid.uuid4().hex}-{n}-{i}".encode() for i in range(2)]
+        commit = (n // self.transaction_every) % 2 == 1
+        try:
+            halves = stub.SendBatch(
+                store_pb2.SendBatchRequest(
+                    messages=[common_pb2.Message(topic=TOPIC, body=b, tags="tx") for b in bodies],
+                    producer_group=TX_GROUP,
+                    transaction_prepared=True,
+                ),
+                timeout=10,
+            )
+            if any(r.status != store_pb2.SEND_STATUS_OK for r in halves.results):
+                self.failures += 1
+                return target
+            decisions = [
+                store_pb2.TransactionDecision(
+                    commit_log_offset=r.commit_log_offset,
+                    tran_state_table_offset=r.queue_offset,
+                    transaction_id=r.transaction_id,
+                    producer_group=TX_GROUP,
+                    decision=store_pb2.DECISION_COMMIT if commit else store_pb2.DECISION_ROLLBACK,
+                )  # fmt: skip
+                for r in halves.results
+            ]
+            decided = stub.DecideTransactions(
+                store_pb2.DecideTransactionsRequest(decisions=decisions, transaction_timeout_ms=600_000), timeout=10
+            )
+        except grpc.RpcError as err:
+            self.failures += 1
+            detail = error_detail(err)
+            if detail is not None and detail.code not in _EXPECTED:
+                self.unexpected.append(f"{detail.code}: {detail.message}")
+            return None
+        self.transactions += 1
+        for body, result in zip(bodies, decided.results, strict=True):
+            if result.HasField("error") or result.status != store_pb2.SEND_STATUS_OK:
+                self.failures += 1
+                continue
+            if result.decision == store_pb2.DECISION_COMMIT:
+                view = result.committed
+                self.acked.append(Acked(body, view.message.queue_id, view.queue_offset))
+            else:
+                self.rolled_back.append(body)
+        return target
 
     def _find_leader(self) -> str | None:
         for rid, proc in self.group.replicas.items():
@@ -258,9 +322,12 @@ def read_all(group: StoreGroupProcesses, rid: str) -> dict[int, list[tuple[int, 
     return out
 
 
-def check(acked: list[Acked], stored: dict[int, list[tuple[int, bytes]]]) -> dict[str, int]:
+def check(
+    acked: list[Acked], stored: dict[int, list[tuple[int, bytes]]], rolled_back: list[bytes] = ()
+) -> dict[str, int]:
     """The checker: every acknowledged body readable exactly once, at the queue offset
-    its acknowledgement named; queue offsets contiguous (none reused, none skipped)."""
+    its acknowledgement named; queue offsets contiguous (none reused, none skipped); no
+    body of a rolled-back transaction visible."""
     where: dict[bytes, list[tuple[int, int]]] = {}
     for qid, rows in stored.items():
         offsets = [o for o, _ in rows]
@@ -272,4 +339,7 @@ def check(acked: list[Acked], stored: dict[int, list[tuple[int, bytes]]]) -> dic
     lost = [a for a in acked if a.body not in where]
     duplicated = [a for a in acked if len(where.get(a.body, ())) > 1]
     moved = [a for a in acked if a.body in where and (a.queue_id, a.queue_offset) not in where[a.body]]
-    return {"acked": len(acked), "lost": len(lost), "duplicated": len(duplicated), "moved": len(moved)}
+    verdict = {"acked": len(acked), "lost": len(lost), "duplicated": len(duplicated), "moved": len(moved)}
+    if rolled_back:
+        verdict["rolled_back_visible"] = sum(1 for b in rolled_back if b in where)
+    return verdict

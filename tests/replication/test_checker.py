@@ -19,3 +19,8 @@ def test_the_checker_refuses_a_queue_with_a_gap():
         assert "not contiguous" in str(exc)
     else:
         raise AssertionError("a gap went unnoticed")
+
+
+def test_the_checker_sees_a_rolled_back_body():
+    verdict = check([Acked(b"a", 0, 0)], {0: [(0, b"a"), (1, b"r")]}, [b"r", b"q"])
+    assert verdict["rolled_back_visible"] == 1

@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable
 
 import pytest
+from support import ServiceFactory
 from support.waiting import wait_until
 
+from .etcd_cluster import EtcdCluster
 from .group import StoreGroupProcesses, Workload, check, committed_offset, read_all
 
 ROUNDS = int(os.environ.get("TXMQ_FAULT_ROUNDS", "10"))
@@ -87,7 +89,7 @@ class Run:
                 lambda rid=rid: (st := group.status(rid)) is not None and st.high_watermark >= end,
                 what=f"{rid} holding everything",
             )
-        verdicts = {rid: check(work.acked, read_all(group, rid)) for rid in group.replicas}
+        verdicts = {rid: check(work.acked, read_all(group, rid), work.rolled_back) for rid in group.replicas}
         # The consume offset never went back: every replica has at least the last
         # acknowledged commit (followers take the leader's table as it changes).
         assert work.committed > 0
@@ -99,7 +101,8 @@ class Run:
         v = verdicts[leader]
         line = (
             f"fault {self.name}: rounds {ROUNDS}, acknowledged {v['acked']} (refused or unknown {work.failures}), "
-            f"lost {v['lost']}, duplicated {v['duplicated']}, moved {v['moved']}"
+            f"lost {v['lost']}, duplicated {v['duplicated']}, moved {v['moved']}; transactions {work.transactions}, "
+            f"rolled back {len(work.rolled_back)}, of them visible {v.get('rolled_back_visible', 0)}"
         )
         if self.failovers:
             line += f", new leader in {min(self.failovers):.2f}-{max(self.failovers):.2f} s"
@@ -108,7 +111,8 @@ class Run:
         print(line)
         for rid, verdict in verdicts.items():
             assert verdict["lost"] == verdict["duplicated"] == verdict["moved"] == 0, (rid, verdict)
-        assert v["acked"] > 0
+            assert verdict.get("rolled_back_visible", 0) == 0, (rid, verdict)
+        assert v["acked"] > 0 and work.transactions > 0
 
 
 def test_kill_9_of_the_leader(service_factory, tmp_path):
@@ -227,3 +231,25 @@ def test_a_minority_replica_with_a_damaged_or_cut_log(service_factory, tmp_path)
         run.all_in_sync()
 
     run.rounds(fault)
+
+
+def test_kill_9_of_the_leader_together_with_etcds_leader(tmp_path):
+    etcd = EtcdCluster(tmp_path)
+    etcd.start()
+    factory = ServiceFactory(etcd_endpoints=etcd.endpoints, base_dir=tmp_path)
+    try:
+        run = Run(StoreGroupProcesses(factory, tmp_path), "kill -9 of the leader and of etcd's leader")
+
+        def fault() -> None:
+            old, etcd_leader = run.leader, etcd.leader()
+            etcd.kill(etcd_leader)
+            run.group.replicas[old].kill()
+            run.new_leader(old)
+            etcd.restart(etcd_leader)
+            run.group.replicas[old].restart()
+            run.all_in_sync()
+
+        run.rounds(fault)
+    finally:
+        factory.close()
+        etcd.stop()
