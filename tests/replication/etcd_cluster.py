@@ -49,7 +49,7 @@ class EtcdCluster:
                         "500",
                         "--log-level",
                         "info",
-                    ],  # fmt: skip
+                    ],
                     log_path=base_dir / f"etcd-e{i}.log",
                     own_session=True,
                 )

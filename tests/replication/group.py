@@ -262,7 +262,7 @@ class Workload:
                     transaction_id=r.transaction_id,
                     producer_group=TX_GROUP,
                     decision=store_pb2.DECISION_COMMIT if commit else store_pb2.DECISION_ROLLBACK,
-                )  # fmt: skip
+                )
                 for r in halves.results
             ]
             decided = stub.DecideTransactions(
