@@ -422,7 +422,10 @@ class LocalCluster:
         gateway_args: Sequence[str] = (),
         service_args: Sequence[str] = (),
         start_timeout_s: float = 60.0,
+        store_replicas: int = 1,
     ) -> None:
+        if store_replicas < 1:
+            raise ValueError(f"store_replicas must be at least 1, got {store_replicas}")
         self.data_dir = Path(data_dir).resolve()
         self.log_dir = self.data_dir / "logs"
         self.etcd = (
@@ -456,6 +459,33 @@ class LocalCluster:
             )
             for name in SERVICES
         }
+        if store_replicas > 1:
+            # A replicated store group (docs/replication.md): replicas r0 (on store_port;
+            # the bootstrap address) .. rN-1 (port 0), store id store-0, each its own data.
+            first = self.services["store"]
+            endpoints = first.process.argv[first.process.argv.index("--etcd_endpoints") + 1]
+            group = ["--store_id", "store-0", "--min_in_sync", str(min(2, store_replicas))]
+            replicas = {}
+            for i in range(store_replicas):
+                replicas["store" if i == 0 else f"store-r{i}"] = ServiceProcess(
+                    "store",
+                    host=host,
+                    port=first.port if i == 0 else 0,
+                    etcd_endpoints=endpoints,
+                    etcd_prefix=etcd_prefix,
+                    log_path=self.log_dir / ("store.log" if i == 0 else f"store-r{i}.log"),
+                    args=[
+                        *service_args,
+                        "--data_dir",
+                        str(self.data_dir / "store" / f"r{i}"),
+                        *group,
+                        "--replica_id",
+                        f"r{i}",
+                        *store_args,
+                    ],
+                )
+            others = {k: v for k, v in self.services.items() if k != "store"}
+            self.services = {**replicas, **others}
         self._start_timeout_s = start_timeout_s
 
     @property

@@ -48,6 +48,13 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @option("--etcd-peer-port", default=2380, show_default=True, type=int)
 @option("--etcd-prefix", default="/txmq", show_default=True, help="Key prefix in etcd.")
 @option(
+    "--store-replicas",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Replicas of the store (a replicated store group, min_in_sync 2 when more than one; docs/replication.md).",
+)
+@option(
     "--start-timeout-s",
     default=60.0,
     show_default=True,

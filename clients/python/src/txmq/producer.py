@@ -48,6 +48,13 @@ Attempt = Callable[[store_pb2_grpc.StoreStub, MessageQueue, float, str], T]
 DEFAULT_MAX_MESSAGE_SIZE_BYTES = 4 * 1024 * 1024  # RocketMQ's maxMessageSize
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024  # pipelined small frames beat large ones (docs/benchmarks.md)
 _THROTTLE_BACKOFF_S = 0.05
+#: A replicated store group between leaders (docs/replication.md): these refusals stored
+#: nothing and the group answers again within a lease, so they are waited out (with
+#: backoff, within the send's timeout) rather than counted against ``retry_times``.
+_LEADER_CHANGE_CODES = frozenset(
+    {errors_pb2.CODE_NOT_LEADER, errors_pb2.CODE_NOT_ENOUGH_REPLICAS, errors_pb2.CODE_SERVICE_NOT_READY}
+)
+_LEADER_CHANGE_BACKOFF_S = 0.1
 
 
 class Producer:
@@ -323,11 +330,14 @@ class Producer:
         selector = self._selectors.get(topic) or self._selectors.setdefault(topic, QueueSelector())
         failed_store: str | None = None
         attempts = 0
+        waits = 0
+        alone = False  # the topic lives on one store (group): no other store to retry on
         while True:
             attempts += 1
             mq: MessageQueue | None = None
             try:
                 route = core.routes.get(topic, timeout=deadline - time.monotonic())
+                alone = len({q.store_id for q in route.queues}) == 1
                 mq = selector.select(_write_queues(route, queue_id), avoid_store=failed_store)
                 address = route.store_address(mq.store_id)
                 store = core.stub(address, store_pb2_grpc.StoreStub)
@@ -340,6 +350,14 @@ class Producer:
                     failed_store = mq.store_id
                 if not err.retriable:
                     raise
+                leader_change = err.code in _LEADER_CHANGE_CODES or (alone and err.unreachable and mq is not None)
+                if leader_change and time.monotonic() < deadline:
+                    attempts -= 1
+                    waits += 1
+                    failed_store = None  # the same store group, under its next leader
+                    left = deadline - time.monotonic()
+                    time.sleep(max(0.0, backoff_delay(waits, first=_LEADER_CHANGE_BACKOFF_S, maximum=min(left, 1.0))))
+                    continue
                 if attempts > self._retry_times or time.monotonic() >= deadline:
                     err.metadata["attempts"] = str(attempts)
                     raise
