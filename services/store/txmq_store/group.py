@@ -498,7 +498,7 @@ class StoreGroup:
         await self._stop_following()
         self.state = new
         self._holding = holding
-        store.become_leader(epoch=new.epoch, in_sync=in_sync, min_in_sync=self._settings.min_in_sync)
+        store.become_leader(epoch=new.epoch, in_sync=in_sync, min_in_sync=self._settings.min_in_sync, clock=self._clock)
         await self.published.activate(holding)
 
     async def _cas(self, revision: int, new: store_pb2.StoreGroupState) -> bool:

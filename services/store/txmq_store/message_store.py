@@ -24,7 +24,8 @@ from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
 from txmq.records import ANY_QUEUE
 from txmq.v1 import errors_pb2
-from txmq_runtime.clock import WallClock, wall_clock_ms
+from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
+from txmq_runtime.clock import Clock as MonotonicClock
 from txmq_runtime.settings import describe
 
 from . import metrics as store_metrics
@@ -793,7 +794,9 @@ class MessageStore:
             if reach > self._dispatcher.dispatched_offset:
                 self._dispatcher.dispatched_offset = reach
 
-    def become_leader(self, *, epoch: int, in_sync: frozenset[str], min_in_sync: int) -> Leadership:
+    def become_leader(
+        self, *, epoch: int, in_sync: frozenset[str], min_in_sync: int, clock: MonotonicClock = SYSTEM_CLOCK
+    ) -> Leadership:
         """This replica leads ``epoch`` (etcd says so): its epoch begins at its log's
         end. Writes open once the in-sync replicas hold everything up to there."""
         assert self.epochs is not None
@@ -802,7 +805,7 @@ class MessageStore:
         self._writes_ready = False
         self.leadership = Leadership(
             replica_id=self.replica_id, epoch=epoch, epoch_start=start, in_sync=in_sync,
-            min_in_sync=min_in_sync, local_end=self._local_durable,
+            min_in_sync=min_in_sync, local_end=self._local_durable, clock=clock,
         )  # fmt: skip
         self.leadership.on_advance = self._advance
         self.leader_hint = (self.replica_id, self.advertised_address)

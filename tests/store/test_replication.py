@@ -1,0 +1,251 @@
+"""The replicated store group's core without processes or etcd (docs/replication.md):
+where logs diverge, the epoch history, the high watermark and the in-sync set on a
+manual clock, and a leader and a follower store in one process copying records."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from support.clock import ManualClock
+
+from txmq.errors import TxmqError
+from txmq.v1 import errors_pb2
+from txmq_store.codec import CorruptRecord
+from txmq_store.model import SendStatus
+from txmq_store.replication import EpochHistory, Leadership, check_copied, divergence, ship_span
+
+from .conftest import StoreFactory, msg
+
+# -- where two logs diverge --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("leader", "leader_end", "follower", "follower_end", "cut"),
+    [
+        ([(1, 0)], 500, [(1, 0)], 300, 300),  # behind in the same epoch: keep all
+        ([(1, 0), (2, 100)], 500, [(1, 0)], 300, 100),  # wrote past the end of epoch 1 (a deposed leader)
+        ([(1, 0), (2, 100), (4, 300)], 400, [(1, 0), (2, 100), (3, 250)], 320, 250),  # epoch 3 never reached it
+        ([(1, 0)], 500, [], 0, 0),  # empty
+        ([(1, 0)], 50, [], 80, 0),  # records from before any epoch the leader knows
+        ([(0, 0), (1, 200)], 500, [], 150, 150),  # both held the same pre-group log (epoch 0)
+        ([(1, 0), (2, 100)], 100, [(1, 0)], 100, 100),  # the new epoch has no record yet
+    ],
+)
+def test_divergence(leader, leader_end, follower, follower_end, cut):
+    assert divergence(leader, leader_end, follower, follower_end) == cut
+
+
+def test_the_epoch_history_is_kept_on_disk(tmp_path):
+    path = tmp_path / "epochs.json"
+    h = EpochHistory.load(path)
+    h.begin(1, 0)
+    h.begin(3, 700)
+    assert EpochHistory.load(path).entries == [(1, 0), (3, 700)]
+    h.cut(700)
+    assert EpochHistory.load(path).entries == [(1, 0)]
+    h.adopt([(1, 0), (2, 400), (5, 900)], 901)
+    assert EpochHistory.load(path).entries == [(1, 0), (2, 400), (5, 900)]
+    with pytest.raises(ValueError):
+        h.begin(5, 1000)
+    fresh = EpochHistory.load(tmp_path / "other.json")
+    fresh.begin(1, 4096)  # a store that ran alone before: its records are epoch 0
+    assert fresh.entries == [(0, 0), (1, 4096)]
+
+
+# -- the high watermark and the in-sync set ------------------------------------------------
+
+
+def _leadership(clock: ManualClock, **kw) -> Leadership:
+    args = dict(replica_id="a", epoch=1, epoch_start=0, in_sync=frozenset("abc"), min_in_sync=2, local_end=0)
+    return Leadership(clock=clock, **{**args, **kw})
+
+
+async def test_the_high_watermark_is_the_lowest_end_over_the_in_sync_set():
+    clock = ManualClock()
+    lead = _leadership(clock)
+    b, c = lead.attach("b"), lead.attach("c")
+    lead.local_durable(300)
+    done = lead.wait_replicated(300)
+    lead.reported(b, 300)
+    await asyncio.sleep(0)
+    assert lead.high_watermark == 0 and not done.done()  # c holds nothing yet
+    lead.reported(c, 200)
+    assert lead.high_watermark == 200 and not done.done()
+    lead.reported(c, 300)
+    assert lead.high_watermark == 300 and done.done()
+
+
+async def test_a_pending_in_sync_change_counts_against_both_sets():
+    lead = _leadership(ManualClock(), in_sync=frozenset("ab"))
+    b, c = lead.attach("b"), lead.attach("c")
+    lead.pending_in_sync = frozenset("abc")  # c joins, etcd has not answered yet
+    lead.local_durable(100)
+    lead.reported(b, 100)
+    fut = lead.wait_replicated(100)
+    assert lead.high_watermark == 0 and not fut.done()
+    lead.reported(c, 100)
+    assert fut.done()
+
+
+async def test_acknowledgements_wait_while_fewer_than_min_in_sync_replicas_are_in_sync():
+    lead = _leadership(ManualClock(), in_sync=frozenset("a"), min_in_sync=2)
+    lead.local_durable(100)
+    fut = lead.wait_replicated(100)
+    assert lead.high_watermark == 100 and not fut.done()  # visible, not acknowledged
+    with pytest.raises(TxmqError) as err:
+        lead.check_writable()
+    assert err.value.code == errors_pb2.CODE_NOT_ENOUGH_REPLICAS
+    lead.set_in_sync(frozenset("ab"))
+    lead.reported(lead.attach("b"), 100)
+    assert fut.done()
+
+
+async def test_a_lagging_follower_leaves_the_in_sync_set_and_a_caught_up_one_joins():
+    clock = ManualClock()
+    lead = _leadership(clock, in_sync=frozenset("ab"))
+    b, c = lead.attach("b"), lead.attach("c")
+    lead.local_durable(100)
+    lead.shipped(b, 100, 100)
+    lead.shipped(c, 100, 100)
+    lead.reported(b, 100)
+    assert lead.wanted_in_sync(lag_max_ms=1000) == frozenset("ab")  # c has not reported yet
+    lead.reported(c, 100)
+    assert lead.wanted_in_sync(lag_max_ms=1000) == frozenset("abc")
+    lead.set_in_sync(frozenset("abc"))
+    clock.advance(500)
+    lead.local_durable(200)
+    lead.shipped(b, 200, 200)
+    lead.shipped(c, 200, 200)
+    lead.reported(c, 200)  # b goes quiet: it last caught up 500 ms ago
+    assert lead.wanted_in_sync(lag_max_ms=1000) == frozenset("abc")
+    clock.advance(501)
+    assert lead.wanted_in_sync(lag_max_ms=1000) == frozenset("ac")
+
+
+async def test_a_follower_behind_while_writes_stream_in_still_counts_as_caught_up():
+    """Kafka's lastCaughtUpTime: reaching what was the leader's end when shipped counts,
+    even though the leader has moved on since."""
+    clock = ManualClock()
+    lead = _leadership(clock, in_sync=frozenset("ab"))
+    b = lead.attach("b")
+    for end in range(100, 2100, 100):
+        lead.local_durable(end)
+        lead.shipped(b, end, end)
+        clock.advance(100)
+        lead.reported(b, end - 100)  # always one shipment behind
+    assert lead.wanted_in_sync(lag_max_ms=300) == frozenset("ab")
+
+
+async def test_the_end_of_a_term_fails_every_waiting_send_with_not_leader():
+    lead = _leadership(ManualClock())
+    lead.local_durable(100)
+    fut, offsets = lead.wait_replicated(100), lead.wait_offsets_replicated(1)
+    lead.end()
+    for f in (fut, offsets):
+        with pytest.raises(TxmqError) as err:
+            f.result()
+        assert err.value.code == errors_pb2.CODE_NOT_LEADER
+
+
+async def test_consume_offsets_are_answered_once_every_in_sync_follower_took_them():
+    lead = _leadership(ManualClock())
+    b, c = lead.attach("b"), lead.attach("c")
+    fut = lead.wait_offsets_replicated(3)
+    lead.reported(b, 0, offsets_version=3)
+    assert not fut.done()
+    lead.reported(c, 0, offsets_version=2)
+    assert not fut.done()
+    lead.reported(c, 0, offsets_version=3)
+    assert fut.done()
+
+
+# -- a leader and a follower store in one process ------------------------------------------
+
+
+async def _pair(stores: StoreFactory, **overrides):
+    leader = await stores.open("leader", replica_id="a", **overrides)
+    follower = await stores.open("follower", replica_id="b", **overrides)
+    return leader, follower
+
+
+async def _ship(leader, follower, lead: Leadership) -> None:
+    """What Follow does, in-process: ship everything, report, pass the high watermark."""
+    view = lead.attach("b")
+    pos = follower.commitlog.write_offset
+    while pos < leader.commitlog.write_offset:
+        seg_end = leader.commitlog.roll_next_file(pos)
+        data = leader.commitlog.read(pos, min(seg_end, leader.commitlog.write_offset) - pos)
+        n = ship_span(data, pos, seg_end)
+        follower.copy_shipment(pos, data[:n])
+        pos += n
+    follower.epochs.adopt(leader.epochs.entries, follower.commitlog.write_offset)
+    lead.reported(view, follower.local_log_end)
+    follower.set_follower_high_watermark(lead.high_watermark)
+
+
+async def test_a_send_is_acknowledged_and_visible_only_once_the_follower_holds_it(stores: StoreFactory):
+    leader, follower = await _pair(stores)
+    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=2)
+    lead.reported(lead.attach("b"), 0)
+    leader.create_topic("T", read_queue_nums=2, write_queue_nums=2)
+    follower.adopt_configs(topics=leader.config_documents()[0])
+    appended = leader.append_records([msg(b"one", topic="T", queue_id=0), msg(b"two", topic="T", queue_id=0)])
+    settle = asyncio.ensure_future(leader.settle(appended))
+    await asyncio.sleep(0)
+    assert not settle.done()
+    assert leader.get_message(topic="T", queue_id=0, offset=0).messages == []  # beyond the high watermark
+    await _ship(leader, follower, lead)
+    assert await settle == SendStatus.OK
+    for store in (leader, follower):
+        got = store.get_message(topic="T", queue_id=0, offset=0)
+        assert [m.body for m in got.messages] == [b"one", b"two"]
+    # A follower refuses writes, naming its leader when it knows it.
+    follower.leader_hint = ("a", "10.0.0.1:10911")
+    with pytest.raises(TxmqError) as err:
+        follower.append_records([msg(b"x", topic="T")])
+    assert err.value.code == errors_pb2.CODE_NOT_LEADER and err.value.metadata["leader"] == "a"
+
+
+async def test_a_deposed_leader_cuts_what_it_wrote_after_the_divergence(stores: StoreFactory):
+    old, new = await _pair(stores)
+    lead = old.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
+    old.create_topic("T", read_queue_nums=1, write_queue_nums=1)
+    new.adopt_configs(topics=old.config_documents()[0])
+    lead.reported(lead.attach("b"), 0)
+    first = old.append_records([msg(b"kept", topic="T")])
+    await _ship(old, new, lead)
+    await old.settle(first)
+    lead.set_in_sync(frozenset("a"))  # b falls out: a's next write is held by a alone
+    orphan = old.append_records([msg(b"orphan", topic="T")])
+    await old.settle(orphan)
+    old.end_leadership("deposed")
+    # b takes over at its own end: epoch 2 starts where "kept" ends.
+    new.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
+    cut = divergence(new.epochs.entries, new.commitlog.write_offset, old.epochs.entries, old.commitlog.write_offset)
+    assert cut == new.commitlog.write_offset < old.commitlog.write_offset
+    # It was acknowledged on a alone (min_in_sync 1): that is what min_in_sync 1 means.
+    old.cut_log(cut)
+    assert old.commitlog.write_offset == cut
+
+
+def test_copied_bytes_are_checked_before_they_are_written(tmp_path):
+    data = bytearray(_records(tmp_path))
+    assert len(check_copied(bytes(data), 0, 1 << 20)) == 3
+    assert ship_span(bytes(data[:-5]), 0, 1 << 20) < len(data) - 5  # never ends inside a record
+    data[len(data) // 2] ^= 0xFF
+    with pytest.raises(CorruptRecord):
+        check_copied(bytes(data), 0, 1 << 20)
+
+
+def _records(tmp_path) -> bytes:
+    async def build() -> bytes:
+        factory = StoreFactory(tmp_path, ManualClock())
+        store = await factory.open("src")
+        store.create_topic("T", read_queue_nums=1, write_queue_nums=1)
+        await store.send([msg(b"a" * 10, topic="T"), msg(b"b" * 300, topic="T"), msg(b"c", topic="T")])
+        data = store.commitlog.read(0, store.commitlog.write_offset)
+        await factory.close_all()
+        return data
+
+    return asyncio.run(build())
