@@ -35,7 +35,7 @@ _DERIVED: dict[type, tuple[str, ...]] = {MessageExt: ("msg_id",), ConsumeOffset:
 
 
 def register(group: click.Group) -> None:
-    for command in (topic, subscription_group, send, message, offsets):
+    for command in (topic, subscription_group, send, message, offsets, store_group):
         group.add_command(command)
 
 
@@ -151,6 +151,47 @@ def _emit_table(rows: Sequence[Row], columns: Columns, output: str) -> None:
 def _short(body: bytes, limit: int = 40) -> str:
     text = _text(body)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- store groups --------------------------------------------------------------------------
+
+
+@click.group("store-group")
+def store_group() -> None:
+    """Replicated store groups (docs/replication.md)."""
+
+
+@store_group.command("status")
+@option("--store-id", help="Only this store group (default: every one).")
+@_admin_command
+def store_group_status(store_id: str | None, endpoint: str, output: str) -> None:
+    """Leader, epoch, in-sync set, and each replica's log end, high watermark and lag."""
+    with Admin(endpoint) as admin:
+        groups = admin.store_group_status(store_id=store_id)
+    if output == "json":
+        _emit_table(groups, (), output)
+        return
+    if not groups:
+        click.echo("no replicated store group is registered")
+    for g in groups:
+        click.echo(
+            f"store group {g.store_id}: leader {g.leader or '(none)'}, epoch {g.epoch}, "
+            f"in sync {','.join(g.in_sync) or '-'} (min {g.min_in_sync})"
+        )
+        _emit_table(
+            list(g.replicas),
+            (
+                ("REPLICA", lambda r: r.replica_id),
+                ("ROLE", lambda r: r.role),
+                ("ADDRESS", lambda r: r.address),
+                ("LOG_END", lambda r: r.log_end),
+                ("HIGH_WATERMARK", lambda r: r.high_watermark),
+                ("LAG_BYTES", lambda r: "-" if r.lag_bytes < 0 else r.lag_bytes),
+                ("IN_SYNC", lambda r: "-" if r.in_sync is None else ("yes" if r.in_sync else "no")),
+                ("CAUGHT_UP_MS_AGO", lambda r: "-" if r.caught_up_ms_ago < 0 else r.caught_up_ms_ago),
+            ),
+            output,
+        )
 
 
 # -- topics --------------------------------------------------------------------------------

@@ -31,7 +31,9 @@ from txmq.models import (
     Endpoint,
     Perm,
     QueueOffsets,
+    ReplicaState,
     ServiceKind,
+    StoreGroupStatus,
     StoreStatus,
     SubscriptionGroupConfig,
     TopicConfig,
@@ -96,6 +98,59 @@ class Admin:
             )
             for s in self._stores(store_id)
         ]
+
+    def store_group_status(self, *, store_id: str | None = None) -> list[StoreGroupStatus]:
+        """Every replicated store group (or one): each registered replica asked for its
+        state, its leader for its followers' lag. A replica that does not answer is
+        listed as ``unreachable``."""
+        groups: dict[str, list[Endpoint]] = {}
+        for e in self.endpoints(ServiceKind.STORE_REPLICA):
+            group, _, _ = e.instance_id.rpartition(".")
+            if store_id is None or group == store_id:
+                groups.setdefault(group, []).append(e)
+        if store_id is not None and not groups:
+            raise NotFoundError(
+                f"no live replica of store group {store_id!r}",
+                code=errors_pb2.CODE_STORE_NOT_FOUND,
+                metadata={"store_id": store_id},
+            )
+        return [self._group_status(group, members) for group, members in sorted(groups.items())]
+
+    def _group_status(self, group: str, members: list[Endpoint]) -> StoreGroupStatus:
+        answers: dict[str, tuple[Endpoint, store_pb2.ReplicaStatus | None]] = {}
+        for e in sorted(members, key=lambda e: e.instance_id):
+            stub = self._core.stub(e.address, store_pb2_grpc.StoreReplicationStub)
+            try:
+                st = call(stub.GetReplicaStatus, store_pb2.GetReplicaStatusRequest(), timeout=self._timeout)
+            except TxmqError:
+                st = None
+            answers[e.instance_id.rpartition(".")[2]] = (e, st)
+        leader = next((st for _, st in answers.values() if st is not None and st.role == "leader"), None)
+        progress = {p.replica_id: p for p in leader.followers} if leader is not None else {}
+        replicas = []
+        for rid, (e, st) in answers.items():
+            p = progress.get(rid)
+            replicas.append(
+                ReplicaState(
+                    replica_id=rid,
+                    address=e.address,
+                    role=st.role if st is not None else "unreachable",
+                    epoch=st.epoch if st is not None else 0,
+                    log_end=st.log_end if st is not None else -1,
+                    high_watermark=st.high_watermark if st is not None else -1,
+                    lag_bytes=0 if st is leader and st is not None else (p.lag_bytes if p else -1),
+                    in_sync=(rid in leader.in_sync) if leader is not None else None,
+                    caught_up_ms_ago=0 if st is leader and st is not None else (p.caught_up_ms_ago if p else -1),
+                )
+            )
+        return StoreGroupStatus(
+            store_id=group,
+            leader=leader.replica_id if leader is not None else "",
+            epoch=leader.epoch if leader is not None else max((r.epoch for r in replicas), default=0),
+            in_sync=tuple(leader.in_sync) if leader is not None else (),
+            min_in_sync=leader.min_in_sync if leader is not None else 0,
+            replicas=tuple(replicas),
+        )
 
     # -- topics ------------------------------------------------------------------------
 

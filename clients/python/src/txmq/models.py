@@ -26,6 +26,8 @@ class ServiceKind(enum.Enum):
     TXCHECK = common_pb2.SERVICE_KIND_TXCHECK
     PULL = common_pb2.SERVICE_KIND_PULL
     GATEWAY = common_pb2.SERVICE_KIND_GATEWAY
+    #: One replica of a replicated store group (instance id ``<store_id>.<replica_id>``).
+    STORE_REPLICA = common_pb2.SERVICE_KIND_STORE_REPLICA
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,36 @@ class ConsumeOffset:
     def lag(self) -> int:
         """Messages stored but not yet consumed by the group."""
         return max(0, self.max_offset - max(self.offset, self.min_offset))
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """One replica of a store group as it reports itself (docs/replication.md), with
+    what its leader knows of it (``lag_bytes``, ``in_sync``; -1 / None when the leader
+    did not answer)."""
+
+    replica_id: str
+    address: str
+    role: str  # leader, follower, candidate; "unreachable" when it did not answer
+    epoch: int
+    log_end: int
+    high_watermark: int
+    lag_bytes: int = -1
+    in_sync: bool | None = None
+    caught_up_ms_ago: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class StoreGroupStatus:
+    """A replicated store group: its leader, epoch and in-sync set (as the leader says)
+    and every replica registered."""
+
+    store_id: str
+    leader: str
+    epoch: int
+    in_sync: tuple[str, ...]
+    min_in_sync: int
+    replicas: tuple[ReplicaState, ...]
 
 
 @dataclass(frozen=True, slots=True)
