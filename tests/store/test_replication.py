@@ -249,3 +249,22 @@ def _records(tmp_path) -> bytes:
         return data
 
     return asyncio.run(build())
+
+
+async def test_a_replica_reports_its_role_and_its_leader_the_followers_lag(stores: StoreFactory):
+    from txmq_store.metrics import read_store
+
+    leader, follower = await _pair(stores)
+    lead = leader.become_leader(epoch=3, in_sync=frozenset("ab"), min_in_sync=1)
+    leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
+    lead.reported(lead.attach("b"), 0)
+    leader.append_records([msg(b"x" * 100, topic="T")])
+    samples = {(name, tuple(labels)): value for name, labels, value in read_store(leader)}
+    end = leader.commitlog.write_offset
+    assert samples[("leader", ("store-0", "a"))] == 1 and samples[("epoch", ("store-0", "a"))] == 3
+    assert samples[("in_sync", ("store-0",))] == 2
+    assert samples[("follower_lag", ("store-0", "b"))] == end
+    assert samples[("hw_behind", ("store-0", "a"))] == end  # b holds none of it yet
+    follower_samples = {(name, tuple(labels)): value for name, labels, value in read_store(follower)}
+    assert follower_samples[("leader", ("store-0", "b"))] == 0
+    assert ("in_sync", ("store-0",)) not in follower_samples

@@ -24,6 +24,11 @@ Read on scrape (``COLLECTOR``, on the store's event loop):
   ``rocketmq_storage_dispatch_behind_bytes``, ``txmq_store_commitlog_bytes``,
   ``txmq_store_disk_free_bytes``, ``txmq_store_disk_size_bytes`` {store_id}.
 
+Replicated store groups: ``txmq_store_replica_leader``, ``txmq_store_replica_epoch``,
+``txmq_store_replica_unreplicated_bytes`` {store_id, replica}; on the leader
+``txmq_store_replica_in_sync_size`` {store_id} and ``txmq_store_replica_lag_bytes``
+{store_id, replica} (per follower).
+
 ``txmq_store_corrupt_records_total`` and ``txmq_store_writes_refused_disk_full_total``
 live in integrity.py.
 """
@@ -208,6 +213,28 @@ def _families() -> dict[str, Metric]:
         "disk": GaugeMetricFamily(
             "txmq_store_disk_size_bytes", "Size of the data directory's file system.", labels=store
         ),
+        # Replicated store groups (docs/replication.md): every replica reports these.
+        "leader": GaugeMetricFamily(
+            "txmq_store_replica_leader", "1 while this replica leads its store group.", labels=["store_id", "replica"]
+        ),
+        "epoch": GaugeMetricFamily(
+            "txmq_store_replica_epoch", "The group epoch this replica last knew.", labels=["store_id", "replica"]
+        ),
+        "hw_behind": GaugeMetricFamily(
+            "txmq_store_replica_unreplicated_bytes",
+            "Log bytes beyond the high watermark: written on this replica, not yet held by every in-sync replica.",
+            labels=["store_id", "replica"],
+        ),
+        "in_sync": GaugeMetricFamily(
+            "txmq_store_replica_in_sync_size",
+            "Leader only: replicas in the in-sync set (writes are refused below min_in_sync).",
+            labels=["store_id"],
+        ),
+        "follower_lag": GaugeMetricFamily(
+            "txmq_store_replica_lag_bytes",
+            "Leader only: how far each follower's log end is behind the leader's.",
+            labels=["store_id", "replica"],
+        ),
     }
 
 
@@ -232,6 +259,20 @@ def read_store(store: MessageStore) -> Iterator[Sample]:
     if not half:
         half = _unchecked_halves(store)
     yield "half", [sid], half
+    if store.replicated:
+        yield from _replication(store, top)
+
+
+def _replication(store: MessageStore, top: int) -> Iterator[Sample]:
+    sid, me = store.store_id, store.replica_id
+    lead = store.leadership
+    yield "leader", [sid, me], 1 if lead is not None else 0
+    yield "epoch", [sid, me], lead.epoch if lead is not None else (store.epochs.latest if store.epochs else 0)
+    yield "hw_behind", [sid, me], max(0, top - store.high_watermark)
+    if lead is not None:
+        yield "in_sync", [sid], len(lead.in_sync)
+        for rid, view in sorted(lead.followers.items()):
+            yield "follower_lag", [sid, rid], max(0, top - view.log_end)
 
 
 def _unchecked_halves(store: MessageStore) -> int:
