@@ -4,9 +4,8 @@ follower reads and refusals (docs/replication.md)."""
 from __future__ import annotations
 
 import grpc
-from support.waiting import wait_until
-
 from click.testing import CliRunner
+from support.waiting import wait_until
 
 from txmq import Admin
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
