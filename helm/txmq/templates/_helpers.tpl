@@ -111,10 +111,13 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 
 {{/* Every setting of one service as TXMQ_<SERVICE>_<FIELD>, in field order of values.yaml
      (sorted). Empty "chart computes" fields get their per-pod values.
-     Call with (dict "ctx" $ "service" "store"). */}}
+     Call with (dict "ctx" $ "service" "store"); a replica of a store group with
+     (dict "ctx" $ "service" "store" "group" "<group name>"): store_id is the group's name
+     and replica_id the pod name. */}}
 {{- define "txmq.settingsEnv" -}}
 {{- $ctx := .ctx }}
 {{- $service := .service }}
+{{- $group := .group | default "" }}
 {{- $values := index $ctx.Values $service }}
 {{- $settings := $values.settings }}
 {{- $prefix := printf "TXMQ_%s_" (upper $service) }}
@@ -129,7 +132,7 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- $_ := set $computed "tls_key_file" (printf "%s/tls.key" $tlsDir) }}
 {{- end }}
 {{- if eq $service "store" }}
-{{- $_ := set $computed "store_id" "$(POD_NAME)" }}
+{{- $_ := set $computed "store_id" (default "$(POD_NAME)" $group) }}
 {{- if include "txmq.exportsShared" $ctx }}
 {{- $_ := set $computed "export_dir" (include "txmq.exportsDir" $ctx) }}
 {{- end }}
@@ -143,6 +146,8 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- if and (eq $service "store") (eq $name "physical_memory_bytes") (eq (include "txmq.envValue" $value) "0") }}
   valueFrom:
     resourceFieldRef: {containerName: store, resource: limits.memory, divisor: "1"}
+{{- else if and $group (eq $service "store") (eq $name "replica_id") (eq (toString $value) "") }}
+  valueFrom: {fieldRef: {fieldPath: metadata.name}}
 {{- else if and (hasKey $computed $name) (eq (toString $value) "") }}
   value: {{ index $computed $name | quote }}
 {{- else }}
