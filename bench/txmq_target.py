@@ -88,8 +88,13 @@ class TxmqTarget(Target):
         store_args: list[str] | None = None,
         store_module: str | None = None,
         sdk_options: dict[str, object] | None = None,
+        replicas: int = 1,
     ) -> None:
         super().__init__(workdir)
+        #: > 1: a replicated store group (docs/replication.md) of this many replicas,
+        #: min_in_sync 2; the producer talks to its leader, the followers copy.
+        self.replicas = replicas
+        self.followers: list[procs.Child] = []
         self.flush_mode = flush_mode
         self.etcd = etcd
         self.client = client  # "sdk" | "stubs"
@@ -114,19 +119,35 @@ class TxmqTarget(Target):
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.child.port}"
 
+    def server_pids(self) -> list[int]:
+        return super().server_pids() + [f.pid for f in self.followers if f.proc is not None]
+
     async def start(self) -> None:
         etcd_port = await asyncio.to_thread(self.etcd.start)
-        self.child = procs.start_store(
-            self.workdir,
-            flush_mode=self.flush_mode,
-            etcd_port=etcd_port,
-            extra_args=self.store_args,
-            module=self.store_module,
-        )
-        self.channel = grpc.aio.insecure_channel(self.endpoint, options=GRPC_OPTIONS)
-        await wait_serving(self.channel, self.child, timeout_s=30)
+        if self.replicas > 1:
+            await self._start_group(etcd_port)
+        else:
+            self.child = procs.start_store(
+                self.workdir,
+                flush_mode=self.flush_mode,
+                etcd_port=etcd_port,
+                extra_args=self.store_args,
+                module=self.store_module,
+            )
+            self.channel = grpc.aio.insecure_channel(self.endpoint, options=GRPC_OPTIONS)
+            await wait_serving(self.channel, self.child, timeout_s=30)
         admin = store_pb2_grpc.StoreAdminStub(self.channel)
-        await admin.CreateTopic(store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(name=TOPIC)), timeout=10)
+        deadline = time.monotonic() + 30
+        while True:  # a group takes writes once min_in_sync replicas are in sync
+            try:
+                await admin.CreateTopic(
+                    store_pb2.CreateTopicRequest(topic=common_pb2.TopicConfig(name=TOPIC)), timeout=10
+                )
+                break
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         status = await admin.GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=10)
         if status.flush_mode and status.flush_mode.lower() != self.flush_mode:
             raise RuntimeError(f"store reports flush_mode={status.flush_mode!r}, wanted {self.flush_mode}")
@@ -146,6 +167,37 @@ class TxmqTarget(Target):
                     self.fallback_note = f" (SDK failed: {type(e).__name__}: {str(e)[:120]})"
         elif self.client == "sdk":
             self.producer = await self._open_sdk()
+
+    async def _start_group(self, etcd_port: int) -> None:
+        prefix = f"/bench-{new_unique_id()[:12]}"
+        children = []
+        for i in range(self.replicas):
+            sub = self.workdir / f"r{i}"
+            sub.mkdir(parents=True, exist_ok=True)
+            args = ["--store_id", "bench-group", "--replica_id", f"r{i}", "--min_in_sync", "2"]
+            args += ["--etcd_prefix", prefix, *self.store_args]
+            children.append(procs.start_store(sub, flush_mode=self.flush_mode, etcd_port=etcd_port, extra_args=args))
+        deadline = time.monotonic() + 30
+        leader = None
+        while leader is None:
+            for child in children:
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{child.port}") as ch:
+                    try:
+                        st = await store_pb2_grpc.StoreReplicationStub(ch).GetReplicaStatus(
+                            store_pb2.GetReplicaStatusRequest(), timeout=1
+                        )
+                    except grpc.aio.AioRpcError:
+                        continue
+                if st.role == "leader":
+                    leader = child
+            if leader is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no leader in the bench store group after 30 s")
+                await asyncio.sleep(0.1)
+        self.child = leader
+        self.followers = [c for c in children if c is not leader]
+        self.channel = grpc.aio.insecure_channel(self.endpoint, options=GRPC_OPTIONS)
+        await wait_serving(self.channel, self.child, timeout_s=30)
 
     # --- raw stubs ------------------------------------------------------------------
 
@@ -255,3 +307,5 @@ class TxmqTarget(Target):
         if self.channel is not None:
             await self.channel.close()
         await super().stop()
+        for follower in self.followers:
+            await asyncio.to_thread(follower.stop)

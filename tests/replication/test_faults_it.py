@@ -102,7 +102,7 @@ class Run:
         line = (
             f"fault {self.name}: rounds {ROUNDS}, acknowledged {v['acked']} (refused or unknown {work.failures}), "
             f"lost {v['lost']}, duplicated {v['duplicated']}, moved {v['moved']}; transactions {work.transactions}, "
-            f"rolled back {len(work.rolled_back)}, of them visible {v.get('rolled_back_visible', 0)}"
+            f"rolled-back bodies {len(work.rolled_back)}, of them visible {v.get('rolled_back_visible', 0)}"
         )
         if self.failovers:
             line += f", new leader in {min(self.failovers):.2f}-{max(self.failovers):.2f} s"

@@ -268,10 +268,11 @@ class Follower:
     async def _follow(self, stub: store_pb2_grpc.StoreReplicationStub) -> None:
         store = self._store
         assert store.epochs is not None
+        epochs = store.epochs
         queue: asyncio.Queue[store_pb2.FollowerReport] = asyncio.Queue()
         first = store_pb2.FollowerReport(
             store_id=store.store_id, replica_id=store.replica_id, epoch=self.epoch, log_end=store.local_log_end,
-            epochs=_epochs(store.epochs.entries), segment_bytes=store.commitlog.segment_bytes,
+            epochs=_epochs(epochs.entries), segment_bytes=store.commitlog.segment_bytes,
         )  # fmt: skip
 
         async def reports() -> AsyncIterator[store_pb2.FollowerReport]:
@@ -279,35 +280,61 @@ class Follower:
             while True:
                 yield await queue.get()
 
-        call = stub.Follow(reports())
         leader_epochs: list[tuple[int, int]] = []
         offsets_version = 0
-        async for shipment in call:
-            if shipment.epoch < self.epoch:
-                raise error(errors_pb2.CODE_FENCED, f"the leader's epoch {shipment.epoch} is older than {self.epoch}")
-            if shipment.epochs:
-                leader_epochs = [(e.epoch, e.start_offset) for e in shipment.epochs]
-                store.cut_log(shipment.truncate_to)
-                store.epochs.adopt(leader_epochs, store.commitlog.write_offset)
-            if shipment.topics_json or shipment.subscription_groups_json or shipment.consume_offsets_json:
-                store.adopt_configs(
-                    topics=shipment.topics_json,
-                    groups=shipment.subscription_groups_json,
-                    offsets=shipment.consume_offsets_json,
-                )
-            if shipment.data:
-                end = store.copy_shipment(shipment.offset, shipment.data)
-                if store.settings.flush_mode == "sync":
-                    end = await store.flush_copied()
-                store.epochs.adopt(leader_epochs, end)
-            store.set_follower_high_watermark(shipment.high_watermark)
-            if shipment.consume_offsets_json:
-                offsets_version = shipment.consume_offsets_version
+        sync = store.settings.flush_mode == "sync"
+        flushing: asyncio.Task[None] | None = None
+
+        def report() -> None:
             queue.put_nowait(
                 store_pb2.FollowerReport(
                     epoch=self.epoch, log_end=store.local_log_end, consume_offsets_version=offsets_version
                 )
             )
+
+        async def flush() -> None:
+            # Group commit on the follower: shipments go on being appended while an
+            # fsync runs; each fsync covers all of them and is reported once done.
+            while store.local_log_end < store.commitlog.write_offset:
+                end = await store.flush_copied()
+                epochs.adopt(leader_epochs, end)
+                report()
+
+        call = stub.Follow(reports())
+        try:
+            async for shipment in call:
+                if shipment.epoch < self.epoch:
+                    raise error(
+                        errors_pb2.CODE_FENCED, f"the leader's epoch {shipment.epoch} is older than {self.epoch}"
+                    )
+                if flushing is not None and flushing.done():
+                    flushing.result()  # a failed fsync ends the stream
+                    flushing = None
+                if shipment.epochs:
+                    leader_epochs = [(e.epoch, e.start_offset) for e in shipment.epochs]
+                    store.cut_log(shipment.truncate_to)
+                    epochs.adopt(leader_epochs, store.commitlog.write_offset)
+                if shipment.topics_json or shipment.subscription_groups_json or shipment.consume_offsets_json:
+                    store.adopt_configs(
+                        topics=shipment.topics_json,
+                        groups=shipment.subscription_groups_json,
+                        offsets=shipment.consume_offsets_json,
+                    )
+                    if shipment.consume_offsets_json:
+                        offsets_version = shipment.consume_offsets_version
+                if shipment.data:
+                    end = store.copy_shipment(shipment.offset, shipment.data)
+                    if sync:
+                        if flushing is None:
+                            flushing = asyncio.create_task(flush())
+                    else:
+                        epochs.adopt(leader_epochs, end)
+                store.set_follower_high_watermark(shipment.high_watermark)
+                report()
+        finally:
+            if flushing is not None:
+                flushing.cancel()
+                await asyncio.gather(flushing, return_exceptions=True)
 
 
 # -- etcd: the group's state and leadership --------------------------------------------
