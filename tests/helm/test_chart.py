@@ -4,6 +4,7 @@ kubernetes-validate) and the properties the deployment depends on."""
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,51 @@ NONDEFAULT: dict[str, Any] = {
     },
 }
 
+#: Replicated store groups: 3 groups of 3 replicas, acks from 2 (min_in_sync); the analytics
+#: job snapshots each group's leader over gRPC (source remote), as groups require.
+GROUPS: dict[str, Any] = {
+    "store": {"groups": {"count": 3, "replicas": 3}, "settings": {"min_in_sync": 2}},
+    "analytics": {"exports": {"source": "remote"}},
+}
+#: Groups that must be on different zones, next to the operator's own affinity terms, with
+#: other names, ports and a mounted TLS Secret.
+GROUPS_NONDEFAULT: dict[str, Any] = {
+    "fullnameOverride": "mq",
+    "clusterDomain": "corp.local",
+    "tls": {"enabled": True, "secretName": "txmq-tls"},
+    "analytics": {"enabled": False},
+    "store": {
+        "groups": {
+            "count": 2,
+            "replicas": 5,
+            "antiAffinity": "required",
+            "topologyKey": "topology.kubernetes.io/zone",
+            "minReadySeconds": 30,
+        },
+        "settings": {"min_in_sync": 3, "port": 20911},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["mq"]}]}]
+                }
+            },
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}
+                ]
+            },
+        },
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "store"}},
+            }
+        ],
+    },
+}
+
 SCENARIOS: dict[str, tuple[dict[str, Any] | None, tuple[Path, ...]]] = {
     "default": (None, ()),
     "nondefault": (NONDEFAULT, ()),
@@ -109,6 +155,8 @@ SCENARIOS: dict[str, tuple[dict[str, Any] | None, tuple[Path, ...]]] = {
     ),
     # The Secret mounted, the gateway without a TLS port.
     "tls-mounted-only": ({"tls": {"enabled": True, "secretName": "txmq-tls"}}, ()),
+    "store-groups": (GROUPS, ()),
+    "store-groups-nondefault": (GROUPS_NONDEFAULT, ()),
     **{f"example-{p.stem}": (None, (p,)) for p in chart.EXAMPLES},
 }
 
@@ -270,6 +318,343 @@ def test_store_id_and_address_come_from_the_pod(
     assert svc["spec"]["publishNotReadyAddresses"] is True
     assert matches({"matchLabels": svc["spec"]["selector"]}, pod_labels(sts))
     assert sts["spec"]["podManagementPolicy"] == "Parallel"
+
+
+# ---- replicated store groups: a StatefulSet per group -----------------------------------------
+
+GROUP_LABEL = "txmq.io/store-group"
+
+
+def store_sets(docs: list[Doc]) -> list[Doc]:
+    return [d for d in find(docs, "StatefulSet") if component_of(d) == "store"]
+
+
+def pod_env(c: dict[str, Any], *, pod_name: str) -> dict[str, str]:
+    """A container's literal env values and downward-API fields as the pod named
+    ``pod_name`` (namespace chart.NAMESPACE) would see them, $(VAR) references expanded."""
+    fields = {"metadata.name": pod_name, "metadata.namespace": chart.NAMESPACE}
+    env: dict[str, str] = {}
+    for e in c["env"]:
+        if "value" in e:
+            env[e["name"]] = re.sub(r"\$\(([A-Za-z_]\w*)\)", lambda m: env.get(m.group(1), m.group(0)), e["value"])
+        elif "fieldRef" in e["valueFrom"] and e["valueFrom"]["fieldRef"]["fieldPath"] in fields:
+            env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+@pytest.mark.parametrize("which", ["groups", "groups-nondefault"])
+def test_each_store_group_is_a_statefulset_of_its_own(which: str) -> None:
+    values = GROUPS if which == "groups" else GROUPS_NONDEFAULT
+    full, domain, port = ("txmq", "cluster.local", 10911) if which == "groups" else ("mq", "corp.local", 20911)
+    groups = values["store"]["groups"]
+    docs = chart.render(values)
+    sets = store_sets(docs)
+    names = [f"{full}-store-g{i}" for i in range(groups["count"])]
+    assert [s["metadata"]["name"] for s in sets] == names
+    assert not find(docs, "StatefulSet", f"{full}-store")  # no unreplicated stores besides
+    headless = one(docs, "Service", f"{full}-store-headless")
+    for sts in sets:
+        name = sts["metadata"]["name"]
+        spec = sts["spec"]
+        assert spec["replicas"] == groups["replicas"]
+        assert spec["minReadySeconds"] == groups.get("minReadySeconds", VALUES["store"]["groups"]["minReadySeconds"])
+        assert spec["podManagementPolicy"] == "Parallel"
+        assert spec["updateStrategy"] == {"type": "RollingUpdate"}
+        labels = pod_labels(sts)
+        assert labels[GROUP_LABEL] == name and sts["metadata"]["labels"][GROUP_LABEL] == name
+        # The selector takes this group's pods and no other group's.
+        assert matches(spec["selector"], labels)
+        for other in sets:
+            if other is not sts:
+                assert not matches(spec["selector"], pod_labels(other))
+        # Its own PVC per pod, on which data_dir lies.
+        (claim,) = spec["volumeClaimTemplates"]
+        assert claim["metadata"]["name"] == "data" and claim["metadata"]["labels"][GROUP_LABEL] == name
+        assert "data" not in {v["name"] for v in pod_spec(sts)["volumes"]}
+        # One headless Service names every store pod of every group; the bootstrap Service,
+        # the store Service and etcd's NetworkPolicy take them as stores.
+        assert spec["serviceName"] == headless["metadata"]["name"]
+        assert matches({"matchLabels": headless["spec"]["selector"]}, labels)
+        assert matches({"matchLabels": one(docs, "Service", f"{full}-store")["spec"]["selector"]}, labels)
+        assert matches({"matchLabels": one(docs, "Service", f"{full}-bootstrap")["spec"]["selector"]}, labels)
+        assert labels["app.kubernetes.io/component"] == "store"
+        # Probes, resources, grace and security as the unreplicated stores have them.
+        c = container(sts, "store")
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert c[probe]["grpc"] == {"port": port}
+        assert c["resources"] == VALUES["store"]["resources"]
+        assert c["args"] == ["store"]
+        mounts = [m["name"] for m in c["volumeMounts"]]
+        assert mounts == (["data", "tmp"] if which == "groups" else ["data", "tmp", "tls"])
+        env = c["env"]
+        names_in_order = [e["name"] for e in env]
+        assert names_in_order.index("POD_NAME") < names_in_order.index("TXMQ_STORE_ADVERTISED_ADDRESS")
+        by_name = {e["name"]: e for e in env}
+        assert by_name["TXMQ_STORE_STORE_ID"] == {"name": "TXMQ_STORE_STORE_ID", "value": name}
+        assert by_name["TXMQ_STORE_REPLICA_ID"] == {
+            "name": "TXMQ_STORE_REPLICA_ID",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+        }
+        assert by_name["TXMQ_STORE_MIN_IN_SYNC"]["value"] == str(values["store"]["settings"]["min_in_sync"])
+        assert (
+            by_name["TXMQ_STORE_ADVERTISED_ADDRESS"]["value"]
+            == f"$(POD_NAME).{full}-store-headless.$(POD_NAMESPACE).svc.{domain}:{port}"
+        )
+
+
+def test_store_group_replicas_read_their_identity_from_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    """StoreSettings read from the rendered env of pod txmq-store-g1-2: store group
+    txmq-store-g1, replica txmq-store-g1-2, advertising its own DNS name."""
+    from txmq_runtime.settings import load_settings
+    from txmq_store.settings import StoreSettings
+
+    sts = one(chart.render(GROUPS), "StatefulSet", "txmq-store-g1")
+    for name in list(os.environ):
+        if name.startswith("TXMQ_"):
+            monkeypatch.delenv(name)
+    for name, value in pod_env(container(sts, "store"), pod_name="txmq-store-g1-2").items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(StoreSettings, [])
+    assert (settings.store_id, settings.replica_id, settings.instance_id) == (
+        "txmq-store-g1",
+        "txmq-store-g1-2",
+        "txmq-store-g1-2",
+    )
+    assert settings.min_in_sync == 2
+    assert (
+        settings.advertised_address == f"txmq-store-g1-2.txmq-store-headless.{chart.NAMESPACE}.svc.cluster.local:10911"
+    )
+
+
+def group_terms(sts: Doc) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(required terms, preferred weighted terms) of the pod's podAntiAffinity."""
+    anti = pod_spec(sts)["affinity"].get("podAntiAffinity", {})
+    return (
+        anti.get("requiredDuringSchedulingIgnoredDuringExecution", []),
+        anti.get("preferredDuringSchedulingIgnoredDuringExecution", []),
+    )
+
+
+@pytest.mark.parametrize("mode", ["required", "preferred", "none"])
+def test_store_group_anti_affinity(mode: str) -> None:
+    values = {**GROUPS, "store": {**GROUPS["store"], "groups": {**GROUPS["store"]["groups"], "antiAffinity": mode}}}
+    sets = store_sets(chart.render(values))
+    for sts in sets:
+        required, preferred = group_terms(sts)
+        own = pod_labels(sts)
+        others = [pod_labels(s) for s in sets if s is not sts]
+        if mode == "none":
+            # As the unreplicated stores: a soft spread of every store pod over nodes.
+            assert not required
+            (soft,) = preferred
+            term = soft["podAffinityTerm"]
+            assert term["topologyKey"] == "kubernetes.io/hostname"
+            assert all(matches(term["labelSelector"], labels) for labels in [own, *others])
+            continue
+        (term,) = required if mode == "required" else [p["podAffinityTerm"] for p in preferred]
+        assert not (preferred if mode == "required" else required)
+        if mode == "preferred":
+            assert preferred[0]["weight"] == 100
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        # Keeps apart the group's own pods, and only those.
+        assert matches(term["labelSelector"], own)
+        assert not any(matches(term["labelSelector"], labels) for labels in others)
+
+
+def test_store_group_anti_affinity_is_added_to_the_operators_affinity() -> None:
+    docs = chart.render(GROUPS_NONDEFAULT)
+    sets = store_sets(docs)
+    assert len(sets) == 2
+    for sts in sets:
+        affinity = pod_spec(sts)["affinity"]
+        assert affinity["nodeAffinity"] == GROUPS_NONDEFAULT["store"]["affinity"]["nodeAffinity"]
+        required, preferred = group_terms(sts)
+        assert not preferred
+        theirs, ours = required
+        assert (
+            theirs
+            == GROUPS_NONDEFAULT["store"]["affinity"]["podAntiAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ][0]
+        )
+        assert ours["topologyKey"] == "topology.kubernetes.io/zone"
+        assert ours["labelSelector"]["matchLabels"][GROUP_LABEL] == sts["metadata"]["name"]
+        assert pod_spec(sts)["topologySpreadConstraints"] == GROUPS_NONDEFAULT["store"]["topologySpreadConstraints"]
+    # Each group got its own term: the operator's values were not changed in place.
+    assert group_terms(sets[0])[0][1] != group_terms(sets[1])[0][1]
+
+
+@pytest.mark.parametrize(("replicas", "min_in_sync", "max_unavailable"), [(3, 2, 1), (5, 3, 2), (3, 3, 0), (2, 1, 1)])
+def test_store_group_budget_keeps_min_in_sync_replicas(replicas: int, min_in_sync: int, max_unavailable: int) -> None:
+    values = {
+        "store": {"groups": {"count": 2, "replicas": replicas}, "settings": {"min_in_sync": min_in_sync}},
+        "analytics": {"enabled": False},
+    }
+    docs = chart.render(values)
+    sets = store_sets(docs)
+    budgets = [b for b in find(docs, "PodDisruptionBudget") if component_of(b) == "store"]
+    assert sorted(b["metadata"]["name"] for b in budgets) == ["txmq-store-g0", "txmq-store-g1"]
+    for sts in sets:
+        # Exactly one budget covers a group's pods, and it covers no other group's.
+        (budget,) = [b for b in budgets if matches(b["spec"]["selector"], pod_labels(sts))]
+        assert budget["metadata"]["name"] == sts["metadata"]["name"]
+        assert budget["spec"]["maxUnavailable"] == max_unavailable
+        assert "minAvailable" not in budget["spec"]
+        # A drain leaves at least min_in_sync of the group's replicas.
+        assert sts["spec"]["replicas"] - budget["spec"]["maxUnavailable"] >= min_in_sync
+    off = {**values, "store": {**values["store"], "pdb": {"enabled": False}}}
+    assert not [b for b in find(chart.render(off), "PodDisruptionBudget") if component_of(b) == "store"]
+
+
+@pytest.mark.parametrize(("replicas", "min_in_sync"), [(2, 3), (3, 4), (3, 7)])
+def test_min_in_sync_above_the_group_size_is_refused(replicas: int, min_in_sync: int) -> None:
+    values = {
+        "store": {"groups": {"replicas": replicas}, "settings": {"min_in_sync": min_in_sync}},
+        "analytics": {"enabled": False},
+    }
+    result = chart.template(values, check=False)
+    assert result.returncode != 0
+    assert (
+        f"store.settings.min_in_sync ({min_in_sync}) is more than store.groups.replicas ({replicas})" in result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        # store.replicas counts unreplicated stores: with groups it would be ambiguous.
+        ({"store": {"replicas": 3, "groups": {"replicas": 3}}}, "set store.groups.count"),
+        # One store_id for every group, or one replica_id for every replica, breaks them.
+        ({"store": {"groups": {"replicas": 3}, "settings": {"store_id": "broker-a"}}}, "store_id must be empty"),
+        ({"store": {"groups": {"replicas": 3}, "settings": {"replica_id": "r"}}}, "replica_id must be empty"),
+        # Every replica would export the same data into the shared analytics volume.
+        (
+            {"store": {"groups": {"replicas": 3}}, "analytics": {"enabled": True}},
+            "set analytics.exports.source=remote",
+        ),
+    ],
+)
+def test_store_group_values_that_cannot_work_are_refused(values: dict[str, Any], message: str) -> None:
+    values = {"analytics": {"enabled": False}, **values}
+    result = chart.template(values, check=False)
+    assert result.returncode != 0, f"accepted {values}"
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"store": {"groups": {"antiAffinity": "sometimes"}}},
+        {"store": {"groups": {"count": 0}}},
+        {"store": {"groups": {"replicas": 0}}},
+        {"store": {"groups": {"minReadySeconds": -1}}},
+        {"store": {"groups": {"size": 3}}},
+    ],
+)
+def test_schema_refuses_bad_store_group_values(values: dict[str, Any]) -> None:
+    result = chart.template(values, check=False)
+    assert result.returncode != 0, f"accepted {values}"
+    assert "store.groups" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "mounts"),
+    [
+        # Exports off: the volume stays mounted (analytics.exports.source=store), unused.
+        ({"store": {"groups": {"replicas": 3}, "settings": {"export_interval_ms": 0}}}, ["data", "tmp", "exports"]),
+        (
+            {
+                "store": {"groups": {"replicas": 3}},
+                "analytics": {"exports": {"source": "none"}, "input": "s3a://b/e", "output": "s3a://b/r"},
+            },
+            [],
+        ),
+        ({"store": {"groups": {"replicas": 3}}, "analytics": {"enabled": False}}, []),
+        (GROUPS, []),
+    ],
+)
+def test_store_groups_without_shared_exports_are_accepted(values: dict[str, Any], mounts: list[str]) -> None:
+    for sts in store_sets(chart.render(values)):
+        assert [m["name"] for m in container(sts, "store")["volumeMounts"]] == (mounts or ["data", "tmp"])
+
+
+@pytest.mark.parametrize(
+    ("values", "stores"),
+    [
+        (None, 2),
+        ({"store": {"groups": {"replicas": 1, "count": 4}}}, 4),
+        # store.replicas, when set, still counts the unreplicated stores (and wins).
+        ({"store": {"replicas": 3}}, 3),
+        ({"store": {"replicas": 5, "groups": {"count": 4}}}, 5),
+    ],
+)
+def test_one_replica_per_group_is_the_unreplicated_layout(values: dict[str, Any] | None, stores: int) -> None:
+    """groups.replicas 1: one StatefulSet <release>-store of independent stores, exactly
+    as before store groups (store_id = pod name, no replica_id, store.pdb's budget)."""
+    docs = chart.render(values)
+    (sts,) = store_sets(docs)
+    assert sts["metadata"]["name"] == "txmq-store"
+    assert sts["spec"]["replicas"] == stores
+    assert "minReadySeconds" not in sts["spec"]
+    assert GROUP_LABEL not in pod_labels(sts) and GROUP_LABEL not in sts["spec"]["selector"]["matchLabels"]
+    assert sts["spec"]["selector"] == {
+        "matchLabels": {
+            "app.kubernetes.io/name": "txmq",
+            "app.kubernetes.io/instance": chart.RELEASE,
+            "app.kubernetes.io/component": "store",
+        }
+    }
+    env = env_values(container(sts, "store"))
+    assert (env["TXMQ_STORE_STORE_ID"], env["TXMQ_STORE_REPLICA_ID"]) == ("$(POD_NAME)", "")
+    (budget,) = [b for b in find(docs, "PodDisruptionBudget") if component_of(b) == "store"]
+    assert budget["metadata"]["name"] == "txmq-store" and budget["spec"]["maxUnavailable"] == 1
+    # The default soft spread of all store pods.
+    (soft,) = group_terms(sts)[1]
+    assert GROUP_LABEL not in soft["podAffinityTerm"]["labelSelector"]["matchLabels"]
+
+
+def test_unreplicated_layout_renders_as_before_store_groups() -> None:
+    """The defaults and groups.replicas 1 given explicitly render the same manifests, and
+    min_in_sync (unused by a store alone) is not checked against the group size."""
+    explicit = {"store": {"groups": {"replicas": 1, "count": 2, "antiAffinity": "required"}}}
+    assert chart.template(explicit).stdout == chart.template().stdout
+    docs = chart.render({"store": {"settings": {"min_in_sync": 3}}})
+    assert env_values(container(one(docs, "StatefulSet", "txmq-store"), "store"))["TXMQ_STORE_MIN_IN_SYNC"] == "3"
+
+
+def test_notes_name_every_store_group() -> None:
+    notes = chart.notes(GROUPS)
+    assert "3 replicated store groups of 3 replicas each (min_in_sync 2)" in notes
+    for i in range(3):
+        assert f"rollout status statefulset/txmq-store-g{i}\n" in notes
+    assert "rollout status statefulset/txmq-store\n" not in notes
+    assert "exec txmq-store-g0-0 -- txmq topic create Orders" in notes
+    assert "min_in_sync is 1" not in notes and "allow no eviction" not in notes
+    notes = chart.notes(GROUPS_NONDEFAULT)
+    assert "must run on different topology.kubernetes.io/zone values: with fewer than 5" in notes
+    # Warnings: acks from the leader alone; budgets that block every drain.
+    weak = {"store": {"groups": {"replicas": 3}, "settings": {"min_in_sync": 1}}, "analytics": {"enabled": False}}
+    assert "store.settings.min_in_sync is 1" in chart.notes(weak)
+    strict = {"store": {"groups": {"replicas": 3}, "settings": {"min_in_sync": 3}}, "analytics": {"enabled": False}}
+    assert "allow no eviction at all" in chart.notes(strict)
+    notes = chart.notes()
+    assert "rollout status statefulset/txmq-store\n" in notes and "store group" not in notes
+    assert "exec txmq-store-0 -- txmq topic create Orders" in notes
+
+
+def test_store_group_names_stay_within_kubernetes_limits() -> None:
+    values = {**GROUPS, "store": {**GROUPS["store"], "groups": {"count": 12, "replicas": 3}}}
+    docs = chart.render(values, release="a-very-long-release-name-that-goes-on-and-on-and-on")
+    sets = store_sets(docs)
+    assert len(sets) == 12
+    for d in docs:
+        name = d["metadata"]["name"]
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63, name
+    for sts in sets:
+        # pod name + "-<ordinal>" and the controller-revision-hash label (name-<10 chars>)
+        assert len(sts["metadata"]["name"]) + 11 <= 63
+        # Label values are at most 63 characters too.
+        assert len(pod_labels(sts)[GROUP_LABEL]) <= 63
 
 
 # ---- probes -----------------------------------------------------------------------------
