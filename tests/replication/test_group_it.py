@@ -68,3 +68,53 @@ def test_store_group_status_shows_leader_epoch_in_sync_set_and_lag(service_facto
     lines = {line.split()[0]: line.split() for line in result.output.splitlines()[2:]}
     assert sorted(lines) == ["r0", "r1", "r2"], result.output
     assert lines[leader][1] == "leader" and lines[killed][1] == "unreachable", result.output
+
+
+def _messages_out(address: str, topic: str) -> float:
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    pattern = re.compile(r'^rocketmq_messages_out_total\{topic="' + re.escape(topic) + r'"\} (\S+)$', re.M)
+    return sum(float(v) for v in pattern.findall(text))
+
+
+def test_a_consumer_far_behind_is_read_from_a_follower_and_back_from_the_leader(service_factory, tmp_path):
+    """Seed 004's suggestPullingFromSlave: the leader's memory is made tiny (10 KB), so a
+    consumer reading from offset 0 is sent to a follower by the pull service; once it
+    has caught up, it reads from the leader again."""
+    from txmq import ServiceKind
+    from txmq.v1 import pull_pb2, pull_pb2_grpc
+
+    small_memory = ["--physical_memory_bytes", "1000000", "--access_message_in_memory_max_ratio_percent", "1"]
+    group = StoreGroupProcesses(service_factory, tmp_path, extra=[*small_memory, "--metrics_port", "0"])
+    leader = group.leader()
+    wait_until(lambda: len(group.in_sync(leader)) == 3, what="all three in sync")
+    work = Workload(group, transaction_every=1_000_000)
+    work.start()
+    wait_until(lambda: work.acked_count() >= 800, what="800 acknowledged sends")
+    work.finish()
+    pull = service_factory.start("pull")
+    with Admin(pull.address) as admin:
+        metrics = {e.instance_id: e.labels["metrics"] for e in admin.endpoints(ServiceKind.STORE_REPLICA)}
+    followers = [f"grp.{r}" for r in group.replicas if r != leader]
+    before = {rid: _messages_out(metrics[rid], TOPIC) for rid in metrics}
+    stub = pull_pb2_grpc.PullStub(grpc.insecure_channel(pull.address))
+    queue = common_pb2.MessageQueue(topic=TOPIC, store_id="grp", queue_id=0)
+    offset, served = 0, 0
+    while True:
+        r = stub.PullMessage(
+            pull_pb2.PullMessageRequest(consumer_group="lagging", queue=queue, queue_offset=offset, max_messages=32),
+            timeout=10,
+        )
+        if r.status != pull_pb2.PULL_STATUS_FOUND:
+            break
+        served += len(r.messages)
+        offset = r.next_begin_offset
+    assert served == sum(1 for a in work.acked if a.queue_id == 0)
+    after = {rid: _messages_out(metrics[rid], TOPIC) for rid in metrics}
+    from_followers = sum(after[f] - before[f] for f in followers)
+    from_leader = after[f"grp.{leader}"] - before[f"grp.{leader}"]
+    assert from_followers > 0, (before, after)  # the lagging part came from a follower
+    assert from_leader > 0, (before, after)  # the first read, and the tail once caught up

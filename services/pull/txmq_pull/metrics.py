@@ -32,6 +32,10 @@ BYTES = Counter("txmq_pull_bytes", "Message body bytes handed to consumers.", ["
 FROM_ARRIVALS = Counter(
     "txmq_pull_answered_from_arrivals", "Woken pulls answered from the arrival stream's records, without a read."
 )
+REPLICA_READS = Counter(
+    "txmq_pull_replica_reads",
+    "Reads served by a follower of a replicated store group (a consumer lagging beyond its leader's memory).",
+)
 
 _PULLED = TopicCounters(MESSAGES, BYTES)
 _OUTCOMES: dict[Any, Any] = {}

@@ -20,12 +20,14 @@ from txmq.validation import check_group, check_topic
 from txmq_pull.arrivals import ArrivalFeed
 from txmq_pull.filters import PullFilter, parse_filter
 from txmq_pull.hold import ArrivalEvent, HoldService, QueueKey, ReadWatch, WakeReason
-from txmq_pull.metrics import FROM_ARRIVALS
+from txmq_pull.metrics import FROM_ARRIVALS, REPLICA_READS
 from txmq_pull.settings import PullSettings
 from txmq_pull.store_client import StoreClient, StoreClients
 from txmq_runtime.clock import Clock
 
 log = logging.getLogger("txmq.pull")
+#: (group, queue) pairs read from a replica at most; the oldest pin goes first.
+MAX_REPLICA_PINS = 100_000
 
 DEFAULT_MAX_MESSAGES = 32
 #: An answer made from arrivals holds at most this many record bytes (the store's
@@ -135,6 +137,10 @@ class PullProcessor:
         self._clock = clock
         self._feed = feed
         self.configs = ConfigCache(clock, settings.config_cache_ttl_ms)
+        # Replica reads (seed 004's suggestPullingFromSlave): a (group, queue) whose
+        # consumer lags so far that its leader suggests a replica is read from a follower
+        # of the store group until a read there no longer suggests it.
+        self._from_replica: dict[tuple[str, QueueKey], str] = {}
 
     # -- validation ----------------------------------------------------------------------
 
@@ -295,7 +301,31 @@ class PullProcessor:
             filter=v.filter.to_pb(),
             raw_records=v.raw_records,
         )
-        return to_pull_response(await v.store.get_message(request), offset)
+        return to_pull_response(await self._get_message(v, request), offset)
+
+    async def _get_message(self, v: ValidPull, request: store_pb2.GetMessageRequest) -> store_pb2.GetMessageResponse:
+        pin = (v.group, v.key)
+        replica = self._from_replica.get(pin)
+        if replica is not None:
+            try:
+                response = await self._clients.for_address(replica).get_message(request)
+            except TxmqError as err:
+                # Gone, or no longer a follower (it leads now): back to the group's leader.
+                log.info("replica %s of store %s: %s; reading from its leader again", replica, v.key.store_id, err)
+                del self._from_replica[pin]
+            else:
+                REPLICA_READS.inc()
+                if not response.suggest_pulling_from_replica:
+                    del self._from_replica[pin]  # caught up: the leader serves it again
+                return response
+        response = await v.store.get_message(request)
+        if response.suggest_pulling_from_replica and response.status == store_pb2.GET_MESSAGE_STATUS_FOUND:
+            followers = self._clients.locator.followers(v.key.store_id)
+            if followers:
+                self._from_replica[pin] = followers[hash(pin) % len(followers)]
+                if len(self._from_replica) > MAX_REPLICA_PINS:
+                    self._from_replica.pop(next(iter(self._from_replica)))
+        return response
 
     # -- offsets -------------------------------------------------------------------------
 

@@ -35,6 +35,11 @@ class StoreLocator(Protocol):
         """Ids of the live stores that serve ``topic``."""
         ...
 
+    def followers(self, store_id: str) -> list[str]:
+        """Addresses of the live followers of a replicated store group (empty for a
+        store that is alone)."""
+        ...
+
 
 class ClusterLocator:
     """Stores as the cluster view (a watched copy of etcd) sees them."""
@@ -54,6 +59,15 @@ class ClusterLocator:
     async def stores_serving(self, topic: str) -> list[str]:
         queues, _ = await self._cluster.route(topic)
         return [q.store_id for q in queues]
+
+    def followers(self, store_id: str) -> list[str]:
+        leader = self.address(store_id)
+        prefix = store_id + "."
+        return sorted(
+            e.address
+            for e in self._cluster.endpoints(common_pb2.SERVICE_KIND_STORE_REPLICA)
+            if e.instance_id.startswith(prefix) and e.address != leader
+        )
 
 
 class StoreClient:
