@@ -268,3 +268,22 @@ async def test_a_replica_reports_its_role_and_its_leader_the_followers_lag(store
     follower_samples = {(name, tuple(labels)): value for name, labels, value in read_store(follower)}
     assert follower_samples[("leader", ("store-0", "b"))] == 0
     assert ("in_sync", ("store-0",)) not in follower_samples
+
+
+async def test_a_new_leader_keeps_the_check_loop_fences_and_forgets_deleted_topics(stores: StoreFactory):
+    leader, follower = await _pair(stores)
+    lead = leader.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
+    leader.create_topic("Gone", read_queue_nums=1, write_queue_nums=1)
+    await leader.settle(leader.append_records([msg(b"x", topic="Gone")]))
+    leader.transactions.fences.admit(7)
+    follower.adopt_configs(topics=leader.config_documents()[0], fences=leader.fences_document()[1])
+    await _ship(leader, follower, lead)
+    assert follower.get_message(topic="Gone", queue_id=0, offset=0).messages
+    leader.delete_topic("Gone")
+    follower.adopt_configs(topics=leader.config_documents()[0])
+    assert follower._dispatcher.consume_queue("Gone", 0) is None
+    leader.end_leadership("handing over")
+    follower.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
+    with pytest.raises(TxmqError) as err:
+        follower.transactions.fences.admit(6)  # a check-loop leader the old store leader had fenced
+    assert err.value.code == errors_pb2.CODE_FENCED

@@ -124,7 +124,9 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
             topics, groups = store.config_documents()
             offsets_version, offsets = store.offsets_document()
             config_version = store.config_version
+            fences_version, fences = store.fences_document()
             yield store_pb2.Shipment(
+                fences_json=fences,
                 epoch=leadership.epoch, truncate_to=cut, epochs=_epochs(store.epochs.entries),
                 high_watermark=leadership.high_watermark, topics_json=topics, subscription_groups_json=groups,
                 consume_offsets_json=offsets, consume_offsets_version=offsets_version,
@@ -141,6 +143,8 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
                 if store.config_version != config_version:
                     config_version = store.config_version
                     shipment.topics_json, shipment.subscription_groups_json = store.config_documents()
+                if store.transactions.fences.version != fences_version:
+                    fences_version, shipment.fences_json = store.fences_document()
                 now = time.monotonic()
                 if store.offsets_version != offsets_version:
                     offsets_version, shipment.consume_offsets_json = store.offsets_document()
@@ -153,7 +157,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
                     leadership.shipped(view, position, end)
                 elif position >= end and (sent_hw != leadership.high_watermark or now - sent_at >= HEARTBEAT_S):
                     leadership.shipped(view, position, end)  # a heartbeat: it holds all there is
-                elif not (shipment.topics_json or shipment.consume_offsets_json):
+                elif not (shipment.topics_json or shipment.consume_offsets_json or shipment.fences_json):
                     await leadership.wait_for_change(HEARTBEAT_S)
                     continue
                 shipment.high_watermark = sent_hw = leadership.high_watermark
@@ -314,11 +318,17 @@ class Follower:
                     leader_epochs = [(e.epoch, e.start_offset) for e in shipment.epochs]
                     store.cut_log(shipment.truncate_to)
                     epochs.adopt(leader_epochs, store.commitlog.write_offset)
-                if shipment.topics_json or shipment.subscription_groups_json or shipment.consume_offsets_json:
+                if (
+                    shipment.topics_json
+                    or shipment.subscription_groups_json
+                    or shipment.consume_offsets_json
+                    or shipment.fences_json
+                ):
                     store.adopt_configs(
                         topics=shipment.topics_json,
                         groups=shipment.subscription_groups_json,
                         offsets=shipment.consume_offsets_json,
+                        fences=shipment.fences_json,
                     )
                     if shipment.consume_offsets_json:
                         offsets_version = shipment.consume_offsets_version

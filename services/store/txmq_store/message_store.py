@@ -923,6 +923,10 @@ class MessageStore:
         """The topic and subscription-group tables as shipped to followers."""
         return config_document(self._topics.document()), config_document(self._groups.document())
 
+    def fences_document(self) -> tuple[int, bytes]:
+        fences = self.transactions.fences
+        return fences.version, config_document(fences.document())
+
     def offsets_document(self) -> tuple[int, bytes]:
         return self._offsets.version, config_document(self._offsets.rows())
 
@@ -949,11 +953,19 @@ class MessageStore:
                 "the consume offset is committed on the leader but its followers did not take it in time",
             ) from None
 
-    def adopt_configs(self, *, topics: bytes = b"", groups: bytes = b"", offsets: bytes = b"") -> None:
+    def adopt_configs(
+        self, *, topics: bytes = b"", groups: bytes = b"", offsets: bytes = b"", fences: bytes = b""
+    ) -> None:
         """A follower takes its leader's configuration (shipped when it changed)."""
         if topics:
+            before = {c.name for c in self._topics.all()}
             self._topics.adopt(json.loads(topics))
+            for gone in before - {c.name for c in self._topics.all()}:
+                self._dispatcher.delete_topic(gone)  # as delete_topic on the leader
+                self._round_robin.pop(gone, None)
             self._topics_changed()
+        if fences:
+            self.transactions.fences.adopt(json.loads(fences))
         if groups:
             self._groups.adopt(json.loads(groups))
         if offsets:

@@ -142,6 +142,20 @@ class Fences:
         self._path = path
         raw = read_json(path) or {}
         self._marks: dict[int, int] = {int(k): int(v) for k, v in raw.get("epochs", {}).items()}
+        #: Bumped when a mark rises (a replicated group's leader ships the marks then).
+        self.version = 0
+
+    def document(self) -> dict[str, dict[str, int]]:
+        return {"epochs": {str(k): v for k, v in self._marks.items()}}
+
+    def adopt(self, document: dict[str, dict[str, int]]) -> None:
+        """A follower takes its leader's marks (never lowering one of its own)."""
+        marks = dict(self._marks)
+        for k, v in document.get("epochs", {}).items():
+            marks[int(k)] = max(marks.get(int(k), 0), int(v))
+        if marks != self._marks:
+            write_json_atomically(self._path, {"epochs": {str(k): v for k, v in marks.items()}})
+            self._marks = marks
 
     def mark(self, half_queue_id: int = HALF_QUEUE_ID) -> int:
         return self._marks.get(half_queue_id, 0)
@@ -166,6 +180,7 @@ class Fences:
             marks = {**self._marks, half_queue_id: epoch}
             write_json_atomically(self._path, {"epochs": {str(k): v for k, v in marks.items()}})
             self._marks = marks
+            self.version += 1
             log.info("half queue %d: check-loop leader epoch %d (was %d)", half_queue_id, epoch, current)
 
 

@@ -677,7 +677,7 @@ class FollowerReport(_message.Message):
     def __init__(self, store_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., epoch: _Optional[int] = ..., log_end: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., segment_bytes: _Optional[int] = ..., consume_offsets_version: _Optional[int] = ...) -> None: ...
 
 class Shipment(_message.Message):
-    __slots__ = ("epoch", "truncate_to", "epochs", "offset", "data", "high_watermark", "topics_json", "subscription_groups_json", "consume_offsets_json", "consume_offsets_version")
+    __slots__ = ("epoch", "truncate_to", "epochs", "offset", "data", "high_watermark", "topics_json", "subscription_groups_json", "consume_offsets_json", "consume_offsets_version", "fences_json")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
@@ -688,6 +688,7 @@ class Shipment(_message.Message):
     SUBSCRIPTION_GROUPS_JSON_FIELD_NUMBER: _ClassVar[int]
     CONSUME_OFFSETS_JSON_FIELD_NUMBER: _ClassVar[int]
     CONSUME_OFFSETS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FENCES_JSON_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     truncate_to: int
     epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
@@ -698,7 +699,8 @@ class Shipment(_message.Message):
     subscription_groups_json: bytes
     consume_offsets_json: bytes
     consume_offsets_version: int
-    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., topics_json: _Optional[bytes] = ..., subscription_groups_json: _Optional[bytes] = ..., consume_offsets_json: _Optional[bytes] = ..., consume_offsets_version: _Optional[int] = ...) -> None: ...
+    fences_json: bytes
+    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., topics_json: _Optional[bytes] = ..., subscription_groups_json: _Optional[bytes] = ..., consume_offsets_json: _Optional[bytes] = ..., consume_offsets_version: _Optional[int] = ..., fences_json: _Optional[bytes] = ...) -> None: ...
 
 class GetReplicaStatusRequest(_message.Message):
     __slots__ = ()
