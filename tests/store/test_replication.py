@@ -287,3 +287,17 @@ async def test_a_new_leader_keeps_the_check_loop_fences_and_forgets_deleted_topi
     with pytest.raises(TxmqError) as err:
         follower.transactions.fences.admit(6)  # a check-loop leader the old store leader had fenced
     assert err.value.code == errors_pb2.CODE_FENCED
+
+
+async def test_only_the_leader_of_a_group_exports_for_the_analytics(stores: StoreFactory, tmp_path):
+    from txmq_store.export import StoreExporter
+
+    leader, follower = await _pair(stores)
+    leader.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
+    exporters = [
+        StoreExporter(s, export_dir=tmp_path / name, interval_ms=1000, retention_ms=0)
+        for s, name in ((leader, "a"), (follower, "b"))
+    ]
+    assert [e.exports() for e in exporters] == [True, False]
+    leader.end_leadership("gone")
+    assert not exporters[0].exports()

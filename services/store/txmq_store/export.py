@@ -649,6 +649,7 @@ class StoreExporter:
 
     def __init__(self, store: MessageStore, *, export_dir: Path | str, interval_ms: int, retention_ms: int) -> None:
         self.exporter = Exporter(LocalSource(store), export_dir, retention_ms=retention_ms)
+        self._store = store
         self.interval_ms = interval_ms
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -691,10 +692,17 @@ class StoreExporter:
                 return
             except TimeoutError:
                 pass
+            if not self.exports():
+                continue
             try:
                 await self.export_now()
             except Exception:
                 log.exception("analytics export failed")
+
+    def exports(self) -> bool:
+        """A replicated store group exports from its leader only: every replica holds the
+        same offsets and events, and the analytics would count each once per replica."""
+        return not self._store.replicated or self._store.leadership is not None
 
     async def stop(self, *, final_export: bool = True) -> None:
         """Stop the periodic export; ``final_export``: export once more first (call it
@@ -703,7 +711,7 @@ class StoreExporter:
         if self._task is not None:
             await self._task
             self._task = None
-        if final_export:
+        if final_export and self.exports():
             try:
                 await self.export_now()
             except Exception:

@@ -121,11 +121,11 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
         exporter.start()
 
     async def close() -> None:
+        if exporter is not None:
+            await exporter.stop()  # one last export, while the store is open (and still leads)
         if group is not None:
             await group.close()
         await publisher.close()
-        if exporter is not None:
-            await exporter.stop()  # one last export, while the store is still open
         STORE_METRICS.discard(store)
         await store.close()
 
