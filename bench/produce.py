@@ -44,8 +44,8 @@ MIB = 1024 * 1024
 SYSTEMS = {
     "txmq-async": ("txmq store, flush_mode=async", "async"),
     "txmq-sync": ("txmq store, flush_mode=sync (fsync before ack, group commit)", "sync"),
-    "txmq-sync-r3": ("txmq store group of 3 replicas, min_in_sync 2, flush_mode=sync on each", "sync"),
-    "txmq-async-r3": ("txmq store group of 3 replicas, min_in_sync 2, flush_mode=async on each", "async"),
+    "txmq3-sync": ("txmq store group of 3 replicas, min_in_sync 2, flush_mode=sync on each", "sync"),
+    "txmq3-async": ("txmq store group of 3 replicas, min_in_sync 2, flush_mode=async on each", "async"),
     "redis": ("Redis Streams XADD, no AOF, no RDB", "none"),
     "redis-aof": ("Redis Streams XADD, appendonly yes + appendfsync always", "sync"),
     "nats": ("NATS JetStream, file storage (default sync_interval)", "async"),
@@ -54,7 +54,7 @@ SYSTEMS = {
 }
 MODES = ("single", "batch")
 KNOWN_SCENARIOS = [f"{s}:{m}" for s in SYSTEMS for m in MODES]
-ALL_SCENARIOS = [s for s in KNOWN_SCENARIOS if not s.startswith("grpc-null") and "-r3" not in s]
+ALL_SCENARIOS = [s for s in KNOWN_SCENARIOS if not s.startswith(("grpc-null", "txmq3-"))]
 
 # (numerator, denominator, target or None, what it means)
 RATIOS = [
@@ -72,10 +72,10 @@ RATIOS = [
     ),
     ("txmq-async:single", "grpc-null:single", None, "single-send async txmq vs a no-op gRPC store"),
     # Replicated store groups (docs/replication.md): what copying to the followers costs.
-    ("txmq-sync-r3:batch", "txmq-sync:batch", None, "3 replicas (min_in_sync 2) vs one store, sync flush, batches"),
-    ("txmq-sync-r3:single", "txmq-sync:single", None, "3 replicas vs one store, sync flush, single sends"),
-    ("txmq-async-r3:batch", "txmq-async:batch", None, "3 replicas vs one store, async flush, batches"),
-    ("txmq-sync-r3:batch", "redis-aof:batch", None, "3 replicas, sync flush vs Redis appendfsync always"),
+    ("txmq3-sync:batch", "txmq-sync:batch", None, "3 replicas (min_in_sync 2) vs one store, sync flush, batches"),
+    ("txmq3-sync:single", "txmq-sync:single", None, "3 replicas vs one store, sync flush, single sends"),
+    ("txmq3-async:batch", "txmq-async:batch", None, "3 replicas vs one store, async flush, batches"),
+    ("txmq3-sync:batch", "redis-aof:batch", None, "3 replicas, sync flush vs Redis appendfsync always"),
 ]
 
 
@@ -252,7 +252,7 @@ def parse_sdk_options(items: tuple[str, ...]) -> dict[str, object]:
 
 
 def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
-    if system in ("txmq-async", "txmq-sync", "txmq-sync-r3", "txmq-async-r3"):
+    if system in ("txmq-async", "txmq-sync", "txmq3-sync", "txmq3-async"):
         return TxmqTarget(
             workdir,
             flush_mode=SYSTEMS[system][1],
@@ -261,7 +261,7 @@ def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
             concurrency=cfg.concurrency,
             store_args=cfg.store_args,
             sdk_options=cfg.sdk_options,
-            replicas=3 if system.endswith("-r3") else 1,
+            replicas=3 if system.startswith("txmq3-") else 1,
         )
     if system == "grpc-null":
         return TxmqTarget(
