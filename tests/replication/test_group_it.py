@@ -118,3 +118,28 @@ def test_a_consumer_far_behind_is_read_from_a_follower_and_back_from_the_leader(
     from_leader = after[f"grp.{leader}"] - before[f"grp.{leader}"]
     assert from_followers > 0, (before, after)  # the lagging part came from a follower
     assert from_leader > 0, (before, after)  # the first read, and the tail once caught up
+
+
+def test_unclean_election_lets_an_out_of_sync_replica_lead_only_when_asked(service_factory, tmp_path):
+    """With unclean_leader_election, a replica outside the in-sync set takes over once no
+    in-sync replica is registered; without it (every other test), such a group waits."""
+    import signal
+
+    group = StoreGroupProcesses(
+        service_factory, tmp_path, min_in_sync=1,
+        extra=["--unclean_leader_election", "true", "--registration_ttl_ms", "2000"],
+    )  # fmt: skip
+    leader = group.leader()
+    wait_until(lambda: len(group.in_sync(leader)) == 3, what="all three in sync")
+    lagger = next(r for r in group.replicas if r != leader)
+    group.replicas[lagger].process.signal(signal.SIGSTOP)
+    wait_until(lambda: lagger not in group.in_sync(leader), what=f"{lagger} out of sync")
+    for rid in group.replicas:
+        if rid != lagger:
+            group.replicas[rid].kill()
+    group.replicas[lagger].process.signal(signal.SIGCONT)
+    assert group.leader(timeout_s=30) == lagger
+    with Admin(group.replicas[lagger].address) as admin:
+        [status] = admin.store_group_status()
+    assert status.leader == lagger and list(status.in_sync) == [lagger]
+    assert "unclean_leader_election" in group.replicas[lagger].process.log_path.read_text()

@@ -13,7 +13,7 @@ from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
 from txmq_store.codec import CorruptRecord
 from txmq_store.model import SendStatus
-from txmq_store.replication import EpochHistory, Leadership, check_copied, divergence, ship_span
+from txmq_store.replication import CONFIG, OFFSETS, EpochHistory, Leadership, check_copied, divergence, ship_span
 
 from .conftest import StoreFactory, msg
 
@@ -140,7 +140,7 @@ async def test_a_follower_behind_while_writes_stream_in_still_counts_as_caught_u
 async def test_the_end_of_a_term_fails_every_waiting_send_with_not_leader():
     lead = _leadership(ManualClock())
     lead.local_durable(100)
-    fut, offsets = lead.wait_replicated(100), lead.wait_offsets_replicated(1)
+    fut, offsets = lead.wait_replicated(100), lead.wait_state_replicated(OFFSETS, 1)
     lead.end()
     for f in (fut, offsets):
         with pytest.raises(TxmqError) as err:
@@ -148,15 +148,15 @@ async def test_the_end_of_a_term_fails_every_waiting_send_with_not_leader():
         assert err.value.code == errors_pb2.CODE_NOT_LEADER
 
 
-async def test_consume_offsets_are_answered_once_every_in_sync_follower_took_them():
+async def test_offsets_and_configuration_are_answered_once_every_in_sync_follower_took_them():
     lead = _leadership(ManualClock())
     b, c = lead.attach("b"), lead.attach("c")
-    fut = lead.wait_offsets_replicated(3)
-    lead.reported(b, 0, offsets_version=3)
+    fut, config = lead.wait_state_replicated(OFFSETS, 3), lead.wait_state_replicated(CONFIG, 1)
+    lead.reported(b, 0, {OFFSETS: 3, CONFIG: 1})
     assert not fut.done()
-    lead.reported(c, 0, offsets_version=2)
-    assert not fut.done()
-    lead.reported(c, 0, offsets_version=3)
+    lead.reported(c, 0, {OFFSETS: 2, CONFIG: 1})
+    assert not fut.done() and config.done()
+    lead.reported(c, 0, {OFFSETS: 3})
     assert fut.done()
 
 
@@ -301,3 +301,29 @@ async def test_only_the_leader_of_a_group_exports_for_the_analytics(stores: Stor
     assert [e.exports() for e in exporters] == [True, False]
     leader.end_leadership("gone")
     assert not exporters[0].exports()
+
+
+def test_who_may_stand_for_leader():
+    from txmq.v1 import store_pb2
+    from txmq_store.group import may_campaign
+
+    state = store_pb2.StoreGroupState(epoch=4, leader="a", in_sync=["a", "b"])
+    clean = dict(needs_resync=False, unclean=False)
+    assert may_campaign("x", None, set(), **clean)  # a new group: anyone
+    assert not may_campaign("x", None, set(), needs_resync=True, unclean=False)
+    assert may_campaign("b", state, {"b", "c"}, **clean)
+    assert not may_campaign("b", state, {"b", "c"}, needs_resync=True, unclean=False)  # its log was cut
+    assert not may_campaign("c", state, {"c"}, **clean)  # not in sync: never, by default
+    assert not may_campaign("c", state, {"b", "c"}, needs_resync=False, unclean=True)  # b is still there
+    assert may_campaign("c", state, {"c"}, needs_resync=False, unclean=True)  # nobody in sync is left
+
+
+async def test_a_leader_whose_lease_lapsed_refuses_writes_before_it_hears_of_the_loss():
+    lead = _leadership(ManualClock(), in_sync=frozenset("a"), min_in_sync=1)
+    valid = [True]
+    lead.lease_valid = lambda: valid[0]
+    lead.check_writable()
+    valid[0] = False
+    with pytest.raises(TxmqError) as err:
+        lead.check_writable()
+    assert err.value.code == errors_pb2.CODE_NOT_LEADER

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -32,7 +32,7 @@ from txmq_runtime.lease import FencedLease, Holding, LeaseLapsed
 from txmq_runtime.registry import EtcdKeys, encode
 
 from .message_store import MessageStore
-from .replication import Leadership, divergence, not_leader, ship_span
+from .replication import CONFIG, OFFSETS, Leadership, divergence, not_leader, ship_span
 from .settings import StoreSettings
 
 log = logging.getLogger("txmq.store.group")
@@ -129,7 +129,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
                 fences_json=fences,
                 epoch=leadership.epoch, truncate_to=cut, epochs=_epochs(store.epochs.entries),
                 high_watermark=leadership.high_watermark, topics_json=topics, subscription_groups_json=groups,
-                consume_offsets_json=offsets, consume_offsets_version=offsets_version,
+                consume_offsets_json=offsets, consume_offsets_version=offsets_version, config_version=config_version,
             )  # fmt: skip
             sent_hw, sent_at = leadership.high_watermark, time.monotonic()
             max_bytes = self._settings.replica_shipment_max_bytes
@@ -149,6 +149,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
                 if store.offsets_version != offsets_version:
                     offsets_version, shipment.consume_offsets_json = store.offsets_document()
                 shipment.consume_offsets_version = offsets_version
+                shipment.config_version = config_version
                 end = store.commitlog.write_offset
                 data = self._read(position, end, max_bytes) if position < end else b""
                 if data:
@@ -186,7 +187,9 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
     @staticmethod
     async def _read_reports(reports: AsyncIterator[store_pb2.FollowerReport], leadership: Leadership, view) -> None:
         async for report in reports:
-            leadership.reported(view, report.log_end, report.consume_offsets_version)
+            leadership.reported(
+                view, report.log_end, {OFFSETS: report.consume_offsets_version, CONFIG: report.config_version}
+            )
 
     @rpc
     async def GetReplicaStatus(
@@ -285,14 +288,17 @@ class Follower:
                 yield await queue.get()
 
         leader_epochs: list[tuple[int, int]] = []
-        offsets_version = 0
+        offsets_version = config_version = 0
         sync = store.settings.flush_mode == "sync"
         flushing: asyncio.Task[None] | None = None
 
         def report() -> None:
             queue.put_nowait(
                 store_pb2.FollowerReport(
-                    epoch=self.epoch, log_end=store.local_log_end, consume_offsets_version=offsets_version
+                    epoch=self.epoch,
+                    log_end=store.local_log_end,
+                    consume_offsets_version=offsets_version,
+                    config_version=config_version,
                 )
             )
 
@@ -332,6 +338,8 @@ class Follower:
                     )
                     if shipment.consume_offsets_json:
                         offsets_version = shipment.consume_offsets_version
+                    if shipment.topics_json:
+                        config_version = shipment.config_version
                 if shipment.data:
                     end = store.copy_shipment(shipment.offset, shipment.data)
                     if sync:
@@ -348,6 +356,25 @@ class Follower:
 
 
 # -- etcd: the group's state and leadership --------------------------------------------
+
+
+def may_campaign(
+    me: str,
+    state: store_pb2.StoreGroupState | None,
+    live: set[str],
+    *,
+    needs_resync: bool,
+    unclean: bool,
+) -> bool:
+    """Whether replica ``me`` may stand for leader: in a group with no in-sync set yet,
+    any replica whose log is whole; otherwise a member of the in-sync set whose log is
+    whole — or, with unclean election on, anyone once no member of the in-sync set is
+    registered (``live``: the replica ids registered in etcd)."""
+    if state is None or not state.in_sync:
+        return not needs_resync
+    if me in state.in_sync and not needs_resync:
+        return True
+    return unclean and not set(state.in_sync) & live
 
 
 class LeaderKeys:
@@ -423,6 +450,7 @@ class StoreGroup:
         settings: StoreSettings,
         address: str,
         published: LeaderKeys,
+        live_replicas: Callable[[], set[str]] = set,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._store = store
@@ -431,6 +459,7 @@ class StoreGroup:
         self._settings = settings
         self._address = address
         self.published = published
+        self._live_replicas = live_replicas  # replica ids registered in etcd now
         self._clock = clock
         self._state_key = state_key(keys, store.store_id)
         self._leader_key = leader_key(keys, store.store_id)
@@ -501,7 +530,13 @@ class StoreGroup:
             return
         if state is not None and state.leader and state.leader != me:
             store.leader_hint = (state.leader, state.leader_address)
-        eligible = (state is None or not state.in_sync or me in state.in_sync) and not store.needs_resync
+        eligible = may_campaign(
+            me,
+            state,
+            self._live_replicas(),
+            needs_resync=store.needs_resync,
+            unclean=self._settings.unclean_leader_election,
+        )
         if eligible and self._lease.valid():
             campaign = await self._lease.campaign(self._leader_key, me.encode())
             if campaign.holding is not None:
@@ -519,6 +554,14 @@ class StoreGroup:
         old_in_sync = set(state.in_sync) if state is not None else set()
         if state is not None and state.leader:
             old_in_sync.discard(state.leader)
+        if state is not None and state.in_sync and me not in state.in_sync:
+            # Unclean: nobody who held every acknowledged record is left to lead.
+            log.error(
+                "store group %s: replica %s leads although it was not in sync (unclean_leader_election): records "
+                "acknowledged by %s may be lost",
+                store.store_id, me, ",".join(sorted(state.in_sync)),
+            )  # fmt: skip
+            old_in_sync = set()
         in_sync = frozenset(old_in_sync | {me})
         new = store_pb2.StoreGroupState(
             epoch=(state.epoch if state is not None else 0) + 1,
@@ -535,7 +578,10 @@ class StoreGroup:
         await self._stop_following()
         self.state = new
         self._holding = holding
-        store.become_leader(epoch=new.epoch, in_sync=in_sync, min_in_sync=self._settings.min_in_sync, clock=self._clock)
+        leadership = store.become_leader(
+            epoch=new.epoch, in_sync=in_sync, min_in_sync=self._settings.min_in_sync, clock=self._clock
+        )
+        leadership.lease_valid = lambda: self._lease.holds(self._leader_key) is not None
         await self.published.activate(holding)
 
     async def _cas(self, revision: int, new: store_pb2.StoreGroupState) -> bool:

@@ -78,7 +78,7 @@ from .model import (
 )
 from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
-from .replication import EpochHistory, Leadership, check_copied, config_document, not_leader
+from .replication import CONFIG, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
 from .settings import StoreSettings
 from .transactions import Fences, Transactions
 from .validation import (
@@ -389,6 +389,7 @@ class MessageStore:
         pending, self._topics_propagating = self._topics_propagating, []
         if pending:
             await asyncio.gather(*pending)
+        await self.state_replicated(CONFIG)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -934,23 +935,26 @@ class MessageStore:
     def offsets_version(self) -> int:
         return self._offsets.version
 
-    async def offsets_replicated(self) -> None:
+    async def state_replicated(self, kind: str) -> None:
         """A replicated group's leader: wait until every in-sync follower has taken the
-        consume offsets committed so far, so a failover never moves them back.
+        consume offsets (OFFSETS) or the topic and group tables (CONFIG) as they are now,
+        so a failover never takes a committed offset or a configuration change back.
         UPSTREAM_TIMEOUT (retriable) after sync_flush_timeout_ms."""
         if not self.replicated:
             return
         leadership = self.leadership
         if leadership is None:
             raise not_leader(*self.leader_hint)
-        fut = leadership.wait_offsets_replicated(self._offsets.version)
+        version = self._offsets.version if kind == OFFSETS else self.config_version
+        fut = leadership.wait_state_replicated(kind, version)
         try:
             async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
                 await fut
         except TimeoutError:
+            what = "consume offset" if kind == OFFSETS else "configuration change"
             raise error(
                 errors_pb2.CODE_UPSTREAM_TIMEOUT,
-                "the consume offset is committed on the leader but its followers did not take it in time",
+                f"the {what} is made on the leader but its followers did not take it in time",
             ) from None
 
     def adopt_configs(

@@ -41,6 +41,9 @@ log = logging.getLogger("txmq.store.replication")
 BLANK_MAGIC = 0x54584D42  # txmq.records: a segment's closing blank marker
 
 Epoch = tuple[int, int]  # (epoch, start offset)
+#: The kinds of state shipped beside the log whose changes are answered once replicated.
+OFFSETS = "offsets"
+CONFIG = "config"
 
 
 class EpochHistory:
@@ -156,8 +159,9 @@ class FollowerView:
     caught_up_at_ms: int = 0
     connected: bool = False
     streams: int = 0
-    #: The leader's consume-offset table version this follower has taken.
-    offsets_version: int = 0
+    #: The leader's state versions this follower has taken: the consume-offset table
+    #: (OFFSETS) and the topic / subscription-group tables (CONFIG).
+    versions: dict[str, int] = field(default_factory=dict)
     #: Shipments not yet reported held: (where it ends, the leader's end then, sent at).
     in_flight: collections.deque[tuple[int, int, int]] = field(default_factory=collections.deque)
 
@@ -202,8 +206,10 @@ class Leadership:
     ended: bool = False
     #: Called whenever the high watermark grows (the store dispatches).
     on_advance: Callable[[], None] | None = None
+    #: Whether the leadership's lease still vouches for it (checked before every write).
+    lease_valid: Callable[[], bool] | None = None
     _waiters: collections.deque[tuple[int, asyncio.Future[None]]] = field(default_factory=collections.deque)
-    _offset_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    _state_waiters: list[tuple[str, int, asyncio.Future[None]]] = field(default_factory=list)
     _changed: asyncio.Future[None] | None = None
 
     def __post_init__(self) -> None:
@@ -247,33 +253,36 @@ class Leadership:
                     fut.set_result(None)
         return self.high_watermark
 
-    def offsets_held(self) -> int:
-        """The consume-offset table version every counted follower has taken."""
-        versions = [self.followers[r].offsets_version if r in self.followers else 0 for r in self.counted()]
-        others = [v for r, v in zip(self.counted(), versions, strict=True) if r != self.replica_id]
-        return min(others) if others else 2**62
+    def state_held(self, kind: str) -> int:
+        """The version of state ``kind`` (OFFSETS, CONFIG) every counted follower took."""
+        held = [
+            self.followers[r].versions.get(kind, 0) if r in self.followers else 0
+            for r in self.counted()
+            if r != self.replica_id
+        ]
+        return min(held) if held else 2**62
 
-    def _resolve_offsets(self) -> None:
-        if not self._offset_waiters or not self.enough_in_sync():
+    def _resolve_state(self) -> None:
+        if not self._state_waiters or not self.enough_in_sync():
             return
-        held = self.offsets_held()
+        held = {kind: self.state_held(kind) for kind in (OFFSETS, CONFIG)}
         keep = []
-        for version, fut in self._offset_waiters:
-            if version <= held:
+        for kind, version, fut in self._state_waiters:
+            if version <= held[kind]:
                 if not fut.done():
                     fut.set_result(None)
             else:
-                keep.append((version, fut))
-        self._offset_waiters = keep
+                keep.append((kind, version, fut))
+        self._state_waiters = keep
 
-    def wait_offsets_replicated(self, version: int) -> asyncio.Future[None]:
-        """A future resolved once every in-sync follower took offsets ``version``."""
+    def wait_state_replicated(self, kind: str, version: int) -> asyncio.Future[None]:
+        """A future resolved once every in-sync follower took ``version`` of ``kind``."""
         fut = asyncio.get_running_loop().create_future()
         if self.ended:
             fut.set_exception(not_leader())
             return fut
-        self._offset_waiters.append((version, fut))
-        self._resolve_offsets()
+        self._state_waiters.append((kind, version, fut))
+        self._resolve_state()
         self.poke()
         return fut
 
@@ -307,11 +316,12 @@ class Leadership:
         view.streams -= 1
         view.connected = view.streams > 0
 
-    def reported(self, view: FollowerView, log_end: int, offsets_version: int = 0) -> None:
+    def reported(self, view: FollowerView, log_end: int, versions: dict[str, int] | None = None) -> None:
         view.reported(log_end)
-        view.offsets_version = max(view.offsets_version, offsets_version)
+        for kind, version in (versions or {}).items():
+            view.versions[kind] = max(view.versions.get(kind, 0), version)
         self.recompute()
-        self._resolve_offsets()
+        self._resolve_state()
 
     def shipped(self, view: FollowerView, reach: int, leader_end: int) -> None:
         view.shipped(reach, leader_end, self.clock.now_ms())
@@ -322,6 +332,8 @@ class Leadership:
         return not self.ended and self.high_watermark >= self.epoch_start
 
     def check_writable(self) -> None:
+        if self.lease_valid is not None and not self.lease_valid():
+            raise not_leader()  # lapsed (e.g. right after a pause): the loss is being handled
         if self.ended:
             raise not_leader()
         if not self.enough_in_sync():
@@ -364,7 +376,7 @@ class Leadership:
         self.in_sync = members
         self.pending_in_sync = None
         self.recompute()
-        self._resolve_offsets()
+        self._resolve_state()
 
     def end(self) -> None:
         """The term is over: every waiting send fails (it may or may not survive)."""
@@ -374,10 +386,10 @@ class Leadership:
             fut = self._waiters.popleft()[1]
             if not fut.done():
                 fut.set_exception(not_leader())
-        for _, fut in self._offset_waiters:
+        for _, _, fut in self._state_waiters:
             if not fut.done():
                 fut.set_exception(not_leader())
-        self._offset_waiters = []
+        self._state_waiters = []
 
     # -- shipping ----------------------------------------------------------------------
 

@@ -108,9 +108,16 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
             encode(replica_endpoint(store, ctx.settings, ctx.address)),
         )
         publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=published)
+        prefix = store.store_id + "."
+
+        def live_replicas() -> set[str]:
+            replicas = ctx.cluster.endpoints(common_pb2.SERVICE_KIND_STORE_REPLICA)
+            return {e.instance_id.removeprefix(prefix) for e in replicas if e.instance_id.startswith(prefix)}
+
         group = replication.group = StoreGroup(
-            store, etcd=ctx.etcd, keys=ctx.keys, settings=ctx.settings, address=ctx.address, published=published
-        )
+            store, etcd=ctx.etcd, keys=ctx.keys, settings=ctx.settings, address=ctx.address, published=published,
+            live_replicas=live_replicas,
+        )  # fmt: skip
     else:
         publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=ctx.registration)
     await publisher.start()

@@ -24,6 +24,7 @@ from .configs import SubscriptionGroupConfig, TopicConfig
 from .filters import FilterType, build_message_filter
 from .message_store import Appended, MessageStore
 from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
+from .replication import CONFIG, OFFSETS
 from .transactions import DecisionRequest, HalfAction
 
 MAX_ARRIVALS_PER_BATCH = 1000
@@ -438,7 +439,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         self._store.commit_consume_offset(
             group=request.consumer_group, topic=request.topic, queue_id=request.queue_id, offset=request.offset
         )
-        await self._store.offsets_replicated()
+        await self._store.state_replicated(OFFSETS)
         return store_pb2.CommitConsumeOffsetResponse()
 
     @rpc
@@ -514,6 +515,7 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
         self, request: store_pb2.CreateSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
         cfg = self._store.create_subscription_group(group_from_pb(request.group))
+        await self._store.state_replicated(CONFIG)
         return store_pb2.SubscriptionGroupResponse(group=group_pb(cfg))
 
     @rpc
@@ -521,6 +523,7 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
         self, request: store_pb2.UpdateSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
         cfg = self._store.update_subscription_group(group_from_pb(request.group))
+        await self._store.state_replicated(CONFIG)
         return store_pb2.SubscriptionGroupResponse(group=group_pb(cfg))
 
     @rpc
@@ -528,6 +531,7 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
         self, request: store_pb2.DeleteSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
         self._store.delete_subscription_group(request.group_name)
+        await self._store.state_replicated(CONFIG)
         return store_pb2.DeleteSubscriptionGroupResponse()
 
     @rpc

@@ -125,6 +125,12 @@ class StoreSettings(ServiceSettings):
         description="Replicated group: a follower that has not held everything shipped to it for this long leaves "
         "the in-sync set.",
     )
+    unclean_leader_election: bool = Field(
+        False,
+        description="Replicated group: let a replica outside the in-sync set lead when no in-sync replica is "
+        "registered any more. Writes resume, but acknowledged records the in-sync replicas held may be lost "
+        "(docs/replication.md).",
+    )
     replica_tick_ms: int = Field(
         200, ge=10, description="Replicated group: how often a replica reads its group's state in etcd."
     )
