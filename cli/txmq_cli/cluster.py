@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
@@ -235,7 +236,9 @@ def etcd_binary() -> str:
 
 class EtcdServer:
     """A single-member etcd. Fast raft timing by default: with one member there is no
-    peer to lose, and a short election timeout makes it ready sooner."""
+    peer to lose, and a short election timeout makes it ready sooner. ``name`` and
+    ``initial_cluster`` (``name=peer-url,...``) make it one member of a larger cluster
+    (the tests' three-member etcd)."""
 
     def __init__(
         self,
@@ -247,6 +250,8 @@ class EtcdServer:
         peer_port: int = 2380,
         heartbeat_interval_ms: int = 10,
         election_timeout_ms: int = 100,
+        name: str = "txmq",
+        initial_cluster: str = "",
     ) -> None:
         self.host = host
         self.client_port = client_port
@@ -255,11 +260,11 @@ class EtcdServer:
         client_url = f"http://{join_host_port(host, client_port)}"
         peer_url = f"http://{join_host_port(host, peer_port)}"
         self.process = ChildProcess(
-            name="etcd",
+            name="etcd" if name == "txmq" else f"etcd-{name}",
             argv=[
                 etcd_binary(),
                 "--name",
-                "txmq",
+                name,
                 "--data-dir",
                 str(self.data_dir),
                 "--listen-client-urls",
@@ -271,7 +276,13 @@ class EtcdServer:
                 "--initial-advertise-peer-urls",
                 peer_url,
                 "--initial-cluster",
-                f"txmq={peer_url}",
+                initial_cluster or f"{name}={peer_url}",
+                # A member of a larger cluster: every member derives the same token from it.
+                *(
+                    ["--initial-cluster-token", f"txmq-{zlib.crc32(initial_cluster.encode()):08x}"]
+                    if initial_cluster
+                    else []
+                ),
                 "--heartbeat-interval",
                 str(heartbeat_interval_ms),
                 "--election-timeout",
@@ -288,8 +299,13 @@ class EtcdServer:
         return join_host_port(self.host, self.client_port)
 
     def start(self, *, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
         self.process.spawn()
+        self.wait_serving(timeout_s=timeout_s)
+
+    def wait_serving(self, *, timeout_s: float = 30.0) -> None:
+        """Return once this run serves clients (the members of a cluster are spawned
+        together, then waited for: none serves before a quorum is up)."""
+        deadline = time.monotonic() + timeout_s
         # Our etcd says it serves our address (an etcd of another cluster on that port
         # would make ours exit instead), then answers there.
         self.process.wait_log_line(etcd_serving_line(self.endpoint), timeout_s=timeout_s)

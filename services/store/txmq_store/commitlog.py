@@ -376,6 +376,7 @@ class CommitLog:
         call from any thread (calls are serialised)."""
         with self._flush_lock:
             start = self.flushed_offset
+            upto = min(upto, self.write_offset)  # a replica's log may have been cut since
             if upto <= start:
                 return start
             for seg in list(self._segments):
@@ -527,18 +528,19 @@ class CommitLog:
         """Make ``end`` the write offset: zero the rest of its segment, delete later
         segments. Used by recovery, before anything is appended; the bytes below
         ``end`` are not known to be durable until ``flush(end)``."""
-        for seg in [s for s in self._segments if s.start >= end]:
-            self._remove(seg)
-        seg = self._find(end)
-        if seg is not None:
-            at = end - seg.start
-            # Shrink and regrow: the kernel zeroes the tail without writing it.
-            os.ftruncate(seg.fd, at)
-            os.ftruncate(seg.fd, seg.size)
-            self._fsync(seg.fd)
-        self._sync_directory()
-        self.write_offset = end
-        self.flushed_offset = min(self.flushed_offset, end)
+        with self._flush_lock:  # not while a flush (a replica's, in a thread) runs
+            for seg in [s for s in self._segments if s.start >= end]:
+                self._remove(seg)
+            seg = self._find(end)
+            if seg is not None:
+                at = end - seg.start
+                # Shrink and regrow: the kernel zeroes the tail without writing it.
+                os.ftruncate(seg.fd, at)
+                os.ftruncate(seg.fd, seg.size)
+                self._fsync(seg.fd)
+            self._sync_directory()
+            self.write_offset = end
+            self.flushed_offset = min(self.flushed_offset, end)
 
     def _remove(self, seg: Segment) -> None:
         i = self._segments.index(seg)

@@ -276,7 +276,7 @@ class Follower:
         store = self._store
         assert store.epochs is not None
         epochs = store.epochs
-        queue: asyncio.Queue[store_pb2.FollowerReport] = asyncio.Queue()
+        queue: asyncio.Queue[store_pb2.FollowerReport | None] = asyncio.Queue()  # None: the end
         first = store_pb2.FollowerReport(
             store_id=store.store_id, replica_id=store.replica_id, epoch=self.epoch, log_end=store.local_log_end,
             epochs=_epochs(epochs.entries), segment_bytes=store.commitlog.segment_bytes,
@@ -284,8 +284,8 @@ class Follower:
 
         async def reports() -> AsyncIterator[store_pb2.FollowerReport]:
             yield first
-            while True:
-                yield await queue.get()
+            while (report := await queue.get()) is not None:
+                yield report
 
         leader_epochs: list[tuple[int, int]] = []
         offsets_version = config_version = 0
@@ -351,8 +351,11 @@ class Follower:
                 report()
         finally:
             if flushing is not None:
-                flushing.cancel()
+                # Let a running fsync finish (it is not cancelled midway: the log may be
+                # cut or copied into next, and what it covers becomes durable).
                 await asyncio.gather(flushing, return_exceptions=True)
+            queue.put_nowait(None)  # the request stream ends (grpc's task for it with it)
+            call.cancel()
 
 
 # -- etcd: the group's state and leadership --------------------------------------------

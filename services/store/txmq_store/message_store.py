@@ -802,6 +802,11 @@ class MessageStore:
         end. Writes open once the in-sync replicas hold everything up to there."""
         assert self.epochs is not None
         start = self.commitlog.write_offset
+        if self._sync and self._local_durable < start:
+            # What it copied as a follower but had not fsynced yet (a flush cut short):
+            # durable now, or the new epoch could never reach its own start.
+            self.commitlog.flush(start)
+            self._local_durable = start
         self.epochs.begin(epoch, start)
         self._writes_ready = False
         self.leadership = Leadership(
