@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -382,25 +383,53 @@ def may_campaign(
 
 class LeaderKeys:
     """The keys a group's leader keeps in etcd for route look-ups (its Endpoint as the
-    store, its topics), under the leadership's lease and written only while the leader
-    key is still ours (compare on its epoch). Stepping down revokes that lease, which
-    deletes exactly the keys still attached to it: a newer leader's writes of the same
-    keys are attached to its own lease. Offers ``replace`` like ``Registration``, so
-    the TopicPublisher writes through it."""
+    store, its topics), written only while the leader key is still ours (compare on its
+    epoch), under a lease of their own (``ttl_ms``) that the leader refreshes while it
+    leads. They outlive a leader that dies by that TTL, so a route never disappears in a
+    failover: it names the old address (clients get "unreachable" or NOT_LEADER and wait
+    with backoff) until the new leader writes the same keys under its own lease, which
+    then own them. Offers ``replace`` like ``Registration``, so the TopicPublisher writes
+    through it."""
 
-    def __init__(self, etcd, *, leader_key: str) -> None:
+    def __init__(self, etcd, *, leader_key: str, ttl_ms: int) -> None:
         self._etcd = etcd
         self._leader_key = leader_key
+        self._ttl_s = max(1, math.ceil(ttl_ms / 1000))
         self._values: dict[str, bytes] = {}
         self._holding: Holding | None = None
+        self._lease_id: int | None = None
+        self._refresh: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
     async def activate(self, holding: Holding) -> None:
-        self._holding = holding
+        self.deactivate()
+        try:
+            lease = await self._etcd.lease(self._ttl_s)
+        except RETRYABLE as exc:
+            log.warning("could not grant the leader keys' lease (publishing on the next change): %s", exc)
+            return
+        self._holding, self._lease_id = holding, lease.id
+        self._refresh = asyncio.create_task(self._keep_alive(lease.id), name="leader-keys")
         await self._write(list(self._values), [])
 
+    @property
+    def active(self) -> bool:
+        return self._holding is not None and self._lease_id is not None
+
     def deactivate(self) -> None:
-        self._holding = None
+        """Stop refreshing (the keys stay until a new leader takes them over, or the TTL)."""
+        self._holding = self._lease_id = None
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
+
+    async def _keep_alive(self, lease_id: int) -> None:
+        while True:
+            await asyncio.sleep(self._ttl_s / 3)
+            try:
+                await self._etcd.refresh_lease(lease_id)
+            except RETRYABLE as exc:
+                log.info("refreshing the leader keys' lease failed: %s", exc)
 
     async def put(self, key: str, value: bytes) -> None:
         self._values[key] = value
@@ -415,12 +444,12 @@ class LeaderKeys:
         await self._write(changed, stale)
 
     async def _write(self, changed: list[str], stale: list[str]) -> None:
-        holding = self._holding
-        if holding is None or not (changed or stale):
+        holding, lease_id = self._holding, self._lease_id
+        if holding is None or lease_id is None or not (changed or stale):
             return
         tx = self._etcd.transactions
         ops = [tx.delete(k.encode()) for k in stale]
-        ops += [tx.put(k.encode(), self._values[k], lease=holding.lease_id) for k in changed]
+        ops += [tx.put(k.encode(), self._values[k], lease=lease_id) for k in changed]
         async with self._lock:
             try:
                 won, _ = await self._etcd.transaction(
@@ -529,6 +558,8 @@ class StoreGroup:
             ):
                 await self._step_down("etcd names another leader or the lease lapsed")
                 return
+            if not self.published.active and self._holding is not None:
+                await self.published.activate(self._holding)  # etcd refused it at the take-over
             await self._keep_in_sync(state, read.revision)
             return
         if state is not None and state.leader and state.leader != me:
@@ -642,8 +673,9 @@ class StoreGroup:
             await f.stop()
 
     async def _step_down(self, reason: str) -> None:
-        """Stop leading; revoke the leadership's lease (the leader key and the keys
-        published under it go) and campaign later under a new one."""
+        """Stop leading; revoke the leadership's lease (the leader key goes: others may
+        campaign at once) and campaign later under a new one. The route keys stay until
+        the next leader writes them (``LeaderKeys``)."""
         self._store.end_leadership(reason)
         self._holding = None
         self.published.deactivate()
@@ -653,6 +685,7 @@ class StoreGroup:
 
     def _lost(self, holding: Holding, reason: str) -> None:
         if holding.key == self._leader_key:
+            self.published.deactivate()
             self._store.end_leadership(f"leadership lost: {reason}")
 
 

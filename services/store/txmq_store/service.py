@@ -102,7 +102,9 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
     if store.replicated:
         # A replica of a store group: the group's leader publishes the store endpoint
         # and its topics (docs/replication.md); this process registers as a replica.
-        published = LeaderKeys(ctx.etcd, leader_key=leader_key(ctx.keys, store.store_id))
+        published = LeaderKeys(
+            ctx.etcd, leader_key=leader_key(ctx.keys, store.store_id), ttl_ms=ctx.settings.registration_ttl_ms
+        )
         await published.put(
             ctx.keys.service(common_pb2.SERVICE_KIND_STORE, store.store_id),
             encode(replica_endpoint(store, ctx.settings, ctx.address)),
