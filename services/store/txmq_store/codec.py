@@ -176,13 +176,19 @@ def verify_record(buf: bytes | memoryview, pos: int, physical_offset: int) -> in
 
 
 def decode_record(
-    buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = False, expected_offset: int | None = None
+    buf: bytes | memoryview,
+    pos: int = 0,
+    *,
+    verify_crc: bool = False,
+    expected_offset: int | None = None,
+    with_body: bool = True,
 ) -> StoredMessage:
     """Decode the record at ``buf[pos:]``. Checks magic and lengths always; with
     ``verify_crc`` also the record CRC (one pass: it covers the body, so the body CRC is
     not computed again) and, with ``expected_offset``, that the record claims that
     position. Every read that serves a record verifies: bytes can rot after recovery
-    validated them, and recovery does not re-read segments below the checkpoint."""
+    validated them, and recovery does not re-read segments below the checkpoint.
+    ``with_body=False``: the body is left out (b""): what dispatch needs, no copy."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptRecord("truncated record header")
     size, magic, crc = PREFIX.unpack_from(buf, pos)
@@ -208,7 +214,7 @@ def decode_record(
     tpos = bpos + body_len
     if tpos + 3 > end:
         raise CorruptRecord("body length overruns the record")
-    body = bytes(buf[bpos:tpos])
+    body = bytes(buf[bpos:tpos]) if with_body else b""
     topic_len = buf[tpos]
     ppos = tpos + 1 + topic_len
     if ppos + 2 > end:

@@ -169,30 +169,40 @@ class Dispatcher:
         """Dispatch decoded records (a replica's: copied from its leader, or held since
         its recovery) once they are below the high watermark, waking watchers as
         ``dispatch`` does (without records attached). ``end_offset``: where the span
-        these records came from ends (a segment's blank marker may follow the last)."""
+        these records came from ends (a segment's blank marker may follow the last).
+        One pass and one index write for the whole span (``redispatch`` per record cost
+        a follower as much again)."""
+        arrivals: list[Arrival] | None = [] if self.hub.active else None
+        entries: list[Entry] = []
+        queues, topics_get = self.queues, self.topics.get
         for msg in messages:
-            self.redispatch(msg, to_queue=True, to_index=True)
+            cfg = topics_get(msg.topic)
+            offset = msg.commit_log_offset
+            if cfg is None or offset < cfg.since_offset:
+                continue  # a deleted topic's, or a deleted namesake's
+            if takes_queue_slot(msg.sys_flag):
+                cq = queues.get((msg.topic, msg.queue_id)) or self._new_queue(msg.topic, msg.queue_id)
+                tag_code = cached_tag_code(msg.tags) if msg.tags else 0
+                cq.put(msg.queue_offset, offset, msg.store_size, tag_code)
+                if arrivals is not None:
+                    arrivals.append(
+                        Arrival(
+                            msg.topic,
+                            msg.queue_id,
+                            msg.queue_offset,
+                            msg.queue_offset + 1,
+                            tag_code,
+                            msg.all_properties(),
+                            msg.store_timestamp_ms,
+                            cq.min_offset,
+                        )
+                    )
+            if is_indexed(msg.sys_flag):
+                entries.append((unique_id_hash(msg.unique_id), offset, msg.store_timestamp_ms))
+                if msg.keys:
+                    add_key_entries(entries, msg.topic, msg.keys, offset, msg.store_timestamp_ms)
+        self.index.put(entries)
         self.dispatched_offset = max(self.dispatched_offset, end_offset)
-        if not self.hub.active:
-            return
-        arrivals = []
-        for msg in messages:
-            cq = self.queues.get((msg.topic, msg.queue_id))
-            if cq is None or not takes_queue_slot(msg.sys_flag):
-                continue
-            tag_code = cached_tag_code(msg.tags) if msg.tags else 0
-            arrivals.append(
-                Arrival(
-                    msg.topic,
-                    msg.queue_id,
-                    msg.queue_offset,
-                    msg.queue_offset + 1,
-                    tag_code,
-                    msg.all_properties(),
-                    msg.store_timestamp_ms,
-                    cq.min_offset,
-                )
-            )
         if arrivals:
             self.hub.publish(arrivals)
 

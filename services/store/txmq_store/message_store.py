@@ -901,8 +901,7 @@ class MessageStore:
             if not is_disk_full(exc):
                 self._writable = False
             raise error(errors_pb2.CODE_STORAGE_ERROR, f"copying the leader's log failed: {exc}") from None
-        self._held.extend(messages)
-        store_metrics.count_in(messages)
+        self._held.extend(messages)  # not counted in rocketmq_messages_in: the leader counted them
         end = self.commitlog.write_offset
         if not self._sync:
             self._local_durable = end

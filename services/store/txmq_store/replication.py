@@ -143,7 +143,7 @@ def check_copied(data: bytes, offset: int, segment_end: int) -> list[StoredMessa
                 raise CorruptRecord(f"blank marker at {offset + at} does not close its segment")
             break
         verify_record(view, at, offset + at)
-        messages.append(decode_record(view[at : at + size]))
+        messages.append(decode_record(view[at : at + size], with_body=False))  # held for dispatch only
         at += size
     return messages
 
