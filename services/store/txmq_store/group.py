@@ -349,7 +349,8 @@ class Follower:
                     else:
                         epochs.adopt(leader_epochs, end)
                 store.set_follower_high_watermark(shipment.high_watermark)
-                report()
+                if not (sync and shipment.data):
+                    report()  # under sync flush the fsync covering the data reports it
         finally:
             if flushing is not None:
                 # Let a running fsync finish (it is not cancelled midway: the log may be
