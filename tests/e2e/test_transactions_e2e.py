@@ -31,8 +31,9 @@ import aetcd
 import grpc
 import pytest
 from support import ServiceFactory, ServiceProcess
+from support.topics import consume_all
 
-from txmq import Admin, PullConsumer, PullStatus
+from txmq import Admin, PullConsumer
 from txmq.protocol import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC
 from txmq.v1 import store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
 
@@ -133,20 +134,6 @@ def read_topic(stub: store_pb2_grpc.StoreStub, topic: str) -> list:
                 timeout=10,
             )
             if not r.messages and r.next_begin_offset <= offset:
-                break
-            out += r.messages
-            offset = r.next_begin_offset
-    return out
-
-
-def consume_all(consumer: PullConsumer, topic: str) -> list:
-    """Every message of the topic, through the pull service, every queue from 0."""
-    out = []
-    for mq in consumer.fetch_message_queues(topic):
-        offset = 0
-        while True:
-            r = consumer.pull(mq, "*", offset, 256, suspend=False)
-            if r.status is not PullStatus.FOUND:
                 break
             out += r.messages
             offset = r.next_begin_offset

@@ -10,9 +10,10 @@ import time
 import grpc
 import pytest
 from support import new_local_cluster
+from support.topics import consume_all
 from support.waiting import wait_until
 
-from txmq import Admin, Message, Producer, PullConsumer, PullStatus, SendStatus
+from txmq import Admin, Message, Producer, PullConsumer, SendStatus
 from txmq.errors import TxmqError
 from txmq.v1 import store_pb2, store_pb2_grpc
 
@@ -90,15 +91,8 @@ def test_sdk_producer_and_pull_consumer_across_a_kill_9_of_the_leader(tmp_path):
 
         seen: dict[str, int] = {}
         with PullConsumer("group-cluster-consumer", bootstrap) as consumer:
-            for mq in consumer.fetch_message_queues(TOPIC):
-                offset = 0
-                while True:
-                    r = consumer.pull(mq, "*", offset, 256, suspend=False)
-                    if r.status is not PullStatus.FOUND:
-                        break
-                    for m in r.messages:
-                        seen[m.msg_id] = seen.get(m.msg_id, 0) + 1
-                    offset = r.next_begin_offset
+            for m in consume_all(consumer, TOPIC):
+                seen[m.msg_id] = seen.get(m.msg_id, 0) + 1
         lost = [mid for mid in acked if mid not in seen]
         assert not lost, f"{len(lost)} acknowledged messages lost of {len(acked)}"
         duplicated = [mid for mid in acked if seen[mid] > 1]

@@ -18,20 +18,39 @@ class _Link:
         self.lock = threading.Lock()
 
 
-class DelayingProxy:
-    def __init__(self, upstream_port: int = 0, *, host: str = "127.0.0.1") -> None:
+class _Listening:
+    """A loopback listener whose ``_accept`` runs in a thread (the proxies below)."""
+
+    def __init__(self, upstream_port: int, host: str) -> None:
         self.host = host
         self.upstream_port = upstream_port
         self._listener = socket.create_server((host, 0))
         self.port = self._listener.getsockname()[1]
-        self._links: list[_Link] = []
         self._lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
+        threading.Thread(target=self._accept, daemon=True, name=f"{type(self).__name__}-accept").start()
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def _accept(self) -> None:
+        raise NotImplementedError
+
+
+def _close_both(*socks: socket.socket) -> None:
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+
+class DelayingProxy(_Listening):
+    def __init__(self, upstream_port: int = 0, *, host: str = "127.0.0.1") -> None:
+        self._links: list[_Link] = []
+        super().__init__(upstream_port, host)
 
     def _accept(self) -> None:
         while not self._closed:
@@ -63,12 +82,7 @@ class DelayingProxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            _close_both(src, dst)
 
     def hold(self) -> None:
         """From now on, keep what the open connections send towards the server."""
@@ -100,25 +114,15 @@ class DelayingProxy:
                     s.close()
 
 
-class PartitionProxy:
+class PartitionProxy(_Listening):
     """A TCP proxy that can cut a link: ``cut()`` closes every open connection and
     refuses new ones (accepted, then closed at once) until ``heal()``. The upstream
     port may be set after the proxy starts (a service that bound port 0)."""
 
     def __init__(self, upstream_port: int = 0, *, host: str = "127.0.0.1") -> None:
-        self.host = host
-        self.upstream_port = upstream_port
-        self._listener = socket.create_server((host, 0))
-        self.port = self._listener.getsockname()[1]
         self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
         self._cut = False
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name="partition-accept").start()
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        super().__init__(upstream_port, host)
 
     def _accept(self) -> None:
         while not self._closed:
@@ -147,23 +151,13 @@ class PartitionProxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            _close_both(src, dst)
 
     def cut(self) -> None:
         with self._lock:
             self._cut = True
             socks, self._socks = self._socks, []
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        _close_both(*socks)
 
     def heal(self) -> None:
         self._cut = False

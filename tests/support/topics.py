@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from support.waiting import unique_name
-from txmq import Admin
+from txmq import Admin, MessageExt, PullConsumer, PullStatus
 
 
 class Topics:
@@ -25,3 +25,17 @@ class Topics:
     def delete_all(self) -> None:
         for name in self.created:
             self.admin.delete_topic(name)
+
+
+def consume_all(consumer: PullConsumer, topic: str) -> list[MessageExt]:
+    """Every message of the topic, through the pull service, every queue from 0."""
+    out: list[MessageExt] = []
+    for mq in consumer.fetch_message_queues(topic):
+        offset = 0
+        while True:
+            r = consumer.pull(mq, "*", offset, 256, suspend=False)
+            if r.status is not PullStatus.FOUND:
+                break
+            out += r.messages
+            offset = r.next_begin_offset
+    return out
