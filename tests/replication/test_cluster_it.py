@@ -13,11 +13,28 @@ from support import new_local_cluster
 from support.topics import consume_all
 from support.waiting import wait_until
 
-from txmq import Admin, Message, Producer, PullConsumer, SendStatus
+from txmq import (
+    Admin,
+    LocalTransactionState,
+    Message,
+    Producer,
+    PullConsumer,
+    SendStatus,
+    TransactionListener,
+    TransactionProducer,
+)
 from txmq.errors import TxmqError
 from txmq.v1 import store_pb2, store_pb2_grpc
 
 TOPIC = "GroupClusterTopic"
+
+
+class _ByBody(TransactionListener):
+    def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT if msg.body.startswith(b"commit") else LocalTransactionState.ROLLBACK
+
+    def check_local_transaction(self, msg) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT if msg.body.startswith(b"commit") else LocalTransactionState.ROLLBACK
 
 
 def _leader(cluster) -> str | None:
@@ -89,10 +106,27 @@ def test_sdk_producer_and_pull_consumer_across_a_kill_9_of_the_leader(tmp_path):
         thread.join(timeout=30)
         assert not errors, errors[:3]
 
+        # Transactions through txcheck reach the new leader: commits become visible,
+        # rollbacks never do.
+        committed, rolled_back = set(), set()
+        with TransactionProducer("group-cluster-tx", bootstrap, listener=_ByBody(), send_timeout=10.0) as tx:
+            for i in range(6):
+                body = f"{'commit' if i % 2 == 0 else 'rollback'}-{i}".encode()
+                result = tx.send_message_in_transaction(Message(TOPIC, body))
+                assert result.status is SendStatus.OK, result
+                (committed if i % 2 == 0 else rolled_back).add(result.msg_id)
+
         seen: dict[str, int] = {}
         with PullConsumer("group-cluster-consumer", bootstrap) as consumer:
-            for m in consume_all(consumer, TOPIC):
-                seen[m.msg_id] = seen.get(m.msg_id, 0) + 1
+
+            def read() -> dict[str, int]:
+                seen.clear()
+                for m in consume_all(consumer, TOPIC):
+                    seen[m.msg_id] = seen.get(m.msg_id, 0) + 1
+                return seen
+
+            wait_until(lambda: committed <= set(read()), what="the committed transactions visible")
+        assert not rolled_back & set(seen), "a rolled-back transaction is visible"
         lost = [mid for mid in acked if mid not in seen]
         assert not lost, f"{len(lost)} acknowledged messages lost of {len(acked)}"
         duplicated = [mid for mid in acked if seen[mid] > 1]
