@@ -13,7 +13,16 @@ from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
 from txmq_store.codec import CorruptRecord
 from txmq_store.model import SendStatus
-from txmq_store.replication import CONFIG, OFFSETS, EpochHistory, Leadership, check_copied, divergence, ship_span
+from txmq_store.replication import (
+    CONFIG,
+    FENCES,
+    OFFSETS,
+    EpochHistory,
+    Leadership,
+    check_copied,
+    divergence,
+    ship_span,
+)
 
 from .conftest import StoreFactory, msg
 
@@ -327,3 +336,19 @@ async def test_a_leader_whose_lease_lapsed_refuses_writes_before_it_hears_of_the
     with pytest.raises(TxmqError) as err:
         lead.check_writable()
     assert err.value.code == errors_pb2.CODE_NOT_LEADER
+
+
+async def test_a_raised_fence_is_held_by_the_followers_before_the_fenced_write_goes_on(stores: StoreFactory):
+    leader, _ = await _pair(stores)
+    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
+    b = lead.attach("b")
+    lead.reported(b, 0)
+    admitted = asyncio.ensure_future(leader.admit_fence(9, 0))
+    await asyncio.sleep(0)
+    assert not admitted.done()  # b has not taken the raised mark
+    lead.reported(b, 0, {FENCES: leader.transactions.fences.version})
+    await admitted
+    await leader.admit_fence(9, 0)  # the same epoch again: no wait, no rise
+    with pytest.raises(TxmqError) as err:
+        await leader.admit_fence(8, 0)
+    assert err.value.code == errors_pb2.CODE_FENCED

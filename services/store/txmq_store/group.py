@@ -33,7 +33,7 @@ from txmq_runtime.lease import FencedLease, Holding, LeaseLapsed
 from txmq_runtime.registry import EtcdKeys, encode
 
 from .message_store import MessageStore
-from .replication import CONFIG, OFFSETS, Leadership, divergence, not_leader, ship_span
+from .replication import CONFIG, FENCES, OFFSETS, Leadership, divergence, not_leader, ship_span
 from .settings import StoreSettings
 
 log = logging.getLogger("txmq.store.group")
@@ -127,7 +127,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
             config_version = store.config_version
             fences_version, fences = store.fences_document()
             yield store_pb2.Shipment(
-                fences_json=fences,
+                fences_json=fences, fences_version=fences_version,
                 epoch=leadership.epoch, truncate_to=cut, epochs=_epochs(store.epochs.entries),
                 high_watermark=leadership.high_watermark, topics_json=topics, subscription_groups_json=groups,
                 consume_offsets_json=offsets, consume_offsets_version=offsets_version, config_version=config_version,
@@ -146,6 +146,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
                     shipment.topics_json, shipment.subscription_groups_json = store.config_documents()
                 if store.transactions.fences.version != fences_version:
                     fences_version, shipment.fences_json = store.fences_document()
+                shipment.fences_version = fences_version
                 now = time.monotonic()
                 if store.offsets_version != offsets_version:
                     offsets_version, shipment.consume_offsets_json = store.offsets_document()
@@ -189,7 +190,9 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
     async def _read_reports(reports: AsyncIterator[store_pb2.FollowerReport], leadership: Leadership, view) -> None:
         async for report in reports:
             leadership.reported(
-                view, report.log_end, {OFFSETS: report.consume_offsets_version, CONFIG: report.config_version}
+                view,
+                report.log_end,
+                {OFFSETS: report.consume_offsets_version, CONFIG: report.config_version, FENCES: report.fences_version},
             )
 
     @rpc
@@ -289,7 +292,7 @@ class Follower:
                 yield report
 
         leader_epochs: list[tuple[int, int]] = []
-        offsets_version = config_version = 0
+        offsets_version = config_version = fences_version = 0
         sync = store.settings.flush_mode == "sync"
         flushing: asyncio.Task[None] | None = None
 
@@ -300,6 +303,7 @@ class Follower:
                     log_end=store.local_log_end,
                     consume_offsets_version=offsets_version,
                     config_version=config_version,
+                    fences_version=fences_version,
                 )
             )
 
@@ -341,6 +345,8 @@ class Follower:
                         offsets_version = shipment.consume_offsets_version
                     if shipment.topics_json:
                         config_version = shipment.config_version
+                    if shipment.fences_json:
+                        fences_version = shipment.fences_version
                 if shipment.data:
                     end = store.copy_shipment(shipment.offset, shipment.data)
                     if sync:

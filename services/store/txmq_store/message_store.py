@@ -78,7 +78,7 @@ from .model import (
 )
 from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
-from .replication import CONFIG, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
+from .replication import CONFIG, FENCES, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
 from .settings import StoreSettings
 from .transactions import Fences, Transactions
 from .validation import (
@@ -928,6 +928,15 @@ class MessageStore:
         """The topic and subscription-group tables as shipped to followers."""
         return config_document(self._topics.document()), config_document(self._groups.document())
 
+    async def admit_fence(self, epoch: int, half_queue_id: int) -> None:
+        """``Fences.admit``; in a replicated group a mark that rose is first held by every
+        in-sync follower (a new leader refuses what this one refused), then checked
+        again (a newer epoch may have come meanwhile)."""
+        fences = self.transactions.fences
+        if fences.admit(epoch, half_queue_id) and self.replicated:
+            await self.state_replicated(FENCES)
+            self.transactions.fences.admit(epoch, half_queue_id)
+
     def fences_document(self) -> tuple[int, bytes]:
         fences = self.transactions.fences
         return fences.version, config_document(fences.document())
@@ -949,13 +958,17 @@ class MessageStore:
         leadership = self.leadership
         if leadership is None:
             raise not_leader(*self.leader_hint)
-        version = self._offsets.version if kind == OFFSETS else self.config_version
+        version = {
+            OFFSETS: self._offsets.version,
+            CONFIG: self.config_version,
+            FENCES: self.transactions.fences.version,
+        }[kind]
         fut = leadership.wait_state_replicated(kind, version)
         try:
             async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
                 await fut
         except TimeoutError:
-            what = "consume offset" if kind == OFFSETS else "configuration change"
+            what = {OFFSETS: "consume offset", CONFIG: "configuration change", FENCES: "check-loop fence"}[kind]
             raise error(
                 errors_pb2.CODE_UPSTREAM_TIMEOUT,
                 f"the {what} is made on the leader but its followers did not take it in time",

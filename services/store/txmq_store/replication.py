@@ -44,6 +44,7 @@ Epoch = tuple[int, int]  # (epoch, start offset)
 #: The kinds of state shipped beside the log whose changes are answered once replicated.
 OFFSETS = "offsets"
 CONFIG = "config"
+FENCES = "fences"
 
 
 class EpochHistory:
@@ -160,7 +161,7 @@ class FollowerView:
     connected: bool = False
     streams: int = 0
     #: The leader's state versions this follower has taken: the consume-offset table
-    #: (OFFSETS) and the topic / subscription-group tables (CONFIG).
+    #: (OFFSETS), the topic / subscription-group tables (CONFIG), the fences (FENCES).
     versions: dict[str, int] = field(default_factory=dict)
     #: Shipments not yet reported held: (where it ends, the leader's end then, sent at).
     in_flight: collections.deque[tuple[int, int, int]] = field(default_factory=collections.deque)
@@ -265,7 +266,7 @@ class Leadership:
     def _resolve_state(self) -> None:
         if not self._state_waiters or not self.enough_in_sync():
             return
-        held = {kind: self.state_held(kind) for kind in (OFFSETS, CONFIG)}
+        held = {kind: self.state_held(kind) for kind in (OFFSETS, CONFIG, FENCES)}
         keep = []
         for kind, version, fut in self._state_waiters:
             if version <= held[kind]:

@@ -299,7 +299,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     @rpc
     async def PutSystemMessages(self, request: store_pb2.PutSystemMessagesRequest, context: grpc.aio.ServicerContext):
         if request.HasField("fence"):
-            self._store.transactions.fences.admit(request.fence.epoch, request.fence.half_queue_id)
+            await self._store.admit_fence(request.fence.epoch, request.fence.half_queue_id)
         outgoing = []
         for sm in request.messages:
             o = to_outgoing(sm.message)
@@ -435,7 +435,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         self, request: store_pb2.CommitConsumeOffsetRequest, context: grpc.aio.ServicerContext
     ):
         if request.HasField("fence"):
-            self._store.transactions.fences.admit(request.fence.epoch, request.fence.half_queue_id)
+            await self._store.admit_fence(request.fence.epoch, request.fence.half_queue_id)
         self._store.commit_consume_offset(
             group=request.consumer_group, topic=request.topic, queue_id=request.queue_id, offset=request.offset
         )

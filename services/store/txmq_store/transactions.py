@@ -160,11 +160,12 @@ class Fences:
     def mark(self, half_queue_id: int = HALF_QUEUE_ID) -> int:
         return self._marks.get(half_queue_id, 0)
 
-    def admit(self, epoch: int, half_queue_id: int = HALF_QUEUE_ID) -> None:
+    def admit(self, epoch: int, half_queue_id: int = HALF_QUEUE_ID) -> bool:
         """Refuse (CODE_FENCED) a write under an epoch lower than one already seen;
-        raise the mark, durably, for a higher one. Epoch 0: not fenced."""
+        raise the mark, durably, for a higher one. Epoch 0: not fenced. Whether the
+        mark rose."""
         if epoch <= 0:
-            return
+            return False
         current = self.mark(half_queue_id)
         if epoch < current:
             store_metrics.FENCED_WRITES.inc()
@@ -182,6 +183,8 @@ class Fences:
             self._marks = marks
             self.version += 1
             log.info("half queue %d: check-loop leader epoch %d (was %d)", half_queue_id, epoch, current)
+            return True
+        return False
 
 
 class Transactions:
@@ -375,7 +378,7 @@ class Transactions:
         born_host: str = "",
     ) -> list[DecisionOutcome]:
         store = self._store
-        self.fences.admit(epoch, half_queue_id)
+        await store.admit_fence(epoch, half_queue_id)
         self._added = []
         timeout_ms = transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
         now = store.now_ms()
@@ -500,7 +503,7 @@ class Transactions:
         born_host: str = "",
     ) -> list[ActionOutcome]:
         store = self._store
-        self.fences.admit(epoch, half_queue_id)
+        await store.admit_fence(epoch, half_queue_id)
         self._added = []
         outcomes: list[ActionOutcome] = []
         copies: list[tuple[int, OutgoingMessage]] = []

@@ -659,7 +659,7 @@ class StoreGroupState(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., leader: _Optional[str] = ..., leader_address: _Optional[str] = ..., in_sync: _Optional[_Iterable[str]] = ..., epoch_start_offset: _Optional[int] = ..., min_in_sync: _Optional[int] = ..., changed_at_ms: _Optional[int] = ...) -> None: ...
 
 class FollowerReport(_message.Message):
-    __slots__ = ("store_id", "replica_id", "epoch", "log_end", "epochs", "segment_bytes", "consume_offsets_version", "config_version")
+    __slots__ = ("store_id", "replica_id", "epoch", "log_end", "epochs", "segment_bytes", "consume_offsets_version", "config_version", "fences_version")
     STORE_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -668,6 +668,7 @@ class FollowerReport(_message.Message):
     SEGMENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     CONSUME_OFFSETS_VERSION_FIELD_NUMBER: _ClassVar[int]
     CONFIG_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FENCES_VERSION_FIELD_NUMBER: _ClassVar[int]
     store_id: str
     replica_id: str
     epoch: int
@@ -676,10 +677,11 @@ class FollowerReport(_message.Message):
     segment_bytes: int
     consume_offsets_version: int
     config_version: int
-    def __init__(self, store_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., epoch: _Optional[int] = ..., log_end: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., segment_bytes: _Optional[int] = ..., consume_offsets_version: _Optional[int] = ..., config_version: _Optional[int] = ...) -> None: ...
+    fences_version: int
+    def __init__(self, store_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., epoch: _Optional[int] = ..., log_end: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., segment_bytes: _Optional[int] = ..., consume_offsets_version: _Optional[int] = ..., config_version: _Optional[int] = ..., fences_version: _Optional[int] = ...) -> None: ...
 
 class Shipment(_message.Message):
-    __slots__ = ("epoch", "truncate_to", "epochs", "offset", "data", "high_watermark", "topics_json", "subscription_groups_json", "consume_offsets_json", "consume_offsets_version", "fences_json", "config_version")
+    __slots__ = ("epoch", "truncate_to", "epochs", "offset", "data", "high_watermark", "topics_json", "subscription_groups_json", "consume_offsets_json", "consume_offsets_version", "fences_json", "config_version", "fences_version")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
@@ -692,6 +694,7 @@ class Shipment(_message.Message):
     CONSUME_OFFSETS_VERSION_FIELD_NUMBER: _ClassVar[int]
     FENCES_JSON_FIELD_NUMBER: _ClassVar[int]
     CONFIG_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FENCES_VERSION_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     truncate_to: int
     epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
@@ -704,7 +707,8 @@ class Shipment(_message.Message):
     consume_offsets_version: int
     fences_json: bytes
     config_version: int
-    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., topics_json: _Optional[bytes] = ..., subscription_groups_json: _Optional[bytes] = ..., consume_offsets_json: _Optional[bytes] = ..., consume_offsets_version: _Optional[int] = ..., fences_json: _Optional[bytes] = ..., config_version: _Optional[int] = ...) -> None: ...
+    fences_version: int
+    def __init__(self, epoch: _Optional[int] = ..., truncate_to: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., topics_json: _Optional[bytes] = ..., subscription_groups_json: _Optional[bytes] = ..., consume_offsets_json: _Optional[bytes] = ..., consume_offsets_version: _Optional[int] = ..., fences_json: _Optional[bytes] = ..., config_version: _Optional[int] = ..., fences_version: _Optional[int] = ...) -> None: ...
 
 class GetReplicaStatusRequest(_message.Message):
     __slots__ = ()
