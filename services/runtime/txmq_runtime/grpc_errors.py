@@ -2,7 +2,9 @@
 
 Servicers wrap every RPC with ``@rpc``: a ``TxmqError`` raised by the core becomes its
 gRPC status plus an ``ErrorDetail`` in the trailing metadata; any other exception
-becomes INTERNAL and is logged once, with its traceback.
+becomes INTERNAL and is logged once, with its traceback. ``RejectUnparseable`` (on every
+service's server) answers requests whose bytes do not parse with INVALID_ARGUMENT and
+``CODE_BAD_REQUEST`` before any servicer runs (gRPC's default: UNKNOWN and a traceback).
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 import grpc
+from prometheus_client import Counter
 
-from txmq.errors import ERROR_DETAIL_KEY, InternalError, TxmqError
+from txmq.errors import ERROR_DETAIL_KEY, InternalError, TxmqError, error
+from txmq.v1 import errors_pb2
 
 log = logging.getLogger("txmq.rpc")
 
@@ -74,3 +79,128 @@ def _is_cancel(exc: BaseException) -> bool:
     import asyncio
 
     return isinstance(exc, asyncio.CancelledError)
+
+
+# -- requests that do not parse ----------------------------------------------------------
+
+#: Requests whose bytes did not parse as their method's message, per method. They are
+#: answered INVALID_ARGUMENT (CODE_BAD_REQUEST) and logged at most once a minute per
+#: method: a hostile client must not fill the disk with tracebacks (gRPC's default is
+#: UNKNOWN and one traceback each).
+UNPARSEABLE = Counter(
+    "txmq_rpc_unparseable_requests",
+    "Requests whose bytes did not parse as the method's message (answered INVALID_ARGUMENT).",
+    ["method"],
+)
+_LOG_EVERY_S = 60.0
+
+
+class _Unparseable:
+    """What the tolerant deserializer hands on instead of a message."""
+
+    __slots__ = ("reason", "size")
+
+    def __init__(self, size: int, reason: str) -> None:
+        self.size = size
+        self.reason = reason
+
+
+class RejectUnparseable(grpc.aio.ServerInterceptor):
+    """Every method's request deserializer made tolerant: bytes that do not parse reach
+    the method as a marker, and the call ends INVALID_ARGUMENT with a typed detail
+    before the servicer sees anything (for a request stream, at that message)."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._logged_at: dict[str, float] = {}
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Any], handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        method = handler_call_details.method
+        cached = self._handlers.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(handler, method)
+        self._handlers[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        parse = handler.request_deserializer
+
+        def tolerant(data: bytes) -> Any:
+            try:
+                return parse(data)
+            except Exception as exc:  # noqa: BLE001 - any parse failure is the caller's bad bytes
+                return _Unparseable(len(data), type(exc).__name__)
+
+        kwargs = {"request_deserializer": tolerant, "response_serializer": handler.response_serializer}
+        refuse = self._refuse
+        if handler.unary_unary is not None:
+            inner_uu = handler.unary_unary
+
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Unparseable):
+                    await refuse(context, method, request)
+                response = inner_uu(request, context)
+                return await response if inspect.isawaitable(response) else response
+
+            return grpc.unary_unary_rpc_method_handler(unary_unary, **kwargs)
+        if handler.unary_stream is not None:
+            inner_us = handler.unary_stream
+
+            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Unparseable):
+                    await refuse(context, method, request)
+                responses = inner_us(request, context)
+                if inspect.isasyncgen(responses):
+                    async for response in responses:
+                        yield response
+                elif inspect.isawaitable(responses):
+                    await responses
+
+            return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
+
+        async def checked(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            async for request in requests:
+                if isinstance(request, _Unparseable):
+                    await refuse(context, method, request)
+                yield request
+
+        if handler.stream_unary is not None:
+            inner_su = handler.stream_unary
+
+            async def stream_unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+                response = inner_su(checked(requests, context), context)
+                return await response if inspect.isawaitable(response) else response
+
+            return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
+        inner_ss = handler.stream_stream
+
+        async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            responses = inner_ss(checked(requests, context), context)
+            if inspect.isasyncgen(responses):
+                async for response in responses:
+                    yield response
+            elif inspect.isawaitable(responses):
+                await responses
+
+        return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
+
+    async def _refuse(self, context: grpc.aio.ServicerContext, method: str, bad: _Unparseable) -> None:
+        UNPARSEABLE.labels(method).inc()
+        now = time.monotonic()
+        if now - self._logged_at.get(method, -_LOG_EVERY_S) >= _LOG_EVERY_S:
+            self._logged_at[method] = now
+            log.warning(
+                "%s: a request of %d bytes did not parse (%s); answered INVALID_ARGUMENT "
+                "(counted in txmq_rpc_unparseable_requests_total, logged at most once a minute)",
+                method, bad.size, bad.reason,
+            )  # fmt: skip
+        await abort(
+            context,
+            error(errors_pb2.CODE_BAD_REQUEST, f"the request ({bad.size} bytes) is not a valid {method} message"),
+        )

@@ -36,6 +36,7 @@ from grpc_reflection.v1alpha import reflection
 from txmq.v1 import common_pb2
 from txmq_runtime import keepalive, metrics
 from txmq_runtime.etcd import RETRYABLE, close_client, etcd_client
+from txmq_runtime.grpc_errors import RejectUnparseable
 from txmq_runtime.net import join_host_port
 from txmq_runtime.registry import ClusterView, EtcdKeys, Registration, encode, kind_name
 from txmq_runtime.route import add_route_servicer
@@ -172,7 +173,8 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     ka = keepalive.Keepalive.of(settings)
     keepalive.configure(ka)  # the channels this process dials (txmq_runtime.calls)
     server = grpc.aio.server(
-        options=(*SERVER_OPTIONS, *ka.server_options()), interceptors=metrics.server_interceptors()
+        options=(*SERVER_OPTIONS, *ka.server_options()),
+        interceptors=[RejectUnparseable(), *metrics.server_interceptors()],
     )
     try:
         port = server.add_insecure_port(join_host_port(settings.host, settings.port))
