@@ -13,7 +13,7 @@ from support import ServiceFactory, ServiceProcess
 from support.proxy import PartitionProxy
 from support.waiting import wait_until
 
-from txmq.errors import ERROR_DETAIL_KEY
+from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 
 GROUP = "grp"
@@ -28,13 +28,6 @@ _EXPECTED = (
     errors_pb2.CODE_SERVICE_NOT_READY,
     errors_pb2.CODE_UPSTREAM_TIMEOUT,
 )
-
-
-def error_detail(err: grpc.RpcError) -> errors_pb2.ErrorDetail | None:
-    for key, value in err.trailing_metadata() or ():
-        if key == ERROR_DETAIL_KEY:
-            return errors_pb2.ErrorDetail.FromString(value)
-    return None
 
 
 class StoreGroupProcesses:
@@ -121,8 +114,7 @@ class StoreGroupProcesses:
             )
             return True
         except grpc.RpcError as err:
-            detail = error_detail(err)
-            return detail is not None and detail.code == errors_pb2.CODE_TOPIC_ALREADY_EXISTS
+            return TxmqError.from_rpc_error(err).code == errors_pb2.CODE_TOPIC_ALREADY_EXISTS
 
     def isolate(self, rid: str) -> None:
         """Cut ``rid`` off from etcd and from its followers (not from its clients)."""
@@ -216,9 +208,7 @@ class Workload:
                 response = store_pb2_grpc.StoreStub(self.group.channel(target)).SendBatch(request, timeout=10)
             except grpc.RpcError as err:
                 self.failures += 1
-                detail = error_detail(err)
-                if detail is not None and detail.code not in _EXPECTED:
-                    self.unexpected.append(f"{detail.code}: {detail.message}")
+                self._note(err)
                 target = None
                 continue
             for body, result in zip(bodies, response.results, strict=True):
@@ -270,9 +260,7 @@ class Workload:
             )
         except grpc.RpcError as err:
             self.failures += 1
-            detail = error_detail(err)
-            if detail is not None and detail.code not in _EXPECTED:
-                self.unexpected.append(f"{detail.code}: {detail.message}")
+            self._note(err)
             return None
         self.transactions += 1
         for body, result in zip(bodies, decided.results, strict=True):
@@ -285,6 +273,12 @@ class Workload:
             else:
                 self.rolled_back.append(body)
         return target
+
+    def _note(self, err: grpc.RpcError) -> None:
+        """Keep a refusal no leader change explains (transport failures are expected)."""
+        refusal = TxmqError.from_rpc_error(err)
+        if not refusal.transport and refusal.code not in _EXPECTED:
+            self.unexpected.append(str(refusal))
 
     def _find_leader(self) -> str | None:
         for rid, proc in self.group.replicas.items():

@@ -8,10 +8,11 @@ from click.testing import CliRunner
 from support.waiting import wait_until
 
 from txmq import Admin
+from txmq.errors import TxmqError
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_cli.main import cli
 
-from .group import TOPIC, StoreGroupProcesses, Workload, check, error_detail, read_all
+from .group import TOPIC, StoreGroupProcesses, Workload, check, read_all
 
 
 def test_three_replicas_elect_a_leader_and_every_replica_holds_every_acknowledged_send(service_factory, tmp_path):
@@ -33,10 +34,10 @@ def test_three_replicas_elect_a_leader_and_every_replica_holds_every_acknowledge
         )
         raise AssertionError("a follower took a write")
     except grpc.RpcError as err:
-        detail = error_detail(err)
+        refusal = TxmqError.from_rpc_error(err)
         assert err.code() == grpc.StatusCode.UNAVAILABLE
-        assert detail is not None and detail.code == errors_pb2.CODE_NOT_LEADER
-        assert detail.metadata["leader"] == leader
+        assert not refusal.transport and refusal.code == errors_pb2.CODE_NOT_LEADER
+        assert refusal.metadata["leader"] == leader
 
     leader_end = group.status(leader).log_end
     for rid in followers:

@@ -10,7 +10,7 @@ import logging
 import grpc
 import pytest
 
-from txmq.errors import ERROR_DETAIL_KEY
+from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.grpc_errors import UNPARSEABLE, RejectUnparseable, rpc
 
@@ -53,23 +53,18 @@ async def served():
         await server.stop(None)
 
 
-def _detail(err: grpc.aio.AioRpcError) -> errors_pb2.ErrorDetail:
-    for key, value in err.trailing_metadata() or ():
-        if key == ERROR_DETAIL_KEY:
-            return errors_pb2.ErrorDetail.FromString(value)
-    raise AssertionError(f"no error detail: {err}")
-
-
 def _raw(channel: grpc.aio.Channel, method: str, kind: str):
     identity = dict(request_serializer=lambda b: b, response_deserializer=lambda b: b)
     return getattr(channel, kind)(f"/txmq.v1.Store/{method}", **identity)
 
 
-async def _refused(call) -> errors_pb2.ErrorDetail:
+async def _refused(call) -> TxmqError:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await call
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
-    return _detail(err.value)
+    refusal = TxmqError.from_rpc_error(err.value)
+    assert not refusal.transport, f"no error detail: {err.value}"
+    return refusal
 
 
 async def test_every_kind_of_method_refuses_bytes_that_do_not_parse(served, caplog):

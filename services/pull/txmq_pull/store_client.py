@@ -12,6 +12,7 @@ from typing import Protocol
 import grpc
 
 from txmq.errors import TxmqError, error
+from txmq.protocol import replica_id_of
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.calls import call as _call
 from txmq_runtime.calls import internal_channel
@@ -62,11 +63,10 @@ class ClusterLocator:
 
     def followers(self, store_id: str) -> list[str]:
         leader = self.address(store_id)
-        prefix = store_id + "."
         return sorted(
             e.address
             for e in self._cluster.endpoints(common_pb2.SERVICE_KIND_STORE_REPLICA)
-            if e.instance_id.startswith(prefix) and e.address != leader
+            if replica_id_of(e.instance_id, store_id) is not None and e.address != leader
         )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import aetcd
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from txmq.v1 import common_pb2, route_pb2
 from txmq_runtime.etcd import RETRYABLE, EtcdMirror, retrying
@@ -93,7 +94,8 @@ def _check_segment(what: str, value: str) -> None:
         raise ValueError(f"{what} must be non-empty and contain no '/': {value!r}")
 
 
-def encode(message: common_pb2.Endpoint | common_pb2.TopicConfig) -> bytes:
+def encode(message: Message) -> bytes:
+    """A value as etcd keeps it: the message's proto JSON (field names as in the proto)."""
     return json_format.MessageToJson(message, preserving_proto_field_name=True, indent=None).encode()
 
 

@@ -32,6 +32,7 @@ from txmq_runtime.grpc_errors import rpc
 from txmq_runtime.lease import FencedLease, Holding, LeaseLapsed
 from txmq_runtime.registry import EtcdKeys, encode
 
+from .codec import read_size_and_magic
 from .message_store import MessageStore
 from .replication import CONFIG, FENCES, OFFSETS, Leadership, divergence, not_leader, ship_span
 from .settings import StoreSettings
@@ -56,10 +57,6 @@ def leader_key(keys: EtcdKeys, store_id: str) -> str:
 
 def decode_state(value: bytes) -> store_pb2.StoreGroupState:
     return json_format.Parse(value, store_pb2.StoreGroupState(), ignore_unknown_fields=True)
-
-
-def encode_state(state: store_pb2.StoreGroupState) -> bytes:
-    return json_format.MessageToJson(state, preserving_proto_field_name=True, indent=None).encode()
 
 
 def _epochs(entries: list[tuple[int, int]]) -> list[store_pb2.EpochEntry]:
@@ -121,17 +118,33 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
         leadership.reported(view, cut)
         log.info("replica %s follows from offset %d (reported %d)", first.replica_id, cut, first.log_end)
         reader = asyncio.create_task(self._read_reports(reports, leadership, view))
+        sent = {OFFSETS: -1, CONFIG: -1, FENCES: -1}  # state versions this stream has shipped
+
+        def add_state(shipment: store_pb2.Shipment) -> bool:
+            """Put the state that changed since it was last shipped (all of it at first)
+            into ``shipment``, and the versions shipped; whether anything was put."""
+            added = False
+            if store.config_version != sent[CONFIG]:
+                sent[CONFIG] = store.config_version
+                shipment.topics_json, shipment.subscription_groups_json = store.config_documents()
+                added = True
+            if store.transactions.fences.version != sent[FENCES]:
+                sent[FENCES], shipment.fences_json = store.fences_document()
+                added = True
+            if store.offsets_version != sent[OFFSETS]:
+                sent[OFFSETS], shipment.consume_offsets_json = store.offsets_document()
+                added = True
+            shipment.config_version, shipment.fences_version = sent[CONFIG], sent[FENCES]
+            shipment.consume_offsets_version = sent[OFFSETS]
+            return added
+
         try:
-            topics, groups = store.config_documents()
-            offsets_version, offsets = store.offsets_document()
-            config_version = store.config_version
-            fences_version, fences = store.fences_document()
-            yield store_pb2.Shipment(
-                fences_json=fences, fences_version=fences_version,
+            first = store_pb2.Shipment(
                 epoch=leadership.epoch, truncate_to=cut, epochs=_epochs(store.epochs.entries),
-                high_watermark=leadership.high_watermark, topics_json=topics, subscription_groups_json=groups,
-                consume_offsets_json=offsets, consume_offsets_version=offsets_version, config_version=config_version,
+                high_watermark=leadership.high_watermark,
             )  # fmt: skip
+            add_state(first)
+            yield first
             sent_hw, sent_at = leadership.high_watermark, time.monotonic()
             max_bytes = self._settings.replica_shipment_max_bytes
             while True:
@@ -141,17 +154,8 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
                     reader.result()  # the follower's failure, if any
                     return
                 shipment = store_pb2.Shipment(epoch=leadership.epoch)
-                if store.config_version != config_version:
-                    config_version = store.config_version
-                    shipment.topics_json, shipment.subscription_groups_json = store.config_documents()
-                if store.transactions.fences.version != fences_version:
-                    fences_version, shipment.fences_json = store.fences_document()
-                shipment.fences_version = fences_version
+                state_added = add_state(shipment)
                 now = time.monotonic()
-                if store.offsets_version != offsets_version:
-                    offsets_version, shipment.consume_offsets_json = store.offsets_document()
-                shipment.consume_offsets_version = offsets_version
-                shipment.config_version = config_version
                 end = store.commitlog.write_offset
                 data = self._read(position, end, max_bytes) if position < end else b""
                 if data:
@@ -160,7 +164,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
                     leadership.shipped(view, position, end)
                 elif position >= end and (sent_hw != leadership.high_watermark or now - sent_at >= HEARTBEAT_S):
                     leadership.shipped(view, position, end)  # a heartbeat: it holds all there is
-                elif not (shipment.topics_json or shipment.consume_offsets_json or shipment.fences_json):
+                elif not state_added:
                     await leadership.wait_for_change(HEARTBEAT_S)
                     continue
                 shipment.high_watermark = sent_hw = leadership.high_watermark
@@ -180,7 +184,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
         n = ship_span(data, position, segment_end)
         if n == 0 and len(data) >= 8:
             # One record (or the blank marker) larger than max_bytes: ship it whole.
-            size = int.from_bytes(data[:4], "big")
+            size, _ = read_size_and_magic(data)
             whole = segment_end - position if size >= want else size
             data = commitlog.read(position, whole) or b""
             n = ship_span(data, position, segment_end)
@@ -329,24 +333,18 @@ class Follower:
                     leader_epochs = [(e.epoch, e.start_offset) for e in shipment.epochs]
                     store.cut_log(shipment.truncate_to)
                     epochs.adopt(leader_epochs, store.commitlog.write_offset)
-                if (
-                    shipment.topics_json
-                    or shipment.subscription_groups_json
-                    or shipment.consume_offsets_json
-                    or shipment.fences_json
-                ):
-                    store.adopt_configs(
-                        topics=shipment.topics_json,
-                        groups=shipment.subscription_groups_json,
-                        offsets=shipment.consume_offsets_json,
-                        fences=shipment.fences_json,
-                    )
-                    if shipment.consume_offsets_json:
-                        offsets_version = shipment.consume_offsets_version
-                    if shipment.topics_json:
-                        config_version = shipment.config_version
-                    if shipment.fences_json:
-                        fences_version = shipment.fences_version
+                store.adopt_configs(  # what was not sent is empty and left as it is
+                    topics=shipment.topics_json,
+                    groups=shipment.subscription_groups_json,
+                    offsets=shipment.consume_offsets_json,
+                    fences=shipment.fences_json,
+                )
+                if shipment.consume_offsets_json:
+                    offsets_version = shipment.consume_offsets_version
+                if shipment.topics_json:
+                    config_version = shipment.config_version
+                if shipment.fences_json:
+                    fences_version = shipment.fences_version
                 if shipment.data:
                     end = store.copy_shipment(shipment.offset, shipment.data)
                     if sync:
@@ -504,7 +502,6 @@ class StoreGroup:
         self._leader_key = leader_key(keys, store.store_id)
         self._lease = self._new_lease()
         self.state: store_pb2.StoreGroupState | None = None
-        self._revision = 0
         self._follower: Follower | None = None
         self._task: asyncio.Task[None] | None = None
         self._holding: Holding | None = None
@@ -554,7 +551,6 @@ class StoreGroup:
         store = self._store
         read = await self._read()
         state = self.state = read.state
-        self._revision = read.revision
         me = store.replica_id
         if store.leadership is not None:
             if (
@@ -589,9 +585,6 @@ class StoreGroup:
     async def _take_over(self, state: store_pb2.StoreGroupState | None, revision: int, holding: Holding) -> None:
         store = self._store
         me = store.replica_id
-        if state is not None and state.leader == me and store.epochs and store.epochs.latest == state.epoch:
-            # We led this epoch before and our lease key lapsed: a new epoch all the same.
-            pass
         old_in_sync = set(state.in_sync) if state is not None else set()
         if state is not None and state.leader:
             old_in_sync.discard(state.leader)
@@ -629,11 +622,7 @@ class StoreGroup:
         tx = self._etcd.transactions
         k = self._state_key.encode()
         compare = [tx.version(k) == 0] if revision == 0 else [tx.mod(k) == revision]
-        won, responses = await self._etcd.transaction(
-            compare=compare, success=[tx.put(k, encode_state(new)), tx.get(k)], failure=[]
-        )
-        if won:
-            self._revision = responses[-1][0][1].mod_revision
+        won, _ = await self._etcd.transaction(compare=compare, success=[tx.put(k, encode(new))], failure=[])
         return bool(won)
 
     async def _keep_in_sync(self, state: store_pb2.StoreGroupState, revision: int) -> None:
@@ -706,4 +695,4 @@ def replica_endpoint(store: MessageStore, settings: StoreSettings, address: str)
     )
 
 
-__all__ = ["Follower", "ReplicationServicer", "StoreGroup", "encode", "replica_endpoint"]
+__all__ = ["Follower", "ReplicationServicer", "StoreGroup", "replica_endpoint"]

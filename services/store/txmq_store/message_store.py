@@ -367,7 +367,8 @@ class MessageStore:
         self._topic_listeners.append(callback)
 
     def _check_admin_write(self) -> None:
-        """Configuration changes, like records, are made on a group's leader only."""
+        """Configuration changes and consume offsets, like records, are made on a group's
+        leader only."""
         if self.replicated:
             self._check_leads()
 
@@ -1287,8 +1288,7 @@ class MessageStore:
     # -- consume offsets -----------------------------------------------------------------
 
     def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
-        if self.replicated:
-            self._check_leads()
+        self._check_admin_write()
         check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         cfg = self._require_topic(topic)
         if not 0 <= queue_id < cfg.read_queue_nums:

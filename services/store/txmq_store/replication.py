@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from txmq.errors import error
+from txmq.records import BLANK_MAGIC
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
@@ -37,8 +38,6 @@ from .fileio import read_json, write_json_atomically
 from .model import StoredMessage
 
 log = logging.getLogger("txmq.store.replication")
-
-BLANK_MAGIC = 0x54584D42  # txmq.records: a segment's closing blank marker
 
 Epoch = tuple[int, int]  # (epoch, start offset)
 #: The kinds of state shipped beside the log whose changes are answered once replicated.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from txmq.protocol import replica_id_of, replica_instance_id
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.registry import EtcdKeys, Registration, encode
 from txmq_runtime.server import ServiceContext, ServiceParts
@@ -110,11 +111,10 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
             encode(replica_endpoint(store, ctx.settings, ctx.address)),
         )
         publisher = TopicPublisher(store, store_id=store.store_id, keys=ctx.keys, registration=published)
-        prefix = store.store_id + "."
 
         def live_replicas() -> set[str]:
             replicas = ctx.cluster.endpoints(common_pb2.SERVICE_KIND_STORE_REPLICA)
-            return {e.instance_id.removeprefix(prefix) for e in replicas if e.instance_id.startswith(prefix)}
+            return {rid for e in replicas if (rid := replica_id_of(e.instance_id, store.store_id)) is not None}
 
         group = replication.group = StoreGroup(
             store, etcd=ctx.etcd, keys=ctx.keys, settings=ctx.settings, address=ctx.address, published=published,
@@ -146,7 +146,7 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
             service_names=service_names,
             close=close,
             stopping=stopping,
-            instance_id=f"{store.store_id}.{store.replica_id}",
+            instance_id=replica_instance_id(store.store_id, store.replica_id),
             kind=common_pb2.SERVICE_KIND_STORE_REPLICA,
         )
     return ServiceParts(service_names=service_names, close=close, stopping=stopping, instance_id=store.store_id)

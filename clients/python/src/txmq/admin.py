@@ -39,6 +39,7 @@ from txmq.models import (
     TopicConfig,
     TopicRoute,
 )
+from txmq.protocol import replica_id_of
 from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_topic
 
@@ -124,7 +125,7 @@ class Admin:
                 st = call(stub.GetReplicaStatus, store_pb2.GetReplicaStatusRequest(), timeout=self._timeout)
             except TxmqError:
                 st = None
-            answers[e.instance_id.rpartition(".")[2]] = (e, st)
+            answers[replica_id_of(e.instance_id, group) or e.instance_id] = (e, st)
         leader = next((st for _, st in answers.values() if st is not None and st.role == "leader"), None)
         progress = {p.replica_id: p for p in leader.followers} if leader is not None else {}
         replicas = []

@@ -107,6 +107,21 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 
 
+# -- replicated store groups ---------------------------------------------------------------
+
+
+def replica_instance_id(store_id: str, replica_id: str) -> str:
+    """The instance id a replica of store group ``store_id`` registers under
+    (``SERVICE_KIND_STORE_REPLICA``; docs/replication.md)."""
+    return f"{store_id}.{replica_id}"
+
+
+def replica_id_of(instance_id: str, store_id: str) -> str | None:
+    """The replica id in a replica's instance id when it belongs to ``store_id``."""
+    prefix = f"{store_id}."
+    return instance_id[len(prefix) :] if instance_id.startswith(prefix) else None
+
+
 def is_system_topic(topic: str) -> bool:
     return topic.startswith(SYSTEM_TOPIC_PREFIX) or topic in SYSTEM_TOPICS
 
