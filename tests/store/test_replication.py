@@ -352,3 +352,19 @@ async def test_a_raised_fence_is_held_by_the_followers_before_the_fenced_write_g
     with pytest.raises(TxmqError) as err:
         await leader.admit_fence(8, 0)
     assert err.value.code == errors_pb2.CODE_FENCED
+
+
+async def test_a_deposed_leader_holds_its_undispatched_records_across_a_segment_roll(stores: StoreFactory):
+    """Stepping down re-reads what was appended but not dispatched; a segment's closing
+    blank marker in that range is stepped over, not taken for a damaged record."""
+    leader, _ = await _pair(stores)
+    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
+    lead.reported(lead.attach("b"), 0)  # b never reports more: nothing is dispatched
+    leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
+    body = b"x" * 3000
+    for _ in range(30):  # ~90 KB: more than one 64 KiB segment
+        leader.append_records([msg(body, topic="T")])
+    assert leader.commitlog.segment_count == 2
+    leader.end_leadership("deposed")
+    held = list(leader._held)
+    assert len(held) == 30 and [m.queue_offset for m in held] == list(range(30))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
-from txmq.records import ANY_QUEUE
+from txmq.records import ANY_QUEUE, BLANK_MAGIC
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
 from txmq_runtime.clock import Clock as MonotonicClock
@@ -31,12 +31,14 @@ from txmq_runtime.settings import describe
 from . import metrics as store_metrics
 from .arrivals import ArrivalHub, ArrivalWatcher
 from .codec import (
+    BLANK_SIZE,
     HEADER_SIZE,
     UNKNOWN_HOST,
     CorruptRecord,
     PreparedRecord,
     decode_record,
     encode_host,
+    read_size_and_magic,
     read_store_timestamp,
     set_queue_id,
     split_host_port,
@@ -844,18 +846,23 @@ class MessageStore:
         self.leader_hint = ("", "")
         self.follower_high_watermark = leadership.high_watermark
         if self._undispatched:
-            start = self._undispatched[0][2][0] if self._undispatched[0][2] else self._dispatcher.dispatched_offset
+            start = self._undispatched[0][2][0]  # the first undispatched batch's first record
             self._undispatched.clear()
             self._held.extend(self._read_records(start, self.commitlog.write_offset))
         log.warning("store %s replica %s no longer leads epoch %d: %s", self.store_id, self.replica_id,
                     leadership.epoch, reason)  # fmt: skip
 
     def _read_records(self, start: int, end: int) -> list[StoredMessage]:
+        """The records from ``start`` (a record boundary) to ``end``, CRC-checked; a
+        segment's closing blank marker is stepped over."""
         found: list[StoredMessage] = []
         pos = start
         while pos < end:
-            msg = self.commitlog.read_record(pos, boundary=True) if pos < end else None
-            if msg is None:  # a segment's closing blank marker
+            # Not ``boundary``: a blank marker is "no record here" (None), not damage.
+            msg = self.commitlog.read_record(pos)
+            if msg is None:
+                if read_size_and_magic(self.commitlog.read(pos, BLANK_SIZE) or bytes(BLANK_SIZE))[1] != BLANK_MAGIC:
+                    raise CorruptRecord(f"neither a record nor a segment's blank marker at {pos}")
                 pos = self.commitlog.roll_next_file(pos)
                 continue
             found.append(msg)
