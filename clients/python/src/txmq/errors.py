@@ -99,6 +99,13 @@ class BadRequestError(TxmqError):
     default_code = errors_pb2.CODE_BAD_REQUEST
 
 
+class UnauthenticatedError(TxmqError):
+    """No credentials, unknown ones, a signature that does not match or is too old."""
+
+    grpc_status = grpc.StatusCode.UNAUTHENTICATED
+    default_code = errors_pb2.CODE_UNAUTHENTICATED
+
+
 class ForbiddenError(TxmqError):
     grpc_status = grpc.StatusCode.PERMISSION_DENIED
     default_code = errors_pb2.CODE_FORBIDDEN
@@ -149,6 +156,7 @@ class UpstreamTimeoutError(TxmqError):
 
 _BY_RANGE: dict[int, type[TxmqError]] = {
     400: BadRequestError,
+    401: UnauthenticatedError,
     403: ForbiddenError,
     404: NotFoundError,
     409: ConflictError,
@@ -168,6 +176,7 @@ _BY_GRPC_STATUS: dict[grpc.StatusCode, tuple[type[TxmqError], int]] = {
     grpc.StatusCode.INVALID_ARGUMENT: (BadRequestError, errors_pb2.CODE_BAD_REQUEST),
     grpc.StatusCode.NOT_FOUND: (NotFoundError, errors_pb2.CODE_NOT_FOUND),
     grpc.StatusCode.PERMISSION_DENIED: (ForbiddenError, errors_pb2.CODE_FORBIDDEN),
+    grpc.StatusCode.UNAUTHENTICATED: (UnauthenticatedError, errors_pb2.CODE_UNAUTHENTICATED),
     grpc.StatusCode.FAILED_PRECONDITION: (ConflictError, errors_pb2.CODE_CONFLICT),
     grpc.StatusCode.ALREADY_EXISTS: (ConflictError, errors_pb2.CODE_CONFLICT),
 }

@@ -1,3 +1,4 @@
+from txmq.v1 import auth_pb2 as _auth_pb2
 from txmq.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper

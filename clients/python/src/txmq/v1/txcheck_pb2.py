@@ -22,11 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from txmq.v1 import auth_pb2 as txmq_dot_v1_dot_auth__pb2
 from txmq.v1 import common_pb2 as txmq_dot_v1_dot_common__pb2
 from txmq.v1 import errors_pb2 as txmq_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15txmq/v1/txcheck.proto\x12\x07txmq.v1\x1a\x14txmq/v1/common.proto\x1a\x14txmq/v1/errors.proto\"\x8e\x01\n\x13\x44\x65liverCheckRequest\x12\x13\n\x0b\x63hannel_key\x18\x01 \x01(\t\x12-\n\x05\x63heck\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionState\x12\x33\n\x0bmore_checks\x18\x03 \x03(\x0b\x32\x1e.txmq.v1.CheckTransactionState\"\x16\n\x14\x44\x65liverCheckResponse\"D\n\x18ResumeTransactionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\"?\n\x19ResumeTransactionResponse\x12\"\n\x04half\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\"\x90\x02\n\x15\x45ndTransactionRequest\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x03 \x01(\x03\x12\x1f\n\x17tran_state_table_offset\x18\x04 \x01(\x03\x12\x32\n\nresolution\x18\x05 \x01(\x0e\x32\x1e.txmq.v1.TransactionResolution\x12\x1e\n\x16\x66rom_transaction_check\x18\x06 \x01(\x08\x12\x10\n\x08store_id\x18\x07 \x01(\t\x12\x11\n\tforwarded\x18\x08 \x01(\x08\x12\x12\n\nrequest_id\x18\t \x01(\x03\"\x82\x01\n\x14\x45ndTransactionResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12#\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x14.txmq.v1.ErrorDetail\x12\x31\n\x08response\x18\x03 \x01(\x0b\x32\x1f.txmq.v1.EndTransactionResponse\"A\n\x16\x45ndTransactionResponse\x12\'\n\tcommitted\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\"Y\n\rProducerHello\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x1d\n\x15\x61\x63\x63\x65pts_check_batches\x18\x03 \x01(\x08\"G\n\x13\x45ndTransactionBatch\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.txmq.v1.EndTransactionRequest\"\xba\x01\n\x0fProducerCommand\x12\'\n\x05hello\x18\x01 \x01(\x0b\x32\x16.txmq.v1.ProducerHelloH\x00\x12\x39\n\x0f\x65nd_transaction\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.EndTransactionRequestH\x00\x12\x38\n\x10\x65nd_transactions\x18\x03 \x01(\x0b\x32\x1c.txmq.v1.EndTransactionBatchH\x00\x42\t\n\x07\x63ommand\"\xa4\x01\n\x15\x43heckTransactionState\x12%\n\x07message\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x03 \x01(\x03\x12\x1f\n\x17tran_state_table_offset\x18\x04 \x01(\x03\x12\x10\n\x08store_id\x18\x05 \x01(\t\"G\n\x15\x43heckTransactionBatch\x12.\n\x06\x63hecks\x18\x01 \x03(\x0b\x32\x1e.txmq.v1.CheckTransactionState\"\xb7\x01\n\rServerCommand\x12/\n\x05\x63heck\x18\x01 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionStateH\x00\x12\x35\n\x0b\x63heck_batch\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionBatchH\x00\x12\x33\n\nend_result\x18\x03 \x01(\x0b\x32\x1d.txmq.v1.EndTransactionResultH\x00\x42\t\n\x07\x63ommand\"1\n\x17QueryTransactionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\"?\n\x10TransactionEvent\x12\r\n\x05\x61t_ms\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x8b\x02\n\x18QueryTransactionResponse\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x16\n\x0eproducer_group\x18\x02 \x01(\t\x12\x32\n\nresolution\x18\x03 \x01(\x0e\x32\x1e.txmq.v1.TransactionResolution\x12+\n\x08timeline\x18\x04 \x03(\x0b\x32\x19.txmq.v1.TransactionEvent\x12\"\n\x04half\x18\x05 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\'\n\tcommitted\x18\x06 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\x11\n\tdiscarded\x18\x07 \x01(\x08*\xab\x01\n\x15TransactionResolution\x12&\n\"TRANSACTION_RESOLUTION_UNSPECIFIED\x10\x00\x12!\n\x1dTRANSACTION_RESOLUTION_COMMIT\x10\x01\x12#\n\x1fTRANSACTION_RESOLUTION_ROLLBACK\x10\x02\x12\"\n\x1eTRANSACTION_RESOLUTION_UNKNOWN\x10\x03\x32\xde\x02\n\x0bTransaction\x12Q\n\x0e\x45ndTransaction\x12\x1e.txmq.v1.EndTransactionRequest\x1a\x1f.txmq.v1.EndTransactionResponse\x12G\n\x0fProducerChannel\x12\x18.txmq.v1.ProducerCommand\x1a\x16.txmq.v1.ServerCommand(\x01\x30\x01\x12W\n\x10QueryTransaction\x12 .txmq.v1.QueryTransactionRequest\x1a!.txmq.v1.QueryTransactionResponse\x12Z\n\x11ResumeTransaction\x12!.txmq.v1.ResumeTransactionRequest\x1a\".txmq.v1.ResumeTransactionResponse2^\n\x0fTransactionPeer\x12K\n\x0c\x44\x65liverCheck\x12\x1c.txmq.v1.DeliverCheckRequest\x1a\x1d.txmq.v1.DeliverCheckResponseB&\n\nio.txmq.v1P\x01Z\x16txmq.io/txmq/v1;txmqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15txmq/v1/txcheck.proto\x12\x07txmq.v1\x1a\x12txmq/v1/auth.proto\x1a\x14txmq/v1/common.proto\x1a\x14txmq/v1/errors.proto\"\x8e\x01\n\x13\x44\x65liverCheckRequest\x12\x13\n\x0b\x63hannel_key\x18\x01 \x01(\t\x12-\n\x05\x63heck\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionState\x12\x33\n\x0bmore_checks\x18\x03 \x03(\x0b\x32\x1e.txmq.v1.CheckTransactionState\"\x16\n\x14\x44\x65liverCheckResponse\"D\n\x18ResumeTransactionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\"?\n\x19ResumeTransactionResponse\x12\"\n\x04half\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\"\x90\x02\n\x15\x45ndTransactionRequest\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x03 \x01(\x03\x12\x1f\n\x17tran_state_table_offset\x18\x04 \x01(\x03\x12\x32\n\nresolution\x18\x05 \x01(\x0e\x32\x1e.txmq.v1.TransactionResolution\x12\x1e\n\x16\x66rom_transaction_check\x18\x06 \x01(\x08\x12\x10\n\x08store_id\x18\x07 \x01(\t\x12\x11\n\tforwarded\x18\x08 \x01(\x08\x12\x12\n\nrequest_id\x18\t \x01(\x03\"\x82\x01\n\x14\x45ndTransactionResult\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12#\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x14.txmq.v1.ErrorDetail\x12\x31\n\x08response\x18\x03 \x01(\x0b\x32\x1f.txmq.v1.EndTransactionResponse\"A\n\x16\x45ndTransactionResponse\x12\'\n\tcommitted\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\"Y\n\rProducerHello\x12\x16\n\x0eproducer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x1d\n\x15\x61\x63\x63\x65pts_check_batches\x18\x03 \x01(\x08\"G\n\x13\x45ndTransactionBatch\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.txmq.v1.EndTransactionRequest\"\xba\x01\n\x0fProducerCommand\x12\'\n\x05hello\x18\x01 \x01(\x0b\x32\x16.txmq.v1.ProducerHelloH\x00\x12\x39\n\x0f\x65nd_transaction\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.EndTransactionRequestH\x00\x12\x38\n\x10\x65nd_transactions\x18\x03 \x01(\x0b\x32\x1c.txmq.v1.EndTransactionBatchH\x00\x42\t\n\x07\x63ommand\"\xa4\x01\n\x15\x43heckTransactionState\x12%\n\x07message\x18\x01 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\x16\n\x0etransaction_id\x18\x02 \x01(\t\x12\x19\n\x11\x63ommit_log_offset\x18\x03 \x01(\x03\x12\x1f\n\x17tran_state_table_offset\x18\x04 \x01(\x03\x12\x10\n\x08store_id\x18\x05 \x01(\t\"G\n\x15\x43heckTransactionBatch\x12.\n\x06\x63hecks\x18\x01 \x03(\x0b\x32\x1e.txmq.v1.CheckTransactionState\"\xb7\x01\n\rServerCommand\x12/\n\x05\x63heck\x18\x01 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionStateH\x00\x12\x35\n\x0b\x63heck_batch\x18\x02 \x01(\x0b\x32\x1e.txmq.v1.CheckTransactionBatchH\x00\x12\x33\n\nend_result\x18\x03 \x01(\x0b\x32\x1d.txmq.v1.EndTransactionResultH\x00\x42\t\n\x07\x63ommand\"1\n\x17QueryTransactionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\"?\n\x10TransactionEvent\x12\r\n\x05\x61t_ms\x18\x01 \x01(\x03\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x8b\x02\n\x18QueryTransactionResponse\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x16\n\x0eproducer_group\x18\x02 \x01(\t\x12\x32\n\nresolution\x18\x03 \x01(\x0e\x32\x1e.txmq.v1.TransactionResolution\x12+\n\x08timeline\x18\x04 \x03(\x0b\x32\x19.txmq.v1.TransactionEvent\x12\"\n\x04half\x18\x05 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\'\n\tcommitted\x18\x06 \x01(\x0b\x32\x14.txmq.v1.MessageView\x12\x11\n\tdiscarded\x18\x07 \x01(\x08*\xab\x01\n\x15TransactionResolution\x12&\n\"TRANSACTION_RESOLUTION_UNSPECIFIED\x10\x00\x12!\n\x1dTRANSACTION_RESOLUTION_COMMIT\x10\x01\x12#\n\x1fTRANSACTION_RESOLUTION_ROLLBACK\x10\x02\x12\"\n\x1eTRANSACTION_RESOLUTION_UNKNOWN\x10\x03\x32\xd2\x04\n\x0bTransaction\x12\xad\x01\n\x0e\x45ndTransaction\x12\x1e.txmq.v1.EndTransactionRequest\x1a\x1f.txmq.v1.EndTransactionResponse\"Z\xca\xf3\x18V\x08\x02\x12\x14\x08\x03\x10\x01\x1a\x0eproducer_group\x1a<Topic Pub on the half message\'s topic (checked by the store)\x12\xc1\x01\n\x0fProducerChannel\x12\x18.txmq.v1.ProducerCommand\x1a\x16.txmq.v1.ServerCommand\"x\xca\xf3\x18t\x08\x02\x12\x1a\x08\x03\x10\x01\x1a\x14hello.producer_group\x12$\x08\x03\x10\x01\x1a\x1e\x65nd_transaction.producer_group\x12.\x08\x03\x10\x01\x1a(end_transactions.requests.producer_group(\x01\x30\x01\x12\x65\n\x10QueryTransaction\x12 .txmq.v1.QueryTransactionRequest\x1a!.txmq.v1.QueryTransactionResponse\"\x0c\xca\xf3\x18\x08\x08\x02\x12\x04\x08\x01\x10\x06\x12h\n\x11ResumeTransaction\x12!.txmq.v1.ResumeTransactionRequest\x1a\".txmq.v1.ResumeTransactionResponse\"\x0c\xca\xf3\x18\x08\x08\x02\x12\x04\x08\x01\x10\x04\x32\x66\n\x0fTransactionPeer\x12S\n\x0c\x44\x65liverCheck\x12\x1c.txmq.v1.DeliverCheckRequest\x1a\x1d.txmq.v1.DeliverCheckResponse\"\x06\xca\xf3\x18\x02\x08\x03\x42&\n\nio.txmq.v1P\x01Z\x16txmq.io/txmq/v1;txmqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,42 +35,52 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'txmq.v1.txcheck_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\nio.txmq.v1P\001Z\026txmq.io/txmq/v1;txmqv1'
-  _globals['_TRANSACTIONRESOLUTION']._serialized_start=2023
-  _globals['_TRANSACTIONRESOLUTION']._serialized_end=2194
-  _globals['_DELIVERCHECKREQUEST']._serialized_start=79
-  _globals['_DELIVERCHECKREQUEST']._serialized_end=221
-  _globals['_DELIVERCHECKRESPONSE']._serialized_start=223
-  _globals['_DELIVERCHECKRESPONSE']._serialized_end=245
-  _globals['_RESUMETRANSACTIONREQUEST']._serialized_start=247
-  _globals['_RESUMETRANSACTIONREQUEST']._serialized_end=315
-  _globals['_RESUMETRANSACTIONRESPONSE']._serialized_start=317
-  _globals['_RESUMETRANSACTIONRESPONSE']._serialized_end=380
-  _globals['_ENDTRANSACTIONREQUEST']._serialized_start=383
-  _globals['_ENDTRANSACTIONREQUEST']._serialized_end=655
-  _globals['_ENDTRANSACTIONRESULT']._serialized_start=658
-  _globals['_ENDTRANSACTIONRESULT']._serialized_end=788
-  _globals['_ENDTRANSACTIONRESPONSE']._serialized_start=790
-  _globals['_ENDTRANSACTIONRESPONSE']._serialized_end=855
-  _globals['_PRODUCERHELLO']._serialized_start=857
-  _globals['_PRODUCERHELLO']._serialized_end=946
-  _globals['_ENDTRANSACTIONBATCH']._serialized_start=948
-  _globals['_ENDTRANSACTIONBATCH']._serialized_end=1019
-  _globals['_PRODUCERCOMMAND']._serialized_start=1022
-  _globals['_PRODUCERCOMMAND']._serialized_end=1208
-  _globals['_CHECKTRANSACTIONSTATE']._serialized_start=1211
-  _globals['_CHECKTRANSACTIONSTATE']._serialized_end=1375
-  _globals['_CHECKTRANSACTIONBATCH']._serialized_start=1377
-  _globals['_CHECKTRANSACTIONBATCH']._serialized_end=1448
-  _globals['_SERVERCOMMAND']._serialized_start=1451
-  _globals['_SERVERCOMMAND']._serialized_end=1634
-  _globals['_QUERYTRANSACTIONREQUEST']._serialized_start=1636
-  _globals['_QUERYTRANSACTIONREQUEST']._serialized_end=1685
-  _globals['_TRANSACTIONEVENT']._serialized_start=1687
-  _globals['_TRANSACTIONEVENT']._serialized_end=1750
-  _globals['_QUERYTRANSACTIONRESPONSE']._serialized_start=1753
-  _globals['_QUERYTRANSACTIONRESPONSE']._serialized_end=2020
-  _globals['_TRANSACTION']._serialized_start=2197
-  _globals['_TRANSACTION']._serialized_end=2547
-  _globals['_TRANSACTIONPEER']._serialized_start=2549
-  _globals['_TRANSACTIONPEER']._serialized_end=2643
+  _globals['_TRANSACTION'].methods_by_name['EndTransaction']._loaded_options = None
+  _globals['_TRANSACTION'].methods_by_name['EndTransaction']._serialized_options = b'\312\363\030V\010\002\022\024\010\003\020\001\032\016producer_group\032<Topic Pub on the half message\'s topic (checked by the store)'
+  _globals['_TRANSACTION'].methods_by_name['ProducerChannel']._loaded_options = None
+  _globals['_TRANSACTION'].methods_by_name['ProducerChannel']._serialized_options = b'\312\363\030t\010\002\022\032\010\003\020\001\032\024hello.producer_group\022$\010\003\020\001\032\036end_transaction.producer_group\022.\010\003\020\001\032(end_transactions.requests.producer_group'
+  _globals['_TRANSACTION'].methods_by_name['QueryTransaction']._loaded_options = None
+  _globals['_TRANSACTION'].methods_by_name['QueryTransaction']._serialized_options = b'\312\363\030\010\010\002\022\004\010\001\020\006'
+  _globals['_TRANSACTION'].methods_by_name['ResumeTransaction']._loaded_options = None
+  _globals['_TRANSACTION'].methods_by_name['ResumeTransaction']._serialized_options = b'\312\363\030\010\010\002\022\004\010\001\020\004'
+  _globals['_TRANSACTIONPEER'].methods_by_name['DeliverCheck']._loaded_options = None
+  _globals['_TRANSACTIONPEER'].methods_by_name['DeliverCheck']._serialized_options = b'\312\363\030\002\010\003'
+  _globals['_TRANSACTIONRESOLUTION']._serialized_start=2043
+  _globals['_TRANSACTIONRESOLUTION']._serialized_end=2214
+  _globals['_DELIVERCHECKREQUEST']._serialized_start=99
+  _globals['_DELIVERCHECKREQUEST']._serialized_end=241
+  _globals['_DELIVERCHECKRESPONSE']._serialized_start=243
+  _globals['_DELIVERCHECKRESPONSE']._serialized_end=265
+  _globals['_RESUMETRANSACTIONREQUEST']._serialized_start=267
+  _globals['_RESUMETRANSACTIONREQUEST']._serialized_end=335
+  _globals['_RESUMETRANSACTIONRESPONSE']._serialized_start=337
+  _globals['_RESUMETRANSACTIONRESPONSE']._serialized_end=400
+  _globals['_ENDTRANSACTIONREQUEST']._serialized_start=403
+  _globals['_ENDTRANSACTIONREQUEST']._serialized_end=675
+  _globals['_ENDTRANSACTIONRESULT']._serialized_start=678
+  _globals['_ENDTRANSACTIONRESULT']._serialized_end=808
+  _globals['_ENDTRANSACTIONRESPONSE']._serialized_start=810
+  _globals['_ENDTRANSACTIONRESPONSE']._serialized_end=875
+  _globals['_PRODUCERHELLO']._serialized_start=877
+  _globals['_PRODUCERHELLO']._serialized_end=966
+  _globals['_ENDTRANSACTIONBATCH']._serialized_start=968
+  _globals['_ENDTRANSACTIONBATCH']._serialized_end=1039
+  _globals['_PRODUCERCOMMAND']._serialized_start=1042
+  _globals['_PRODUCERCOMMAND']._serialized_end=1228
+  _globals['_CHECKTRANSACTIONSTATE']._serialized_start=1231
+  _globals['_CHECKTRANSACTIONSTATE']._serialized_end=1395
+  _globals['_CHECKTRANSACTIONBATCH']._serialized_start=1397
+  _globals['_CHECKTRANSACTIONBATCH']._serialized_end=1468
+  _globals['_SERVERCOMMAND']._serialized_start=1471
+  _globals['_SERVERCOMMAND']._serialized_end=1654
+  _globals['_QUERYTRANSACTIONREQUEST']._serialized_start=1656
+  _globals['_QUERYTRANSACTIONREQUEST']._serialized_end=1705
+  _globals['_TRANSACTIONEVENT']._serialized_start=1707
+  _globals['_TRANSACTIONEVENT']._serialized_end=1770
+  _globals['_QUERYTRANSACTIONRESPONSE']._serialized_start=1773
+  _globals['_QUERYTRANSACTIONRESPONSE']._serialized_end=2040
+  _globals['_TRANSACTION']._serialized_start=2217
+  _globals['_TRANSACTION']._serialized_end=2811
+  _globals['_TRANSACTIONPEER']._serialized_start=2813
+  _globals['_TRANSACTIONPEER']._serialized_end=2915
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from txmq.v1 import auth_pb2 as _auth_pb2
 from txmq.v1 import common_pb2 as _common_pb2
 from txmq.v1 import errors_pb2 as _errors_pb2
 from google.protobuf.internal import containers as _containers
