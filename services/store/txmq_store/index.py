@@ -303,6 +303,15 @@ class IndexService:
                 return True
         return False
 
+    def holds(self, h: int, offset: int) -> bool:
+        """Whether an entry with key hash ``h`` names commit-log offset ``offset``
+        exactly: a walk of one hash chain of the file that indexes ``offset`` (the last
+        begun at or before it: entries go in commit-log order)."""
+        for f in reversed(self._files):
+            if f.begin_offset <= offset:
+                return any(o == offset for o in f.lookup(h, 0, 2**63 - 1))
+        return False
+
     def lookup(self, h: int, *, begin_ms: int, end_ms: int) -> Iterator[int]:
         """Candidate commit-log offsets for key hash ``h``, newest first, without
         repeats."""

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
-from txmq.records import ANY_QUEUE, BLANK_MAGIC
+from txmq.records import ANY_QUEUE, BLANK_MAGIC, PHYSICAL_OFFSET_AT
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
 from txmq_runtime.clock import Clock as MonotonicClock
@@ -33,6 +34,8 @@ from .arrivals import ArrivalHub, ArrivalWatcher
 from .codec import (
     BLANK_SIZE,
     HEADER_SIZE,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
     UNKNOWN_HOST,
     CorruptRecord,
     PreparedRecord,
@@ -77,6 +80,8 @@ from .model import (
     SendStatus,
     StoredMessage,
     StoreStatus,
+    is_indexed,
+    takes_queue_slot,
 )
 from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
@@ -1148,11 +1153,13 @@ class MessageStore:
         return total_bytes + size > s.max_transfer_bytes_in_memory or count > s.max_transfer_count_in_memory - 1
 
     def view_message(self, commit_log_offset: int) -> StoredMessage:
+        """The record that begins at ``commit_log_offset`` (a caller's offset: see
+        ``_record_at`` for when a record counts as beginning there)."""
         if commit_log_offset < 0:
             raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"commit-log offset {commit_log_offset} is negative")
         msg = None
         if commit_log_offset < self._dispatcher.dispatched_offset:
-            msg = self._read_record(commit_log_offset, boundary=self._quarantine.find(commit_log_offset) is not None)
+            msg = self._record_at(commit_log_offset)
         if msg is None:
             raise _not_found(
                 errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message at commit-log offset {commit_log_offset}",
@@ -1229,6 +1236,56 @@ class MessageStore:
         count too) at a commit-log offset below ``bound``: a walk of one hash chain, no
         record read."""
         return self._dispatcher.index.any_below(unique_id_hash(unique_id), bound)
+
+    def _record_at(self, offset: int) -> StoredMessage | None:
+        """The dispatched record that begins at ``offset``, an offset a caller named
+        (ViewMessage, DecideTransactions, RequeueHalves); None when no record is known
+        to begin there. Bytes that claim to be a record at ``offset`` prove nothing: a
+        message's body may hold a well-formed record that claims the offset where the
+        body lands. A record counts only when the store's own dispatch put it there
+        (``_dispatched_at``). A record known to begin there that fails its CRC raises
+        CODE_DATA_CORRUPTED (reported); so do bytes that claim to be a record there and
+        fail their CRC, unreported (damage or a forgery: the store cannot tell)."""
+        if self._quarantine.find(offset) is not None:  # recovery found damage there
+            msg = self._read_record(offset, boundary=True)
+            return msg if msg is not None and self._dispatched_at(msg) else None
+        cl = self.commitlog
+        head = cl.read(offset, HEADER_SIZE)
+        if head is None:
+            return None
+        size, magic = read_size_and_magic(head)
+        if magic != MESSAGE_MAGIC or _PHYSICAL.unpack_from(head, PHYSICAL_OFFSET_AT)[0] != offset:
+            return None
+        buf = cl.read(offset, size) if size >= MIN_RECORD_SIZE else None
+        try:
+            if buf is None:
+                raise CorruptRecord(f"impossible size {size} at {offset}")
+            msg = decode_record(buf, verify_crc=True, expected_offset=offset)
+        except CorruptRecord as exc:
+            claimed = _claims(buf)
+            if claimed is not None and self._dispatched_at(claimed):
+                self._corruption.report(offset, str(exc))
+            raise corrupted(offset, str(exc)) from None
+        return msg if self._dispatched_at(msg) else None
+
+    def _dispatched_at(self, msg: StoredMessage) -> bool:
+        """Whether dispatch put the record ``msg`` claims to be at its commit-log offset.
+        A record that takes a queue slot: the unit at its queue offset in the consume
+        queue of its topic and queue names that offset and size (one unit read). A
+        prepared record (no queue slot, indexed): the unique-id index holds an entry
+        at that offset, in a live topic. A rolled-back record (no unit, not indexed):
+        never (txmq writes none; only a log scan could vouch for one)."""
+        offset = msg.commit_log_offset
+        if takes_queue_slot(msg.sys_flag):
+            cq = self._dispatcher.consume_queue(msg.topic, msg.queue_id)
+            unit = cq.unit(msg.queue_offset) if cq is not None else None
+            return unit is not None and unit[0] == offset and unit[1] == msg.store_size
+        if not is_indexed(msg.sys_flag):
+            return False
+        cfg = self._topics.get(msg.topic)
+        if cfg is None or offset < cfg.since_offset:
+            return False
+        return self._dispatcher.index.holds(unique_id_hash(msg.unique_id), offset)
 
     def _read_record(self, offset: int, *, boundary: bool) -> StoredMessage | None:
         """commitlog.read_record, with a damaged record reported and raised as
@@ -1517,6 +1574,20 @@ class MessageStore:
             started_at_ms=self.started_at_ms,
             settings=describe(self.settings),
         )
+
+
+_PHYSICAL = struct.Struct(">q")  # the physical offset a record claims, at PHYSICAL_OFFSET_AT
+
+
+def _claims(buf: bytes | None) -> StoredMessage | None:
+    """What a damaged record says it is (topic, queue, queue offset, sysflag), read
+    without its CRC; None when even that does not decode."""
+    if buf is None:
+        return None
+    try:
+        return decode_record(buf, with_body=False)
+    except CorruptRecord:
+        return None
 
 
 def _born_host(address: str) -> bytes:
