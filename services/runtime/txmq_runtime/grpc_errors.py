@@ -2,7 +2,8 @@
 
 Servicers wrap every RPC with ``@rpc``: a ``TxmqError`` raised by the core becomes its
 gRPC status plus an ``ErrorDetail`` in the trailing metadata; any other exception
-becomes INTERNAL and is logged once, with its traceback. ``RejectUnparseable`` (on every
+becomes INTERNAL and is logged once, with its traceback. What goes on the wire is bounded
+(message, metadata: ``txmq.errors.clip``), so echoed input never overflows the trailer. ``RejectUnparseable`` (on every
 service's server) answers requests whose bytes do not parse with INVALID_ARGUMENT and
 ``CODE_BAD_REQUEST`` before any servicer runs (gRPC's default: UNKNOWN and a traceback).
 """
@@ -37,9 +38,11 @@ def _to_txmq_error(method: str, exc: BaseException) -> TxmqError:
 
 
 async def abort(context: grpc.aio.ServicerContext, err: TxmqError) -> None:
-    """End the call with ``err``'s status and detail (raises, as context.abort does)."""
+    """End the call with ``err``'s status and detail (raises, as context.abort does).
+    Both are bounded (``TxmqError.to_detail``, ``status_details``): an error that echoes
+    a huge input still fits gRPC's metadata limit and reaches the client typed."""
     context.set_trailing_metadata(_trailers(err))
-    await context.abort(err.grpc_status, str(err))
+    await context.abort(err.grpc_status, err.status_details())
 
 
 def rpc(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,6 +18,31 @@ from txmq.v1 import errors_pb2
 Code = errors_pb2.Code
 ERROR_DETAIL_KEY = "txmq-error-bin"
 
+# Errors echo what the caller sent (a topic, a key, an expression). Sent whole, a 1 MB
+# topic name makes the trailer exceed gRPC's metadata limit (8 KiB soft, 16 KiB hard) and
+# the client gets "Stream removed" instead of the error. ``to_detail`` and
+# ``status_details`` bound what goes on the wire; the error object keeps everything.
+MAX_MESSAGE_BYTES = 1024
+MAX_METADATA_KEY_BYTES = 64
+MAX_METADATA_VALUE_BYTES = 256
+#: A serialized ErrorDetail never exceeds this (base64 in the trailer: 4/3 of it).
+MAX_DETAIL_BYTES = 3 * 1024
+#: The gRPC status message (percent-encoded in the ``grpc-message`` trailer: up to 3x).
+MAX_STATUS_DETAILS_BYTES = 512
+#: Metadata key naming how many entries were left out to stay within MAX_DETAIL_BYTES.
+METADATA_DROPPED_KEY = "metadata_dropped"
+
+
+def clip(text: str, max_bytes: int) -> str:
+    """``text`` when its UTF-8 form fits ``max_bytes``; else its first ``max_bytes``
+    bytes (whole characters) and a visible marker with the full length: ``…(N bytes)``."""
+    if len(text) * 4 <= max_bytes:  # cannot be longer (at most 4 bytes per character)
+        return text
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= max_bytes:
+        return text
+    return f"{raw[:max_bytes].decode('utf-8', 'ignore')}…({len(raw)} bytes)"
+
 
 class TxmqError(Exception):
     """Base of every txmq error. ``code`` is a ``txmq.v1.Code`` value."""
@@ -60,9 +85,30 @@ class TxmqError(Exception):
         return f"[{self.code_name}] {self.message}"
 
     def to_detail(self) -> errors_pb2.ErrorDetail:
-        return errors_pb2.ErrorDetail(
-            code=self.code, message=self.message, retriable=self.retriable, metadata=self.metadata
+        """The wire form, bounded: the message clipped to MAX_MESSAGE_BYTES, metadata
+        keys and values to MAX_METADATA_KEY_BYTES / MAX_METADATA_VALUE_BYTES (``clip``:
+        with a ``…(N bytes)`` marker), and metadata entries past MAX_DETAIL_BYTES left out
+        (their number in ``metadata_dropped``), so the trailer always fits."""
+        detail = errors_pb2.ErrorDetail(
+            code=self.code, message=clip(self.message, MAX_MESSAGE_BYTES), retriable=self.retriable
         )
+        budget = MAX_DETAIL_BYTES - detail.ByteSize() - 32  # room for metadata_dropped
+        dropped = 0
+        for key, value in self.metadata.items():
+            k, v = clip(str(key), MAX_METADATA_KEY_BYTES), clip(str(value), MAX_METADATA_VALUE_BYTES)
+            cost = len(k.encode()) + len(v.encode()) + 8  # map entry framing, generously
+            if cost > budget or k in detail.metadata:
+                dropped += 1
+                continue
+            detail.metadata[k] = v
+            budget -= cost
+        if dropped:
+            detail.metadata[METADATA_DROPPED_KEY] = str(dropped)
+        return detail
+
+    def status_details(self) -> str:
+        """The gRPC status message for this error: ``str(self)``, clipped."""
+        return clip(str(self), MAX_STATUS_DETAILS_BYTES)
 
     @staticmethod
     def for_code(code: int) -> type[TxmqError]:
