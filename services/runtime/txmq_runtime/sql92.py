@@ -27,25 +27,48 @@ it by accident) and a ``--`` comment may end at the end of input.
 
 from __future__ import annotations
 
-import functools
+import asyncio
+import concurrent.futures
 import math
 import operator
 import re
+import threading
 import unicodedata
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
+    "SQL92_CACHE",
+    "SQL92_CACHE_BYTES",
     "SQL92_CACHE_SIZE",
+    "SQL92_INLINE_COMPILE_CHARS",
+    "Sql92Cache",
+    "Sql92CacheStats",
     "Sql92EvaluationError",
     "Sql92Filter",
     "Sql92SyntaxError",
     "compile_sql92",
+    "compile_sql92_async",
+    "compile_sql92_uncached",
 ]
 
+#: The compiled-filter cache: at most this many filters...
 SQL92_CACHE_SIZE = 1024
+#: ...holding at most this many bytes by their estimate (``Sql92Filter.weight``).
+SQL92_CACHE_BYTES = 32 * 1024 * 1024
+#: ``compile_sql92_async`` compiles an expression this long or shorter on the calling
+#: thread (well under a millisecond); longer ones on a worker thread.
+SQL92_INLINE_COMPILE_CHARS = 512
+#: What one token of an expression costs once compiled, at most: the parse tree's node,
+#: its closures and their cells (measured up to ~430 bytes a token on CPython 3.11, for
+#: ``a BETWEEN b AND c``; tests/unit/test_sql92_cache.py checks shapes against it).
+_TOKEN_WEIGHT = 512
 MAX_NESTING = 64  # parentheses and stacked unary operators
 MAX_DEPTH = 128  # depth of the parsed tree (e.g. chained comparisons)
+
+#: A syntax error's description is cut to this (it may quote a literal of the expression).
+_MAX_MESSAGE_CHARS = 300
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
@@ -62,6 +85,8 @@ class Sql92SyntaxError(ValueError):
     1-based. ``message`` is the bare description, ``str(err)`` adds the location."""
 
     def __init__(self, message: str, expression: str, position: int) -> None:
+        if len(message) > _MAX_MESSAGE_CHARS:  # a long literal quoted in it: the start only
+            message = message[: _MAX_MESSAGE_CHARS - 3] + "..."
         self.message = message
         self.expression = expression
         self.position = position
@@ -458,6 +483,7 @@ class _Parser:
         self.buf: list[_Token] = []
         self.nesting = 0
         self.props: set[str] = set()
+        self.tokens = 0  # tokens lexed, EOF included (what the compiled filter's weight counts)
 
     # -- token stream
     def peek(self, k: int = 0) -> _Token:
@@ -465,6 +491,7 @@ class _Parser:
             if self.buf and self.buf[-1].kind == "EOF":
                 return self.buf[-1]
             self.buf.append(self.lexer.next())
+            self.tokens += 1
         return self.buf[k]
 
     def take(self) -> _Token:
@@ -1172,15 +1199,18 @@ _EMPTY: Mapping[str, str] = {}
 class Sql92Filter:
     """A compiled SQL92 expression. Immutable and thread-safe."""
 
-    __slots__ = ("_truth", "_value", "canonical", "expression", "property_names")
+    __slots__ = ("_truth", "_value", "canonical", "expression", "property_names", "weight")
 
-    def __init__(self, expression: str, root: _Node, property_names: frozenset[str]) -> None:
+    def __init__(self, expression: str, root: _Node, property_names: frozenset[str], *, tokens: int = 0) -> None:
         code = _compile(root)
         self.expression = expression
         #: the parsed tree, fully parenthesised (shows how precedence was applied)
         self.canonical = _canon(root)
         #: the property names the expression reads
         self.property_names = property_names
+        #: what this filter holds in memory, estimated from above (bytes): its texts and
+        #: ``_TOKEN_WEIGHT`` per token of the expression
+        self.weight = 4 * (len(expression) + len(self.canonical)) + _TOKEN_WEIGHT * max(tokens, 1)
         self._truth: BoolFn = code.t
         self._value: Fn = code.v
 
@@ -1201,7 +1231,8 @@ class Sql92Filter:
         return self._value(_EMPTY if properties is None else properties)
 
     def __repr__(self) -> str:
-        return f"Sql92Filter({self.expression!r})"
+        shown = self.expression if len(self.expression) <= 80 else self.expression[:77] + "..."
+        return f"Sql92Filter({shown!r})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sql92Filter) and other.expression == self.expression
@@ -1210,12 +1241,10 @@ class Sql92Filter:
         return hash(self.expression)
 
 
-@functools.lru_cache(maxsize=SQL92_CACHE_SIZE)
-def compile_sql92(expression: str) -> Sql92Filter:
-    """Parse and compile an SQL92 filter expression (LRU-cached by expression text).
-
-    Raises ``Sql92SyntaxError`` (a ValueError) naming the line/column and what was
-    expected; failures are not cached."""
+def compile_sql92_uncached(expression: str) -> Sql92Filter:
+    """Parse and compile an SQL92 filter expression, every time (``compile_sql92``
+    caches). Raises ``Sql92SyntaxError`` (a ValueError) naming the line/column and what
+    was expected, ``TypeError`` for a non-str."""
     if not isinstance(expression, str):
         raise TypeError(f"SQL92 expression must be str, not {type(expression).__name__}")
     parser = _Parser(expression)
@@ -1223,4 +1252,111 @@ def compile_sql92(expression: str) -> Sql92Filter:
         root = parser.parse()
     except RecursionError:  # belt and braces: MAX_NESTING should prevent this
         raise Sql92SyntaxError("expression nested too deeply", expression, len(expression)) from None
-    return Sql92Filter(expression, root, frozenset(parser.props))
+    return Sql92Filter(expression, root, frozenset(parser.props), tokens=parser.tokens)
+
+
+class Sql92CacheStats(NamedTuple):
+    entries: int
+    bytes: int  # the sum of the cached filters' weights
+    max_entries: int
+    max_bytes: int
+
+
+class Sql92Cache:
+    """Compiled filters by expression text, least recently used first out, bounded by
+    count and by bytes (each filter's ``weight``: an estimate from above of what it
+    holds, its closures included -- the text alone understates it a hundredfold). A
+    filter heavier than the whole budget is returned but not kept; failures are never
+    kept. Thread-safe: compiles run outside the lock (two threads may compile the same
+    text at once; one result is kept)."""
+
+    def __init__(self, max_entries: int = SQL92_CACHE_SIZE, max_bytes: int = SQL92_CACHE_BYTES) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Sql92Filter] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, expression: str) -> Sql92Filter | None:
+        """The cached filter of ``expression`` (now the most recently used), or None."""
+        with self._lock:
+            hit = self._entries.get(expression)
+            if hit is not None:
+                self._entries.move_to_end(expression)
+            return hit
+
+    def compile(self, expression: str) -> Sql92Filter:
+        """The cached filter of ``expression``, compiled (and kept) if needed."""
+        hit = self.get(expression)
+        if hit is not None:
+            return hit
+        compiled = compile_sql92_uncached(expression)
+        self._put(compiled)
+        return compiled
+
+    def _put(self, compiled: Sql92Filter) -> None:
+        if compiled.weight > self.max_bytes or self.max_entries <= 0:
+            return
+        with self._lock:
+            old = self._entries.pop(compiled.expression, None)
+            if old is not None:
+                self._bytes -= old.weight
+            self._entries[compiled.expression] = compiled
+            self._bytes += compiled.weight
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._bytes -= evicted.weight
+
+    def stats(self) -> Sql92CacheStats:
+        with self._lock:
+            return Sql92CacheStats(len(self._entries), self._bytes, self.max_entries, self.max_bytes)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+#: The process's compiled-filter cache (``compile_sql92``, ``compile_sql92_async``).
+SQL92_CACHE = Sql92Cache()
+
+
+def compile_sql92(expression: str) -> Sql92Filter:
+    """Parse and compile an SQL92 filter expression, cached by expression text in
+    ``SQL92_CACHE`` (LRU, bounded by count and bytes).
+
+    Raises ``Sql92SyntaxError`` (a ValueError) naming the line/column and what was
+    expected; failures are not cached."""
+    return SQL92_CACHE.compile(expression)
+
+
+_compile_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_compile_pool_lock = threading.Lock()
+#: Worker threads compiling long expressions: few, so that a flood of long new
+#: expressions queues here instead of taking the default executor's threads.
+_COMPILE_THREADS = 2
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _compile_pool
+    with _compile_pool_lock:
+        if _compile_pool is None:
+            _compile_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=_COMPILE_THREADS, thread_name_prefix="sql92-compile"
+            )
+        return _compile_pool
+
+
+async def compile_sql92_async(expression: str) -> Sql92Filter:
+    """``compile_sql92`` for a coroutine on an event loop: a cached filter is returned at
+    once, a short expression (``SQL92_INLINE_COMPILE_CHARS``) is compiled in place, a
+    longer one on a worker thread, so that the loop keeps serving other calls meanwhile
+    (parsing takes time in the expression's length)."""
+    if not isinstance(expression, str):
+        raise TypeError(f"SQL92 expression must be str, not {type(expression).__name__}")
+    hit = SQL92_CACHE.get(expression)
+    if hit is not None:
+        return hit
+    if len(expression) <= SQL92_INLINE_COMPILE_CHARS:
+        return SQL92_CACHE.compile(expression)
+    return await asyncio.get_running_loop().run_in_executor(_pool(), SQL92_CACHE.compile, expression)

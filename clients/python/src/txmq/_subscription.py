@@ -18,7 +18,7 @@ from txmq.errors import BadRequestError, ForbiddenError
 from txmq.message import MessageExt
 from txmq.protocol import is_system_topic
 from txmq.v1 import common_pb2, errors_pb2
-from txmq.validation import check_topic
+from txmq.validation import check_filter_expression_size, check_topic
 
 SUB_ALL = "*"
 
@@ -48,7 +48,8 @@ class Subscription:
 def build_subscription(
     topic: str, expression: str | None, expression_type: ExpressionType = ExpressionType.TAG
 ) -> Subscription:
-    """Validate and parse; a malformed TAG expression raises ``BadRequestError``
+    """Validate and parse; a malformed TAG expression, or one longer than
+    ``MAX_FILTER_EXPRESSION_BYTES`` (either type), raises ``BadRequestError``
     (``CODE_ILLEGAL_FILTER_EXPRESSION``) before any call. SQL92 syntax is checked by
     the service (the same code)."""
     check_topic(topic)
@@ -61,6 +62,7 @@ def build_subscription(
     if not isinstance(expression_type, ExpressionType):
         raise TypeError(f"expression_type must be an ExpressionType, not {expression_type!r}")
     text = (expression or "").strip()
+    check_filter_expression_size(text, kind="SQL92" if expression_type is ExpressionType.SQL92 else "tag")
     if expression_type is ExpressionType.SQL92:
         if not text:
             raise BadRequestError("the SQL92 expression is empty", code=errors_pb2.CODE_ILLEGAL_FILTER_EXPRESSION)

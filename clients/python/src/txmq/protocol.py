@@ -258,3 +258,20 @@ def rejects_late_decision(
     half message that set CHECK_IMMUNITY_TIME_IN_SECONDS, after that immunity passed."""
     window, own = immunity_ms(properties, transaction_timeout_ms)
     return own and now_ms - born_timestamp_ms > window
+
+
+# -- request limits (txmq) -------------------------------------------------------------------
+
+#: The longest filter expression (TAG or SQL92) a subscription may carry, in UTF-8 bytes;
+#: the SDK, the pull service and the store refuse longer ones with
+#: CODE_ILLEGAL_FILTER_EXPRESSION. RocketMQ sets no limit of its own (only its 16 MB frame),
+#: but real subscriptions are tens to hundreds of bytes, and an IN list of a thousand short
+#: values still fits in 16 KiB. What it bounds: an SQL92 expression compiles into up to
+#: ~200 bytes of closures per byte of text (measured), so one compiled filter holds at
+#: most a few MiB and takes tens of milliseconds to parse (docs/sql92.md).
+MAX_FILTER_EXPRESSION_BYTES = 16 * 1024
+#: The longest consumer client id a ConsumerHeartbeat may carry, in UTF-8 bytes (a DNS
+#: name's limit; the SDK's default id, ``hostname@pid@8 hex digits``, is far shorter).
+MAX_CLIENT_ID_BYTES = 255
+#: Most topics one ConsumerHeartbeat may name (what the pull service keeps per consumer).
+MAX_HEARTBEAT_TOPICS = 1024

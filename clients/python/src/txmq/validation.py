@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from txmq.errors import BadRequestError, ForbiddenError, PayloadTooLargeError
-from txmq.protocol import KEY_SEPARATOR, RESERVED_PROPERTIES, is_system_topic
+from txmq.protocol import KEY_SEPARATOR, MAX_FILTER_EXPRESSION_BYTES, RESERVED_PROPERTIES, is_system_topic
 from txmq.v1 import errors_pb2
 
 # RocketMQ's TopicValidator / Validators rules; groups share the character set.
@@ -41,6 +41,46 @@ def _check_name(name: str, *, what: str, max_length: int, code: int) -> None:
         raise BadRequestError(f"the {what} name {name[:32]!r}... is longer than {max_length} characters", code=code)
     if not _NAME_RE.fullmatch(name):
         raise BadRequestError(f"the {what} name {name!r} may only contain [%|a-zA-Z0-9_-]", code=code)
+
+
+#: How much of a filter expression an error message shows.
+FILTER_EXPRESSION_PREVIEW_CHARS = 200
+
+
+def _utf8_size(text: str) -> int:
+    """``text``'s size in UTF-8 bytes (a lone surrogate counts 3, as "surrogatepass"
+    encodes it); ASCII text is not encoded."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def filter_expression_preview(text: str) -> str:
+    """``text`` itself when short, else its first FILTER_EXPRESSION_PREVIEW_CHARS
+    characters and how many there are (what error messages and metadata echo)."""
+    if len(text) <= FILTER_EXPRESSION_PREVIEW_CHARS:
+        return text
+    return f"{text[:FILTER_EXPRESSION_PREVIEW_CHARS]}... ({len(text)} characters)"
+
+
+def check_filter_expression_size(expression: str, *, kind: str = "filter") -> None:
+    """Raise BadRequestError (CODE_ILLEGAL_FILTER_EXPRESSION) for an expression longer
+    than MAX_FILTER_EXPRESSION_BYTES in UTF-8; the message shows only its start.
+    ``kind`` names it in the message ("tag", "SQL92")."""
+    if len(expression) <= MAX_FILTER_EXPRESSION_BYTES // 4:
+        return  # at most 4 bytes a character: fits
+    size = _utf8_size(expression)
+    if size <= MAX_FILTER_EXPRESSION_BYTES:
+        return
+    shown = filter_expression_preview(expression)
+    raise BadRequestError(
+        f"the {kind} expression has {size} bytes (UTF-8), more than the limit of {MAX_FILTER_EXPRESSION_BYTES}: "
+        f"{shown!r}",
+        code=errors_pb2.CODE_ILLEGAL_FILTER_EXPRESSION,
+        metadata={
+            "expression": shown,
+            "expression_bytes": str(size),
+            "limit_bytes": str(MAX_FILTER_EXPRESSION_BYTES),
+        },
+    )
 
 
 def check_message(
