@@ -45,7 +45,7 @@ from support.scripts import Background, Run
 from gateway.test_consumer_core import FakeBackend
 from gateway.test_official_client import GatewayEnv, Scenarios, wait_for
 from txmq import Admin
-from txmq_gateway.auth import Authenticator, sign
+from txmq_gateway.auth import Authenticator, SingleKey, sign
 from txmq_gateway.consumer import ReceiptHandle, SimpleConsumerCore
 from txmq_gateway.convert import duration
 from txmq_gateway.ownership import (
@@ -339,7 +339,7 @@ async def start_gateway(name: str, etcd: Any, prefix: str, backend: FakeBackend)
     )
     router = GroupRouter(owners, Forwarder(instance_id=name, timeout_ms=5_000))
     servicer = MessagingServicer(
-        address=address, auth=Authenticator(AK, SK), backend=backend, producer=None,  # type: ignore[arg-type]
+        address=address, auth=Authenticator(SingleKey(AK, SK)), backend=backend, producer=None,  # type: ignore[arg-type]
         consumer=consumer, clients=clients, router=router,
     )  # fmt: skip
     add_messaging_servicer(server, servicer)

@@ -17,7 +17,6 @@ import pytest
 from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
 from txmq_gateway import telemetry
 from txmq_gateway.backend import Backend
-from txmq_gateway.convert import TransactionHandle
 from txmq_gateway.producer import ProducerCore
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.telemetry import ClientHub
@@ -102,7 +101,7 @@ async def test_a_check_batch_of_50_is_answered_check_by_check(benv: Env, bhub: C
     which reaches txcheck as an answer to a check with the half's store and offsets."""
     txcheck = benv.txcheck
     assert isinstance(txcheck, AnsweringTxcheck)
-    producer = ProducerCore(benv.backend, benv.settings)
+    producer = ProducerCore(benv.backend, benv.settings, handles=bhub.handles)  # the cluster's one key
     checks = _checks(50)
     async with stream(bhub, "client-b50") as s:
         await s.ask(producer_settings(TOPIC))
@@ -162,10 +161,10 @@ async def test_checks_without_room_are_dropped_with_one_warning_per_batch(
         assert "45 of 50 check(s)" in drops[0] and checks[5].transaction_id in drops[0]
 
         got = [(await s.recv()).recover_orphaned_transaction_command for _ in range(5)]
-        handles = [TransactionHandle.decode(g.transaction_id) for g in got]
+        handles = [bhub.handles.decode(g.transaction_id) for g in got]
         assert [h.transaction_id for h in handles] == [c.transaction_id for c in checks[:5]]
         # With room again, the next check is the next command: the dropped ones are gone.
         channel.check(checks[7])
         nxt = (await s.recv()).recover_orphaned_transaction_command
-        assert TransactionHandle.decode(nxt.transaction_id).transaction_id == checks[7].transaction_id
+        assert bhub.handles.decode(nxt.transaction_id).transaction_id == checks[7].transaction_id
     assert len([r for r in caplog.records if "dropped" in r.getMessage()]) == 1

@@ -363,7 +363,7 @@ async def test_check_becomes_recover_orphaned_transaction_command(env: Env, hub:
         command = await s.recv()
         assert command.WhichOneof("command") == "recover_orphaned_transaction_command"
         recover = command.recover_orphaned_transaction_command
-        assert TransactionHandle.decode(recover.transaction_id) == TransactionHandle(
+        assert hub.handles.decode(recover.transaction_id) == TransactionHandle(
             store_id="store-a", commit_log_offset=4096, queue_offset=17, transaction_id=check.transaction_id
         )
         message = recover.message
@@ -393,7 +393,7 @@ async def test_a_check_batch_becomes_one_command_per_check(env: Env, hub: Client
             txcheck_pb2.ServerCommand(check_batch=txcheck_pb2.CheckTransactionBatch(checks=checks))
         )
         got = [(await s.recv()).recover_orphaned_transaction_command for _ in range(3)]
-        handles = [TransactionHandle.decode(r.transaction_id) for r in got]
+        handles = [hub.handles.decode(r.transaction_id) for r in got]
         assert [h.transaction_id for h in handles] == [c.transaction_id for c in checks]
         assert [h.commit_log_offset for h in handles] == [4096, 4097, 4098]
 

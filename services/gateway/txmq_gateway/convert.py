@@ -10,7 +10,10 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import hmac
 import json
+import os
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -19,7 +22,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from txmq import protocol
 from txmq.protocol import PROPERTY_CHECK_IMMUNITY, PROPERTY_REAL_TOPIC, PROPERTY_SHARDING_KEY
 from txmq.v1 import common_pb2
-from txmq_gateway.status import GatewayError
+from txmq_gateway.status import GatewayError, shorten
 from txmq_gateway.v2 import Code, pb
 
 PROPERTY_MESSAGE_GROUP = PROPERTY_SHARDING_KEY
@@ -137,6 +140,9 @@ def to_v2_message(
 
 # -- opaque ids ------------------------------------------------------------------------
 
+#: Longest token ``decode_token`` reads (a receipt handle is a few hundred characters).
+MAX_TOKEN_CHARS = 4096
+
 
 def encode_token(fields: dict[str, object]) -> str:
     """A compact, URL-safe opaque string for ``fields`` (decoded by ``decode_token``)."""
@@ -145,39 +151,125 @@ def encode_token(fields: dict[str, object]) -> str:
 
 
 def decode_token(token: str) -> dict[str, object]:
-    """``fields`` of ``encode_token``; ValueError when ``token`` is not one."""
+    """``fields`` of ``encode_token``; ValueError when ``token`` is not one (too long,
+    not base64url, not a JSON object, nested too deep)."""
+    if len(token) > MAX_TOKEN_CHARS:
+        raise ValueError(f"not a gateway token: longer than {MAX_TOKEN_CHARS} characters")
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        fields = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not a gateway token: {exc}") from None
+        fields = json.loads(_b64decode(token))
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"not a gateway token: {type(exc).__name__}") from None
     if not isinstance(fields, dict):
         raise ValueError("not a gateway token")
     return fields
 
 
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+def _b64decode(text: str) -> bytes:
+    """Strict unpadded base64url (ValueError on anything else: other characters, a bad length)."""
+    if not _BASE64URL.fullmatch(text):
+        raise ValueError("not base64url")
+    return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+
+
+def _b64encode(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+#: Longest v2 transaction id decoded (one the gateway issues is about 170 characters).
+MAX_TRANSACTION_ID_CHARS = 1024
+#: Bytes of a transaction handle's MAC: HMAC-SHA256 truncated to 128 bits.
+HANDLE_MAC_BYTES = 16
+#: Shortest handle key accepted.
+MIN_HANDLE_KEY_BYTES = 16
+#: Etcd secret (txmq_runtime.secrets) every gateway of a cluster signs handles with.
+HANDLE_KEY_SECRET = "transaction-handle-key"
+# What the MAC covers before the encoded fields: which token of which version it is, so
+# a MAC of another kind of token under the same key never passes for a handle.
+_HANDLE_MAC_CONTEXT = b"txmq-gateway transaction-handle v1\x00"
+_INT64_MAX = 2**63 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class TransactionHandle:
     """What END_TRANSACTION needs of a half message, carried in the v2 transaction id
-    (the v2 request names only the topic, message id and transaction id)."""
+    (the v2 request names only the topic, message id and transaction id). Encoded and
+    authenticated by a ``HandleSigner``."""
 
     store_id: str
     commit_log_offset: int
     queue_offset: int
     transaction_id: str  # txmq's: the half message's unique id
 
-    def encode(self) -> str:
-        return encode_token(
-            {"s": self.store_id, "c": self.commit_log_offset, "q": self.queue_offset, "t": self.transaction_id}
-        )
+
+class HandleSigner:
+    """Encodes transaction handles as v2 transaction ids a client cannot forge or alter:
+    ``<fields>.<mac>``, the fields base64url JSON, the MAC base64url HMAC-SHA256 (first
+    16 bytes) over a context string and the exact encoded fields, keyed by a server key.
+    Every gateway of a cluster holds the same key (an etcd secret, HANDLE_KEY_SECRET), so
+    a handle issued by one is accepted by all, across restarts."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < MIN_HANDLE_KEY_BYTES:
+            raise ValueError(f"a handle key needs at least {MIN_HANDLE_KEY_BYTES} bytes, not {len(key)}")
+        self._key = bytes(key)
 
     @classmethod
-    def decode(cls, token: str) -> TransactionHandle:
-        """Raise GatewayError(INVALID_TRANSACTION_ID) when ``token`` is not one of ours."""
+    def ephemeral(cls) -> HandleSigner:
+        """A signer with a random key of its own: its handles are accepted by it alone
+        (tests, and cores built without the cluster's key)."""
+        return cls(os.urandom(32))
+
+    def _mac(self, fields: str) -> bytes:
+        mac = hmac.new(self._key, _HANDLE_MAC_CONTEXT + fields.encode(), hashlib.sha256)
+        return mac.digest()[:HANDLE_MAC_BYTES]
+
+    def encode(self, handle: TransactionHandle) -> str:
+        fields = encode_token(
+            {"s": handle.store_id, "c": handle.commit_log_offset, "q": handle.queue_offset, "t": handle.transaction_id}
+        )
+        return f"{fields}.{_b64encode(self._mac(fields))}"
+
+    def decode(self, token: str) -> TransactionHandle:
+        """The handle of a transaction id this cluster's gateways issued; anything else
+        (too long, not in the format, a MAC that does not match, malformed fields) raises
+        GatewayError(INVALID_TRANSACTION_ID) saying why."""
+        if len(token) > MAX_TRANSACTION_ID_CHARS:
+            raise _not_ours(token, f"longer than {MAX_TRANSACTION_ID_CHARS} characters ({len(token)})")
+        fields, dot, mac_text = token.partition(".")
+        if not dot:
+            raise _not_ours(token, "it carries no signature")
         try:
-            f = decode_token(token)
-            return cls(str(f["s"]), int(f["c"]), int(f["q"]), str(f["t"]))  # type: ignore[call-overload]
-        except (ValueError, KeyError, TypeError):
-            raise GatewayError(
-                Code.INVALID_TRANSACTION_ID, f"transaction id {token!r} was not issued by txmq"
-            ) from None
+            if not (fields and mac_text):
+                raise ValueError("empty part")
+            mac = _b64decode(mac_text)
+            _b64decode(fields)
+        except ValueError:
+            raise _not_ours(token, "not in the gateway's format") from None
+        if not hmac.compare_digest(mac, self._mac(fields)):
+            raise _not_ours(token, "its signature does not match (altered, or issued by another cluster)")
+        try:
+            return _handle_of(decode_token(fields))
+        except ValueError as exc:  # (a valid MAC over bad fields: only with a leaked key)
+            raise _not_ours(token, f"malformed fields ({exc})") from None
+
+
+def _handle_of(f: dict[str, object]) -> TransactionHandle:
+    store_id, transaction_id = f.get("s"), f.get("t")
+    if not (isinstance(store_id, str) and store_id and isinstance(transaction_id, str) and transaction_id):
+        raise ValueError("store id and transaction id must be non-empty strings")
+    return TransactionHandle(store_id, _offset(f.get("c")), _offset(f.get("q")), transaction_id)
+
+
+def _offset(value: object) -> int:
+    if type(value) is not int or not 0 <= value <= _INT64_MAX:
+        raise ValueError("offsets must be integers in [0, 2^63)")
+    return value
+
+
+def _not_ours(token: str, reason: str) -> GatewayError:
+    return GatewayError(
+        Code.INVALID_TRANSACTION_ID, f"transaction id {shorten(token)} was not issued by txmq: {reason}"
+    )

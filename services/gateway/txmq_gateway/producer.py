@@ -6,7 +6,9 @@ stores with writable queues) and lets that store pick the queue, except for FIFO
 (a message group), which always go to the same (store, queue) by a stable hash of the
 group. Transactional messages are stored as half messages with producer group = topic
 (what RocketMQ 5's proxy does for gRPC producers, which have no group), and their v2
-transaction id carries what END_TRANSACTION needs (``convert.TransactionHandle``).
+transaction id carries what END_TRANSACTION needs (``convert.TransactionHandle``), signed
+with the cluster's handle key (``convert.HandleSigner``) so that a client can neither
+forge nor alter one.
 
 Client retries: the official clients resend a failed send up to 3 times, without
 backoff, with the same message id. A send whose (topic, message id) succeeded within
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 from txmq.v1 import route_pb2, store_pb2, txcheck_pb2
 from txmq_gateway.backend import Backend
-from txmq_gateway.convert import TransactionHandle, decoded_body, to_txmq_message
+from txmq_gateway.convert import HandleSigner, TransactionHandle, decoded_body, to_txmq_message
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError, from_exception, ok, overall
 from txmq_gateway.v2 import Code, pb, svc
@@ -95,9 +97,12 @@ class SendDeduper:
 
 
 class ProducerCore:
-    def __init__(self, backend: Backend, settings: GatewaySettings) -> None:
+    def __init__(self, backend: Backend, settings: GatewaySettings, *, handles: HandleSigner | None = None) -> None:
         self.backend = backend
         self.settings = settings
+        #: Signs the transaction ids sent to clients and checks those they send back
+        #: (the cluster's key; without one, a key of this core alone).
+        self.handles = handles or HandleSigner.ephemeral()
         self.dedupe = SendDeduper(
             window_ms=settings.send_dedupe_window_ms, max_entries=settings.send_dedupe_max_entries
         )
@@ -162,12 +167,14 @@ class ProducerCore:
                 )
             transaction_id = ""
             if transactional:
-                transaction_id = TransactionHandle(
-                    store_id=store_id,
-                    commit_log_offset=result.commit_log_offset,
-                    queue_offset=result.queue_offset,
-                    transaction_id=result.transaction_id or result.msg_id,
-                ).encode()
+                transaction_id = self.handles.encode(
+                    TransactionHandle(
+                        store_id=store_id,
+                        commit_log_offset=result.commit_log_offset,
+                        queue_offset=result.queue_offset,
+                        transaction_id=result.transaction_id or result.msg_id,
+                    )
+                )
             return Sent(
                 message_id=result.msg_id or sp.message_id, transaction_id=transaction_id, offset=result.queue_offset
             )
@@ -189,7 +196,7 @@ class ProducerCore:
     async def end_transaction(self, request: svc.EndTransactionRequest) -> None:
         """COMMIT / ROLLBACK of a half message sent through a gateway (any replica: the
         transaction id carries the store and offsets)."""
-        handle = TransactionHandle.decode(request.transaction_id)
+        handle = self.handles.decode(request.transaction_id)
         if request.message_id and request.message_id != handle.transaction_id:
             raise GatewayError(
                 Code.INVALID_TRANSACTION_ID,

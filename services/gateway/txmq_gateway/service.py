@@ -13,14 +13,17 @@ import grpc
 from txmq_gateway.auth import Authenticator
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
+from txmq_gateway.convert import HANDLE_KEY_SECRET, HandleSigner
 from txmq_gateway.metrics import COLLECTOR as GATEWAY_METRICS
 from txmq_gateway.ownership import Forwarder, GroupOwnership, GroupRouter
 from txmq_gateway.producer import ProducerCore
 from txmq_gateway.servicer import MessagingServicer, add_messaging_servicer
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.telemetry import ClientHub
+from txmq_runtime import secrets
+from txmq_runtime.etcd import RETRYABLE
 from txmq_runtime.net import join_host_port
-from txmq_runtime.server import ServiceContext, ServiceParts
+from txmq_runtime.server import ServiceContext, ServiceParts, StartupFailed
 
 log = logging.getLogger("txmq.gateway.service")
 
@@ -38,15 +41,29 @@ def serve_tls(server: grpc.aio.Server, settings: GatewaySettings, address: str) 
     return f"{host}:{port}"
 
 
+async def handle_signer(ctx: ServiceContext[GatewaySettings]) -> HandleSigner:
+    """The signer of transaction handles, keyed by the cluster's secret in etcd (made by
+    the first gateway that starts): a handle one gateway issued is accepted by all."""
+    key = secrets.secret_key(ctx.keys.prefix, HANDLE_KEY_SECRET)
+    timeout_s = ctx.settings.etcd_startup_timeout_ms / 1000
+    try:
+        return HandleSigner(await secrets.get_or_create(ctx.etcd, key, give_up_after_s=timeout_s))
+    except RETRYABLE as exc:
+        raise StartupFailed(f"could not read the transaction-handle key {key} from etcd: {exc}") from None
+    except secrets.SecretUnusable as exc:
+        raise StartupFailed(str(exc)) from None
+
+
 async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
     settings = ctx.settings
+    handles = await handle_signer(ctx)
     backend = Backend(ctx.cluster, timeout_ms=settings.backend_rpc_timeout_ms)
     # The id the runtime registers this instance under (named here: group owners in etcd
     # and receipt handles carry it).
     instance_id = settings.instance_id or f"gateway-{socket.gethostname()}-{os.getpid()}"
     consumer = SimpleConsumerCore(backend, settings, instance_id=instance_id)
     GATEWAY_METRICS.add(consumer)
-    clients = ClientHub(backend, settings, on_client_gone=consumer.client_gone)
+    clients = ClientHub(backend, settings, on_client_gone=consumer.client_gone, handles=handles)
     # Consumer groups are owned by one replica each (ownership.py): its lease lives as
     # long as the instance's registration would (registration_ttl_ms).
     ownership = GroupOwnership(
@@ -60,9 +77,9 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
     router = GroupRouter(ownership, Forwarder(instance_id=instance_id, timeout_ms=settings.backend_rpc_timeout_ms))
     servicer = MessagingServicer(
         address=ctx.address,
-        auth=Authenticator(settings.access_key, settings.secret_key),
+        auth=Authenticator.from_settings(settings),
         backend=backend,
-        producer=ProducerCore(backend, settings),
+        producer=ProducerCore(backend, settings, handles=handles),
         consumer=consumer,
         clients=clients,
         route_client_endpoints=settings.route_client_endpoints,

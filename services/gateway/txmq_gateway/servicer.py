@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import grpc
 
 from txmq.v1 import common_pb2
-from txmq_gateway.auth import Authenticator
+from txmq_gateway.auth import Authenticator, header_text
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
 from txmq_gateway.convert import to_v2_message
@@ -39,10 +39,9 @@ _READ, _WRITE = 4, 2  # RocketMQ permission bits
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key.lower() == CLIENT_ID_HEADER:
-            return value.decode() if isinstance(value, bytes) else value
-    return ""
+    """The x-mq-client-id header ("" when absent); GatewayError(BAD_REQUEST) when it is
+    not printable ASCII."""
+    return header_text(context.invocation_metadata(), CLIENT_ID_HEADER, Code.BAD_REQUEST)
 
 
 def over_tls(context: grpc.aio.ServicerContext) -> bool:
@@ -256,7 +255,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             client_id = client_id_of(context)
             if not client_id:
                 raise GatewayError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is required")
-        except GatewayError as exc:
+        except Exception as exc:  # noqa: BLE001 - answered as a v2 status
+            if not isinstance(exc, GatewayError):
+                log.info("telemetry stream refused: %s", exc)
             yield svc.TelemetryCommand(status=from_exception(exc))
             return
         # aclosing: a cancelled call closes the session's producer channels at once.

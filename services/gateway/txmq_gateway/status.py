@@ -69,6 +69,18 @@ class GatewayError(Exception):
         return f"[{Code.Name(self.code)}] {self.message}"
 
 
+#: Longest piece of client input quoted in a status message.
+MAX_QUOTED_CHARS = 64
+
+
+def shorten(text: str | bytes, limit: int = MAX_QUOTED_CHARS) -> str:
+    """``text`` quoted for a status or log message (repr, so control characters show
+    escaped), cut to its first ``limit`` characters with its length when longer."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} {'bytes' if isinstance(text, bytes) else 'characters'})"
+
+
 def ok(message: str = "OK") -> pb.Status:
     return pb.Status(code=Code.OK, message=message)
 

@@ -35,6 +35,7 @@ from txmq.protocol import PROPERTY_REAL_TOPIC
 from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import (
+    HandleSigner,
     TransactionHandle,
     duration,
     to_v2_message,
@@ -324,9 +325,13 @@ class ClientHub:
         *,
         clock: Clock = SYSTEM_CLOCK,
         on_client_gone: Callable[[str], None] | None = None,
+        handles: HandleSigner | None = None,
     ) -> None:
         self.backend = backend
         self.settings = settings
+        #: Signs the transaction ids of checks (the cluster's key, the one the producer
+        #: core checks EndTransaction with; without one, a key of this hub alone).
+        self.handles = handles or HandleSigner.ephemeral()
         self._clock = clock
         # Told when a client terminates or expires (the consumer core stops renewing
         # that client's messages).
@@ -532,8 +537,8 @@ class ClientHub:
         """Transaction checks from txcheck (one, or a batch), down the v2 stream as one
         ``RecoverOrphanedTransactionCommand`` each: the official clients take them one
         by one (the message under its real topic; the transaction id carries what
-        END_TRANSACTION needs). Checks the session has no room for are dropped (the check
-        loop asks again next round) with one line per batch."""
+        END_TRANSACTION needs, signed with ``handles``). Checks the session has no room
+        for are dropped (the check loop asks again next round) with one line per batch."""
         if not checks:
             return
         if session.stopped:
@@ -557,7 +562,7 @@ class ClientHub:
             )
             command = svc.TelemetryCommand(
                 recover_orphaned_transaction_command=svc.RecoverOrphanedTransactionCommand(
-                    message=to_v2_message(view, topic=topic), transaction_id=handle.encode()
+                    message=to_v2_message(view, topic=topic), transaction_id=self.handles.encode(handle)
                 )
             )
             if session.push(command, droppable=True):
