@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from pydantic import ValidationError
-from support.clock import ManualClock
+from support.clock import ManualClock, settle, until
 
 from txmq.errors import TxmqError
+from txmq.protocol import MAX_CLIENT_ID_BYTES, MAX_HEARTBEAT_TOPICS
 from txmq.v1 import errors_pb2
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.settings import PullSettings
@@ -69,3 +72,90 @@ def test_settings_defaults_and_short_polling_check_interval() -> None:
     assert load_settings(PullSettings, ["--hold_check_interval_ms", "250"]).effective_hold_check_interval_ms == 250
     with pytest.raises(ValidationError):  # frozen
         s.max_held_requests = 1  # type: ignore[misc]
+
+
+# -- bounds (issue 16) ---------------------------------------------------------------------
+
+
+def assert_nothing_kept(groups: ConsumerGroups) -> None:
+    assert (groups.client_count, groups.group_count) == (0, 0)
+    assert groups._groups == {} and not groups._seen  # every internal map
+
+
+def test_an_expired_consumer_leaves_nothing_behind() -> None:
+    clock = ManualClock()
+    groups = ConsumerGroups(clock, expiry_ms=30_000)
+    for g in range(5):
+        for c in range(20):
+            groups.heartbeat(f"G{g}", f"client-{c}", [f"T{c}", "Shared"])
+    assert (groups.client_count, groups.group_count) == (100, 5)
+    clock.advance(10_000)
+    groups.heartbeat("G0", "client-0", ["T0"])  # still alive: only it stays
+    clock.advance(20_000)
+    assert groups.expire() == 99
+    assert (groups.client_count, groups.group_count) == (1, 1)
+    assert groups.members("G0") == ["client-0"]
+    assert groups.topics("G1", "client-1") == ()
+    clock.advance(10_000)
+    assert groups.members("G0") == []
+    assert_nothing_kept(groups)
+
+
+def test_leaving_removes_the_group_with_its_last_member() -> None:
+    groups = ConsumerGroups(ManualClock(), expiry_ms=30_000)
+    groups.heartbeat("G", "c-a", ["T"])
+    groups.heartbeat("G", "c-a", ["T"], leaving=True)
+    assert_nothing_kept(groups)
+    groups.heartbeat("G", "c-never-seen", leaving=True)
+    assert_nothing_kept(groups)
+
+
+async def test_consumers_expire_on_time_while_no_call_comes() -> None:
+    clock = ManualClock()
+    groups = ConsumerGroups(clock, expiry_ms=30_000)
+    task = asyncio.create_task(groups.run())
+    try:
+        await settle()
+        assert clock.sleepers == 0  # nobody known: no timer
+        groups.heartbeat("G", "c-a", ["T"])
+        groups.heartbeat("H", "c-b", ["T"])
+        await until(lambda: clock.sleepers == 1)
+        clock.advance(15_000)
+        groups.heartbeat("G", "c-a", ["T"])  # c-a stays 15 s longer than c-b
+        clock.advance(15_000)
+        await until(lambda: groups.client_count == 1)
+        assert groups.group_count == 1  # H went with c-b, with no call to notice it
+        clock.advance(15_000)
+        await until(lambda: groups.client_count == 0)
+        assert_nothing_kept(groups)
+        await until(lambda: clock.sleepers == 0)  # and the loop sleeps without a deadline again
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def test_client_id_is_bounded_in_utf8_bytes() -> None:
+    groups = ConsumerGroups(ManualClock(), expiry_ms=1_000)
+    assert groups.heartbeat("G", "c" * MAX_CLIENT_ID_BYTES) == ["c" * MAX_CLIENT_ID_BYTES]
+    for too_long in ("c" * (MAX_CLIENT_ID_BYTES + 1), "é" * (MAX_CLIENT_ID_BYTES // 2 + 1), "x" * 1_000_000):
+        with pytest.raises(TxmqError) as info:
+            groups.heartbeat("G", too_long)
+        err = info.value
+        assert err.code == errors_pb2.CODE_ILLEGAL_ARGUMENT
+        assert str(MAX_CLIENT_ID_BYTES) in err.message and len(err.message) < 200
+        assert err.metadata["client_id_bytes"] == str(len(too_long.encode()))
+    assert groups.client_count == 1
+
+
+def test_heartbeat_topics_are_valid_names_and_bounded_in_number() -> None:
+    groups = ConsumerGroups(ManualClock(), expiry_ms=1_000)
+    with pytest.raises(TxmqError) as info:
+        groups.heartbeat("G", "c", ["T"] * (MAX_HEARTBEAT_TOPICS + 1))
+    assert info.value.code == errors_pb2.CODE_ILLEGAL_ARGUMENT
+    for bad in ("", "x" * 10_000, "no spaces"):
+        with pytest.raises(TxmqError) as info:
+            groups.heartbeat("G", "c", ["T", bad])
+        assert info.value.code == errors_pb2.CODE_ILLEGAL_TOPIC
+    assert groups.client_count == 0  # nothing recorded by a refused heartbeat
+    groups.heartbeat("G", "c", [f"T{i}" for i in range(MAX_HEARTBEAT_TOPICS)])
+    assert len(groups.topics("G", "c")) == MAX_HEARTBEAT_TOPICS

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from txmq.errors import TxmqError
+from txmq.protocol import MAX_CLIENT_ID_BYTES, MAX_FILTER_EXPRESSION_BYTES
 from txmq.records import decode_messages
 from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2_grpc
 
@@ -76,14 +77,26 @@ async def test_found_no_new_msg_and_offset_illegal(shared: Pulling) -> None:
 async def test_validation_errors_are_typed(shared: Pulling) -> None:
     topic = unique("PullIt")
     await shared.store.create_topic(topic, queues=2)
+    unknown_filter_type = pull_request(shared.store.queue(topic))
+    unknown_filter_type.filter.type = 5  # type: ignore[assignment]
+    unknown_filter_type.filter.expression = "A"
     for req, code in [
         (pull_request(shared.store.queue(topic, 2)), errors_pb2.CODE_ILLEGAL_QUEUE_ID),
         (pull_request(shared.store.queue(unique("Missing"))), errors_pb2.CODE_TOPIC_NOT_FOUND),
         (pull_request(shared.store.queue(topic), sql="a = "), errors_pb2.CODE_ILLEGAL_FILTER_EXPRESSION),
+        (
+            pull_request(shared.store.queue(topic), sql="a = '" + "x" * MAX_FILTER_EXPRESSION_BYTES + "'"),
+            errors_pb2.CODE_ILLEGAL_FILTER_EXPRESSION,
+        ),
+        (pull_request(shared.store.queue(topic), tag="A" * 1_000_000), errors_pb2.CODE_ILLEGAL_FILTER_EXPRESSION),
+        (unknown_filter_type, errors_pb2.CODE_ILLEGAL_FILTER_EXPRESSION),
     ]:
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await shared.pull.PullMessage(req, timeout=10)
-        assert TxmqError.from_rpc_error(info.value).code == code
+        err = TxmqError.from_rpc_error(info.value)
+        assert err.code == code
+        assert info.value.code() == err.grpc_status  # INVALID_ARGUMENT for a filter, never INTERNAL
+        assert len(err.message) < 500  # at most the start of the expression is echoed
 
 
 async def test_commit_offset_is_stored(shared: Pulling) -> None:
@@ -114,9 +127,13 @@ async def test_consumer_heartbeat_lists_the_live_group(shared: Pulling) -> None:
         pull_pb2.ConsumerHeartbeatRequest(consumer_group=group, client_id="c-1"), timeout=10
     )
     assert list(second.consumer_ids) == ["c-1", "c-2"]
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await shared.pull.ConsumerHeartbeat(pull_pb2.ConsumerHeartbeatRequest(consumer_group=group), timeout=10)
-    assert TxmqError.from_rpc_error(info.value).code == errors_pb2.CODE_ILLEGAL_ARGUMENT
+    for client_id in ("", "c" * (MAX_CLIENT_ID_BYTES + 1), "c" * 1_000_000):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await shared.pull.ConsumerHeartbeat(
+                pull_pb2.ConsumerHeartbeatRequest(consumer_group=group, client_id=client_id), timeout=10
+            )
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert TxmqError.from_rpc_error(info.value).code == errors_pb2.CODE_ILLEGAL_ARGUMENT
 
 
 async def test_long_poll_is_woken_by_a_matching_send(private: Pulling) -> None:

@@ -18,7 +18,7 @@ from txmq.protocol import PERM_READ, is_system_topic
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2, store_pb2
 from txmq.validation import check_group, check_topic
 from txmq_pull.arrivals import ArrivalFeed
-from txmq_pull.filters import PullFilter, parse_filter
+from txmq_pull.filters import PullFilter, load_filter
 from txmq_pull.hold import ArrivalEvent, HoldService, QueueKey, ReadWatch, WakeReason
 from txmq_pull.metrics import FROM_ARRIVALS, REPLICA_READS
 from txmq_pull.settings import PullSettings
@@ -187,7 +187,7 @@ class PullProcessor:
                 topic=topic,
                 queue_id=str(queue_id),
             )
-        pull_filter = parse_filter(
+        pull_filter = await load_filter(
             req.filter if req.HasField("filter") else None,
             property_filter_enable=self.settings.property_filter_enable,
         )

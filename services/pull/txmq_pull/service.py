@@ -3,8 +3,9 @@ it finds in the cluster view, besides Route, health and reflection."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from txmq_pull.arrivals import ArrivalFeed
 from txmq_pull.hold import HoldService
@@ -32,15 +33,23 @@ class PullCore:
     processor: PullProcessor
     groups: ConsumerGroups
     servicer: PullServicer
+    _expiry: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def start(self) -> None:
-        """Start the hold timer and watch the arrivals of every known store (long polling)."""
+        """Start the hold timer and consumer expiry, and watch the arrivals of every
+        known store (long polling)."""
         self.hold.start()
+        if self._expiry is None:
+            self._expiry = asyncio.create_task(self.groups.run(), name="pull-consumer-expiry")
         if self.feed is not None:
             self.feed.ensure_all()
 
     async def stopping(self) -> None:
         """Stop watching arrivals and answer held pulls (new ones are refused)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            await asyncio.gather(self._expiry, return_exceptions=True)
+            self._expiry = None
         if self.feed is not None:
             await self.feed.close()
         await self.hold.close()

@@ -1,5 +1,5 @@
-"""The calling side of service-to-service gRPC: channels (and their options) for long-lived
-internal links, and awaiting a call with its failure re-raised as the callee's TxmqError."""
+"""The calling side of service-to-service gRPC: channels (and their options, and TLS) for
+long-lived internal links, and awaiting a call with its failure re-raised as the callee's TxmqError."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TypeVar
 import grpc
 
 from txmq.errors import TxmqError
-from txmq_runtime import keepalive
+from txmq_runtime import keepalive, tls
 from txmq_runtime.server import MAX_MESSAGE_BYTES
 
 T = TypeVar("T")
@@ -30,8 +30,13 @@ def channel_options() -> tuple[tuple[str, int], ...]:
 
 
 def internal_channel(address: str) -> grpc.aio.Channel:
-    """An asyncio channel to another txmq service at ``address``, with ``channel_options``."""
-    return grpc.aio.insecure_channel(address, options=channel_options())
+    """An asyncio channel to another txmq service at ``address``, with ``channel_options``:
+    TLS, with this service's certificate as the client certificate, when the process's
+    ``tls_mode`` is not disabled (txmq_runtime.tls), else plaintext."""
+    material = tls.current()
+    if material is None:
+        return grpc.aio.insecure_channel(address, options=channel_options())
+    return grpc.aio.secure_channel(address, material.channel_credentials(), options=channel_options())
 
 
 async def call(rpc: Callable[[], Awaitable[T]]) -> T:

@@ -3,7 +3,9 @@
 ``serve`` (the ``python -m txmq_<service>`` entry) loads settings and calls
 ``run_service``, which:
 
-1. binds a ``grpc.aio`` server to host:port (port 0: a free one) and learns the port;
+1. binds a ``grpc.aio`` server to host:port (port 0: a free one) and learns the port:
+   plaintext, or TLS as ``tls_mode`` says (txmq_runtime.tls; permissive also binds
+   ``plaintext_port``), plus a health-only plaintext server on ``probe_port`` if set;
 2. connects to etcd and starts the cluster view (a watched copy of the membership);
 3. calls the service's ``setup``, which adds its servicers and may record extra keys to
    keep under the instance's lease (the store's topics);
@@ -32,9 +34,10 @@ import aetcd
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from pydantic import ValidationError
 
 from txmq.v1 import common_pb2
-from txmq_runtime import keepalive, metrics
+from txmq_runtime import keepalive, metrics, tls
 from txmq_runtime.etcd import RETRYABLE, close_client, etcd_client
 from txmq_runtime.grpc_errors import RejectUnparseable
 from txmq_runtime.net import join_host_port
@@ -112,7 +115,17 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 def serve(*, kind: int, settings_cls: type[S], setup: Setup[S], argv: Sequence[str] | None = None) -> None:
     """Process entry point: settings from ``argv`` (default: ``sys.argv[1:]``), env vars
     and defaults; run until SIGTERM/SIGINT. Exits 1 when start-up fails."""
-    settings = load_settings(settings_cls, sys.argv[1:] if argv is None else argv)
+    try:
+        settings = load_settings(settings_cls, sys.argv[1:] if argv is None else argv)
+    except ValidationError as exc:
+        # One line per bad setting, naming it; no traceback.
+        for problem in exc.errors():
+            where = ".".join(str(part) for part in problem["loc"])
+            print(
+                f"txmq-{kind_name(kind)}: invalid settings: {where + ': ' if where else ''}{problem['msg']}",
+                file=sys.stderr,
+            )
+        sys.exit(2)
     configure_logging(settings.log_level)
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
@@ -172,21 +185,35 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     name = kind_name(kind)
     ka = keepalive.Keepalive.of(settings)
     keepalive.configure(ka)  # the channels this process dials (txmq_runtime.calls)
+    try:
+        material = tls.TlsMaterial.load(settings)
+    except tls.TlsError as exc:
+        raise StartupFailed(str(exc)) from None
+    tls.configure(material)  # likewise: internal calls use TLS unless tls_mode is disabled
     server = grpc.aio.server(
         options=(*SERVER_OPTIONS, *ka.server_options()),
         interceptors=[RejectUnparseable(), *metrics.server_interceptors()],
     )
-    try:
-        port = server.add_insecure_port(join_host_port(settings.host, settings.port))
-    except RuntimeError:  # grpc: "Failed to bind to address ..."
-        raise StartupFailed(
-            f"cannot listen on {join_host_port(settings.host, settings.port)} (in use?); choose another with --port"
-        ) from None
+    if material is None:
+        port = _bind(server, settings.host, settings.port, "--port")
+    else:
+        port = _bind(server, settings.host, settings.port, "--port", material.server_credentials())
+    plaintext_port = None
+    if settings.tls_mode == tls.PERMISSIVE:
+        plaintext_port = _bind(server, settings.host, settings.plaintext_port, "--plaintext-port")
     address = settings.advertised_address or join_host_port(_advertised_host(settings.host), port)
     keys = EtcdKeys(settings.etcd_prefix)
     etcd = etcd_client(settings.etcd_endpoints)
     health_servicer = health.aio.HealthServicer()
     await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    probe_server = None
+    probe_port = None
+    if settings.probe_port >= 0:
+        # Health only, plaintext: probes that cannot speak TLS (Kubernetes' gRPC probes)
+        # see the same statuses as the service port, and nothing else is served here.
+        probe_server = grpc.aio.server(options=SERVER_OPTIONS)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probe_server)
+        probe_port = _bind(probe_server, settings.host, settings.probe_port, "--probe-port")
 
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(close_client, etcd)
@@ -224,6 +251,9 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         )
         await server.start()
         stack.push_async_callback(_stop_server, server, grace_s=settings.shutdown_grace_ms / 1000)
+        if probe_server is not None:
+            await probe_server.start()
+            stack.push_async_callback(_stop_server, probe_server, grace_s=0)
         if parts.stopping is not None:
             stack.push_async_callback(parts.stopping)  # LIFO: runs before _stop_server
 
@@ -231,6 +261,8 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         metrics_host = settings.metrics_host or settings.host
         if (metrics_port := metrics.serve(host=metrics_host, port=settings.metrics_port, stack=stack)) is not None:
             labels["metrics"] = join_host_port(_advertised_host(metrics_host), metrics_port)
+        if plaintext_port is not None:
+            labels["plaintext"] = join_host_port(_advertised_host(settings.host), plaintext_port)
         instance_id = parts.instance_id or settings.instance_id or f"{name}-{socket.gethostname()}-{os.getpid()}"
         registered_kind = parts.kind or kind
         endpoint = common_pb2.Endpoint(
@@ -252,12 +284,43 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         stack.push_async_callback(health_servicer.enter_graceful_shutdown)
         signals.starting = False
         lifecycle.info(
-            "%s %s ready on %s (bound port %d, etcd lease %x)", name, instance_id, address, port, registration.lease_id
+            "%s %s ready on %s (bound port %d, etcd lease %x%s)",
+            name,
+            instance_id,
+            address,
+            port,
+            registration.lease_id,
+            _ports_note(settings.tls_mode, plaintext_port, probe_port),
         )
 
         await signals.stop.wait()
         lifecycle.info("%s %s stopping", name, instance_id)
     lifecycle.info("%s %s stopped", name, instance_id)
+
+
+def _bind(
+    server: grpc.aio.Server, host: str, port: int, flag: str, credentials: grpc.ServerCredentials | None = None
+) -> int:
+    """Add a port (TLS with ``credentials``); the port bound. StartupFailed naming
+    ``flag`` when it cannot be bound."""
+    target = join_host_port(host, port)
+    try:
+        if credentials is None:
+            return server.add_insecure_port(target)
+        return server.add_secure_port(target, credentials)
+    except RuntimeError:  # grpc: "Failed to bind to address ..."
+        raise StartupFailed(f"cannot listen on {target} (in use?); choose another with {flag}") from None
+
+
+def _ports_note(tls_mode: str, plaintext_port: int | None, probe_port: int | None) -> str:
+    """What the ready line says beyond the service port: its TLS mode and the extra ports
+    (tests and tools read the bound ports from it)."""
+    note = "" if tls_mode == tls.DISABLED else f", tls {tls_mode}"
+    if plaintext_port is not None:
+        note += f", plaintext port {plaintext_port}"
+    if probe_port is not None:
+        note += f", probe port {probe_port}"
+    return note
 
 
 async def _stop_server(server: grpc.aio.Server, *, grace_s: float) -> None:

@@ -95,6 +95,66 @@ class ServiceSettings(BaseSettings):
         "at most half keepalive_time_ms.",
     )
 
+    tls_mode: Literal["disabled", "permissive", "enforcing"] = Field(
+        "disabled",
+        description="TLS of the service port: disabled (plaintext), enforcing (TLS only) or permissive (TLS, and "
+        "plaintext on plaintext_port). Unless disabled, the calls this service makes to other txmq services use TLS.",
+    )
+    tls_cert_file: str = Field(
+        "",
+        description="PEM certificate chain the service port serves, also the client certificate of this "
+        "service's internal calls; required unless tls_mode is disabled.",
+    )
+    tls_key_file: str = Field("", description="PEM private key of tls_cert_file; required unless tls_mode is disabled.")
+    tls_ca_file: str = Field(
+        "",
+        description="PEM CA bundle verifying the services this one dials and, with tls_client_auth require, the "
+        "client certificates it accepts; empty: the system's roots.",
+    )
+    tls_client_auth: Literal["none", "require"] = Field(
+        "none",
+        description="require: clients of the TLS port must present a certificate signed by tls_ca_file (mutual TLS).",
+    )
+    plaintext_port: int = Field(
+        -1,
+        ge=-1,
+        le=65535,
+        description="With tls_mode permissive, also serve plaintext gRPC on this port on host (0 picks a free port); "
+        "-1: off. Only for permissive.",
+    )
+    probe_port: int = Field(
+        -1,
+        ge=-1,
+        le=65535,
+        description="Plaintext port on host serving only the gRPC health service, for probes that cannot speak TLS "
+        "(Kubernetes'); 0 picks a free port, -1 turns it off.",
+    )
+
+    @model_validator(mode="after")
+    def _tls_is_complete(self) -> Self:
+        if self.tls_mode != "disabled" and not (self.tls_cert_file and self.tls_key_file):
+            raise ValueError(f"tls_mode {self.tls_mode} needs tls_cert_file and tls_key_file")
+        if self.tls_client_auth == "require":
+            if self.tls_mode == "disabled":
+                raise ValueError("tls_client_auth require needs tls_mode enforcing or permissive")
+            if not self.tls_ca_file:
+                raise ValueError(
+                    "tls_client_auth require needs tls_ca_file (the CA client certificates are checked with)"
+                )
+        if self.tls_mode == "permissive" and self.plaintext_port < 0:
+            raise ValueError("tls_mode permissive needs plaintext_port (the port serving plaintext beside TLS)")
+        if self.tls_mode != "permissive" and self.plaintext_port >= 0:
+            raise ValueError(f"plaintext_port is only served with tls_mode permissive (tls_mode is {self.tls_mode})")
+        ports = {"port": self.port, "plaintext_port": self.plaintext_port, "probe_port": self.probe_port}
+        if self.metrics_port > 0 and not self.metrics_host:
+            ports["metrics_port"] = self.metrics_port
+        taken: dict[int, str] = {}
+        for name, value in ports.items():
+            if value > 0 and value in taken:
+                raise ValueError(f"{name} ({value}) must differ from {taken[value]}")
+            taken.setdefault(value, name)
+        return self
+
     @model_validator(mode="after")
     def _server_permits_its_own_pings(self) -> Self:
         if self.keepalive_permit_time_ms * 2 > self.keepalive_time_ms:
