@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from pathlib import Path
 
 import grpc
 
@@ -24,6 +23,7 @@ from txmq_runtime import secrets
 from txmq_runtime.etcd import RETRYABLE
 from txmq_runtime.net import join_host_port
 from txmq_runtime.server import ServiceContext, ServiceParts, StartupFailed
+from txmq_runtime.tls import TlsError, read_pem
 
 log = logging.getLogger("txmq.gateway.service")
 
@@ -32,11 +32,19 @@ OWNERSHIP_STARTUP_TIMEOUT_S = 30.0
 
 
 def serve_tls(server: grpc.aio.Server, settings: GatewaySettings, address: str) -> str:
-    """Add the TLS port (same services as the plaintext one); its host:port for routes."""
-    credentials = grpc.ssl_server_credentials(
-        [(Path(settings.tls_key_file).read_bytes(), Path(settings.tls_cert_file).read_bytes())]
-    )
-    port = server.add_secure_port(join_host_port(settings.host, settings.tls_port), credentials)
+    """Add the v2 TLS port (same services as the service port) with the service's
+    certificate (tls_cert_file, tls_key_file) and no client certificates, whatever
+    tls_mode and tls_client_auth say of the service port; its host:port for routes."""
+    try:
+        key = read_pem(settings.tls_key_file, setting="tls_key_file", kind="PRIVATE KEY")
+        cert = read_pem(settings.tls_cert_file, setting="tls_cert_file", kind="CERTIFICATE")
+    except TlsError as exc:
+        raise StartupFailed(str(exc)) from None
+    target = join_host_port(settings.host, settings.tls_port)
+    try:
+        port = server.add_secure_port(target, grpc.ssl_server_credentials([(key, cert)]))
+    except RuntimeError:  # grpc: "Failed to bind to address ..."
+        raise StartupFailed(f"cannot listen on {target} (in use?); choose another with --tls-port") from None
     host, _, _ = address.rpartition(":")
     return f"{host}:{port}"
 

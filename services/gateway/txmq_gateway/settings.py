@@ -29,11 +29,10 @@ class GatewaySettings(ServiceSettings):
         -1,
         ge=-1,
         le=65535,
-        description="Also serve the v2 protocol over TLS on this port (0 picks a free one; -1: no TLS). "
-        "RocketMQ's Java client uses TLS by default. The plaintext port stays for probes and internal calls.",
+        description="Also serve the v2 protocol over TLS on this port (0 picks a free one; -1: no TLS), with "
+        "tls_cert_file and tls_key_file and no client certificates (RocketMQ's Java client uses TLS by default). "
+        "The service port stays as tls_mode says (plaintext by default).",
     )
-    tls_cert_file: str = Field("", description="PEM certificate chain of the TLS port (required with tls_port).")
-    tls_key_file: str = Field("", description="PEM private key of tls_cert_file (required with tls_port).")
     route_client_endpoints: bool = Field(
         False,
         description="Routes name the address the client connected to (its access point) instead of this "
@@ -86,4 +85,7 @@ class GatewaySettings(ServiceSettings):
     def _tls_needs_files(self) -> GatewaySettings:
         if self.tls_port >= 0 and not (self.tls_cert_file and self.tls_key_file):
             raise ValueError("tls_port needs tls_cert_file and tls_key_file")
+        for name in ("port", "plaintext_port", "probe_port"):
+            if self.tls_port > 0 and getattr(self, name) == self.tls_port:
+                raise ValueError(f"tls_port ({self.tls_port}) must differ from {name}")
         return self
