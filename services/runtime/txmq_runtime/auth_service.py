@@ -1,0 +1,241 @@
+"""The Auth service (users and ACLs in etcd) and what a service does at start-up with
+auth on: mirror ``<prefix>/auth/`` and make sure its own identity — the cluster's service
+user, ``auth_access_key`` — exists as a super user (created on first start)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import aetcd
+import grpc
+from google.protobuf import json_format
+
+from txmq.errors import error
+from txmq.v1 import auth_pb2, auth_pb2_grpc, errors_pb2
+from txmq_runtime.auth import (
+    Authenticator,
+    AuthKeys,
+    Authorize,
+    Guard,
+    Sealer,
+    UserBook,
+    current_principal,
+    validate_acl,
+    validate_user,
+)
+from txmq_runtime.etcd import RETRYABLE, EtcdMirror
+from txmq_runtime.grpc_errors import rpc
+from txmq_runtime.registry import encode
+
+log = logging.getLogger("txmq.auth")
+
+
+class AuthStartupError(Exception):
+    """The service's identity does not fit the cluster's (one line says why)."""
+
+
+class Security:
+    """Auth for one service process: the book, the interceptor, the service's identity."""
+
+    def __init__(self, *, prefix: str, access_key: str, secret_key: str, clock_skew_ms: int) -> None:
+        self.keys = AuthKeys(prefix)
+        self.sealer = Sealer(secret_key)
+        self.book = UserBook(self.keys, self.sealer)
+        self.guard = Guard(self.book)
+        self.authenticator = Authenticator(self.book, clock_skew_ms=clock_skew_ms)
+        self.interceptor = Authorize(self.authenticator, self.guard)
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self._mirror: EtcdMirror | None = None
+
+    async def start(self, etcd: aetcd.Client, *, timeout_s: float) -> None:
+        """Create the service user if the cluster has none yet, then mirror the book."""
+        await ensure_service_user(etcd, self.keys, self.sealer, self.access_key, self.secret_key)
+        self._mirror = EtcdMirror(etcd, prefix=self.keys.root, sink=self.book)
+        await self._mirror.start(timeout_s=timeout_s)
+        known = self.book.users.get(self.access_key)
+        if known is None or known.secret != self.secret_key or not known.user.super_user:
+            raise AuthStartupError(
+                f"user {self.access_key} in etcd is not this service's identity (auth_secret_key differs, "
+                "or it is not a super user)"
+            )
+
+    async def close(self) -> None:
+        if self._mirror is not None:
+            await self._mirror.close()
+
+
+async def ensure_service_user(etcd: aetcd.Client, keys: AuthKeys, sealer: Sealer, access_key: str, secret: str) -> None:
+    stored = auth_pb2.StoredUser(
+        user=auth_pb2.User(username=access_key, super_user=True, created_at_ms=time.time_ns() // 1_000_000),
+        sealed_secret=sealer.seal(access_key, secret),
+    )
+    key = keys.user(access_key).encode()
+    created, _ = await etcd.transaction(
+        compare=[etcd.transactions.version(key) == 0],
+        success=[etcd.transactions.put(key, encode(stored))],
+        failure=[],
+    )
+    if created:
+        log.info("created the service user %s (super user) in etcd", access_key)
+
+
+class AuthServicer(auth_pb2_grpc.AuthServicer):
+    """Writes go to etcd (compare-and-swap where they create); reads answer from the book
+    every service mirrors."""
+
+    def __init__(self, security: Security, etcd: aetcd.Client, *, enabled: bool) -> None:
+        self._security = security
+        self._etcd = etcd
+        self._enabled = enabled
+
+    @property
+    def _book(self) -> UserBook:
+        return self._security.book
+
+    def _stored(self, user: auth_pb2.User, secret: str) -> bytes:
+        clean = auth_pb2.User()
+        clean.CopyFrom(user)
+        clean.secret_key = ""
+        return encode(auth_pb2.StoredUser(user=clean, sealed_secret=self._security.sealer.seal(user.username, secret)))
+
+    async def _txn(self, compare: list, success: list) -> bool:
+        try:
+            ok, _ = await self._etcd.transaction(compare=compare, success=success, failure=[])
+        except RETRYABLE as exc:
+            raise error(errors_pb2.CODE_UNAVAILABLE, f"etcd did not answer: {exc}") from None
+        return bool(ok)
+
+    async def _read_user(self, username: str) -> tuple[auth_pb2.StoredUser, int] | None:
+        try:
+            value, meta = await self._etcd.get(self._security.keys.user(username).encode())
+        except RETRYABLE as exc:
+            raise error(errors_pb2.CODE_UNAVAILABLE, f"etcd did not answer: {exc}") from None
+        if value is None:
+            return None
+        return json_format.Parse(value, auth_pb2.StoredUser(), ignore_unknown_fields=True), meta.mod_revision
+
+    def _not_found(self, username: str):  # type: ignore[no-untyped-def]
+        return error(errors_pb2.CODE_USER_NOT_FOUND, f"no user {username[:64]!r}", username=username[:64])
+
+    @rpc
+    async def CreateUser(self, request: auth_pb2.CreateUserRequest, context: grpc.aio.ServicerContext):
+        user = request.user
+        validate_user(user, secret_required=True)
+        user.created_at_ms = time.time_ns() // 1_000_000
+        key = self._security.keys.user(user.username).encode()
+        created = await self._txn(
+            [self._etcd.transactions.version(key) == 0],
+            [self._etcd.transactions.put(key, self._stored(user, user.secret_key))],
+        )
+        if not created:
+            raise error(errors_pb2.CODE_USER_ALREADY_EXISTS, f"user {user.username} exists", username=user.username)
+        return auth_pb2.UserResponse(user=_public(user))
+
+    @rpc
+    async def UpdateUser(self, request: auth_pb2.UpdateUserRequest, context: grpc.aio.ServicerContext):
+        user = request.user
+        validate_user(user, secret_required=False)
+        if user.username == self._security.access_key and (user.disabled or not user.super_user or user.secret_key):
+            raise error(
+                errors_pb2.CODE_ILLEGAL_ARGUMENT,
+                f"{user.username} is the services' own identity: it stays an enabled super user and its secret "
+                "is auth_secret_key (change it in every service's settings)",
+            )
+        found = await self._read_user(user.username)
+        if found is None:
+            raise self._not_found(user.username)
+        stored, revision = found
+        secret = user.secret_key or self._security.sealer.open(user.username, stored.sealed_secret)
+        if secret is None:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "the stored secret cannot be unsealed here; give a new one")
+        user.created_at_ms = stored.user.created_at_ms
+        key = self._security.keys.user(user.username).encode()
+        if not await self._txn(
+            [self._etcd.transactions.mod(key) == revision],
+            [self._etcd.transactions.put(key, self._stored(user, secret))],
+        ):
+            raise error(errors_pb2.CODE_CONFLICT, f"user {user.username} changed meanwhile; try again")
+        return auth_pb2.UserResponse(user=_public(user))
+
+    @rpc
+    async def DeleteUser(self, request: auth_pb2.DeleteUserRequest, context: grpc.aio.ServicerContext):
+        name = request.username
+        if name == self._security.access_key:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"{name} is the services' own identity; it cannot be deleted")
+        key = self._security.keys.user(name).encode()
+        deleted = await self._txn(
+            [self._etcd.transactions.version(key) > 0],
+            [
+                self._etcd.transactions.delete(key),
+                self._etcd.transactions.delete(self._security.keys.acl(name).encode()),
+            ],
+        )
+        if not deleted:
+            raise self._not_found(name)
+        return auth_pb2.DeleteUserResponse()
+
+    @rpc
+    async def GetUser(self, request: auth_pb2.GetUserRequest, context: grpc.aio.ServicerContext):
+        known = self._book.users.get(request.username)
+        if known is None:
+            raise self._not_found(request.username)
+        return auth_pb2.UserResponse(user=_public(known.user))
+
+    @rpc
+    async def ListUsers(self, request: auth_pb2.ListUsersRequest, context: grpc.aio.ServicerContext):
+        users = [_public(k.user) for _, k in sorted(self._book.users.items())]
+        return auth_pb2.ListUsersResponse(users=users)
+
+    @rpc
+    async def PutAcl(self, request: auth_pb2.PutAclRequest, context: grpc.aio.ServicerContext):
+        acl = request.acl
+        validate_acl(acl)
+        user_key = self._security.keys.user(acl.username).encode()
+        if not await self._txn(
+            [self._etcd.transactions.version(user_key) > 0],
+            [self._etcd.transactions.put(self._security.keys.acl(acl.username).encode(), encode(acl))],
+        ):
+            raise self._not_found(acl.username)
+        return auth_pb2.AclResponse(acl=acl)
+
+    @rpc
+    async def GetAcl(self, request: auth_pb2.GetAclRequest, context: grpc.aio.ServicerContext):
+        acl = self._book.raw_acls.get(request.username)
+        if acl is None:
+            if request.username not in self._book.users:
+                raise self._not_found(request.username)
+            acl = auth_pb2.Acl(username=request.username)
+        return auth_pb2.AclResponse(acl=acl)
+
+    @rpc
+    async def DeleteAcl(self, request: auth_pb2.DeleteAclRequest, context: grpc.aio.ServicerContext):
+        try:
+            await self._etcd.delete(self._security.keys.acl(request.username).encode())
+        except RETRYABLE as exc:
+            raise error(errors_pb2.CODE_UNAVAILABLE, f"etcd did not answer: {exc}") from None
+        return auth_pb2.DeleteAclResponse()
+
+    @rpc
+    async def ListAcls(self, request: auth_pb2.ListAclsRequest, context: grpc.aio.ServicerContext):
+        return auth_pb2.ListAclsResponse(acls=[a for _, a in sorted(self._book.raw_acls.items())])
+
+    @rpc
+    async def WhoAmI(self, request: auth_pb2.WhoAmIRequest, context: grpc.aio.ServicerContext):
+        principal = current_principal()
+        if principal is None:
+            return auth_pb2.WhoAmIResponse(auth_enabled=self._enabled)
+        return auth_pb2.WhoAmIResponse(
+            username=principal.username,
+            super_user=principal.super_user,
+            authenticated_by=principal.via,
+            auth_enabled=self._enabled,
+        )
+
+
+def _public(user: auth_pb2.User) -> auth_pb2.User:
+    out = auth_pb2.User()
+    out.CopyFrom(user)
+    out.secret_key = ""
+    return out
