@@ -14,16 +14,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import aetcd
+import aetcd.exceptions
+import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from txmq.v1 import common_pb2, route_pb2
+from txmq.errors import TxmqError, clip, error
+from txmq.v1 import common_pb2, errors_pb2, route_pb2
 from txmq_runtime.etcd import RETRYABLE, EtcdMirror, retrying
 
 log = logging.getLogger("txmq.registry")
 
 # etcd's default --max-txn-ops is 128: bigger key sets are written in several txns.
 _MAX_TXN_OPS = 128
+# etcd's default --max-request-bytes is 1.5 MiB: a transaction carries at most this much.
+_MAX_TXN_BYTES = 1024 * 1024
+#: The largest key + value a Registration sends (what services publish is a few hundred
+#: bytes; user-derived values are bounded at their API well below this).
+MAX_VALUE_BYTES = 512 * 1024
 
 
 def kind_name(kind: int) -> str:
@@ -106,11 +114,20 @@ class Registration:
     was unreachable, etcd restarted with fresh data) or a write fails, every key is
     written again under a new lease, with backoff. ``close`` revokes the lease, so the
     keys vanish at once; an instance that dies without closing vanishes after the TTL.
+
+    One bad key never costs the others (issue 16: a topic with 2 MB of attributes made
+    its store vanish from etcd). A value over ``max_value_bytes`` is refused before it is
+    sent; a write etcd refuses for good (request too large, invalid) is split, so every
+    other key of it is still written, and the refused key is dropped (or keeps the value
+    etcd holds). ``put`` and ``replace`` return those refusals as typed errors
+    (CODE_PAYLOAD_TOO_LARGE / CODE_ILLEGAL_ARGUMENT); a re-registration under a new lease
+    drops them the same way (logged), so it cannot be poisoned by one key either.
     """
 
-    def __init__(self, client: aetcd.Client, *, ttl_ms: int) -> None:
+    def __init__(self, client: aetcd.Client, *, ttl_ms: int, max_value_bytes: int = MAX_VALUE_BYTES) -> None:
         self._client = client
         self._ttl_s = max(1, math.ceil(ttl_ms / 1000))
+        self._max_value_bytes = max_value_bytes
         self._keys: dict[str, bytes] = {}
         self._lease_id: int | None = None
         self._refresh_s = self._ttl_s / 3
@@ -127,35 +144,52 @@ class Registration:
         await retrying(give_up_after_s=give_up_after_s)(self._register)
         self._task = asyncio.create_task(self._keep_alive(), name="etcd-registration")
 
-    async def put(self, key: str, value: bytes) -> None:
+    async def put(self, key: str, value: bytes) -> list[TxmqError]:
         """Keep ``key`` = ``value`` under the lease. Before ``start`` this only records it.
         An etcd failure is logged, not raised: every key is written again with the next
-        lease. The same holds for ``replace``."""
-        await self._apply(stale=[], changed={key: value} if self._keys.get(key) != value else {})
+        lease. The same holds for ``replace``. Returns the refusals (see the class)."""
+        return await self._apply(stale=[], changed={key: value} if self._keys.get(key) != value else {})
 
-    async def replace(self, values: Mapping[str, bytes], *, prefix: str) -> None:
+    async def delete(self, key: str) -> None:
+        """Stop keeping ``key`` (exactly that key)."""
+        if key in self._keys:
+            await self._apply(stale=[key], changed={})
+
+    async def replace(self, values: Mapping[str, bytes], *, prefix: str) -> list[TxmqError]:
         """Make the keys starting with ``prefix`` exactly ``values``."""
         stale = [k for k in self._keys if k.startswith(prefix) and k not in values]
         changed = {k: v for k, v in values.items() if self._keys.get(k) != v}
-        await self._apply(stale=stale, changed=changed)
+        return await self._apply(stale=stale, changed=changed)
 
-    async def _apply(self, *, stale: list[str], changed: dict[str, bytes]) -> None:
+    async def _apply(self, *, stale: list[str], changed: dict[str, bytes]) -> list[TxmqError]:
+        refusals: list[TxmqError] = []
+        for key in [k for k, v in changed.items() if len(k.encode()) + len(v) > self._max_value_bytes]:
+            value = changed.pop(key)
+            refusals.append(_refusal(key, f"{len(value)} bytes, at most {self._max_value_bytes} per key"))
+        previous = {k: self._keys[k] for k in changed if k in self._keys}
         for key in stale:
             del self._keys[key]
         self._keys.update(changed)
         if not (stale or changed):
-            return
+            return refusals
         async with self._lock:
             lease_id = self._lease_id
             if lease_id is None:
-                return  # not registered (yet, or any more): recorded for the next lease
-            ops = [self._client.transactions.delete(k.encode()) for k in stale]
-            ops += [self._client.transactions.put(k.encode(), v, lease=lease_id) for k, v in changed.items()]
+                return refusals  # not registered (yet, or any more): recorded for the next lease
             try:
-                await self._transact(ops)
+                refused = await self._write(stale, changed, lease_id)
             except RETRYABLE as exc:
-                log.warning("could not update %d etcd key(s): %s", len(ops), exc)
+                log.warning("could not update %d etcd key(s): %s", len(stale) + len(changed), exc)
                 self._lost.set()
+                return refusals
+            for key, reason in refused.items():
+                if key in previous:
+                    self._keys[key] = previous[key]  # what etcd still holds
+                else:
+                    self._keys.pop(key, None)
+                log.warning("etcd refused key %s (%s); kept out of the registration", clip(key, 200), reason)
+                refusals.append(_refusal(key, reason))
+        return refusals
 
     async def close(self) -> None:
         """Stop refreshing and revoke the lease (one try: the TTL is the fallback)."""
@@ -177,19 +211,23 @@ class Registration:
     async def _register(self) -> None:
         async with self._lock:
             lease = await self._client.lease(self._ttl_s)
-            ops = [self._client.transactions.put(k.encode(), v, lease=lease.id) for k, v in self._keys.items()]
-            await self._transact(ops)
+            try:
+                refused = await self._write([], dict(self._keys), lease.id)
+            except RETRYABLE:
+                await _revoke_quietly(self._client, lease.id)  # no half-written lease left behind
+                raise
+            for key, reason in refused.items():
+                self._keys.pop(key, None)
+                log.error("etcd refused key %s (%s) at registration; the other keys are registered", clip(key, 200),
+                          reason)  # fmt: skip
             old, self._lease_id = self._lease_id, lease.id
             self._refresh_s = max(lease.ttl, 1) / 3
             self._lost.clear()
-        log.info("registered %d etcd key(s) under lease %x (ttl %d s)", len(ops), lease.id, lease.ttl)
+        log.info("registered %d etcd key(s) under lease %x (ttl %d s)", len(self._keys), lease.id, lease.ttl)
         if old is not None:
             # The keys moved to the new lease; revoking the old one drops only keys deleted
             # while etcd was unreachable.
-            try:
-                await self._client.revoke_lease(old)
-            except RETRYABLE:
-                pass  # it expires by itself
+            await _revoke_quietly(self._client, old)
 
     async def _keep_alive(self) -> None:
         while True:
@@ -207,9 +245,69 @@ class Registration:
                     log.warning("etcd lease %x keep-alive failed (%s); registering again", self._lease_id, exc)
             await retrying()(self._register)
 
-    async def _transact(self, ops: list) -> None:
-        for start in range(0, len(ops), _MAX_TXN_OPS):
-            await self._client.transaction(compare=[], success=ops[start : start + _MAX_TXN_OPS], failure=[])
+    async def _write(self, deletes: list[str], puts: Mapping[str, bytes], lease_id: int) -> dict[str, str]:
+        """Delete and put under ``lease_id``, in transactions of at most _MAX_TXN_OPS
+        operations and _MAX_TXN_BYTES; a transaction etcd refuses for good is written
+        again key by key, so only the keys etcd refuses on their own are left out.
+        Returns them (key -> etcd's reason). Transient failures raise."""
+        tx = self._client.transactions
+        batch: list[tuple[str, object]] = []
+        size = 0
+        refused: dict[str, str] = {}
+        items: list[tuple[str, bytes | None]] = [(k, None) for k in deletes] + list(puts.items())
+        for key, value in items:
+            cost = len(key.encode()) + (len(value) if value is not None else 0)
+            if batch and (len(batch) >= _MAX_TXN_OPS or size + cost > _MAX_TXN_BYTES):
+                await self._commit(batch, refused)
+                batch, size = [], 0
+            op = tx.delete(key.encode()) if value is None else tx.put(key.encode(), value, lease=lease_id)
+            batch.append((key, op))
+            size += cost
+        if batch:
+            await self._commit(batch, refused)
+        return refused
+
+    async def _commit(self, batch: list[tuple[str, object]], refused: dict[str, str]) -> None:
+        try:
+            await self._client.transaction(compare=[], success=[op for _, op in batch], failure=[])
+        except RETRYABLE as exc:
+            if not refused_for_good(exc):
+                raise
+            if len(batch) == 1:
+                refused[batch[0][0]] = str(exc) or type(exc).__name__
+                return
+            for one in batch:  # find the key(s) etcd refuses; write the others
+                await self._commit([one], refused)
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """etcd refused the request itself (too large, invalid): sending it again fails
+    again. Not: etcd unreachable, slow, or out of space (RESOURCE_EXHAUSTED "database
+    space exceeded" refuses every write until an operator acts: no one key is to blame)."""
+    if isinstance(exc, aetcd.exceptions.InvalidArgumentError):
+        return True
+    cause = exc.__cause__
+    return (
+        isinstance(cause, grpc.RpcError)
+        and cause.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+        and "larger than max" in (cause.details() or "")  # type: ignore[attr-defined]
+    )
+
+
+def _refusal(key: str, reason: str) -> TxmqError:
+    too_large = "too large" in reason or "larger than max" in reason or "at most" in reason
+    return error(
+        errors_pb2.CODE_PAYLOAD_TOO_LARGE if too_large else errors_pb2.CODE_ILLEGAL_ARGUMENT,
+        f"etcd key {clip(key, 200)} was not registered: {reason}",
+        key=key,
+    )
+
+
+async def _revoke_quietly(client: aetcd.Client, lease_id: int) -> None:
+    try:
+        await client.revoke_lease(lease_id)
+    except RETRYABLE:
+        pass  # it expires by itself
 
 
 class ClusterState:
