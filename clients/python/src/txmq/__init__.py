@@ -45,6 +45,7 @@ from txmq.models import (
     TopicRoute,
 )
 from txmq.producer import Producer
+from txmq.tls import TlsConfig
 from txmq.transaction import (
     LocalTransactionState,
     TransactionInfo,
@@ -90,6 +91,7 @@ __all__ = [
     "SubscriptionGroupConfig",
     "TooManyRequestsError",
     "TopicConfig",
+    "TlsConfig",
     "TopicRoute",
     "TransactionInfo",
     "TransactionListener",

@@ -19,6 +19,7 @@ import grpc
 from txmq._convert import endpoint_from_proto, topic_route_from_proto
 from txmq.errors import BadRequestError, TxmqError, UpstreamTimeoutError
 from txmq.models import Endpoint, ServiceKind, TopicRoute
+from txmq.tls import TlsConfig
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, route_pb2_grpc
 
 log = logging.getLogger("txmq.client")
@@ -63,10 +64,17 @@ def parse_endpoints(endpoint: str) -> list[str]:
 
 
 class Channels:
-    """One channel per address, created on first use and shared by every call."""
+    """One channel per address, created on first use and shared by every call; over TLS
+    with ``tls`` (its files read here, once)."""
 
-    def __init__(self, *, interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = ()) -> None:
+    def __init__(
+        self, *, interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (), tls: TlsConfig | None = None
+    ) -> None:
         self._interceptors = tuple(interceptors)
+        self._credentials = None if tls is None else tls.channel_credentials()
+        self._options: tuple[tuple[str, int | str], ...] = (
+            _CHANNEL_OPTIONS if tls is None else (*_CHANNEL_OPTIONS, *tls.channel_options())
+        )
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[tuple[str, type], object] = {}
@@ -78,7 +86,10 @@ class Channels:
             if found is None:
                 channel = self._channels.get(address)
                 if channel is None:
-                    channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+                    if self._credentials is None:
+                        channel = grpc.insecure_channel(address, options=self._options)
+                    else:
+                        channel = grpc.secure_channel(address, self._credentials, options=self._options)
                     if self._interceptors:
                         channel = grpc.intercept_channel(channel, *self._interceptors)
                     self._channels[address] = channel
@@ -205,8 +216,9 @@ class ClientCore:
         *,
         route_refresh_interval: float,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+        tls: TlsConfig | None = None,
     ) -> None:
-        self.channels = Channels(interceptors=interceptors)
+        self.channels = Channels(interceptors=interceptors, tls=tls)
         self.routes = RouteCache(self.channels, parse_endpoints(endpoint), refresh_interval=route_refresh_interval)
 
     def stub(self, address: str, stub_type: Callable[[grpc.Channel], Stub]) -> Stub:

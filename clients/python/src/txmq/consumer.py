@@ -32,6 +32,7 @@ from txmq._subscription import Subscription, build_subscription
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 from txmq.message import MessageExt, MessageQueue
 from txmq.models import ServiceKind
+from txmq.tls import TlsConfig
 from txmq.v1 import errors_pb2
 from txmq.validation import check_group
 
@@ -73,7 +74,8 @@ class PullConsumer:
 
     ``group`` is the consumer group the offsets belong to; ``endpoint`` any txmq
     service. ``timeout`` bounds every call except a suspended pull, which may be held
-    ``suspend_timeout`` seconds (its RPC deadline is a little longer).
+    ``suspend_timeout`` seconds (its RPC deadline is a little longer). ``tls``: TLS (and
+    a client certificate) for every channel (``txmq.TlsConfig``).
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class PullConsumer:
         suspend_timeout: float = DEFAULT_SUSPEND_TIMEOUT_S,
         route_refresh_interval: float = 30.0,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+        tls: TlsConfig | None = None,
     ) -> None:
         _positive(timeout=timeout, suspend_timeout=suspend_timeout, route_refresh_interval=route_refresh_interval)
         self.group = group
@@ -93,6 +96,7 @@ class PullConsumer:
         self._suspend_timeout = suspend_timeout
         self._route_refresh_interval = route_refresh_interval
         self._interceptors = tuple(interceptors)
+        self._tls = tls
         self._lock = threading.Lock()
         self._client: PullClient | None = None
         # Fail on a bad group name or endpoint now rather than on the first call.
@@ -104,7 +108,10 @@ class PullConsumer:
         with self._lock:
             if self._client is None:
                 core = ClientCore(
-                    self.endpoint, route_refresh_interval=self._route_refresh_interval, interceptors=self._interceptors
+                    self.endpoint,
+                    route_refresh_interval=self._route_refresh_interval,
+                    interceptors=self._interceptors,
+                    tls=self._tls,
                 )
                 self._client = PullClient(core, self.group, timeout=self._timeout)
 
@@ -225,6 +232,8 @@ class PushConsumer:
     told), is passed to ``on_error(err)`` (on the consumer's service thread, after the
     stop) and raised by ``wait()``.
 
+    ``tls``: TLS (and a client certificate) for every channel (``txmq.TlsConfig``).
+
     See ``_rebalance`` and docs/consumers.md for how queues change hands.
     """
 
@@ -253,6 +262,7 @@ class PushConsumer:
         route_refresh_interval: float = 30.0,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         on_error: ErrorCallback | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         parse_endpoints(endpoint)
@@ -302,6 +312,7 @@ class PushConsumer:
         self._timeout = timeout
         self._route_refresh_interval = route_refresh_interval
         self._interceptors = tuple(interceptors)
+        self._tls = tls
         # A released queue waits this long for its running listeners before its offset
         # is committed (the new owner starts takeover_delay after the change).
         self._release_timeout = takeover_delay
@@ -373,7 +384,10 @@ class PushConsumer:
             if not self._subs:
                 raise RuntimeError("subscribe to a topic before start()")
             core = ClientCore(
-                self.endpoint, route_refresh_interval=self._route_refresh_interval, interceptors=self._interceptors
+                self.endpoint,
+                route_refresh_interval=self._route_refresh_interval,
+                interceptors=self._interceptors,
+                tls=self._tls,
             )
             client = PullClient(core, self.group, timeout=self._timeout)
             subs = list(self._subs.values())

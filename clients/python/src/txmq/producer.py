@@ -36,6 +36,7 @@ from txmq.message import Message, MessageQueue, SendResult
 from txmq.models import TopicRoute
 from txmq.pipe import Entry, PipeSettings, SendPipe
 from txmq.records import encode_for_send
+from txmq.tls import TlsConfig
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_message, check_message_content, check_send_topic
 
@@ -74,6 +75,7 @@ class Producer:
     wait that long for others; a frame holds at most ``max_frame_bytes`` unless one
     entry is larger). ``send_batch`` stays all or nothing. With ``interceptors``, or
     ``send_stream=False``, or a store without SendStream, each send is its own unary call.
+    ``tls``: TLS (and a client certificate) for every channel (``txmq.TlsConfig``).
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class Producer:
         linger_ms: float = 0.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_in_flight_frames: int = 4,
+        tls: TlsConfig | None = None,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
         if linger_ms < 0 or max_frame_bytes <= 0 or max_in_flight_frames <= 0:
@@ -105,6 +108,7 @@ class Producer:
         self._max_message_size_bytes = max_message_size_bytes
         self._route_refresh_interval = route_refresh_interval
         self._interceptors = tuple(interceptors)
+        self._tls = tls
         self._lock = threading.Lock()
         self._core: ClientCore | None = None
         self._selectors: dict[str, QueueSelector] = {}
@@ -123,6 +127,7 @@ class Producer:
                     self.endpoint,
                     route_refresh_interval=self._route_refresh_interval,
                     interceptors=self._interceptors,
+                    tls=self._tls,
                 )
 
     def shutdown(self) -> None:

@@ -105,7 +105,9 @@ class TransactionProducer(Producer):
     ``check_threads`` run checks; at most ``check_queue_size`` wait for a thread. When
     that many wait, the channel stops reading until one is taken: the transaction
     service's stream backs up and its check loop slows down to what this producer
-    answers (nothing is dropped, and no check count is spent on a check never run)."""
+    answers (nothing is dropped, and no check count is spent on a check never run).
+    Other keyword arguments are the ``Producer``'s (``tls=`` among them: the check
+    channel uses the same TLS)."""
 
     def __init__(
         self,

@@ -1,0 +1,161 @@
+"""TLS on every port (txmq_runtime.tls): store, pull and txcheck with tls_mode enforcing
+and tls_client_auth require (mutual TLS), certificates from one test CA
+(support.certs, the generator `txmq up --tls` uses).
+
+The SDK sends and pulls over TLS (pull -> store over mutual TLS); a transactional send
+commits (txcheck -> store over mutual TLS); a plaintext client, a TLS client without a
+client certificate and one with a certificate of another CA are all refused; the probe
+port answers the health service in plaintext and nothing else; permissive mode serves
+TLS on the service port and plaintext on plaintext_port; an unreadable certificate file
+stops start-up with one line."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support import EtcdServer, ServiceFactory, ServiceProcess
+from support.certs import TlsFiles, service_tls_args, tls_files
+from support.topics import consume_all
+
+from txmq import (
+    Admin,
+    LocalTransactionState,
+    Message,
+    MessageExt,
+    Producer,
+    PullConsumer,
+    TlsConfig,
+    TransactionListener,
+    TransactionProducer,
+    TxmqError,
+)
+from txmq.v1 import store_pb2, store_pb2_grpc
+
+TOPIC = "TlsTopic"
+GROUP = "tls-consumers"
+
+
+def extra_port(process: ServiceProcess, what: str) -> int:
+    """The plaintext or probe port the service bound (its ready line names it)."""
+    found = re.search(rf"{what} port (\d+)", process.process.log_path.read_text())
+    assert found, f"no {what} port in {process.process.log_path}"
+    return int(found[1])
+
+
+@dataclass
+class TlsCluster:
+    store: ServiceProcess
+    pull: ServiceProcess
+    txcheck: ServiceProcess
+    files: TlsFiles
+    stranger: TlsFiles  # another CA and a certificate it signed
+
+    @property
+    def tls(self) -> TlsConfig:
+        return TlsConfig(ca_file=self.files.ca, cert_file=self.files.cert, key_file=self.files.key)
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
+    base = tmp_path_factory.mktemp("tls")
+    files = tls_files(base / "certs")
+    stranger = tls_files(base / "stranger")
+    factory = ServiceFactory(etcd_endpoints=etcd.endpoint, base_dir=base)
+    args = [*service_tls_args(files), "--probe_port", "0"]
+    try:
+        store = factory.store(*args, wait=False)
+        pull = factory.start("pull", *args, wait=False)
+        txcheck = factory.start("txcheck", *args, "--transaction_check_interval_ms", "1000", wait=False)
+        for process in (store, pull, txcheck):
+            process.wait_serving()
+        found = TlsCluster(store, pull, txcheck, files, stranger)
+        with Admin(store.address, tls=found.tls) as admin:
+            admin.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
+            admin.create_subscription_group(GROUP)
+        yield found
+    finally:
+        factory.close()
+
+
+def test_send_and_pull_over_mutual_tls(cluster: TlsCluster) -> None:
+    with Producer("tls-producer", cluster.store.address, tls=cluster.tls) as producer:
+        sent = [producer.send(Message(TOPIC, f"over-tls-{i}".encode())) for i in range(3)]
+    with PullConsumer(GROUP, cluster.pull.address, tls=cluster.tls) as consumer:  # routes, then pull -> store
+        bodies = {m.body for m in consume_all(consumer, TOPIC)}
+    assert {f"over-tls-{i}".encode() for i in range(3)} <= bodies
+    assert all(r.queue_offset >= 0 for r in sent)
+
+
+class Commit(TransactionListener):
+    def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+
+def test_a_transaction_commits_through_txcheck_over_mutual_tls(cluster: TlsCluster) -> None:
+    with TransactionProducer("tls-tx-producer", cluster.store.address, listener=Commit(), tls=cluster.tls) as producer:
+        result = producer.send_message_in_transaction(Message(TOPIC, b"committed-over-tls"))
+    assert result.local_transaction_state is LocalTransactionState.COMMIT
+    deadline = time.monotonic() + 20
+    with PullConsumer(GROUP, cluster.pull.address, tls=cluster.tls) as consumer:
+        while b"committed-over-tls" not in {m.body for m in consume_all(consumer, TOPIC)}:
+            assert time.monotonic() < deadline, "the committed message never became visible"
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("client", ["plaintext", "no client certificate", "certificate of another CA"])
+def test_clients_without_a_trusted_certificate_are_refused(cluster: TlsCluster, client: str) -> None:
+    tls = {
+        "plaintext": None,
+        "no client certificate": TlsConfig(ca_file=cluster.files.ca),
+        "certificate of another CA": TlsConfig(
+            ca_file=cluster.files.ca, cert_file=cluster.stranger.cert, key_file=cluster.stranger.key
+        ),
+    }[client]
+    with Admin(cluster.store.address, timeout=2, tls=tls) as admin, pytest.raises(TxmqError) as info:
+        admin.list_topics()
+    assert info.value.unreachable, info.value
+
+
+def test_the_probe_port_serves_health_only_in_plaintext(cluster: TlsCluster) -> None:
+    for process in (cluster.store, cluster.pull, cluster.txcheck):
+        with grpc.insecure_channel(f"127.0.0.1:{extra_port(process, 'probe')}") as channel:
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as info:
+                store_pb2_grpc.StoreAdminStub(channel).GetStoreStatus(store_pb2.GetStoreStatusRequest(), timeout=5)
+            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_permissive_serves_tls_and_plaintext(service_factory: ServiceFactory, tmp_path: Path) -> None:
+    files = tls_files(tmp_path / "certs")
+    store = service_factory.store(*service_tls_args(files, mode="permissive"), "--plaintext_port", "0")
+    plaintext = f"127.0.0.1:{extra_port(store, 'plaintext')}"
+    tls = TlsConfig(ca_file=files.ca, cert_file=files.cert, key_file=files.key)
+    request = store_pb2.GetStoreStatusRequest()
+    with grpc.insecure_channel(plaintext) as channel:
+        assert store_pb2_grpc.StoreAdminStub(channel).GetStoreStatus(request, timeout=5).store_id
+    with grpc.secure_channel(store.address, tls.channel_credentials()) as channel:
+        assert store_pb2_grpc.StoreAdminStub(channel).GetStoreStatus(request, timeout=5).store_id
+    with grpc.insecure_channel(store.address) as channel, pytest.raises(grpc.RpcError) as info:
+        store_pb2_grpc.StoreAdminStub(channel).GetStoreStatus(request, timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_an_unreadable_certificate_stops_start_up_in_one_line(service_factory: ServiceFactory, tmp_path: Path) -> None:
+    files = tls_files(tmp_path / "certs")
+    files.key.unlink()
+    store = service_factory.store(*service_tls_args(files), wait=False)
+    assert store.process.wait(timeout_s=30) == 1
+    log = store.process.log_path.read_text()
+    assert "did not start: tls_key_file" in log and "cannot be read" in log
+    assert "Traceback" not in log
