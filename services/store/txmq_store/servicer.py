@@ -21,7 +21,7 @@ from . import metrics as store_metrics
 from .arrivals import ArrivalBatch
 from .codec import PreparedRecord
 from .configs import SubscriptionGroupConfig, TopicConfig
-from .filters import FilterType, build_message_filter
+from .filters import load_message_filter
 from .message_store import Appended, MessageStore
 from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
 from .replication import CONFIG, OFFSETS
@@ -319,8 +319,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     async def GetMessage(self, request: store_pb2.GetMessageRequest, context: grpc.aio.ServicerContext):
         message_filter = None
         if request.HasField("filter"):
-            message_filter = build_message_filter(
-                FilterType(request.filter.type or FilterType.TAG),
+            # An unknown type or an expression over the size limit is ILLEGAL_FILTER_EXPRESSION;
+            # a long new SQL92 expression is compiled on a worker thread.
+            message_filter = await load_message_filter(
+                request.filter.type,
                 request.filter.expression,
                 property_filter_enable=self._store.settings.property_filter_enable,
             )
