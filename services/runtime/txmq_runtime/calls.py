@@ -8,6 +8,7 @@ from typing import TypeVar
 
 import grpc
 
+from txmq import signing
 from txmq.errors import TxmqError
 from txmq_runtime import keepalive, tls
 from txmq_runtime.server import MAX_MESSAGE_BYTES
@@ -35,8 +36,21 @@ def internal_channel(address: str) -> grpc.aio.Channel:
     ``tls_mode`` is not disabled (txmq_runtime.tls), else plaintext."""
     material = tls.current()
     if material is None:
-        return grpc.aio.insecure_channel(address, options=channel_options())
-    return grpc.aio.secure_channel(address, material.channel_credentials(), options=channel_options())
+        return grpc.aio.insecure_channel(address, options=channel_options(), interceptors=_signing)
+    return grpc.aio.secure_channel(
+        address, material.channel_credentials(), options=channel_options(), interceptors=_signing
+    )
+
+
+#: Interceptors signing this process's internal calls as the services' own user (auth_enabled).
+_signing: list[grpc.aio.ClientInterceptor] = []
+
+
+def configure_credentials(credentials: signing.Credentials | None) -> None:
+    """Sign every internal call made from now on as ``credentials`` (None: unsigned)."""
+    from txmq_runtime.auth import signing_interceptors  # auth imports grpc_errors, not calls
+
+    _signing[:] = signing_interceptors(credentials) if credentials is not None else []
 
 
 async def call(rpc: Callable[[], Awaitable[T]]) -> T:

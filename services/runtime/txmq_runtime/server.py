@@ -36,8 +36,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
 
-from txmq.v1 import common_pb2
+from txmq import signing
+from txmq.v1 import auth_pb2, auth_pb2_grpc, common_pb2
 from txmq_runtime import keepalive, metrics, tls
+from txmq_runtime.auth_service import AuthServicer, AuthStartupError, Security
 from txmq_runtime.etcd import RETRYABLE, close_client, etcd_client
 from txmq_runtime.grpc_errors import RejectUnparseable
 from txmq_runtime.net import join_host_port
@@ -190,9 +192,14 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     except tls.TlsError as exc:
         raise StartupFailed(str(exc)) from None
     tls.configure(material)  # likewise: internal calls use TLS unless tls_mode is disabled
+    security = _security(settings)
     server = grpc.aio.server(
         options=(*SERVER_OPTIONS, *ka.server_options()),
-        interceptors=[RejectUnparseable(), *metrics.server_interceptors()],
+        interceptors=[
+            RejectUnparseable(),
+            *([security.interceptor] if security is not None else []),
+            *metrics.server_interceptors(),
+        ],
     )
     if material is None:
         port = _bind(server, settings.host, settings.port, "--port")
@@ -227,6 +234,12 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
                 "(--etcd-endpoints; --etcd-startup-timeout-ms)"
             ) from None
         stack.push_async_callback(cluster.close)
+        if security is not None:
+            try:
+                await security.start(etcd, timeout_s=startup_s)
+            except (AuthStartupError, TimeoutError) as exc:
+                raise StartupFailed(f"auth: {exc}") from None
+            stack.push_async_callback(security.close)
         registration = Registration(etcd, ttl_ms=settings.registration_ttl_ms)
         ctx = ServiceContext(
             kind=kind,
@@ -245,6 +258,9 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         route_name = add_route_servicer(server, cluster)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         served = [*parts.service_names, route_name]
+        if security is not None:
+            auth_pb2_grpc.add_AuthServicer_to_server(AuthServicer(security, etcd, enabled=True), server)
+            served.append(auth_pb2.DESCRIPTOR.services_by_name["Auth"].full_name)
         reflection.enable_server_reflection(
             [*served, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             server,
@@ -321,6 +337,24 @@ def _ports_note(tls_mode: str, plaintext_port: int | None, probe_port: int | Non
     if probe_port is not None:
         note += f", probe port {probe_port}"
     return note
+
+
+def _security(settings: ServiceSettings) -> Security | None:
+    """Auth for this process (``auth_enabled``): its interceptor, and the identity its own
+    calls to other services are signed with (txmq_runtime.calls)."""
+    from txmq_runtime import calls  # calls imports this module
+
+    if not settings.auth_enabled:
+        calls.configure_credentials(None)
+        return None
+    secret = settings.auth_secret_key.get_secret_value()
+    calls.configure_credentials(signing.Credentials(settings.auth_access_key, secret))
+    return Security(
+        prefix=settings.etcd_prefix,
+        access_key=settings.auth_access_key,
+        secret_key=secret,
+        clock_skew_ms=settings.auth_clock_skew_ms,
+    )
 
 
 async def _stop_server(server: grpc.aio.Server, *, grace_s: float) -> None:

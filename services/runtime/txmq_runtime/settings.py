@@ -50,7 +50,7 @@ def describe(settings: BaseModel) -> dict[str, str]:
 
 from typing import Self  # noqa: E402
 
-from pydantic import Field, model_validator  # noqa: E402
+from pydantic import Field, SecretStr, model_validator  # noqa: E402
 
 from txmq_runtime.keepalive import KEEPALIVE_PERMIT_TIME_MS, KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS  # noqa: E402
 
@@ -153,6 +153,37 @@ class ServiceSettings(BaseSettings):
             if value > 0 and value in taken:
                 raise ValueError(f"{name} ({value}) must differ from {taken[value]}")
             taken.setdefault(value, name)
+        return self
+
+    auth_enabled: bool = Field(
+        False,
+        description="Authenticate every call (signed with a user's access key + secret key, or a client certificate "
+        "naming a user) and check it against the user's ACL; deny by default (docs/security.md).",
+    )
+    auth_access_key: str = Field(
+        "",
+        description="The services' own identity: a super user, created in etcd on first start, that signs the calls "
+        "services make to each other. The same in every service of a cluster; required with auth_enabled.",
+    )
+    auth_secret_key: SecretStr = Field(
+        SecretStr(""),
+        description="Secret key of auth_access_key (at least 16 characters; from a Secret, never a flag in "
+        "production). It also seals users' secrets in etcd. Required with auth_enabled.",
+    )
+    auth_clock_skew_ms: int = Field(
+        900_000,
+        ge=1_000,
+        description="How far the signed date of a request (x-mq-date-time) may be from this service's clock; "
+        "older or newer signatures are refused, so a captured request cannot be replayed later.",
+    )
+
+    @model_validator(mode="after")
+    def _auth_is_complete(self) -> Self:
+        if self.auth_enabled:
+            if not self.auth_access_key:
+                raise ValueError("auth_enabled needs auth_access_key (the services' own identity)")
+            if len(self.auth_secret_key.get_secret_value()) < 16:
+                raise ValueError("auth_enabled needs auth_secret_key of at least 16 characters")
         return self
 
     @model_validator(mode="after")

@@ -19,13 +19,13 @@ from txmq.errors import (
     BadRequestError,
     ConflictError,
     ForbiddenError,
-    UnauthenticatedError,
     InternalError,
     NotFoundError,
     NotImplementedYetError,
     PayloadTooLargeError,
     TooManyRequestsError,
     TxmqError,
+    UnauthenticatedError,
     UnavailableError,
     UpstreamTimeoutError,
 )
@@ -45,6 +45,7 @@ from txmq.models import (
     TopicRoute,
 )
 from txmq.producer import Producer
+from txmq.signing import Credentials
 from txmq.tls import TlsConfig
 from txmq.transaction import (
     LocalTransactionState,
@@ -61,10 +62,10 @@ __all__ = [
     "ConsumeFromWhere",
     "ConsumeOffset",
     "ConsumeStatus",
+    "Credentials",
     "Endpoint",
     "ExpressionType",
     "ForbiddenError",
-    "UnauthenticatedError",
     "InternalError",
     "LocalTransactionState",
     "Message",
@@ -89,15 +90,16 @@ __all__ = [
     "StoreGroupStatus",
     "StoreStatus",
     "SubscriptionGroupConfig",
+    "TlsConfig",
     "TooManyRequestsError",
     "TopicConfig",
-    "TlsConfig",
     "TopicRoute",
     "TransactionInfo",
     "TransactionListener",
     "TransactionProducer",
     "TransactionSendResult",
     "TxmqError",
+    "UnauthenticatedError",
     "UnavailableError",
     "UpstreamTimeoutError",
 ]

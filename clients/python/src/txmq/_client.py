@@ -19,6 +19,7 @@ import grpc
 from txmq._convert import endpoint_from_proto, topic_route_from_proto
 from txmq.errors import BadRequestError, TxmqError, UpstreamTimeoutError
 from txmq.models import Endpoint, ServiceKind, TopicRoute
+from txmq.signing import Credentials, SigningInterceptor
 from txmq.tls import TlsConfig
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, route_pb2_grpc
 
@@ -68,9 +69,15 @@ class Channels:
     with ``tls`` (its files read here, once)."""
 
     def __init__(
-        self, *, interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (), tls: TlsConfig | None = None
+        self,
+        *,
+        interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+        tls: TlsConfig | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        self._interceptors = tuple(interceptors)
+        # Signing last (innermost): the signature is added just before the call goes out.
+        signer = () if credentials is None else (SigningInterceptor(credentials),)
+        self._interceptors = (*interceptors, *signer)
         self._credentials = None if tls is None else tls.channel_credentials()
         self._options: tuple[tuple[str, int | str], ...] = (
             _CHANNEL_OPTIONS if tls is None else (*_CHANNEL_OPTIONS, *tls.channel_options())
@@ -217,8 +224,9 @@ class ClientCore:
         route_refresh_interval: float,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         tls: TlsConfig | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        self.channels = Channels(interceptors=interceptors, tls=tls)
+        self.channels = Channels(interceptors=interceptors, tls=tls, credentials=credentials)
         self.routes = RouteCache(self.channels, parse_endpoints(endpoint), refresh_interval=route_refresh_interval)
 
     def stub(self, address: str, stub_type: Callable[[grpc.Channel], Stub]) -> Stub:

@@ -40,6 +40,7 @@ from txmq.models import (
     TopicRoute,
 )
 from txmq.protocol import replica_id_of
+from txmq.signing import Credentials
 from txmq.tls import TlsConfig
 from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_topic
@@ -61,16 +62,24 @@ class Admin:
     calls that change them apply to every live store unless ``store_id`` names one;
     reads answer from the first store that has the object. Thread-safe. ``tls``: TLS
     (and a client certificate) for every channel (``txmq.TlsConfig``).
+    ``credentials``: the user every call is signed as (``txmq.Credentials``).
     """
 
-    def __init__(self, endpoint: str, *, timeout: float = 5.0, tls: TlsConfig | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        timeout: float = 5.0,
+        tls: TlsConfig | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0")
         self.endpoint = endpoint
         self._timeout = timeout
         # Administration wants the current state: routes are looked up on every use
         # (the cache only serves as a fallback when no route server answers).
-        self._core = ClientCore(endpoint, route_refresh_interval=0.0, tls=tls)
+        self._core = ClientCore(endpoint, route_refresh_interval=0.0, tls=tls, credentials=credentials)
 
     def close(self) -> None:
         self._core.close()

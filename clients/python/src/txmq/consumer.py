@@ -32,6 +32,7 @@ from txmq._subscription import Subscription, build_subscription
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 from txmq.message import MessageExt, MessageQueue
 from txmq.models import ServiceKind
+from txmq.signing import Credentials
 from txmq.tls import TlsConfig
 from txmq.v1 import errors_pb2
 from txmq.validation import check_group
@@ -75,7 +76,8 @@ class PullConsumer:
     ``group`` is the consumer group the offsets belong to; ``endpoint`` any txmq
     service. ``timeout`` bounds every call except a suspended pull, which may be held
     ``suspend_timeout`` seconds (its RPC deadline is a little longer). ``tls``: TLS (and
-    a client certificate) for every channel (``txmq.TlsConfig``).
+    a client certificate) for every channel (``txmq.TlsConfig``). ``credentials``: the
+    user every call is signed as (``txmq.Credentials``).
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class PullConsumer:
         route_refresh_interval: float = 30.0,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         tls: TlsConfig | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         _positive(timeout=timeout, suspend_timeout=suspend_timeout, route_refresh_interval=route_refresh_interval)
         self.group = group
@@ -97,6 +100,7 @@ class PullConsumer:
         self._route_refresh_interval = route_refresh_interval
         self._interceptors = tuple(interceptors)
         self._tls = tls
+        self._credentials = credentials
         self._lock = threading.Lock()
         self._client: PullClient | None = None
         # Fail on a bad group name or endpoint now rather than on the first call.
@@ -112,6 +116,7 @@ class PullConsumer:
                     route_refresh_interval=self._route_refresh_interval,
                     interceptors=self._interceptors,
                     tls=self._tls,
+                    credentials=self._credentials,
                 )
                 self._client = PullClient(core, self.group, timeout=self._timeout)
 
@@ -233,6 +238,7 @@ class PushConsumer:
     stop) and raised by ``wait()``.
 
     ``tls``: TLS (and a client certificate) for every channel (``txmq.TlsConfig``).
+    ``credentials``: the user every call is signed as (``txmq.Credentials``).
 
     See ``_rebalance`` and docs/consumers.md for how queues change hands.
     """
@@ -263,6 +269,7 @@ class PushConsumer:
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         on_error: ErrorCallback | None = None,
         tls: TlsConfig | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         parse_endpoints(endpoint)
@@ -313,6 +320,7 @@ class PushConsumer:
         self._route_refresh_interval = route_refresh_interval
         self._interceptors = tuple(interceptors)
         self._tls = tls
+        self._credentials = credentials
         # A released queue waits this long for its running listeners before its offset
         # is committed (the new owner starts takeover_delay after the change).
         self._release_timeout = takeover_delay
@@ -388,6 +396,7 @@ class PushConsumer:
                 route_refresh_interval=self._route_refresh_interval,
                 interceptors=self._interceptors,
                 tls=self._tls,
+                credentials=self._credentials,
             )
             client = PullClient(core, self.group, timeout=self._timeout)
             subs = list(self._subs.values())

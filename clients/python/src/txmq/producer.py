@@ -36,6 +36,7 @@ from txmq.message import Message, MessageQueue, SendResult
 from txmq.models import TopicRoute
 from txmq.pipe import Entry, PipeSettings, SendPipe
 from txmq.records import encode_for_send
+from txmq.signing import Credentials
 from txmq.tls import TlsConfig
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_message, check_message_content, check_send_topic
@@ -76,6 +77,7 @@ class Producer:
     entry is larger). ``send_batch`` stays all or nothing. With ``interceptors``, or
     ``send_stream=False``, or a store without SendStream, each send is its own unary call.
     ``tls``: TLS (and a client certificate) for every channel (``txmq.TlsConfig``).
+    ``credentials``: the user every call is signed as (``txmq.Credentials``; clusters with auth on).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class Producer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_in_flight_frames: int = 4,
         tls: TlsConfig | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
         if linger_ms < 0 or max_frame_bytes <= 0 or max_in_flight_frames <= 0:
@@ -109,6 +112,7 @@ class Producer:
         self._route_refresh_interval = route_refresh_interval
         self._interceptors = tuple(interceptors)
         self._tls = tls
+        self._credentials = credentials
         self._lock = threading.Lock()
         self._core: ClientCore | None = None
         self._selectors: dict[str, QueueSelector] = {}
@@ -128,6 +132,7 @@ class Producer:
                     route_refresh_interval=self._route_refresh_interval,
                     interceptors=self._interceptors,
                     tls=self._tls,
+                    credentials=self._credentials,
                 )
 
     def shutdown(self) -> None:

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import grpc
+
 ALGORITHM = "MQv2-HMAC-SHA1"
 DATE_HEADER = "x-mq-date-time"
 AUTHORIZATION_HEADER = "authorization"
@@ -94,3 +96,41 @@ def parse_authorization(header: str) -> dict[str, str]:
         if sep:
             fields[key.strip()] = value.strip()
     return fields
+
+
+class _ClientCallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+    def __init__(self, base: grpc.ClientCallDetails, metadata: list[tuple[str, str | bytes]]) -> None:
+        self.method = base.method
+        self.timeout = base.timeout
+        self.metadata = metadata
+        self.credentials = base.credentials
+        self.wait_for_ready = getattr(base, "wait_for_ready", None)
+        self.compression = getattr(base, "compression", None)
+
+
+class SigningInterceptor(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Signs every call of a (synchronous) channel as ``credentials``: the SDK's clients
+    take ``credentials=`` and put this on each channel they open."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self._signer = MetadataSigner(credentials)
+
+    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        return _ClientCallDetails(details, [*(details.metadata or ()), *self._signer()])
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+        return continuation(self._details(client_call_details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+        return continuation(self._details(client_call_details), request_iterator)

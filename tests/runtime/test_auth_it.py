@@ -1,0 +1,202 @@
+"""Authentication and permissions on real processes, table-driven over every RPC of every
+txmq service (the access options in protos/): no credentials -> UNAUTHENTICATED, a user
+without the permission -> PERMISSION_DENIED, with it -> the call gets past auth (and, for
+the calls a user makes every day, works)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from support.processes import ServiceFactory
+
+from txmq import Admin, Message, Producer, signing
+from txmq.errors import ERROR_DETAIL_KEY, TxmqError
+from txmq.v1 import auth_pb2, auth_pb2_grpc, errors_pb2
+from txmq_runtime.auth import access_of, txmq_methods
+
+SERVICE_KEY = "txmq-service"
+SERVICE_SECRET = "service-secret-0123456789"
+AUTH_FLAGS = ("--auth_enabled=true", "--auth_access_key", SERVICE_KEY, "--auth_secret_key", SERVICE_SECRET)
+TOPIC, GROUP = "AuthT1", "AuthG1"
+A = auth_pb2.Action
+ALLOW = auth_pb2.Policy.DECISION_ALLOW
+
+#: Where each service's RPCs are served.
+SERVED_BY = {
+    "txmq.v1.Store": "store",
+    "txmq.v1.StoreAdmin": "store",
+    "txmq.v1.StoreReplication": "store",
+    "txmq.v1.Pull": "pull",
+    "txmq.v1.Transaction": "txcheck",
+    "txmq.v1.TransactionPeer": "txcheck",
+    "txmq.v1.Route": "pull",
+    "txmq.v1.Auth": "txcheck",
+}
+
+
+@dataclass
+class Cluster:
+    addresses: dict[str, str]
+
+
+def creds(name: str, secret: str) -> signing.Credentials:
+    return signing.Credentials(name, secret)
+
+
+ROOT = creds(SERVICE_KEY, SERVICE_SECRET)
+ALICE = creds("alice", "alice-secret-1")  # may do everything on AuthT1 / AuthG1
+BOB = creds("bob", "bob-secret-12")  # may do everything, but on other topics and groups
+
+
+@pytest.fixture
+def cluster(service_factory: ServiceFactory) -> Iterator[Cluster]:
+    store = service_factory.store(*AUTH_FLAGS)
+    pull = service_factory.start("pull", *AUTH_FLAGS)
+    txcheck = service_factory.start("txcheck", *AUTH_FLAGS)
+    c = Cluster({"store": store.address, "pull": pull.address, "txcheck": txcheck.address})
+    with grpc.insecure_channel(c.addresses["txcheck"]) as channel:
+        stub = auth_pb2_grpc.AuthStub(channel)
+        meta = signing.auth_metadata(ROOT)
+        for who, resource_suffix in ((ALICE, ""), (BOB, "-other")):
+            stub.CreateUser(
+                auth_pb2.CreateUserRequest(user=auth_pb2.User(username=who.access_key, secret_key=who.secret_key)),
+                metadata=meta,
+            )
+            policies = [
+                auth_pb2.Policy(resource=f"Topic:{TOPIC}{resource_suffix}", actions=[A.ACTION_ALL], decision=ALLOW),
+                auth_pb2.Policy(resource=f"Group:{GROUP}{resource_suffix}", actions=[A.ACTION_ALL], decision=ALLOW),
+            ]
+            if who is ALICE:
+                policies += [
+                    auth_pb2.Policy(resource="Cluster", actions=[A.ACTION_ALL], decision=ALLOW),
+                    # Lists of every topic / group need an any-rule.
+                    auth_pb2.Policy(resource="Topic:*", actions=[A.ACTION_LIST], decision=ALLOW),
+                    auth_pb2.Policy(resource="Group:*", actions=[A.ACTION_LIST], decision=ALLOW),
+                ]
+            stub.PutAcl(
+                auth_pb2.PutAclRequest(acl=auth_pb2.Acl(username=who.access_key, policies=policies)), metadata=meta
+            )
+    yield c
+
+
+def build_request(method) -> object:  # type: ignore[no-untyped-def]
+    """The method's request with every resource field its access option names set to
+    AuthT1 / AuthG1 (fences left out)."""
+    request = method.input_type._concrete_class()
+    for check in access_of(method).checks:
+        if not check.field or (check.when_set and check.field == "fence"):
+            continue
+        value = TOPIC if check.type == auth_pb2.RESOURCE_TYPE_TOPIC else GROUP
+        *path, last = check.field.split(".")
+        target = request
+        for part in path:
+            field = target.DESCRIPTOR.fields_by_name[part]
+            if field.is_repeated:
+                existing = getattr(target, part)
+                target = existing[0] if len(existing) else existing.add()
+            else:
+                target = getattr(target, part)
+        field = target.DESCRIPTOR.fields_by_name[last]
+        if field.is_repeated:
+            getattr(target, last).append(value)
+        else:
+            setattr(target, last, value)
+    if method.full_name == "txmq.v1.Transaction.ProducerChannel":
+        request.ClearField("end_transaction")  # one of the oneof: the hello
+        request.ClearField("end_transactions")
+        request.hello.producer_group = GROUP
+    return request
+
+
+def call(address: str, method, request, who: signing.Credentials | None) -> grpc.StatusCode | None:  # type: ignore[no-untyped-def]
+    """The call's status (None: OK, or a stream that stayed open past the auth check)."""
+    path = f"/{method.containing_service.full_name}/{method.name}"
+    metadata = signing.auth_metadata(who) if who else None
+    serialize = type(request).SerializeToString
+    deserialize = method.output_type._concrete_class.FromString
+    with grpc.insecure_channel(address) as channel:
+        try:
+            if not method.client_streaming and not method.server_streaming:
+                channel.unary_unary(path, serialize, deserialize)(request, timeout=5, metadata=metadata)
+            elif method.client_streaming:
+                responses = channel.stream_stream(path, serialize, deserialize)(
+                    iter([request]), timeout=2, metadata=metadata
+                )
+                next(responses, None)
+            else:
+                responses = channel.unary_stream(path, serialize, deserialize)(request, timeout=2, metadata=metadata)
+                next(responses, None)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                detail = dict(exc.trailing_metadata() or ()).get(ERROR_DETAIL_KEY)
+                assert detail, f"{path}: {code} without an ErrorDetail"
+            return code if code != grpc.StatusCode.DEADLINE_EXCEEDED else None
+    return None
+
+
+AUTH_REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+def test_every_rpc_checks_its_caller(cluster: Cluster) -> None:
+    # Alice creates her topic: an ordinary admin call that works.
+    with Admin(cluster.addresses["store"], credentials=ALICE) as admin:
+        admin.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
+    checked = 0
+    failures = []
+    for method in txmq_methods():
+        service = method.containing_service.full_name
+        access = access_of(method)
+        address = cluster.addresses[SERVED_BY[service]]
+        request = build_request(method)
+        name = f"{service}/{method.name}"
+        anonymous = call(address, method, request, None)
+        alice = call(address, method, request, ALICE)
+        bob = call(address, method, request, BOB)
+        root = call(address, method, request, ROOT)
+        checked += 1
+        if access.scope == auth_pb2.ACCESS_SCOPE_ANYONE:
+            expect = {"anonymous": anonymous not in AUTH_REFUSALS, "alice": alice not in AUTH_REFUSALS}
+        elif access.scope == auth_pb2.ACCESS_SCOPE_SUPER_USER:
+            expect = {
+                "anonymous": anonymous == grpc.StatusCode.UNAUTHENTICATED,
+                "alice": alice == grpc.StatusCode.PERMISSION_DENIED,
+                "bob": bob == grpc.StatusCode.PERMISSION_DENIED,
+                "root": root not in AUTH_REFUSALS,
+            }
+        else:
+            expect = {
+                "anonymous": anonymous == grpc.StatusCode.UNAUTHENTICATED,
+                "alice": alice not in AUTH_REFUSALS,
+                "root": root not in AUTH_REFUSALS,
+            }
+            if any((c.field and not c.when_set) or not c.field for c in access.checks):
+                expect["bob"] = bob == grpc.StatusCode.PERMISSION_DENIED
+        wrong = [who for who, ok in expect.items() if not ok]
+        if wrong:
+            failures.append(f"{name}: {wrong} (anonymous={anonymous}, alice={alice}, bob={bob}, root={root})")
+    assert failures == [], '\n'.join(failures)
+    assert checked >= 50
+
+
+def test_users_work_through_the_sdk_and_are_refused_elsewhere(cluster: Cluster) -> None:
+    with Admin(cluster.addresses["store"], credentials=ALICE) as admin:
+        admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+        with pytest.raises(TxmqError) as err:
+            admin.create_topic("SomeoneElses", read_queue_nums=1, write_queue_nums=1)
+        assert err.value.code == errors_pb2.CODE_ACCESS_DENIED
+        assert err.value.metadata["resource"] == "Topic:SomeoneElses"
+    with Producer(GROUP, cluster.addresses["store"], credentials=ALICE) as producer:
+        result = producer.send(Message(topic=TOPIC, body=b"hello"))
+        assert result.msg_id
+    with Producer(GROUP, cluster.addresses["store"], credentials=BOB) as producer:
+        with pytest.raises(TxmqError) as err:
+            producer.send(Message(topic=TOPIC, body=b"not yours"))
+        assert err.value.code == errors_pb2.CODE_ACCESS_DENIED
+    with Producer(GROUP, cluster.addresses["store"]) as producer:
+        with pytest.raises(TxmqError) as err:
+            producer.send(Message(topic=TOPIC, body=b"who?"))
+        assert err.value.code == errors_pb2.CODE_UNAUTHENTICATED
