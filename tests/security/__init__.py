@@ -1,0 +1,1 @@
+"""Security tests: the seeded, bounded fuzzer over every RPC of every service (fuzz.py)."""
