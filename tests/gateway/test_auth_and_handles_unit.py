@@ -258,8 +258,10 @@ def test_the_default_window_is_15_minutes_as_the_settings_say() -> None:
     assert DEFAULT_CLOCK_SKEW_MS == GatewaySettings().auth_clock_skew_ms == 900_000
     assert Authenticator.from_settings(GatewaySettings(access_key="a", secret_key="b")).clock_skew_ms == 900_000
     assert (
-        Authenticator.from_settings(GatewaySettings(access_key="a", secret_key="b", auth_clock_skew_ms=5)).clock_skew_ms
-        == 5
+        Authenticator.from_settings(
+            GatewaySettings(access_key="a", secret_key="b", auth_clock_skew_ms=5_000)
+        ).clock_skew_ms
+        == 5_000
     )
 
 

@@ -35,7 +35,8 @@ AUTHORIZATION_HEADER = "authorization"
 DATE_HEADER = "x-mq-date-time"
 #: The date format of ``x-mq-date-time`` (Java notation, as RocketMQ's clients name it).
 DATE_FORMAT = "yyyyMMdd'T'HHmmss'Z'"
-#: How far a signed date may be from the gateway's clock, either way (GatewaySettings).
+#: How far a signed date may be from the gateway's clock, either way (the default of the
+#: ``auth_clock_skew_ms`` setting every service has).
 DEFAULT_CLOCK_SKEW_MS = 15 * 60_000
 
 Metadata = Iterable[tuple[str, str | bytes]]

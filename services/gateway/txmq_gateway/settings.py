@@ -18,13 +18,6 @@ class GatewaySettings(ServiceSettings):
     secret_key: str = Field(
         "", description="Secret key of access_key; prefer the env var TXMQ_GATEWAY_SECRET_KEY to a flag."
     )
-    auth_clock_skew_ms: int = Field(
-        15 * 60_000,
-        ge=0,
-        description="A signed request's x-mq-date-time may be this far from the gateway's clock, either way; "
-        "older or later signatures are refused (replays). 0: no window (RocketMQ's proxy checks none). "
-        "Clients writing local time as UTC (RocketMQ's Java, Python, Go, C# clients) must run with TZ=UTC.",
-    )
     tls_port: int = Field(
         -1,
         ge=-1,
