@@ -178,7 +178,7 @@ def test_every_rpc_checks_its_caller(cluster: Cluster) -> None:
         wrong = [who for who, ok in expect.items() if not ok]
         if wrong:
             failures.append(f"{name}: {wrong} (anonymous={anonymous}, alice={alice}, bob={bob}, root={root})")
-    assert failures == [], '\n'.join(failures)
+    assert failures == [], "\n".join(failures)
     assert checked >= 50
 
 
@@ -200,3 +200,60 @@ def test_users_work_through_the_sdk_and_are_refused_elsewhere(cluster: Cluster) 
         with pytest.raises(TxmqError) as err:
             producer.send(Message(topic=TOPIC, body=b"who?"))
         assert err.value.code == errors_pb2.CODE_UNAUTHENTICATED
+
+
+def test_checks_only_the_handler_can_make(cluster: Cluster) -> None:
+    """Topics inside sent records, of a message read by id, of messages found by unique id."""
+    from txmq.ids import new_unique_ids
+    from txmq.records import encode_for_send
+    from txmq.v1 import store_pb2, store_pb2_grpc
+
+    with Admin(cluster.addresses["store"], credentials=ROOT) as admin:
+        admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+        admin.create_topic("AuthPrivate", read_queue_nums=1, write_queue_nums=1)
+    with Producer("root-group", cluster.addresses["store"], credentials=ROOT) as producer:
+        private = producer.send(Message(topic="AuthPrivate", body=b"not for alice"))
+    with grpc.insecure_channel(cluster.addresses["store"]) as channel:
+        stub = store_pb2_grpc.StoreStub(channel)
+        mine, theirs = new_unique_ids(2)
+        frame = store_pb2.RecordFrame(
+            sequence=1,
+            records=encode_for_send(TOPIC, 0, b"ok", mine) + encode_for_send("AuthPrivate", 0, b"sneaky", theirs),
+        )
+        ack = stub.SendRecords(frame, metadata=signing.auth_metadata(ALICE))
+        assert ack.error.code == errors_pb2.CODE_ACCESS_DENIED, ack
+        assert "AuthPrivate" in ack.error.message
+        # All or nothing: not even the record to her own topic was stored.
+        found = stub.QueryMessages(
+            store_pb2.QueryMessagesRequest(topic=TOPIC, unique_id=mine), metadata=signing.auth_metadata(ALICE)
+        )
+        assert list(found.messages) == []
+        ok = stub.SendRecords(
+            store_pb2.RecordFrame(sequence=2, records=encode_for_send(TOPIC, 0, b"ok", mine)),
+            metadata=signing.auth_metadata(ALICE),
+        )
+        assert not ok.HasField("error") and len(ok.commit_log_offsets) == 1
+        # SendStream: the same check per frame, the stream goes on.
+        frames = [
+            store_pb2.RecordFrame(sequence=3, records=encode_for_send("AuthPrivate", 0, b"x", new_unique_ids(1)[0])),
+            store_pb2.RecordFrame(sequence=4, records=encode_for_send(TOPIC, 0, b"y", new_unique_ids(1)[0])),
+        ]
+        acks = stub.SendStream(iter(frames), metadata=signing.auth_metadata(ALICE), timeout=10)
+        first, second = next(acks), next(acks)
+        acks.cancel()
+        assert first.error.code == errors_pb2.CODE_ACCESS_DENIED
+        assert not second.HasField("error")
+        # Reading someone else's message by its id.
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ViewMessage(
+                store_pb2.ViewMessageRequest(offset_msg_id=private.offset_msg_id), metadata=signing.auth_metadata(ALICE)
+            )
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        view = stub.ViewMessage(
+            store_pb2.ViewMessageRequest(offset_msg_id=private.offset_msg_id), metadata=signing.auth_metadata(ROOT)
+        )
+        assert view.message.message.topic == "AuthPrivate"
+        # A query by unique id without a topic finds only what she may read.
+        by_id = store_pb2.QueryMessagesRequest(unique_id=private.msg_id)
+        assert list(stub.QueryMessages(by_id, metadata=signing.auth_metadata(ALICE)).messages) == []
+        assert len(stub.QueryMessages(by_id, metadata=signing.auth_metadata(ROOT)).messages) == 1

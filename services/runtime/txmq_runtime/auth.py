@@ -539,6 +539,26 @@ def require(rtype: int, name: str, action: int) -> None:
         caller.guard.check(caller.principal, rtype, name, action)
 
 
+def permits(rtype: int, name: str, action: int) -> bool:
+    """Whether the caller may (True when auth is off): for filtering what a query finds."""
+    try:
+        require(rtype, name, action)
+    except TxmqError:
+        return False
+    return True
+
+
+def publish_check() -> Callable[[str], None] | None:
+    """For a handler that finds topics in what it was sent (records): a check raising
+    ACCESS_DENIED unless the caller may publish to a topic; None when nothing needs checking
+    (auth off, or a super user)."""
+    caller = _CALLER.get()
+    if caller is None or caller.principal.super_user:
+        return None
+    guard, principal = caller.guard, caller.principal
+    return lambda topic: guard.check(principal, R.RESOURCE_TYPE_TOPIC, topic, A.ACTION_PUB)
+
+
 _ADMIN_ACTIONS = frozenset({A.ACTION_CREATE, A.ACTION_UPDATE, A.ACTION_DELETE})
 _AUTH_WRITES = frozenset({"CreateUser", "UpdateUser", "DeleteUser", "PutAcl", "DeleteAcl"})
 

@@ -514,13 +514,21 @@ class MessageStore:
         return self._append_prepared(records, new_topics, real_queues, now)
 
     def append_packed(
-        self, blob: bytes, *, born_host: str = "", transaction_prepared: bool = False, producer_group: str = ""
+        self,
+        blob: bytes,
+        *,
+        born_host: str = "",
+        transaction_prepared: bool = False,
+        producer_group: str = "",
+        may_publish: Callable[[str], None] | None = None,
     ) -> Appended:
         """``append_records`` for records a producer sent in the commit-log layout
         (``Store.SendStream``): each is checked (``MessageEncoder.unpack``) and stored
         as it came, with the fields only the store knows written in. All or nothing.
         ``transaction_prepared``: stored as half messages, which ``append_records`` makes
-        (their topic and properties are rewritten, so they are not taken as they came)."""
+        (their topic and properties are rewritten, so they are not taken as they came).
+        ``may_publish(topic)`` raises when the caller may not publish there (ACLs): called
+        once per run of records to one topic, before anything is written."""
         self._check_writable()
         now = self._clock()
         if transaction_prepared:
@@ -538,6 +546,9 @@ class MessageStore:
                 )
                 for _, _, rec in self._sent_records(bytearray(blob), UNKNOWN_HOST, now)
             ]
+            if may_publish is not None:
+                for topic in {m.topic for m in halves}:
+                    may_publish(topic)
             return self.append_records(
                 halves, producer_group=producer_group, transaction_prepared=True, born_host=born_host
             )
@@ -549,6 +560,8 @@ class MessageStore:
         for i, pos, rec in self._sent_records(frame, _born_host(born_host), now):
             total_body += len(rec.body)
             if cfg is None or cfg.name != rec.topic:
+                if may_publish is not None:
+                    may_publish(rec.topic)
                 cfg = self._topic_for_send(rec.topic, i, system=False, new_topics=new_topics)
             queue_id = rec.queue_id
             if not queue_id < cfg.write_queue_nums:  # ANY_QUEUE (0xFFFFFFFF) or out of range

@@ -13,7 +13,8 @@ import grpc
 
 from txmq.errors import TxmqError, error
 from txmq.protocol import OP_COMMIT, OP_ROLLBACK
-from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
+from txmq.v1 import auth_pb2, common_pb2, errors_pb2, store_pb2, store_pb2_grpc
+from txmq_runtime.auth import permits, publish_check, require
 from txmq_runtime.grpc_errors import rpc
 from txmq_runtime.metrics import RpcMetrics
 
@@ -129,6 +130,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         born_host = peer_address(context)
         appended: asyncio.Queue[tuple[int, Appended | TxmqError, float] | None] = asyncio.Queue()
         room = asyncio.Semaphore(MAX_UNACKED_FRAMES)
+        may_publish = publish_check()  # the topics are inside the records
 
         async def read() -> None:
             try:
@@ -141,6 +143,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                             born_host=born_host,
                             transaction_prepared=frame.transaction_prepared,
                             producer_group=frame.producer_group,
+                            may_publish=may_publish,
                         )
                     except TxmqError as err:
                         out = err
@@ -174,6 +177,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 born_host=peer_address(context),
                 transaction_prepared=request.transaction_prepared,
                 producer_group=request.producer_group,
+                may_publish=publish_check(),
             )
         except TxmqError as err:
             return store_pb2.RecordAck(sequence=request.sequence, error=err.to_detail())
@@ -397,6 +401,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             m = self._store.view_message(request.commit_log_offset)
         else:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "give offset_msg_id or commit_log_offset")
+        require(auth_pb2.RESOURCE_TYPE_TOPIC, m.topic, auth_pb2.ACTION_SUB)
         return store_pb2.ViewMessageResponse(message=self._view(m))
 
     @rpc
@@ -409,7 +414,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             begin_timestamp_ms=request.begin_timestamp_ms,
             end_timestamp_ms=request.end_timestamp_ms,
         )
-        return store_pb2.QueryMessagesResponse(messages=[self._view(m) for m in found])
+        # A query by unique id without a topic finds messages of any topic: the caller
+        # gets those of the topics it may read.
+        mine = [m for m in found if permits(auth_pb2.RESOURCE_TYPE_TOPIC, m.topic, auth_pb2.ACTION_SUB)]
+        return store_pb2.QueryMessagesResponse(messages=[self._view(m) for m in mine])
 
     @rpc
     async def GetQueueOffsets(self, request: store_pb2.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext):
