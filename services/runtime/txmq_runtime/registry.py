@@ -289,8 +289,8 @@ def refused_for_good(exc: BaseException) -> bool:
     cause = exc.__cause__
     return (
         isinstance(cause, grpc.RpcError)
-        and cause.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
-        and "larger than max" in (cause.details() or "")  # type: ignore[attr-defined]
+        and cause.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        and "larger than max" in (cause.details() or "")
     )
 
 

@@ -18,7 +18,7 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from txmq.errors import TxmqError, error
@@ -91,7 +91,9 @@ from .transactions import Fences, Transactions
 from .validation import (
     MessageEncoder,
     MessageLimits,
+    check_config_size,
     check_group_name,
+    check_topic_attributes,
     check_topic_name,
     check_writable_topic_name,
 )
@@ -1418,6 +1420,7 @@ class MessageStore:
         """0 queue nums: default_topic_queue_nums; perm 0: read + write."""
         self._check_admin_write()
         check_writable_topic_name(name)
+        check_topic_attributes(attributes or {}, topic=name)
         if self._topics.get(name) is not None:
             raise error(errors_pb2.CODE_TOPIC_ALREADY_EXISTS, f"topic {name} already exists", topic=name)
         n = self.settings.default_topic_queue_nums
@@ -1429,6 +1432,7 @@ class MessageStore:
             dict(attributes or {}),
             since_offset=self.commitlog.write_offset,
         )
+        check_config_size(asdict(cfg), "topic", topic=name)
         self._topics.put(cfg)
         self._topics_changed()
         return cfg
@@ -1441,6 +1445,7 @@ class MessageStore:
         ones."""
         self._check_admin_write()
         check_writable_topic_name(name)
+        check_topic_attributes(attributes or {}, topic=name)
         old = self.get_topic(name)
         cfg = TopicConfig(
             name,
@@ -1450,6 +1455,7 @@ class MessageStore:
             dict(attributes or {}),
             since_offset=old.since_offset,
         )
+        check_config_size(asdict(cfg), "topic", topic=name)
         self._topics.put(cfg)
         self._topics_changed()
         return cfg
@@ -1638,4 +1644,5 @@ def _perm(perm: int) -> int:
 def _checked_group(cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
     if cfg.retry_max_times < 0 or cfg.retry_queue_nums < 0:
         raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "retry_max_times and retry_queue_nums must not be negative")
+    check_config_size(asdict(cfg), "subscription group", group=cfg.group_name)
     return cfg

@@ -6,6 +6,7 @@ Errors carry ``index`` metadata naming the offending message of a batch.
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Mapping
@@ -79,6 +80,59 @@ def check_writable_topic_name(name: str, **metadata: str) -> None:
     check_topic_name(name, **metadata)
     if is_system_topic(name):
         raise error(errors_pb2.CODE_SYSTEM_TOPIC, f"{name} is a system topic", topic=name, **metadata)
+
+
+# -- topic and subscription-group configs ------------------------------------------------
+
+#: Topic attributes (RocketMQ's are a few short ``+name=value`` pairs): limits per entry
+#: and for the whole config. A config is written to topics.json, shipped to followers and
+#: published to etcd (one key per topic, etcd refuses values over 1.5 MiB): one admin
+#: call must not be able to make any of those fail (issue 16).
+MAX_TOPIC_ATTRIBUTES = 64
+MAX_ATTRIBUTE_KEY_BYTES = 256
+MAX_ATTRIBUTE_VALUE_BYTES = 4 * 1024
+#: A topic or subscription-group config, as its JSON document encodes it.
+MAX_CONFIG_BYTES = 64 * 1024
+
+
+def _utf8(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_topic_attributes(attributes: Mapping[str, str], **metadata: str) -> None:
+    """CODE_ILLEGAL_ARGUMENT for too many attributes or an empty name, CODE_PAYLOAD_TOO_LARGE
+    for a name or value over its limit."""
+    if len(attributes) > MAX_TOPIC_ATTRIBUTES:
+        raise error(
+            errors_pb2.CODE_ILLEGAL_ARGUMENT,
+            f"{len(attributes)} topic attributes, at most {MAX_TOPIC_ATTRIBUTES}", **metadata,
+        )  # fmt: skip
+    for name, value in attributes.items():
+        if not name:
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "a topic attribute has an empty name", **metadata)
+        if (n := _utf8(name)) > MAX_ATTRIBUTE_KEY_BYTES:
+            raise error(
+                errors_pb2.CODE_PAYLOAD_TOO_LARGE,
+                f"topic attribute name of {n} bytes, at most {MAX_ATTRIBUTE_KEY_BYTES}",
+                attribute=name[:64], **metadata,
+            )  # fmt: skip
+        if (n := _utf8(value)) > MAX_ATTRIBUTE_VALUE_BYTES:
+            raise error(
+                errors_pb2.CODE_PAYLOAD_TOO_LARGE,
+                f"topic attribute {name[:64]!r} has a value of {n} bytes, at most {MAX_ATTRIBUTE_VALUE_BYTES}",
+                attribute=name[:64], **metadata,
+            )  # fmt: skip
+
+
+def check_config_size(document: Mapping[str, object], what: str, **metadata: str) -> None:
+    """CODE_PAYLOAD_TOO_LARGE when ``document`` (a config as its file holds it) encodes to
+    more than MAX_CONFIG_BYTES of JSON."""
+    size = len(json.dumps(document, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size > MAX_CONFIG_BYTES:
+        raise error(
+            errors_pb2.CODE_PAYLOAD_TOO_LARGE,
+            f"the {what} config encodes to {size} bytes, at most {MAX_CONFIG_BYTES}", **metadata,
+        )  # fmt: skip
 
 
 @dataclass(slots=True, frozen=True)

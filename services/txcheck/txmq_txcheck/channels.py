@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
+from txmq.errors import error
+from txmq.protocol import MAX_CLIENT_ID_BYTES
+from txmq.v1 import errors_pb2, txcheck_pb2, txcheck_pb2_grpc
 from txmq_runtime.calls import internal_channel
 from txmq_runtime.etcd import EtcdMirror
 
@@ -133,6 +135,24 @@ class ChannelDirectory:
         return sorted((e for e in self._by_key.values() if e.group == group), key=lambda e: e.key)
 
 
+def check_client_id(client_id: str) -> None:
+    """A producer channel's client id becomes part of an etcd key: at most
+    MAX_CLIENT_ID_BYTES of UTF-8 (CODE_ILLEGAL_ARGUMENT otherwise), as the pull
+    service's consumer client ids."""
+    if not client_id:
+        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "client_id is empty")
+    if len(client_id) > MAX_CLIENT_ID_BYTES // 4:
+        size = len(client_id.encode("utf-8", "surrogatepass"))
+        if size > MAX_CLIENT_ID_BYTES:
+            raise error(
+                errors_pb2.CODE_ILLEGAL_ARGUMENT,
+                f"client_id has {size} bytes (UTF-8), more than the limit of {MAX_CLIENT_ID_BYTES}: "
+                f"{client_id[:64]!r}...",
+                client_id_bytes=str(size),
+                limit=str(MAX_CLIENT_ID_BYTES),
+            )
+
+
 class ProducerChannels:
     """Local streams of this replica, the etcd directory of all of them, and the check
     dispatch over both (the check loop's ``CheckSender``)."""
@@ -164,6 +184,11 @@ class ProducerChannels:
         return f"{self._prefix}{group}/{self.instance_id}/{client_id}"
 
     async def open(self, group: str, client_id: str, *, batches: bool = False) -> LocalChannel:
+        """Register a channel (the group is checked by the caller). A client id over
+        MAX_CLIENT_ID_BYTES is refused (CODE_ILLEGAL_ARGUMENT) before anything is kept
+        or written; a key etcd refuses is refused the same way (the registration keeps
+        every other key: docs/etcd.md)."""
+        check_client_id(client_id)
         key = self.key(group, client_id)
         old = self.local.get(key)
         if old is not None:
@@ -172,7 +197,12 @@ class ProducerChannels:
         value = json.dumps(
             {"address": self.address, "instance_id": self.instance_id, "since_ms": time.time_ns() // 10**6}
         )
-        await self._registration.put(key, value.encode())
+        refusals = await self._registration.put(key, value.encode())
+        if refusals:
+            ch.close()
+            if self.local.get(key) is ch:
+                del self.local[key]
+            raise refusals[0]
         log.info("producer channel open: group %s client %s", group, client_id)
         return ch
 
@@ -180,7 +210,8 @@ class ProducerChannels:
         ch.close()
         if self.local.get(ch.key) is ch:
             del self.local[ch.key]
-            await self._registration.replace({}, prefix=ch.key)
+            # Exactly this key: a prefix would also take client "c1"'s key with "c".
+            await self._registration.delete(ch.key)
             log.info("producer channel closed: group %s client %s", ch.group, ch.client_id)
 
     def has_live_producer(self, group: str) -> bool:

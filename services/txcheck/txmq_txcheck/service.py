@@ -235,15 +235,23 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
         except StopAsyncIteration:
             return
         if first.WhichOneof("command") != "hello":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first command must be hello")
+            await abort(
+                context,
+                error(
+                    errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP,
+                    "the first command must be a hello naming the producer group",
+                ),
+            )
         hello = first.hello
-        try:
-            check_group(hello.producer_group)
-        except TxmqError as err:
-            await abort(context, err)
         client_id = hello.client_id or context.peer()
         client_id = client_id.replace("/", "_")
-        ch = await node.channels.open(hello.producer_group, client_id, batches=hello.accepts_check_batches)
+        try:
+            check_group(hello.producer_group)
+            # Bounded (MAX_CLIENT_ID_BYTES) before it becomes an etcd key; a key etcd
+            # refuses is refused here too, and never costs this replica its own key.
+            ch = await node.channels.open(hello.producer_group, client_id, batches=hello.accepts_check_batches)
+        except TxmqError as err:
+            await abort(context, err)
         # txmq-end-results: this replica answers ENDs sent up the stream with a request id.
         await context.send_initial_metadata((("txmq-channel", "open"), ("txmq-end-results", "1")))
 
