@@ -1029,26 +1029,33 @@ def scan_log(path: Path, *, offset: int = 0) -> LogFigures:
         return figures
     seen: set[str] = set()
     last_logged = ""
+    last_excerpt = -1  # the excerpt of the last ERROR line, if it was new
     for i, line in enumerate(lines):
         m = LOG_LINE.match(line)
         if m:
             last_logged = line
+            last_excerpt = -1
             if m["level"] in ("ERROR", "CRITICAL"):
                 figures.errors += 1
                 key = re.sub(r"\d+", "N", f"{m['logger']}: {m['message']}")[:160]
                 if key not in seen:
                     seen.add(key)
                     figures.excerpts.append(line[:400])
+                    last_excerpt = len(figures.excerpts) - 1
         if "Traceback (most recent call last)" in line:
             figures.tracebacks += 1
             end = i + 1
             while end < len(lines) and (lines[end].startswith((" ", "\t")) or not lines[end].strip()):
                 end += 1
             last = lines[end] if end < len(lines) else "(end of log)"
+            if last_excerpt >= 0:  # the ERROR line it follows: one excerpt for both
+                figures.excerpts[last_excerpt] += f"\n      -> {last[:300]}"
+                seen.add(re.sub(r"\d+", "N", last)[:160])
+                continue
             key = re.sub(r"\d+", "N", last)[:160]
             if key not in seen:
                 seen.add(key)
-                figures.excerpts.append(f"{last_logged[:300]}\n    ...\n    {last[:300]}")
+                figures.excerpts.append(f"{last_logged[:300]}\n      -> {last[:300]}")
     return figures
 
 

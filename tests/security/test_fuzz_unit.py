@@ -247,7 +247,7 @@ def test_log_scan_counts_tracebacks_and_errors(tmp_path: Path) -> None:
     figures = scan_log(log)
     assert (figures.tracebacks, figures.errors) == (2, 2)
     assert any("is not a valid FilterType" in e for e in figures.excerpts)
-    assert len(figures.excerpts) == 2  # one ERROR line, one traceback: the repeats are the same
+    assert len(figures.excerpts) == 1  # the ERROR line with its traceback's last line; the repeat is the same
     assert scan_log(log, offset=log.stat().st_size).tracebacks == 0
 
 
