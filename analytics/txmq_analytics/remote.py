@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from txmq.errors import TxmqError
+from txmq.tls import TlsConfig
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 from txmq_store.export import (
     Exporter,
@@ -103,18 +104,24 @@ class GrpcSource:
         return None
 
 
+def _channel(address: str, tls: TlsConfig | None) -> grpc.aio.Channel:
+    if tls is None:
+        return grpc.aio.insecure_channel(address)
+    return grpc.aio.secure_channel(address, tls.channel_credentials(), options=tls.channel_options())
+
+
 @dataclass
 class StoreTarget:
     address: str
     store_id: str = ""
 
 
-def discover_stores(endpoint: str, *, timeout: float = 10) -> list[StoreTarget]:
+def discover_stores(endpoint: str, *, timeout: float = 10, tls: TlsConfig | None = None) -> list[StoreTarget]:
     """The live store nodes, asked of any txmq service (route look-up)."""
     from txmq import ServiceKind
     from txmq._client import ClientCore
 
-    core = ClientCore(endpoint, route_refresh_interval=30)
+    core = ClientCore(endpoint, route_refresh_interval=30, tls=tls)
     try:
         return [
             StoreTarget(e.address, e.instance_id) for e in core.routes.endpoints(ServiceKind.STORE, timeout=timeout)
@@ -131,9 +138,10 @@ async def export_stores(
     interval_s: float = 10.0,
     retention_ms: int = 0,
     on_result: Callable[[str, ExportResult], None] | None = None,
+    tls: TlsConfig | None = None,
 ) -> list[ExportResult]:
-    """``count`` exports of every store, ``interval_s`` apart."""
-    channels = [grpc.aio.insecure_channel(s.address) for s in stores]
+    """``count`` exports of every store, ``interval_s`` apart; over TLS with ``tls``."""
+    channels = [_channel(s.address, tls) for s in stores]
     results: list[ExportResult] = []
     try:
         exporters = []
@@ -163,14 +171,22 @@ def export_from_endpoint(
     interval_s: float = 10.0,
     retention_ms: int = 0,
     on_result: Callable[[str, ExportResult], None] | None = None,
+    tls: TlsConfig | None = None,
 ) -> list[ExportResult]:
     """Export every store of the cluster behind ``endpoint`` (or the store addresses in
-    ``stores``) into ``output_dir``. Synchronous (runs its own event loop)."""
-    targets = [StoreTarget(a) for a in stores] if stores else discover_stores(endpoint)
+    ``stores``) into ``output_dir``, over TLS with ``tls``. Synchronous (runs its own
+    event loop)."""
+    targets = [StoreTarget(a) for a in stores] if stores else discover_stores(endpoint, tls=tls)
     if not targets:
         raise TxmqError("no store is live")
     return asyncio.run(
         export_stores(
-            targets, output_dir, count=count, interval_s=interval_s, retention_ms=retention_ms, on_result=on_result
+            targets,
+            output_dir,
+            count=count,
+            interval_s=interval_s,
+            retention_ms=retention_ms,
+            on_result=on_result,
+            tls=tls,
         )
     )

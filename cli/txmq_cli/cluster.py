@@ -29,12 +29,15 @@ import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from txmq_runtime.net import join_host_port
+
+if TYPE_CHECKING:
+    from txmq_cli.certs import TlsFiles
 
 SERVICES = ("store", "txcheck", "pull", "gateway")
 # 8081: the RocketMQ 5 proxy's gRPC port, where RocketMQ clients look for it.
@@ -200,14 +203,21 @@ class ChildProcess:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def wait_serving(address: str, *, process: ChildProcess, timeout_s: float) -> None:
-    """Block until ``address`` answers the gRPC health check with SERVING.
+def wait_serving(
+    address: str, *, process: ChildProcess, timeout_s: float, credentials: grpc.ChannelCredentials | None = None
+) -> None:
+    """Block until ``address`` answers the gRPC health check with SERVING (over TLS with
+    ``credentials``; a service's probe_port answers in plaintext whatever its TLS).
 
     Raises ProcessExited if ``process`` ends first, TimeoutError after ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
     request = health_pb2.HealthCheckRequest(service="")
-    with grpc.insecure_channel(address, options=_HEALTH_CHANNEL_OPTIONS) as channel:
+    with (
+        grpc.insecure_channel(address, options=_HEALTH_CHANNEL_OPTIONS)
+        if credentials is None
+        else grpc.secure_channel(address, credentials, options=_HEALTH_CHANNEL_OPTIONS)
+    ) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while True:
             if not process.running():
@@ -396,6 +406,22 @@ class ServiceProcess:
         self.start(timeout_s=timeout_s)
 
 
+def tls_args(files: TlsFiles, *, mode: str = "enforcing", client_auth: str = "require") -> list[str]:
+    """A service's flags for TLS from ``files`` (its certificate also its client certificate)."""
+    return [
+        "--tls_mode",
+        mode,
+        "--tls_client_auth",
+        client_auth,
+        "--tls_cert_file",
+        str(files.cert),
+        "--tls_key_file",
+        str(files.key),
+        "--tls_ca_file",
+        str(files.ca),
+    ]
+
+
 def _flag_values(args: Sequence[str], flags: Sequence[str]) -> list[tuple[str, int]]:
     """(flag, port) for each of ``flags`` (kebab-case) in ``args``, spelled ``--a-b N``,
     ``--a_b N`` or ``--a-b=N``."""
@@ -417,6 +443,10 @@ class LocalCluster:
     ``etcd_endpoints``: use that etcd instead of starting one. ``store_args`` go to the
     store only (e.g. ``["--flush_mode", "sync"]``), likewise ``txcheck_args``,
     ``pull_args`` and ``gateway_args``; ``service_args`` to every service.
+
+    ``tls``: every service serves TLS only (tls_mode enforcing) and requires client
+    certificates (tls_client_auth require), with these files (``txmq_cli.certs``; the
+    certificate is also the services' client certificate), before ``service_args``.
     """
 
     def __init__(
@@ -439,6 +469,7 @@ class LocalCluster:
         service_args: Sequence[str] = (),
         start_timeout_s: float = 60.0,
         store_replicas: int = 1,
+        tls: TlsFiles | None = None,
     ) -> None:
         if store_replicas < 1:
             raise ValueError(f"store_replicas must be at least 1, got {store_replicas}")
@@ -456,6 +487,9 @@ class LocalCluster:
             )
         )
         self.etcd_endpoints = etcd_endpoints if self.etcd is None else self.etcd.endpoint
+        self.tls = tls
+        if tls is not None:
+            service_args = [*tls_args(tls), *service_args]
         ports = {"store": store_port, "txcheck": txcheck_port, "pull": pull_port, "gateway": gateway_port}
         extra = {
             "store": ["--data_dir", str(self.data_dir / "store"), *store_args],
@@ -537,7 +571,9 @@ class LocalCluster:
             ]
         for name, service in self.services.items():
             ports.append((name, service.host, service.port, f"--{name}-port"))
-            for flag, value in _flag_values(service.args, ("--metrics-port", "--tls-port")):
+            for flag, value in _flag_values(
+                service.args, ("--metrics-port", "--tls-port", "--probe-port", "--plaintext-port")
+            ):
                 ports.append((f"{name} {flag[2:-5]}", service.host, value, flag))
         return [p for p in ports if p[2] > 0]
 

@@ -7,12 +7,17 @@ import importlib
 import signal
 import sys
 import time
+from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from txmq_cli.cluster import DEFAULT_PORTS, SERVICES, LocalCluster, PortsInUse, ProcessExited
 from txmq_cli.options import option
+
+if TYPE_CHECKING:
+    from txmq_cli.certs import TlsFiles
 
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
 
@@ -61,13 +66,25 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     type=float,
     help="How long each process may take to report SERVING.",
 )
+@option(
+    "--tls",
+    is_flag=True,
+    help="Mutual TLS on every service: a throwaway CA and certificate (new on every start) in <data-dir>/tls; "
+    "clients need the files printed.",
+)
 @click.pass_context
-def up(ctx: click.Context, **options: object) -> None:
+def up(ctx: click.Context, tls: bool, **options: object) -> None:
     """Run etcd, store, txcheck, pull and the RocketMQ gateway locally until Ctrl-C or SIGTERM.
 
     Other options go to the store, e.g. `txmq up --flush-mode sync`.
     """
-    cluster = LocalCluster(**options, store_args=ctx.args)  # type: ignore[arg-type]
+    files = None
+    if tls:
+        from txmq_cli.certs import local_hosts, write_certificates  # cryptography: only when asked
+
+        data_dir = Path(str(options["data_dir"])).resolve()
+        files = write_certificates(data_dir / "tls", hosts=local_hosts(str(options["host"])))
+    cluster = LocalCluster(**options, store_args=ctx.args, tls=files)  # type: ignore[arg-type]
     signal.signal(signal.SIGTERM, _raise_stop)
     code = 0
     try:
@@ -76,6 +93,8 @@ def up(ctx: click.Context, **options: object) -> None:
         for name, service in cluster.services.items():
             click.echo(f"  {name:8} {service.address}")
         click.echo(f"  {'etcd':8} {cluster.etcd_endpoints}")
+        if files is not None:
+            _echo_tls(files)
         click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
         while (dead := cluster.exited()) is None:
             time.sleep(0.2)
@@ -104,6 +123,20 @@ def up(ctx: click.Context, **options: object) -> None:
             if returncode not in (0, None, -signal.SIGTERM):  # etcd ends by re-raising SIGTERM
                 click.echo(f"{name} exited with code {returncode}", err=True)
     sys.exit(code)
+
+
+def _echo_tls(files: TlsFiles) -> None:
+    """Where the certificates are, and how the SDK and the CLI use them."""
+    ca, cert, key = str(files.ca), str(files.cert), str(files.key)
+    for line in (
+        "TLS: every service serves TLS only and requires a client certificate signed by the CA (etcd is plaintext)",
+        f"  CA           {ca}",
+        f"  certificate  {cert}   (server and client certificate; new ones on every start)",
+        f"  key          {key}",
+        f"  SDK: txmq.TlsConfig(ca_file={ca!r}, cert_file={cert!r}, key_file={key!r})",
+        f"  CLI: export TXMQ_TLS_CA_FILE={ca} TXMQ_TLS_CERT_FILE={cert} TXMQ_TLS_KEY_FILE={key}",
+    ):
+        click.echo(line)
 
 
 def _service_command(service: str) -> click.Command:

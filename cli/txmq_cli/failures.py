@@ -14,7 +14,8 @@ def unreachable_hint(endpoint: str | None) -> str:
     where = f" at {endpoint}" if endpoint else ""
     return (
         f"no txmq service answers{where}: start a local cluster with `txmq up`, "
-        "or point --endpoint (or TXMQ_ENDPOINT) at a running service"
+        "or point --endpoint (or TXMQ_ENDPOINT) at a running service; a cluster serving TLS "
+        "needs txmq --tls-ca-file (and --tls-cert-file/--tls-key-file for mutual TLS, or TXMQ_TLS_* env vars)"
     )
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import click
 
 from txmq_cli import admin_cmds, analytics_cmds, cluster_cmds, consume_cmds, tx_cmds
+from txmq_cli.tls import tls_options
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="txmq-server", prog_name="txmq", message="%(prog)s %(version)s")
+@tls_options
 def cli() -> None:
     """txmq: a transactional message broker with RocketMQ semantics."""
 

@@ -5,8 +5,6 @@ cannot talk to the TLS port."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import os
 import subprocess
@@ -16,57 +14,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from support import LocalCluster, ServiceProcess, free_port
+from support.certs import tls_files
 
 from txmq import Admin
 from txmq_gateway.v2 import pb, svc, svc_grpc
 
 SCENARIOS = Path(__file__).resolve().parent / "rmq_scenarios"
 TOPIC = "GatewayTlsTopic"
-
-
-def write_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a server certificate for 127.0.0.1 / localhost signed by it: (ca, cert, key)."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "txmq test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    paths = (directory / "ca.pem", directory / "server.pem", directory / "server.key")
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return paths
 
 
 class TlsGateway:
@@ -79,7 +34,8 @@ class TlsGateway:
 @pytest.fixture(scope="module")
 def tls_gateway(txmq_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsGateway]:
     directory = tmp_path_factory.mktemp("gateway-tls")
-    ca, cert, key = write_certificates(directory)
+    files = tls_files(directory)  # a CA and a certificate for 127.0.0.1 / localhost it signed
+    ca, cert, key = files.ca, files.cert, files.key
     tls_port = free_port()
     gateway = ServiceProcess(
         "gateway",

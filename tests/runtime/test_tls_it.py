@@ -56,6 +56,7 @@ class TlsCluster:
     txcheck: ServiceProcess
     files: TlsFiles
     stranger: TlsFiles  # another CA and a certificate it signed
+    factory: ServiceFactory  # starts more services of this cluster
 
     @property
     def tls(self) -> TlsConfig:
@@ -75,7 +76,7 @@ def cluster(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
         txcheck = factory.start("txcheck", *args, "--transaction_check_interval_ms", "1000", wait=False)
         for process in (store, pull, txcheck):
             process.wait_serving()
-        found = TlsCluster(store, pull, txcheck, files, stranger)
+        found = TlsCluster(store, pull, txcheck, files, stranger, factory)
         with Admin(store.address, tls=found.tls) as admin:
             admin.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
             admin.create_subscription_group(GROUP)
@@ -159,3 +160,62 @@ def test_an_unreadable_certificate_stops_start_up_in_one_line(service_factory: S
     log = store.process.log_path.read_text()
     assert "did not start: tls_key_file" in log and "cannot be read" in log
     assert "Traceback" not in log
+
+
+def test_the_cli_dials_over_tls(cluster: TlsCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """txmq's global --tls-* options, or their env vars; without them a TLS cluster is
+    unreachable and the error says what to give."""
+    from click.testing import CliRunner
+
+    from txmq_cli.main import cli
+
+    runner = CliRunner()
+    files = cluster.files
+    flags = ["--tls-ca-file", str(files.ca), "--tls-cert-file", str(files.cert), "--tls-key-file", str(files.key)]
+    listed = runner.invoke(cli, [*flags, "topic", "list", "--endpoint", cluster.store.address])
+    assert listed.exit_code == 0 and TOPIC in listed.output, listed.output
+
+    plain = runner.invoke(cli, ["topic", "list", "--endpoint", cluster.store.address])
+    assert plain.exit_code == 1 and "--tls-ca-file" in plain.output, plain.output
+
+    half = runner.invoke(cli, [*flags[:4], "topic", "list", "--endpoint", cluster.store.address])
+    assert half.exit_code == 2 and "--tls-cert-file and --tls-key-file go together" in half.output
+
+    monkeypatch.setenv("TXMQ_TLS_CA_FILE", str(files.ca))
+    monkeypatch.setenv("TXMQ_TLS_CERT_FILE", str(files.cert))
+    monkeypatch.setenv("TXMQ_TLS_KEY_FILE", str(files.key))
+    lag = runner.invoke(cli, ["lag", GROUP, "--endpoint", cluster.store.address])
+    assert lag.exit_code == 0, lag.output
+
+
+def test_gateway_under_mutual_tls_keeps_its_v2_tls_port(cluster: TlsCluster, tmp_path: Path) -> None:
+    """The gateway on enforcing mutual TLS (like every service) still serves RocketMQ
+    clients on its tls_port without client certificates (the official Python client here),
+    and what they send reaches the store over mutual TLS."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from support import free_port
+
+    scenarios = Path(__file__).resolve().parents[1] / "gateway" / "rmq_scenarios"
+    tls_port = free_port()
+    gateway = cluster.factory.start(
+        "gateway", *service_tls_args(cluster.files), "--tls_port", str(tls_port), "--probe_port", "0"
+    )
+    assert "tls enforcing" in gateway.process.log_path.read_text()
+    env = {**os.environ, "HOME": str(tmp_path), "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(cluster.files.ca)}
+    done = subprocess.run(
+        [sys.executable, str(scenarios / "produce.py"), "--endpoint", f"127.0.0.1:{tls_port}", "--tls",
+         "--topic", TOPIC, "--count", "2", "--key-prefix", "gw-tls", "--body-prefix", "gateway-over-tls"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    sent = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and [e for e in sent if e["event"] == "sent"], (
+        done.stdout[-2000:],
+        done.stderr[-2000:],
+    )
+    with PullConsumer(GROUP, cluster.pull.address, tls=cluster.tls) as consumer:
+        bodies = {m.body for m in consume_all(consumer, TOPIC)}
+    assert {b"gateway-over-tls-0", b"gateway-over-tls-1"} <= bodies

@@ -37,11 +37,18 @@ class TlsError(Exception):
 
 
 class TlsSettings(Protocol):
-    tls_mode: str
-    tls_cert_file: str
-    tls_key_file: str
-    tls_ca_file: str
-    tls_client_auth: str
+    """The TLS fields of ServiceSettings (read-only here)."""
+
+    @property
+    def tls_mode(self) -> str: ...
+    @property
+    def tls_cert_file(self) -> str: ...
+    @property
+    def tls_key_file(self) -> str: ...
+    @property
+    def tls_ca_file(self) -> str: ...
+    @property
+    def tls_client_auth(self) -> str: ...
 
 
 def read_pem(path: str, *, setting: str, kind: str) -> bytes:
