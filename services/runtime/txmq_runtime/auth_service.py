@@ -109,12 +109,12 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
 
     async def _read_user(self, username: str) -> tuple[auth_pb2.StoredUser, int] | None:
         try:
-            value, meta = await self._etcd.get(self._security.keys.user(username).encode())
+            got = await self._etcd.get(self._security.keys.user(username).encode())
         except RETRYABLE as exc:
             raise error(errors_pb2.CODE_UNAVAILABLE, f"etcd did not answer: {exc}") from None
-        if value is None:
+        if got is None:
             return None
-        return json_format.Parse(value, auth_pb2.StoredUser(), ignore_unknown_fields=True), meta.mod_revision
+        return json_format.Parse(got.value, auth_pb2.StoredUser(), ignore_unknown_fields=True), got.mod_revision
 
     def _not_found(self, username: str):  # type: ignore[no-untyped-def]
         return error(errors_pb2.CODE_USER_NOT_FOUND, f"no user {username[:64]!r}", username=username[:64])

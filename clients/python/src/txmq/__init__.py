@@ -4,6 +4,7 @@
 txmq service), from which they learn where the stores are.
 """
 
+from txmq.access import Policy, User
 from txmq.admin import Admin
 from txmq.consumer import (
     ConsumeFromWhere,
@@ -76,6 +77,7 @@ __all__ = [
     "NotImplementedYetError",
     "PayloadTooLargeError",
     "Perm",
+    "Policy",
     "Producer",
     "PullConsumer",
     "PullResult",
@@ -102,4 +104,5 @@ __all__ = [
     "UnauthenticatedError",
     "UnavailableError",
     "UpstreamTimeoutError",
+    "User",
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TypeVar
 
-from txmq._client import ClientCore, call
+from txmq._client import ClientCore, call, parse_endpoints
 from txmq._convert import (
     consume_offset_from_proto,
     group_config_from_proto,
@@ -22,6 +22,7 @@ from txmq._convert import (
     topic_config_from_proto,
     topic_config_to_proto,
 )
+from txmq.access import Policy, User, acl_to_proto
 from txmq.errors import BadRequestError, NotFoundError, TxmqError, UnavailableError
 from txmq.ids import decode_offset_msg_id
 from txmq.message import MessageExt
@@ -42,7 +43,7 @@ from txmq.models import (
 from txmq.protocol import replica_id_of
 from txmq.signing import Credentials
 from txmq.tls import TlsConfig
-from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
+from txmq.v1 import auth_pb2, auth_pb2_grpc, errors_pb2, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_topic
 
 T = TypeVar("T")
@@ -426,6 +427,83 @@ class Admin:
             response = self._call(store, self._store_stub(store).ListConsumeOffsets, request)
             result.extend(consume_offset_from_proto(store.store_id, o) for o in response.offsets)
         return sorted(result, key=lambda o: (o.group, o.queue))
+
+    # -- users and permissions (clusters with auth_enabled; docs/security.md) -----------
+
+    def create_user(self, username: str, secret_key: str, *, super_user: bool = False) -> User:
+        request = auth_pb2.CreateUserRequest(
+            user=auth_pb2.User(username=username, secret_key=secret_key, super_user=super_user)
+        )
+        return User.from_proto(self._auth(lambda s: s.CreateUser, request).user)
+
+    def update_user(
+        self,
+        username: str,
+        *,
+        secret_key: str | None = None,
+        super_user: bool | None = None,
+        disabled: bool | None = None,
+    ) -> User:
+        """Change what is given; the rest stays (a new secret takes effect at once)."""
+        current = self.get_user(username)
+        user = auth_pb2.User(
+            username=username,
+            secret_key=secret_key or "",
+            super_user=current.super_user if super_user is None else super_user,
+            disabled=current.disabled if disabled is None else disabled,
+        )
+        return User.from_proto(self._auth(lambda s: s.UpdateUser, auth_pb2.UpdateUserRequest(user=user)).user)
+
+    def delete_user(self, username: str) -> None:
+        """Deletes the user and its ACL."""
+        self._auth(lambda s: s.DeleteUser, auth_pb2.DeleteUserRequest(username=username))
+
+    def get_user(self, username: str) -> User:
+        return User.from_proto(self._auth(lambda s: s.GetUser, auth_pb2.GetUserRequest(username=username)).user)
+
+    def list_users(self) -> list[User]:
+        return [User.from_proto(u) for u in self._auth(lambda s: s.ListUsers, auth_pb2.ListUsersRequest()).users]
+
+    def put_acl(self, username: str, policies: Sequence[Policy]) -> list[Policy]:
+        """Replace the user's whole ACL."""
+        acl = acl_to_proto(username, policies)
+        response = self._auth(lambda s: s.PutAcl, auth_pb2.PutAclRequest(acl=acl))
+        return [Policy.from_proto(p) for p in response.acl.policies]
+
+    def get_acl(self, username: str) -> list[Policy]:
+        response = self._auth(lambda s: s.GetAcl, auth_pb2.GetAclRequest(username=username))
+        return [Policy.from_proto(p) for p in response.acl.policies]
+
+    def delete_acl(self, username: str) -> None:
+        self._auth(lambda s: s.DeleteAcl, auth_pb2.DeleteAclRequest(username=username))
+
+    def list_acls(self) -> dict[str, list[Policy]]:
+        response = self._auth(lambda s: s.ListAcls, auth_pb2.ListAclsRequest())
+        return {a.username: [Policy.from_proto(p) for p in a.policies] for a in response.acls}
+
+    def whoami(self) -> dict[str, object]:
+        """Who the cluster takes this client for: username, super_user, authenticated_by."""
+        r = self._auth(lambda s: s.WhoAmI, auth_pb2.WhoAmIRequest())
+        return {
+            "username": r.username,
+            "super_user": r.super_user,
+            "authenticated_by": r.authenticated_by,
+            "auth_enabled": r.auth_enabled,
+        }
+
+    def _auth(self, method: Callable[[auth_pb2_grpc.AuthStub], Callable[..., R]], request: object) -> R:
+        """Any service answers the Auth service: the endpoint's addresses in turn until one
+        answers (only a retriable failure moves on)."""
+        last: TxmqError | None = None
+        for address in parse_endpoints(self.endpoint):
+            try:
+                return call(method(self._core.stub(address, auth_pb2_grpc.AuthStub)), request, timeout=self._timeout)
+            except TxmqError as err:
+                if not err.retriable:
+                    raise
+                last = err
+        assert last is not None
+        raise last
 
     # -- internals ---------------------------------------------------------------------
 
