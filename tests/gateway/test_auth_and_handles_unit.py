@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import sys
 from typing import Any
 
+import grpc
 import pytest
 from support.clock import ManualClock
 
@@ -30,10 +33,11 @@ from txmq_gateway.convert import (
     encode_token,
 )
 from txmq_gateway.producer import ProducerCore
-from txmq_gateway.servicer import MessagingServicer
+from txmq_gateway.service import HeaderEncodingLog
+from txmq_gateway.servicer import MessagingServicer, add_messaging_servicer
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError, shorten
-from txmq_gateway.v2 import Code, pb, svc
+from txmq_gateway.v2 import Code, pb, svc, svc_grpc
 
 KEY = bytes(range(32))
 HANDLE = TransactionHandle("store-0", 123_456, 17, "7F00000100012A9F0000000000000001")
@@ -437,3 +441,57 @@ async def test_a_binary_header_does_not_disturb_a_good_call() -> None:
 async def _nothing() -> Any:
     return
     yield
+
+
+# -- no traceback per call in the log ------------------------------------------------------------
+
+
+def grpc_record(msg: str, *args: object) -> logging.LogRecord:
+    try:
+        b"\xff".decode()
+    except UnicodeDecodeError:
+        exc_info = sys.exc_info()
+    return logging.LogRecord("grpc._cython.cygrpc", logging.ERROR, "cygrpc", 1, msg, args, exc_info)
+
+
+def test_grpc_header_decoding_errors_become_one_warning_a_minute() -> None:
+    now = [0.0]
+    quiet = HeaderEncodingLog(every_s=60.0, clock=lambda: now[0])
+    first = grpc_record("Invalid encoding on %s", b"\xff\xfe secret-ish value")
+    assert quiet.filter(first)
+    assert first.levelno == logging.WARNING and first.exc_info is None
+    assert "\\xff" not in first.getMessage() and "secret-ish" not in first.getMessage()
+    for _ in range(5):
+        assert not quiet.filter(grpc_record("Invalid encoding on %s", b"\xff"))
+    now[0] = 60.0
+    again = grpc_record("Invalid encoding on %s", b"\xff")
+    assert quiet.filter(again) and "5 more" in again.getMessage()
+    other = grpc_record("Unexpected [%s] raised", "X")
+    assert quiet.filter(other) and other.levelno == logging.ERROR  # anything else untouched
+
+
+async def test_rpcs_not_served_are_unimplemented_without_an_error_logged(caplog: pytest.LogCaptureFixture) -> None:
+    rpc, _ = servicer(Authenticator(None))
+    server = grpc.aio.server()
+    add_messaging_servicer(server, rpc)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = svc_grpc.MessagingServiceStub(channel)
+            calls = [
+                lambda: stub.UpdateOffset(svc.UpdateOffsetRequest(), timeout=5),
+                lambda: stub.RecallMessage(svc.RecallMessageRequest(), timeout=5),
+                lambda: stub.SyncLiteSubscription(svc.SyncLiteSubscriptionRequest(), timeout=5),
+            ]
+            for call in calls:
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await call()
+                assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                [_ async for _ in stub.PullMessage(svc.PullMessageRequest(), timeout=5)]
+            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            assert "does not serve PullMessage" in (info.value.details() or "")
+    finally:
+        await server.stop(0)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
+from collections.abc import Callable
 
 import grpc
 
@@ -26,6 +28,9 @@ from txmq_runtime.server import ServiceContext, ServiceParts, StartupFailed
 from txmq_runtime.tls import TlsError, read_pem
 
 log = logging.getLogger("txmq.gateway.service")
+
+#: gRPC's own logger: it logs a text header value that is not UTF-8 ("Invalid encoding on").
+GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
 
 # How long start-up waits for the first read of the consumer-group owners in etcd.
 OWNERSHIP_STARTUP_TIMEOUT_S = 30.0
@@ -49,6 +54,42 @@ def serve_tls(server: grpc.aio.Server, settings: GatewaySettings, address: str) 
     return f"{host}:{port}"
 
 
+class HeaderEncodingLog(logging.Filter):
+    """gRPC reads a text header value that is not UTF-8 as latin-1, and logs the
+    UnicodeDecodeError with a traceback each time (``Invalid encoding on <value>``): a
+    client could fill the disk. The gateway refuses such values where it reads them
+    (``auth.header_text``: a typed status). This turns those records into one WARNING a
+    minute at most, without the traceback or the value, counting the rest."""
+
+    def __init__(self, *, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._every_s = every_s
+        self._clock = clock
+        self._last: float | None = None
+        self._quiet = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (isinstance(record.msg, str) and record.msg.startswith("Invalid encoding on")):
+            return True
+        now = self._clock()
+        if self._last is not None and now - self._last < self._every_s:
+            self._quiet += 1
+            return False
+        record.msg = "a text header value that is not UTF-8 reached the gateway (refused where it is read)%s"
+        record.args = (f"; {self._quiet} more since the last such line" if self._quiet else "",)
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        self._last, self._quiet = now, 0
+        return True
+
+
+def quiet_header_encoding_log() -> None:
+    """Put HeaderEncodingLog on gRPC's logger (once per process)."""
+    grpc_log = logging.getLogger(GRPC_CORE_LOGGER)
+    if not any(isinstance(f, HeaderEncodingLog) for f in grpc_log.filters):
+        grpc_log.addFilter(HeaderEncodingLog())
+
+
 async def handle_signer(ctx: ServiceContext[GatewaySettings]) -> HandleSigner:
     """The signer of transaction handles, keyed by the cluster's secret in etcd (made by
     the first gateway that starts): a handle one gateway issued is accepted by all."""
@@ -64,6 +105,7 @@ async def handle_signer(ctx: ServiceContext[GatewaySettings]) -> HandleSigner:
 
 async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
     settings = ctx.settings
+    quiet_header_encoding_log()
     handles = await handle_signer(ctx)
     backend = Backend(ctx.cluster, timeout_ms=settings.backend_rpc_timeout_ms)
     # The id the runtime registers this instance under (named here: group owners in etcd

@@ -5,8 +5,9 @@ does): authentication first, then the core, whose GatewayError / TxmqError becom
 status. GetOffset (a group's committed offset of a queue) and QueryOffset (a queue's first
 or last offset, or the first stored at a time) read the store, for lag monitors such as
 KEDA (RocketMQ's proxy answers them UNIMPLEMENTED, #10434). RPCs txmq does not serve
-(PullMessage, UpdateOffset, RecallMessage, SyncLiteSubscription) keep the base class's
-gRPC UNIMPLEMENTED.
+(PullMessage, UpdateOffset, RecallMessage, SyncLiteSubscription) answer gRPC
+UNIMPLEMENTED (the generated base class does too, but by raising NotImplementedError,
+which gRPC logs with a traceback on every call).
 """
 
 from __future__ import annotations
@@ -450,6 +451,24 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             return svc.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
         return await self._answer(context, lambda s: svc.ForwardMessageToDeadLetterQueueResponse(status=s), work)
+
+    # -- not served ----------------------------------------------------------------------
+
+    async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        await _unimplemented(context, "PullMessage", "use ReceiveMessage (SimpleConsumer / PushConsumer)")
+
+    async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unimplemented(context, "UpdateOffset", "the owning gateway keeps the group's offsets")
+
+    async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unimplemented(context, "RecallMessage", "txmq has no delay messages to recall")
+
+    async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await _unimplemented(context, "SyncLiteSubscription", "txmq has no lite topics")
+
+
+async def _unimplemented(context: grpc.aio.ServicerContext, method: str, why: str) -> None:
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"txmq's gateway does not serve {method}: {why}")
 
 
 def add_messaging_servicer(server: grpc.aio.Server, servicer: MessagingServicer) -> str:
