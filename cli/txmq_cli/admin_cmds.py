@@ -24,9 +24,9 @@ import click
 from txmq import Admin, ConsumeOffset, Message, MessageExt, NotFoundError, Perm, Producer, TxmqError
 from txmq.models import READ_WRITE
 from txmq.v1 import errors_pb2
+from txmq_cli.credentials import client_options
 from txmq_cli.failures import fail
 from txmq_cli.options import option
-from txmq_cli.tls import client_tls
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -168,7 +168,7 @@ def store_group() -> None:
 @_admin_command
 def store_group_status(store_id: str | None, endpoint: str, output: str) -> None:
     """Leader, epoch, in-sync set, and each replica's log end, high watermark and lag."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         groups = admin.store_group_status(store_id=store_id)
     if output == "json":
         _emit_table(groups, (), output)
@@ -238,7 +238,7 @@ def topic_create(
     output: str,
 ) -> None:
     """Create topic NAME on every store (queue counts default to the store's)."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         config = admin.create_topic(
             name,
             read_queue_nums=read_queue_nums,
@@ -266,7 +266,7 @@ def topic_update(
     output: str,
 ) -> None:
     """Change the given settings of topic NAME; --attr replaces all attributes."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         config = admin.update_topic(
             name,
             read_queue_nums=read_queue_nums,
@@ -283,7 +283,7 @@ def topic_update(
 @_admin_command
 def topic_list(system: bool, endpoint: str, output: str) -> None:
     """Topics of every store."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         topics = admin.list_topics(include_system=system)
     _emit_table(
         topics,
@@ -303,7 +303,7 @@ def topic_list(system: bool, endpoint: str, output: str) -> None:
 @_admin_command
 def topic_get(name: str, endpoint: str, output: str) -> None:
     """Topic NAME's configuration and the stores serving it."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         config = admin.get_topic(name)
         route = admin.topic_route(name)
     if output == "json":
@@ -332,7 +332,7 @@ def topic_get(name: str, endpoint: str, output: str) -> None:
 @_admin_command
 def topic_delete(name: str, store_id: str | None, endpoint: str, output: str) -> None:
     """Delete topic NAME."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         admin.delete_topic(name, store_id=store_id)
     click.echo(json.dumps({"deleted": name}) if output == "json" else f"deleted topic {name}")
 
@@ -366,7 +366,7 @@ def group_create(
     output: str,
 ) -> None:
     """Create subscription group NAME on every store."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         config = admin.create_subscription_group(
             name,
             consume_enable=not consume_disable,
@@ -383,7 +383,7 @@ def group_create(
 @_admin_command
 def group_list(endpoint: str, output: str) -> None:
     """Subscription groups of every store."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         groups = admin.list_subscription_groups()
     _emit_table(
         groups,
@@ -403,7 +403,7 @@ def group_list(endpoint: str, output: str) -> None:
 @_admin_command
 def group_get(name: str, endpoint: str, output: str) -> None:
     """Subscription group NAME."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         config = admin.get_subscription_group(name)
     _emit(config, output)
 
@@ -414,7 +414,7 @@ def group_get(name: str, endpoint: str, output: str) -> None:
 @_admin_command
 def group_delete(name: str, store_id: str | None, endpoint: str, output: str) -> None:
     """Delete subscription group NAME."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         admin.delete_subscription_group(name, store_id=store_id)
     click.echo(json.dumps({"deleted": name}) if output == "json" else f"deleted group {name}")
 
@@ -455,7 +455,7 @@ def send(
     msg = Message(
         topic_name, data, tags=tag, keys=keys, properties=_pairs(properties, what="--property"), queue_id=queue_id
     )
-    with Producer(group, endpoint, send_timeout=timeout, tls=client_tls()) as producer:
+    with Producer(group, endpoint, send_timeout=timeout, **client_options()) as producer:
         result = producer.send(msg)
     _emit(result, output)
 
@@ -470,7 +470,7 @@ def message() -> None:
 @_admin_command
 def message_view(offset_msg_id: str, endpoint: str, output: str) -> None:
     """The message with OFFSET_MSG_ID (as a send prints it)."""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         found = admin.view_message(offset_msg_id)
     _emit(found, output)
 
@@ -489,7 +489,7 @@ def message_query(
         raise click.UsageError("give exactly one of --key and --unique-id")
     if key is not None and topic_name is None:
         raise click.UsageError("--key needs --topic")
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         if key is not None and topic_name is not None:
             found = admin.query_messages_by_key(topic_name, key, max_results=max_results)
         else:
@@ -539,7 +539,7 @@ def no_offsets_reason(admin: Admin, group: str, topic: str | None) -> str:
 def offsets(topic_name: str, group: str | None, endpoint: str, output: str) -> None:
     """Min/max offset of every queue of TOPIC (or a group's progress on it)."""
     empty_reason = ""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         if group is None:
             rows: Sequence[Any] = admin.queue_offsets(topic_name)
             columns: Columns = [

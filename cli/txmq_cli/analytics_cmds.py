@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import click
 
+from txmq_cli.credentials import client_options
 from txmq_cli.options import option
-from txmq_cli.tls import client_tls
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 _MISSING = "the analytics dependencies are not installed: pip install -e '.[analytics]' (pyspark, pyarrow, matplotlib)"
@@ -107,7 +107,7 @@ def export(
     try:
         export_from_endpoint(
             endpoint, output_dir, stores=stores, count=count, interval_s=interval_s,
-            retention_ms=int(retention_hours * 3600 * 1000), on_result=show, tls=client_tls(),
+            retention_ms=int(retention_hours * 3600 * 1000), on_result=show, **client_options(),
         )  # fmt: skip
     except TxmqError as err:
         click.echo(f"error: {err}", err=True)

@@ -23,8 +23,8 @@ from txmq import Admin, ExpressionType, MessageExt, MessageQueue, PullConsumer, 
 from txmq._backoff import Backoff
 from txmq._failures import retriable
 from txmq_cli.admin_cmds import _admin_command, _emit_table, _jsonable, _short, _text, _time, no_offsets_reason
+from txmq_cli.credentials import client_options
 from txmq_cli.options import option
-from txmq_cli.tls import client_tls
 
 DEFAULT_PULL_GROUP = "TXMQ_CLI_CONSUMER"
 DEFAULT_TAIL_GROUP = "TXMQ_CLI_TAIL"
@@ -107,7 +107,7 @@ def pull(
     """Pull once from queue --queue-id of TOPIC at --offset; prints the status, the next
     offset and the messages. Commits nothing."""
     expression, expression_type = _filter(tag_expr, sql)
-    with PullConsumer(group, endpoint, tls=client_tls()) as consumer:
+    with PullConsumer(group, endpoint, **client_options()) as consumer:
         mq = _find_queue(consumer, topic_name, queue_id, store_id)
         result = consumer.pull(
             mq,
@@ -153,7 +153,7 @@ def tail(
     """Print TOPIC's messages as they arrive, from every queue (long polling), until
     Ctrl-C or --count. Commits nothing."""
     expression, expression_type = _filter(tag_expr, sql)
-    consumer = PullConsumer(group, endpoint, suspend_timeout=_TAIL_SUSPEND_S, tls=client_tls())
+    consumer = PullConsumer(group, endpoint, suspend_timeout=_TAIL_SUSPEND_S, **client_options())
     consumer.start()
     stop = threading.Event()
     arrived: queue.Queue[MessageExt] = queue.Queue()
@@ -258,7 +258,7 @@ def lag(group_name: str, topic_name: str | None, endpoint: str, output: str) -> 
     (all its topics, or --topic), and the total lag. Queues the group never committed
     on are not listed."""
     empty_reason = ""
-    with Admin(endpoint, tls=client_tls()) as admin:
+    with Admin(endpoint, **client_options()) as admin:
         rows = admin.consume_offsets(group_name, topic_name)
         if not rows:
             empty_reason = no_offsets_reason(admin, group_name, topic_name)

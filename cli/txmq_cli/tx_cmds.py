@@ -14,9 +14,9 @@ from txmq._client import ClientCore, call
 from txmq.errors import NotFoundError
 from txmq.transaction import resume_transaction
 from txmq.v1 import errors_pb2, txcheck_pb2, txcheck_pb2_grpc
+from txmq_cli.credentials import client_options
 from txmq_cli.failures import fail
 from txmq_cli.options import option
-from txmq_cli.tls import client_tls
 
 DEFAULT_ENDPOINT = "127.0.0.1:10911"
 
@@ -43,7 +43,7 @@ def transaction() -> None:
 @option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def show(transaction_id: str, endpoint: str, output: str) -> None:
     """A transaction's state and timeline."""
-    core = ClientCore(endpoint, route_refresh_interval=30, tls=client_tls())
+    core = ClientCore(endpoint, route_refresh_interval=30, **client_options())
     try:
         addresses = [e.address for e in core.routes.endpoints(ServiceKind.TXCHECK, timeout=5)]
         if not addresses:
@@ -78,7 +78,7 @@ def show(transaction_id: str, endpoint: str, output: str) -> None:
 @option("--store-id", default="", help="The store holding it (default: every store that has it).")
 def resume(transaction_id: str, endpoint: str, store_id: str) -> None:
     """Check a transaction discarded to TRANS_CHECK_MAX_TIME_TOPIC again (count reset)."""
-    core = ClientCore(endpoint, route_refresh_interval=30, tls=client_tls())
+    core = ClientCore(endpoint, route_refresh_interval=30, **client_options())
     try:
         half = resume_transaction(core, transaction_id, store_id=store_id, timeout=10)
     except TxmqError as err:

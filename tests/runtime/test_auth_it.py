@@ -332,3 +332,43 @@ def test_users_and_acls_through_the_admin_api(cluster: Cluster) -> None:
         logged = "\n".join(line for line in text.splitlines() if not line.startswith("--- "))
         assert "carol-secret-1" not in logged and SERVICE_SECRET not in logged
         assert "Traceback" not in logged
+
+
+def test_the_cli_manages_users_and_acls(cluster: Cluster) -> None:
+    from click.testing import CliRunner
+
+    from txmq_cli.main import cli
+
+    runner = CliRunner()
+    root_env = {
+        "TXMQ_ACCESS_KEY": SERVICE_KEY,
+        "TXMQ_SECRET_KEY": SERVICE_SECRET,
+        "TXMQ_ENDPOINT": cluster.addresses["store"],
+    }
+
+    def txmq(*args: str, env: dict[str, str] = root_env) -> str:
+        result = runner.invoke(cli, list(args), env=env, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert txmq("whoami").strip() == f"{SERVICE_KEY} (super user), by signature"
+    txmq("user", "create", "dave", "--secret-key", "dave-secret-1")
+    txmq("acl", "allow", "dave", "Topic:Dave*", "Pub", "Create", "--source", "127.0.0.0/8")
+    txmq("acl", "deny", "dave", "Topic:DaveSecret", "All")
+    assert txmq("acl", "show", "dave").splitlines() == [
+        "dave:",
+        "  Allow Topic:Dave* Pub,Create from 127.0.0.0/8",
+        "  Deny Topic:DaveSecret All",
+    ]
+    dave_env = {**root_env, "TXMQ_ACCESS_KEY": "dave", "TXMQ_SECRET_KEY": "dave-secret-1"}
+    assert txmq("whoami", env=dave_env).strip() == "dave, by signature"
+    txmq("topic", "create", "DaveOrders", env=dave_env)
+    refused = runner.invoke(cli, ["topic", "create", "DaveSecret"], env=dave_env)
+    assert refused.exit_code == 1 and "ACCESS_DENIED" in refused.output and "Traceback" not in refused.output
+    anonymous = runner.invoke(cli, ["topic", "list"], env={"TXMQ_ENDPOINT": cluster.addresses["store"]})
+    assert anonymous.exit_code == 1 and "UNAUTHENTICATED" in anonymous.output
+    txmq("acl", "remove", "dave", "Topic:DaveSecret")
+    assert "DaveSecret" not in txmq("acl", "list")
+    assert "dave" in txmq("user", "list")
+    txmq("user", "delete", "dave")
+    assert "dave" not in txmq("user", "list")

@@ -1,0 +1,203 @@
+"""``txmq user``, ``txmq acl``, ``txmq whoami``: users and their permissions on a cluster
+with auth on (docs/security.md). Every command calls as the global --access-key (a super
+user for user and ACL changes)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import click
+
+from txmq import Admin, Policy
+from txmq.access import ACTIONS
+from txmq_cli.admin_cmds import _admin_command
+from txmq_cli.credentials import client_options
+from txmq_cli.options import option
+
+
+def _admin(endpoint: str) -> Admin:
+    return Admin(endpoint, **client_options())  # type: ignore[arg-type]
+
+
+@click.group()
+def user() -> None:
+    """Users: an access key (the username) and a secret key; super users pass every check."""
+
+
+@user.command("create")
+@click.argument("username")
+@option(
+    "--secret-key",
+    prompt=True,
+    hide_input=True,
+    confirmation_prompt=True,
+    envvar="TXMQ_NEW_SECRET_KEY",
+    help="The user's secret key, 8..128 characters (asked for when not given; env TXMQ_NEW_SECRET_KEY).",
+)
+@option("--super", "super_user", is_flag=True, help="A super user: passes every permission check.")
+@_admin_command
+def user_create(username: str, secret_key: str, super_user: bool, endpoint: str, output: str) -> None:
+    """Create USERNAME (no permissions until `txmq acl allow`)."""
+    with _admin(endpoint) as admin:
+        created = admin.create_user(username, secret_key, super_user=super_user)
+    _emit_users([created], output)
+
+
+@user.command("update")
+@click.argument("username")
+@option("--secret-key", envvar="TXMQ_NEW_SECRET_KEY", help="A new secret key (env TXMQ_NEW_SECRET_KEY).")
+@option("--super/--no-super", "super_user", default=None, help="Make or unmake a super user.")
+@option("--disable/--enable", "disabled", default=None, help="A disabled user is refused at once.")
+@_admin_command
+def user_update(
+    username: str, secret_key: str | None, super_user: bool | None, disabled: bool | None, endpoint: str, output: str
+) -> None:
+    """Change USERNAME's secret key, super-user flag or state."""
+    with _admin(endpoint) as admin:
+        updated = admin.update_user(username, secret_key=secret_key, super_user=super_user, disabled=disabled)
+    _emit_users([updated], output)
+
+
+@user.command("delete")
+@click.argument("username")
+@_admin_command
+def user_delete(username: str, endpoint: str, output: str) -> None:
+    """Delete USERNAME and its ACL."""
+    with _admin(endpoint) as admin:
+        admin.delete_user(username)
+    click.echo(f"deleted user {username}")
+
+
+@user.command("list")
+@_admin_command
+def user_list(endpoint: str, output: str) -> None:
+    """Every user (never a secret)."""
+    with _admin(endpoint) as admin:
+        users = admin.list_users()
+    _emit_users(users, output)
+
+
+def _emit_users(users: Sequence[object], output: str) -> None:
+    rows = [
+        {"username": u.username, "super_user": u.super_user, "disabled": u.disabled}  # type: ignore[attr-defined]
+        for u in users
+    ]
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        flags = [f for f, on in (("super", r["super_user"]), ("disabled", r["disabled"])) if on]
+        click.echo(f"{r['username']}{'  (' + ', '.join(flags) + ')' if flags else ''}")
+
+
+@click.group()
+def acl() -> None:
+    """Permissions (RocketMQ ACL 2.0): Allow/Deny actions on Cluster, Topic:<name>, Group:<name>
+    (a trailing * for a prefix, Topic:* / Group:* / * for any); deny wins; nothing allowed is denied."""
+
+
+_ACTIONS_HELP = f"ACTIONS: some of {', '.join(ACTIONS)}."
+
+
+def _change(username: str, endpoint: str, output: str, change) -> None:  # type: ignore[no-untyped-def]
+    with _admin(endpoint) as admin:
+        policies = change(admin.get_acl(username))
+        stored = admin.put_acl(username, policies)
+    _emit_policies(username, stored, output)
+
+
+@acl.command("allow")
+@click.argument("username")
+@click.argument("resource")
+@click.argument("actions", nargs=-1, required=True)
+@option("--source", "sources", multiple=True, help="Only from this address or network (CIDR); repeatable.")
+@_admin_command
+def acl_allow(
+    username: str, resource: str, actions: tuple[str, ...], sources: tuple[str, ...], endpoint: str, output: str
+) -> None:
+    """Allow USERNAME ACTIONS on RESOURCE (replaces an earlier rule on the same RESOURCE)."""
+    rule = Policy(resource, actions, True, sources)
+    _change(username, endpoint, output, lambda ps: [p for p in ps if p.resource != resource] + [rule])
+
+
+acl_allow.help = f"{acl_allow.help} {_ACTIONS_HELP}"
+
+
+@acl.command("deny")
+@click.argument("username")
+@click.argument("resource")
+@click.argument("actions", nargs=-1, required=True)
+@option("--source", "sources", multiple=True, help="Only from this address or network (CIDR); repeatable.")
+@_admin_command
+def acl_deny(
+    username: str, resource: str, actions: tuple[str, ...], sources: tuple[str, ...], endpoint: str, output: str
+) -> None:
+    """Deny USERNAME ACTIONS on RESOURCE, whatever else allows them."""
+    rule = Policy(resource, actions, False, sources)
+    _change(username, endpoint, output, lambda ps: [p for p in ps if p.resource != resource] + [rule])
+
+
+@acl.command("remove")
+@click.argument("username")
+@click.argument("resource")
+@_admin_command
+def acl_remove(username: str, resource: str, endpoint: str, output: str) -> None:
+    """Remove USERNAME's rule on RESOURCE."""
+    _change(username, endpoint, output, lambda ps: [p for p in ps if p.resource != resource])
+
+
+@acl.command("show")
+@click.argument("username")
+@_admin_command
+def acl_show(username: str, endpoint: str, output: str) -> None:
+    """USERNAME's rules."""
+    with _admin(endpoint) as admin:
+        policies = admin.get_acl(username)
+    _emit_policies(username, policies, output)
+
+
+@acl.command("list")
+@_admin_command
+def acl_list(endpoint: str, output: str) -> None:
+    """Every user's rules."""
+    with _admin(endpoint) as admin:
+        acls = admin.list_acls()
+    if output == "json":
+        click.echo(json.dumps({u: [_policy_dict(p) for p in ps] for u, ps in acls.items()}, indent=2))
+        return
+    for username, policies in acls.items():
+        _emit_policies(username, policies, output)
+
+
+def _policy_dict(p: Policy) -> dict[str, object]:
+    return {"resource": p.resource, "actions": list(p.actions), "allow": p.allow, "source_ips": list(p.source_ips)}
+
+
+def _emit_policies(username: str, policies: Sequence[Policy], output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps({"username": username, "policies": [_policy_dict(p) for p in policies]}, indent=2))
+        return
+    click.echo(f"{username}:" + ("" if policies else " (no rules: every call denied)"))
+    for p in policies:
+        click.echo(f"  {p}")
+
+
+@click.command()
+@_admin_command
+def whoami(endpoint: str, output: str) -> None:
+    """Who the cluster takes these credentials for."""
+    with _admin(endpoint) as admin:
+        me = admin.whoami()
+    if output == "json":
+        click.echo(json.dumps(me, indent=2))
+    elif not me["username"]:
+        click.echo("anonymous")
+    else:
+        click.echo(f"{me['username']}{' (super user)' if me['super_user'] else ''}, by {me['authenticated_by']}")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(user)
+    group.add_command(acl)
+    group.add_command(whoami)
