@@ -12,3 +12,5 @@ rm -f "$out"/txmq/v1/*_pb2*.py "$out"/txmq/v1/*_pb2*.pyi
   --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" \
   "$root"/protos/txmq/v1/*.proto
 touch "$out/txmq/v1/__init__.py"
+# The access table beside STATUS_CODES.md, from the (txmq.v1.access) options just compiled.
+PYTHONPATH="$out${PYTHONPATH:+:$PYTHONPATH}" "$py" "$root/scripts/access_table.py"
