@@ -1035,12 +1035,16 @@ class MessageStore:
         """RocketMQ's getMessage: status and next offset rules of seed 004. ``raw``: the
         result holds the records as stored (``records``), decoded only as far as an SQL92
         filter must read them, instead of decoded messages."""
+        cfg = self._topics.get(topic)
+        if cfg is None:
+            # Unknown: a status (NO_MATCHED_LOGIC_QUEUE, as RocketMQ's store), unless the
+            # name itself is illegal (empty, bad characters): ILLEGAL_TOPIC.
+            check_topic_name(topic)
         if offset < 0:
             raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
         if max_messages < 0:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"max_messages {max_messages} is negative")
         max_messages = max_messages or DEFAULT_MAX_MESSAGES
-        cfg = self._topics.get(topic)
         if queue_id < 0 or (cfg is not None and queue_id >= cfg.read_queue_nums):
             raise error(
                 errors_pb2.CODE_ILLEGAL_QUEUE_ID,
@@ -1211,6 +1215,8 @@ class MessageStore:
         if bool(key) == bool(unique_id):
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "query by exactly one of key and unique id")
         if key:
+            if not topic:
+                raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "a query by key needs a topic")
             check_topic_name(topic)
         if max_results < 0:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"max_results {max_results} is negative")
@@ -1387,6 +1393,8 @@ class MessageStore:
         """The committed offset, or None when the group never committed one."""
         check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         check_topic_name(topic)
+        if queue_id < 0:
+            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"queue id {queue_id} is negative", queue_id=str(queue_id))
         committed = self._offsets.query(group, topic, queue_id)
         return None if committed is None else committed.offset
 
@@ -1410,6 +1418,7 @@ class MessageStore:
     def get_topic(self, name: str) -> TopicConfig:
         cfg = self._topics.get(name)
         if cfg is None:
+            check_topic_name(name)  # an illegal name is ILLEGAL_TOPIC, not "not found"
             raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {name}", topic=name)
         return cfg
 
@@ -1482,6 +1491,7 @@ class MessageStore:
     def get_subscription_group(self, name: str) -> SubscriptionGroupConfig:
         cfg = self._groups.get(name)
         if cfg is None:
+            check_group_name(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
             raise _not_found(errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {name}", group=name)
         return cfg
 
