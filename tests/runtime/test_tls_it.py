@@ -21,7 +21,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support import EtcdServer, ServiceFactory, ServiceProcess
-from support.certs import TlsFiles, service_tls_args, tls_files
+from support.certs import TlsFiles, service_tls_args, tls_files, write_certificates
 from support.topics import consume_all
 
 from txmq import (
@@ -219,3 +219,28 @@ def test_gateway_under_mutual_tls_keeps_its_v2_tls_port(cluster: TlsCluster, tmp
     with PullConsumer(GROUP, cluster.pull.address, tls=cluster.tls) as consumer:
         bodies = {m.body for m in consume_all(consumer, TOPIC)}
     assert {b"gateway-over-tls-0", b"gateway-over-tls-1"} <= bodies
+
+
+def test_a_server_name_stands_in_for_addresses_no_certificate_names(
+    service_factory: ServiceFactory, tmp_path: Path
+) -> None:
+    """A certificate naming only txmq.internal (as one for pods dialled by their IPs):
+    tls_server_name lets the services check each other against that name, and the SDK's
+    TlsConfig(server_name=...) does the same; without it the host dialled must match."""
+
+    files = write_certificates(tmp_path / "certs", hosts=["txmq.internal"], days=1)
+    args = [*service_tls_args(files), "--tls_server_name", "txmq.internal"]
+    store = service_factory.store(*args)
+    pull = service_factory.start("pull", *args)
+    tls = TlsConfig(ca_file=files.ca, cert_file=files.cert, key_file=files.key, server_name="txmq.internal")
+    with Admin(store.address, tls=tls) as admin:
+        admin.create_topic("ServerNameTopic", read_queue_nums=1, write_queue_nums=1)
+        admin.create_subscription_group(GROUP)
+    with Producer("server-name-producer", store.address, tls=tls) as producer:
+        producer.send(Message("ServerNameTopic", b"checked-by-name"))
+    with PullConsumer(GROUP, pull.address, tls=tls) as consumer:  # pull -> store: checked against the name
+        assert [m.body for m in consume_all(consumer, "ServerNameTopic")] == [b"checked-by-name"]
+    unnamed = TlsConfig(ca_file=files.ca, cert_file=files.cert, key_file=files.key)
+    with Admin(store.address, timeout=2, tls=unnamed) as admin, pytest.raises(TxmqError) as info:
+        admin.list_topics()  # 127.0.0.1 is not in the certificate
+    assert info.value.unreachable

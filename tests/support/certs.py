@@ -14,7 +14,16 @@ from pathlib import Path
 from txmq_cli.certs import Authority, TlsFiles, cert_pem, key_pem, write_certificates
 from txmq_cli.cluster import tls_args as service_tls_args
 
-__all__ = ["LOOPBACK", "Authority", "TlsFiles", "cert_pem", "key_pem", "service_tls_args", "tls_files"]
+__all__ = [
+    "LOOPBACK",
+    "Authority",
+    "TlsFiles",
+    "cert_pem",
+    "key_pem",
+    "service_tls_args",
+    "tls_files",
+    "write_certificates",
+]
 
 #: The names the tests dial services by.
 LOOPBACK = ("localhost", "127.0.0.1")

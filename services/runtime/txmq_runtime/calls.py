@@ -32,13 +32,17 @@ def channel_options() -> tuple[tuple[str, int], ...]:
 
 def internal_channel(address: str) -> grpc.aio.Channel:
     """An asyncio channel to another txmq service at ``address``, with ``channel_options``:
-    TLS, with this service's certificate as the client certificate, when the process's
-    ``tls_mode`` is not disabled (txmq_runtime.tls), else plaintext."""
+    TLS, with this service's certificate as the client certificate (the callee checked
+    against ``tls_server_name`` if set), when the process's ``tls_mode`` is not disabled
+    (txmq_runtime.tls), else plaintext."""
     material = tls.current()
     if material is None:
         return grpc.aio.insecure_channel(address, options=channel_options(), interceptors=_signing)
     return grpc.aio.secure_channel(
-        address, material.channel_credentials(), options=channel_options(), interceptors=_signing
+        address,
+        material.channel_credentials(),
+        options=(*channel_options(), *material.channel_options()),
+        interceptors=_signing,
     )
 
 

@@ -115,6 +115,11 @@ class ServiceSettings(BaseSettings):
         "none",
         description="require: clients of the TLS port must present a certificate signed by tls_ca_file (mutual TLS).",
     )
+    tls_server_name: str = Field(
+        "",
+        description="Name the certificates of the services this one dials are checked against instead of the host "
+        "dialled (for addresses such as pod IPs that no certificate names); empty: the host dialled.",
+    )
     plaintext_port: int = Field(
         -1,
         ge=-1,

@@ -12,7 +12,9 @@ A service's ``tls_mode`` (ServiceSettings) decides its own port:
 signed by ``tls_ca_file``. Whenever the mode is not ``disabled``, the calls this process
 makes to other txmq services (``txmq_runtime.calls.internal_channel``) use TLS too: they
 verify the callee against ``tls_ca_file`` and present the service's own certificate as
-their client certificate. ``run_service`` loads the files once at start-up
+their client certificate; ``tls_server_name`` (if set) is the name they check the
+callee's certificate against instead of the host dialled (pods advertised by IP address,
+one certificate naming the cluster). ``run_service`` loads the files once at start-up
 (``TlsMaterial.load``: an unreadable or non-PEM file is one clear line) and calls
 ``configure``, as it does for keepalive. Rotating a certificate means restarting the
 service: the files are not read again.
@@ -49,6 +51,8 @@ class TlsSettings(Protocol):
     def tls_ca_file(self) -> str: ...
     @property
     def tls_client_auth(self) -> str: ...
+    @property
+    def tls_server_name(self) -> str: ...
 
 
 def read_pem(path: str, *, setting: str, kind: str) -> bytes:
@@ -73,6 +77,8 @@ class TlsMaterial:
     key: bytes
     ca: bytes | None
     client_auth: bool = False
+    #: The name the services this process dials are checked against ("": the host dialled).
+    server_name: str = ""
 
     @classmethod
     def load(cls, settings: TlsSettings) -> TlsMaterial | None:
@@ -86,6 +92,7 @@ class TlsMaterial:
             if settings.tls_ca_file
             else None,
             client_auth=settings.tls_client_auth == REQUIRE,
+            server_name=settings.tls_server_name,
         )
 
     def server_credentials(self) -> grpc.ServerCredentials:
@@ -96,6 +103,10 @@ class TlsMaterial:
             root_certificates=self.ca if self.client_auth else None,
             require_client_auth=self.client_auth,
         )
+
+    def channel_options(self) -> tuple[tuple[str, str], ...]:
+        """Extra options of a channel to another txmq service: the server name, if set."""
+        return (("grpc.ssl_target_name_override", self.server_name),) if self.server_name else ()
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """Credentials of a channel to another txmq service: the CA verifies it, and this
