@@ -87,6 +87,7 @@ from txmq.v1 import errors_pb2
 FUZZED_PACKAGES = ("txmq.v1", "apache.rocketmq.v2")
 ERROR_DETAIL_KEY = "txmq-error-bin"  # protos/STATUS_CODES.md
 V2_STATUS = "apache.rocketmq.v2.Status"
+ERROR_DETAIL = "txmq.v1.ErrorDetail"
 V2 = v2_definition.Code
 V2_UNTYPED = frozenset({V2.INTERNAL_ERROR, V2.INTERNAL_SERVER_ERROR})
 UNTYPED_GRPC = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
@@ -95,7 +96,7 @@ TRANSPORT_SIGNS = ("Stream removed", "RST_STREAM", "Socket closed", "Connection 
 
 UNARY_DEADLINE_S = 2.0
 STREAM_WINDOW_S = 1.0
-ACCESS_KEY, SECRET_KEY = "fuzz-ak", "fuzz-sk"
+ACCESS_KEY, SECRET_KEY = "fuzz-ak", "fuzz-secret-key-0123456789"  # >= 16 chars: auth_secret_key
 TOPIC, GROUP, PRODUCER_GROUP, CLIENT_ID = "fuzz-topic", "fuzz-group", "fuzz-producer", "fuzz-client"
 DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 MB = 1024 * 1024
@@ -281,6 +282,9 @@ class Names:
     store_id: str = "store-0"
     access_key: str = ACCESS_KEY
     secret_key: str = SECRET_KEY
+    #: The cluster runs with auth_enabled: every call is signed, and txmq targets get
+    #: hostile metadata too.
+    auth: bool = False
 
 
 class Generator:
@@ -324,7 +328,8 @@ class Generator:
     def case(self, index: int, target: Target) -> Case:
         rng = self.rng
         weights = dict(CLASS_WEIGHTS)
-        if target.v2:
+        signed = target.v2 or self.names.auth
+        if signed:
             weights["metadata"] = METADATA_WEIGHT
         input_class = rng.choices(list(weights), weights=list(weights.values()))[0]
         self._method = target.method.name
@@ -340,7 +345,7 @@ class Generator:
         case = Case(index, target, input_class, payloads, "; ".join(dict.fromkeys(whats)))
         if target.method.client_streaming:
             case.stream_end = rng.choice(("half_close", "hang_up"))
-        if target.v2:
+        if signed:
             self.metadata(case, hostile=input_class == "metadata", well_formed=well_formed)
         return case
 
@@ -769,6 +774,7 @@ class Verdict:
     verdict: str
     status: str  # gRPC status name, with the txmq or v2 code
     message: str = ""
+    code: int | None = None  # the txmq ErrorDetail code, when there is one
 
 
 def error_detail(trailers: Sequence[tuple[str, str | bytes]] | None) -> errors_pb2.ErrorDetail | None:
@@ -803,7 +809,8 @@ def classify_status(
         status = (
             f"{name}/{errors_pb2.Code.Name(detail.code) if detail.code in errors_pb2.Code.values() else detail.code}"
         )
-        return Verdict("untyped" if code in UNTYPED_GRPC else "typed", status, detail.message or message)
+        verdict = "untyped" if code in UNTYPED_GRPC else "typed"
+        return Verdict(verdict, status, detail.message or message, detail.code)  # type: ignore[attr-defined]
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return Verdict("open" if stream else "hang", name, message)
     if code == grpc.StatusCode.CANCELLED and cancelled_by_us:
@@ -851,8 +858,115 @@ def classify_v2(frames: Sequence[bytes], output: D.Descriptor, *, expect_unautho
     return Verdict("ok", "OK")
 
 
+#: What a txmq service answers a call whose credentials it does not accept: a 401xx
+#: (UNAUTHENTICATED) or 403xx (PERMISSION_DENIED) code (protos/STATUS_CODES.md ranges).
+AUTH_REFUSAL_RANGES = (401, 403)
+
+
+def refused_unauthenticated(verdict: Verdict) -> Verdict:
+    """A txmq call with hostile credentials and a well-formed body must be refused as
+    such: anything else that got past authentication is a bypass."""
+    refused = verdict.code is not None and verdict.code // 100 in AUTH_REFUSAL_RANGES
+    if verdict.verdict in ("typed", "ok", "open") and not refused:
+        return Verdict("auth_bypass", verdict.status, verdict.message, verdict.code)
+    return verdict
+
+
+def nested_details(msg: Message) -> Iterator[Message]:
+    """Every set txmq.v1.ErrorDetail inside ``msg`` (per-item refusals: RecordAck.error,
+    DecisionResult.error, ...)."""
+    for f, value in msg.ListFields():
+        if f.type != _MESSAGE or is_map(f):
+            continue
+        for item in value if f.is_repeated else [value]:
+            if item.DESCRIPTOR.full_name == ERROR_DETAIL:
+                yield item
+            else:
+                yield from nested_details(item)
+
+
+def classify_txmq_answer(frames: Sequence[bytes], output: D.Descriptor) -> Verdict:
+    """The verdict on the frames of a txmq answer whose gRPC status was OK: per-item
+    refusals inside it are typed unless they are CODE_INTERNAL_ERROR."""
+    cls = message_class(output)
+    details: list[Message] = []
+    for frame in frames:
+        msg = cls()
+        try:
+            msg.ParseFromString(frame)
+        except Exception:  # noqa: BLE001 - an answer that does not parse
+            return Verdict("untyped", "OK/unparseable answer", f"{len(frame)} bytes")
+        details.extend(nested_details(msg))
+    codes = [(d.code, d.message) for d in details if d.code != errors_pb2.CODE_OK]  # type: ignore[attr-defined]
+    internal = [(c, m) for c, m in codes if c == errors_pb2.CODE_INTERNAL_ERROR]
+    if internal:
+        return Verdict("untyped", "OK/item CODE_INTERNAL_ERROR", internal[0][1], errors_pb2.CODE_INTERNAL_ERROR)
+    if codes:
+        return Verdict("typed", f"OK/item {_txmq_name(codes[0][0])}", codes[0][1], codes[0][0])
+    return Verdict("ok", "OK")
+
+
+def _txmq_name(code: int) -> str:
+    return errors_pb2.Code.Name(code) if code in errors_pb2.Code.values() else str(code)
+
+
 def _v2_name(code: int) -> str:
     return V2.Name(code) if code in V2.values() else str(code)
+
+
+# -- what STATUS_CODES.md documents -------------------------------------------------------
+
+STATUS_CODES_MD = Path(__file__).resolve().parents[2] / "protos" / "STATUS_CODES.md"
+_CODE_TOKEN = re.compile(r"`(?:CODE_)?([A-Z][A-Z0-9_]+)`")
+
+
+def _codes_in(text: str) -> set[int]:
+    names = errors_pb2.Code.keys()
+    return {errors_pb2.Code.Value(f"CODE_{t}") for t in _CODE_TOKEN.findall(text) if f"CODE_{t}" in names}
+
+
+def documented_codes(path: Path = STATUS_CODES_MD) -> tuple[dict[str, set[int]], set[int]]:
+    """(RPC path -> the codes its row in STATUS_CODES.md names, the codes every RPC may
+    answer: those named outside the tables). A row saying "as SendBatch" or "the store's
+    CommitConsumeOffset codes" takes that row's codes too; a section saying errors of the
+    store "pass through" takes every Store code."""
+    rows: dict[str, str] = {}
+    section_of: dict[str, str] = {}
+    passes_through: set[str] = set()
+    prose: list[str] = []
+    service = ""
+    for line in path.read_text().splitlines():
+        if line.startswith("## "):
+            m = re.search(r"`(txmq\.v1\.\w+)`", line)
+            service = m[1] if m else ""
+            continue
+        if not line.startswith("|"):
+            prose.append(line)
+            if service and "pass through" in line:
+                passes_through.add(service)
+            continue
+        cells = line.replace("\\|", "/").split("|")
+        first = cells[1].strip() if len(cells) > 2 else ""
+        if not service or first == "RPC" or set(first) <= set("-: "):
+            continue
+        for name in first.split(","):
+            name = re.sub(r"\(.*?\)", "", name).strip()
+            owner, _, method = name.rpartition(".")
+            key = f"/txmq.v1.{owner}/{method}" if owner else f"/{service}/{method}"
+            rows[key] = "|".join(cells[2:])
+            section_of[key] = service
+    documented = {key: _codes_in(text) for key, text in rows.items()}
+    by_method = {key.rpartition("/")[2]: key for key in rows}
+    for _ in range(3):  # references of references
+        for key, text in rows.items():
+            for word in re.findall(r"\b[A-Z][A-Za-z]+\b", text):
+                if word in by_method and by_method[word] != key:
+                    documented[key] |= documented[by_method[word]]
+    store_codes = set().union(*(c for k, c in documented.items() if section_of[k] == "txmq.v1.Store"))
+    for key in documented:
+        if section_of[key] in passes_through:
+            documented[key] |= store_codes
+    return documented, _codes_in("\n".join(prose))
 
 
 # -- the calls -----------------------------------------------------------------------------
@@ -888,6 +1002,8 @@ class Caller:
             )
         except Exception as exc:  # noqa: BLE001 - our side refused (bad metadata): not the service's fault
             verdict = Verdict("client_error", type(exc).__name__, str(exc)[:200])
+        if case.expect_unauthorized and not target.v2:
+            verdict = refused_unauthenticated(verdict)
         return Result(case, verdict, time.monotonic() - start)
 
     async def _call(self, channel: grpc.aio.Channel, case: Case, metadata: Any, rng: random.Random) -> Verdict:
@@ -951,7 +1067,7 @@ class Caller:
     @staticmethod
     def _ok(case: Case, frames: Sequence[bytes]) -> Verdict:
         if not case.target.v2:
-            return Verdict("ok", "OK")
+            return classify_txmq_answer(frames, case.target.method.output_type)
         return classify_v2(frames, case.target.method.output_type, expect_unauthorized=case.expect_unauthorized)
 
 
@@ -1171,6 +1287,28 @@ class Report:
         order = {"untyped": 0, "auth_bypass": 1, "client_error": 2, "hang": 3}
         return sorted(found.values(), key=lambda f: (order[f.verdict], -f.count))
 
+    def undocumented(self, path: Path = STATUS_CODES_MD) -> list[Finding]:
+        """txmq answers whose code STATUS_CODES.md does not name for that RPC (nor for
+        every RPC), deduplicated by (process, RPC, code)."""
+        if not path.exists():
+            return []
+        documented, general = documented_codes(path)
+        found: dict[tuple[str, str], Finding] = {}
+        for r in self.results:
+            t, v = r.case.target, r.verdict
+            if t.v2 or v.code is None or v.code in general:
+                continue
+            if t.path in documented and v.code in documented[t.path]:
+                continue
+            why = "code not in its row" if t.path in documented else "RPC not in STATUS_CODES.md"
+            key = (t.rpc, v.status)  # Route and Auth answer alike on every process
+            if key not in found:
+                found[key] = Finding(
+                    t.process, t.rpc, r.case.input_class, why, v.status, v.message[:240], r.case.what[:240]
+                )
+            found[key].count += 1
+        return sorted(found.values(), key=lambda f: -f.count)
+
 
 async def fuzz(
     targets: Sequence[Target],
@@ -1238,15 +1376,24 @@ class Cluster:
         self.keep = keep
 
     @classmethod
-    def start(cls, base_dir: Path | None = None, *, keep: bool = False) -> Cluster:
-        """etcd, store, pull, txcheck and gateway (authentication on) in ``base_dir``."""
+    def start(cls, base_dir: Path | None = None, *, keep: bool = False, auth: bool = False) -> Cluster:
+        """etcd, store, pull, txcheck and gateway (its v2 authentication on) in ``base_dir``;
+        with ``auth``, every service with auth_enabled (the fuzzer's key is the services'
+        own super user)."""
         tests_dir = str(Path(__file__).resolve().parents[1])
         if tests_dir not in sys.path:
             sys.path.insert(0, tests_dir)  # tests/support, as the test suite imports it
         from support.processes import new_local_cluster
 
         base = base_dir or Path(tempfile.mkdtemp(prefix="txmq-fuzz-"))
-        local = new_local_cluster(base, gateway_args=["--access_key", ACCESS_KEY, "--secret_key", SECRET_KEY])
+        service_args = (
+            ["--auth_enabled", "true", "--auth_access_key", ACCESS_KEY, "--auth_secret_key", SECRET_KEY] if auth else []
+        )
+        local = new_local_cluster(
+            base,
+            gateway_args=["--access_key", ACCESS_KEY, "--secret_key", SECRET_KEY],
+            service_args=service_args,
+        )
         local.start()
         addresses = {name: service.address for name, service in local.services.items()}
         logs = {name: service.process.log_path for name, service in local.services.items()}
@@ -1284,11 +1431,14 @@ def prepare(cluster: Cluster, names: Names, *, timeout_s: float = 30.0) -> None:
     """The topic, consumer group and messages valid requests name; returns once every
     process routes the topic (each serves Route from its own view of etcd)."""
     from txmq import Admin, Message, Producer
+    from txmq.signing import Credentials, auth_metadata
     from txmq.v1 import route_pb2, route_pb2_grpc
+
+    credentials = Credentials(names.access_key, names.secret_key) if names.auth else None
 
     deadline = time.monotonic() + timeout_s
     bootstrap = cluster.addresses.get("store") or next(iter(cluster.addresses.values()))
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, credentials=credentials) as admin:
         while not (stores := [e.instance_id for e in admin.endpoints() if e.kind.name == "STORE"]):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no store registered after {timeout_s} s")
@@ -1296,7 +1446,7 @@ def prepare(cluster: Cluster, names: Names, *, timeout_s: float = 30.0) -> None:
         names.store_id = stores[0]
         admin.create_topic(names.topic, read_queue_nums=4, write_queue_nums=4, exist_ok=True)
         admin.create_subscription_group(names.group, exist_ok=True)
-    with Producer(names.producer_group, bootstrap) as producer:
+    with Producer(names.producer_group, bootstrap, credentials=credentials) as producer:
         for i in range(16):
             producer.send(Message(names.topic, f"fuzz seed message {i}".encode(), tags="TagA", keys=("k1",)))
     for process, address in cluster.addresses.items():
@@ -1304,7 +1454,8 @@ def prepare(cluster: Cluster, names: Names, *, timeout_s: float = 30.0) -> None:
             stub = route_pb2_grpc.RouteStub(channel)
             while True:
                 try:
-                    stub.QueryRoute(route_pb2.QueryRouteRequest(topic=names.topic), timeout=2.0)
+                    metadata = auth_metadata(credentials) if credentials else None
+                    stub.QueryRoute(route_pb2.QueryRouteRequest(topic=names.topic), timeout=2.0, metadata=metadata)
                     break
                 except grpc.RpcError as exc:
                     if time.monotonic() > deadline:
@@ -1400,6 +1551,7 @@ def format_report(report: Report, *, findings: int = 40) -> str:
         f"{'auth bypasses':<26}{report.count('auth_bypass'):>7}",
         f"{'log ERROR lines':<26}{sum(f.errors for f in report.logs.values()):>7}",
         f"{'unresponsive after':<26}{len(report.unresponsive):>7}",
+        f"{'undocumented answers':<26}{sum(f.count for f in report.undocumented()):>7}",
     ]
     for name, figures in sorted(report.logs.items()):
         lines.append(f"  log {name}: {figures.tracebacks} tracebacks, {figures.errors} ERROR lines")
@@ -1412,6 +1564,14 @@ def format_report(report: Report, *, findings: int = 40) -> str:
             f"  [{f.verdict}] x{f.count} {f.process} {f.rpc} <{f.input_class}> {f.status}: {f.message[:160]!r}"
             f"\n      input: {f.example[:200]}"
         )
+    undocumented = report.undocumented()
+    if undocumented:
+        lines += ["", f"answers STATUS_CODES.md does not name ({len(undocumented)} distinct):"]
+        for f in undocumented[:findings]:
+            lines.append(
+                f"  x{f.count} {f.process} {f.rpc} {f.status} ({f.verdict}): {f.message[:120]!r}"
+                f"\n      e.g. <{f.input_class}> {f.example[:160]}"
+            )
     excerpts = [(name, e) for name, figures in sorted(report.logs.items()) for e in figures.excerpts]
     if excerpts:
         lines += ["", "log excerpts (distinct ERROR lines and tracebacks):"]
@@ -1444,6 +1604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--logs", type=_pairs, default={}, help="with --attach: process=log path,...")
     parser.add_argument("--access-key", default=ACCESS_KEY, help="with --attach: the gateway's access key")
     parser.add_argument("--secret-key", default=SECRET_KEY, help="with --attach: the gateway's secret key")
+    parser.add_argument("--auth", action="store_true", help="run every service with auth_enabled (signed calls)")
     parser.add_argument("--dir", type=Path, default=None, help="where the private cluster lives (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the private cluster's directory (logs)")
     parser.add_argument("--findings", type=int, default=60, help="how many findings to print")
@@ -1458,7 +1619,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         services=tuple(s for s in args.services.split(",") if s),
         verbose=True,
     )
-    names = Names(access_key=args.access_key, secret_key=args.secret_key)
+    names = Names(access_key=args.access_key, secret_key=args.secret_key, auth=args.auth)
     if args.attach:
         cluster = Cluster(
             addresses=args.attach,
@@ -1468,7 +1629,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     else:
         print("starting a private cluster ...", file=sys.stderr, flush=True)
-        cluster = Cluster.start(args.dir, keep=args.keep or args.dir is not None)
+        cluster = Cluster.start(args.dir, keep=args.keep or args.dir is not None, auth=args.auth)
         print(f"cluster in {cluster.base_dir}: {cluster.addresses}", file=sys.stderr, flush=True)
     try:
         report = run(cluster, config, names=names)
@@ -1510,6 +1671,7 @@ def summary(report: Report) -> dict[str, Any]:
         "crashes": report.crashes,
         "deregistered": report.deregistered,
         "findings": [f.__dict__ for f in report.findings()],
+        "undocumented": [f.__dict__ for f in report.undocumented()],
         "log_excerpts": {name: f.excerpts for name, f in report.logs.items()},
     }
 

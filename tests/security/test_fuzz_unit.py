@@ -24,7 +24,9 @@ from security.fuzz import (
     RewritingProxy,
     Target,
     classify_status,
+    classify_txmq_answer,
     classify_v2,
+    documented_codes,
     enumerate_targets,
     fuzzed_services,
     scan_log,
@@ -287,3 +289,43 @@ def test_targets_name_their_rpc() -> None:
         False,
         False,
     )
+
+
+def test_per_item_refusals_inside_txmq_answers() -> None:
+    out = store_pb2.RecordAck.DESCRIPTOR
+    typed = store_pb2.RecordAck(error=errors_pb2.ErrorDetail(code=errors_pb2.CODE_ILLEGAL_MESSAGE, message="torn"))
+    internal = store_pb2.RecordAck(error=errors_pb2.ErrorDetail(code=errors_pb2.CODE_INTERNAL_ERROR, message="boom"))
+    assert classify_txmq_answer([store_pb2.RecordAck().SerializeToString()], out).verdict == "ok"
+    verdict = classify_txmq_answer([typed.SerializeToString()], out)
+    assert (verdict.verdict, verdict.code) == ("typed", errors_pb2.CODE_ILLEGAL_MESSAGE)
+    assert classify_txmq_answer([internal.SerializeToString()], out).verdict == "untyped"
+
+
+def test_status_codes_md_is_read_per_rpc(tmp_path: Path) -> None:
+    doc = tmp_path / "STATUS_CODES.md"
+    doc.write_text(
+        "Every RPC may also fail with `CODE_BAD_REQUEST`.\n\n"
+        "## Store (`txmq.v1.Store`)\n\n| RPC | codes |\n|---|---|\n"
+        "| SendMessage | `ILLEGAL_TOPIC` (not `[%\\|a-z]+`), `TOPIC_NOT_FOUND` |\n"
+        "| SendBatch | as SendMessage; `BATCH_TOO_LARGE` |\n"
+        "| GetQueueOffsets, SearchOffset | `ILLEGAL_QUEUE_ID` |\n\n"
+        "## Transaction (`txmq.v1.Transaction`)\n\n| RPC | codes |\n|---|---|\n"
+        "| TransactionPeer.DeliverCheck (between replicas) | `NOT_FOUND` |\n"
+    )
+    documented, general = documented_codes(doc)
+    assert general == {errors_pb2.CODE_BAD_REQUEST}
+    assert documented["/txmq.v1.Store/SendMessage"] == {errors_pb2.CODE_ILLEGAL_TOPIC, errors_pb2.CODE_TOPIC_NOT_FOUND}
+    assert documented["/txmq.v1.Store/SendBatch"] == {
+        errors_pb2.CODE_ILLEGAL_TOPIC,
+        errors_pb2.CODE_TOPIC_NOT_FOUND,
+        errors_pb2.CODE_BATCH_TOO_LARGE,
+    }
+    assert documented["/txmq.v1.Store/SearchOffset"] == {errors_pb2.CODE_ILLEGAL_QUEUE_ID}
+    assert documented["/txmq.v1.TransactionPeer/DeliverCheck"] == {errors_pb2.CODE_NOT_FOUND}
+
+
+def test_the_real_status_codes_md_names_every_txmq_rpc_it_documents() -> None:
+    documented, general = documented_codes()
+    assert errors_pb2.CODE_BAD_REQUEST in general
+    assert errors_pb2.CODE_ILLEGAL_TOPIC in documented["/txmq.v1.Store/GetMessage"]
+    assert set(documented) <= {t.path for t in enumerate_targets(ALL_SERVICES)}
