@@ -117,6 +117,7 @@ CLASS_WEIGHTS = {
     "unknown_fields": 5,
 }
 METADATA_WEIGHT = 15  # v2 targets only
+ACCESS_SCOPE_ANYONE = 1  # txmq.v1.AccessScope (protos/txmq/v1/auth.proto)
 #: Oneof members that open a client stream (a valid stream starts with one of them).
 OPENERS = ("hello", "settings")
 VERDICTS = ("ok", "typed", "untyped", "hang", "open", "auth_bypass", "client_error")
@@ -260,6 +261,15 @@ def _varint(n: int) -> bytes:
         else:
             out.append(b)
             return bytes(out)
+
+
+def open_to_anyone(method: D.MethodDescriptor) -> bool:
+    """Whether the method's ``(txmq.v1.access)`` option lets anyone call it (WhoAmI):
+    hostile credentials are then no reason to refuse."""
+    for f, value in method.GetOptions().ListFields():
+        if f.name == "access" and getattr(value, "scope", 0) == ACCESS_SCOPE_ANYONE:
+            return True
+    return False
 
 
 def sign(date_time: str, secret_key: str = SECRET_KEY) -> str:
@@ -763,7 +773,7 @@ class Generator:
             headers["x-mq-client-id"] = "c" * 4096
         case.what = f"{kind}; {case.what}"
         case.metadata = list(headers.items())
-        case.expect_unauthorized = unauthorized and well_formed
+        case.expect_unauthorized = unauthorized and well_formed and not open_to_anyone(case.target.method)
 
 
 # -- verdicts ------------------------------------------------------------------------------

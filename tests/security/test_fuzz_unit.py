@@ -29,6 +29,7 @@ from security.fuzz import (
     documented_codes,
     enumerate_targets,
     fuzzed_services,
+    open_to_anyone,
     scan_log,
 )
 from txmq.v1 import errors_pb2, store_pb2
@@ -329,3 +330,10 @@ def test_the_real_status_codes_md_names_every_txmq_rpc_it_documents() -> None:
     assert errors_pb2.CODE_BAD_REQUEST in general
     assert errors_pb2.CODE_ILLEGAL_TOPIC in documented["/txmq.v1.Store/GetMessage"]
     assert set(documented) <= {t.path for t in enumerate_targets(ALL_SERVICES)}
+
+
+def test_methods_open_to_anyone_expect_no_refusal() -> None:
+    auth = fuzzed_services()["txmq.v1.Auth"]
+    assert open_to_anyone(auth.methods_by_name["WhoAmI"])
+    assert not open_to_anyone(auth.methods_by_name["CreateUser"])
+    assert not open_to_anyone(store_pb2.DESCRIPTOR.services_by_name["Store"].methods_by_name["SendMessage"])
