@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from txmq.errors import TxmqError
+from txmq.signing import Credentials, async_interceptors
 from txmq.tls import TlsConfig
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 from txmq_store.export import (
@@ -104,10 +105,11 @@ class GrpcSource:
         return None
 
 
-def _channel(address: str, tls: TlsConfig | None) -> grpc.aio.Channel:
+def _channel(address: str, tls: TlsConfig | None, credentials: Credentials | None = None) -> grpc.aio.Channel:
+    sign = async_interceptors(credentials)
     if tls is None:
-        return grpc.aio.insecure_channel(address)
-    return grpc.aio.secure_channel(address, tls.channel_credentials(), options=tls.channel_options())
+        return grpc.aio.insecure_channel(address, interceptors=sign)
+    return grpc.aio.secure_channel(address, tls.channel_credentials(), options=tls.channel_options(), interceptors=sign)
 
 
 @dataclass
@@ -116,12 +118,14 @@ class StoreTarget:
     store_id: str = ""
 
 
-def discover_stores(endpoint: str, *, timeout: float = 10, tls: TlsConfig | None = None) -> list[StoreTarget]:
+def discover_stores(
+    endpoint: str, *, timeout: float = 10, tls: TlsConfig | None = None, credentials: Credentials | None = None
+) -> list[StoreTarget]:
     """The live store nodes, asked of any txmq service (route look-up)."""
     from txmq import ServiceKind
     from txmq._client import ClientCore
 
-    core = ClientCore(endpoint, route_refresh_interval=30, tls=tls)
+    core = ClientCore(endpoint, route_refresh_interval=30, tls=tls, credentials=credentials)
     try:
         return [
             StoreTarget(e.address, e.instance_id) for e in core.routes.endpoints(ServiceKind.STORE, timeout=timeout)
@@ -139,9 +143,11 @@ async def export_stores(
     retention_ms: int = 0,
     on_result: Callable[[str, ExportResult], None] | None = None,
     tls: TlsConfig | None = None,
+    credentials: Credentials | None = None,
 ) -> list[ExportResult]:
-    """``count`` exports of every store, ``interval_s`` apart; over TLS with ``tls``."""
-    channels = [_channel(s.address, tls) for s in stores]
+    """``count`` exports of every store, ``interval_s`` apart; over TLS with ``tls``, each
+    call signed as ``credentials`` (a cluster with auth on)."""
+    channels = [_channel(s.address, tls, credentials) for s in stores]
     results: list[ExportResult] = []
     try:
         exporters = []
@@ -172,11 +178,14 @@ def export_from_endpoint(
     retention_ms: int = 0,
     on_result: Callable[[str, ExportResult], None] | None = None,
     tls: TlsConfig | None = None,
+    credentials: Credentials | None = None,
 ) -> list[ExportResult]:
     """Export every store of the cluster behind ``endpoint`` (or the store addresses in
     ``stores``) into ``output_dir``, over TLS with ``tls``. Synchronous (runs its own
     event loop)."""
-    targets = [StoreTarget(a) for a in stores] if stores else discover_stores(endpoint, tls=tls)
+    targets = (
+        [StoreTarget(a) for a in stores] if stores else discover_stores(endpoint, tls=tls, credentials=credentials)
+    )
     if not targets:
         raise TxmqError("no store is live")
     return asyncio.run(
@@ -188,5 +197,6 @@ def export_from_endpoint(
             retention_ms=retention_ms,
             on_result=on_result,
             tls=tls,
+            credentials=credentials,
         )
     )

@@ -571,6 +571,25 @@ def is_administrative(method: str, access: auth_pb2.Access | None) -> bool:
     return access is not None and any(c.action in _ADMIN_ACTIONS for c in access.checks)
 
 
+def audit_denial(
+    audited_at: dict[tuple[str, str], float], method: str, who: str, peer: str, reason: str, message: str
+) -> None:
+    """A refused call: counted in ``txmq_auth_denied_total{method,reason}`` and logged to
+    ``txmq.audit`` as a WARNING at most once a minute per method and user (``audited_at``:
+    when each was last logged, kept by the caller). Also used by the gateway for v2 calls."""
+    DENIED.labels(method, reason).inc()
+    key = (method, who)
+    now = time.monotonic()
+    if now - audited_at.get(key, -_AUDIT_DENIED_EVERY_S) >= _AUDIT_DENIED_EVERY_S:
+        if len(audited_at) > 10_000:
+            audited_at.clear()
+        audited_at[key] = now
+        audit.warning(
+            "denied %s user=%s peer=%s: %s (more denials of this user and method within a minute are only counted)",
+            method, who, peer, message[:300],
+        )  # fmt: skip
+
+
 class Authorize(grpc.aio.ServerInterceptor):
     """Every call authenticated and checked against its method's access option."""
 
@@ -646,17 +665,7 @@ class Authorize(grpc.aio.ServerInterceptor):
                 audit.info("allowed %s user=%s peer=%s", method, who, peer)
             return
         reason = errors_pb2.Code.Name(err.code).removeprefix("CODE_").lower()
-        DENIED.labels(method, reason).inc()
-        key = (method, who)
-        now = time.monotonic()
-        if now - self._audited_at.get(key, -_AUDIT_DENIED_EVERY_S) >= _AUDIT_DENIED_EVERY_S:
-            if len(self._audited_at) > 10_000:
-                self._audited_at.clear()
-            self._audited_at[key] = now
-            audit.warning(
-                "denied %s user=%s peer=%s: %s (more denials of this user and method within a minute are only counted)",
-                method, who, peer, str(err)[:300],
-            )  # fmt: skip
+        audit_denial(self._audited_at, method, who, peer, reason, str(err))
 
     async def _enter(
         self, context: grpc.aio.ServicerContext, method: str, access: auth_pb2.Access | None
@@ -753,36 +762,6 @@ class Authorize(grpc.aio.ServerInterceptor):
 # -- the calling side ----------------------------------------------------------------
 
 
-class _SignCalls(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-    grpc.aio.StreamUnaryClientInterceptor,
-    grpc.aio.StreamStreamClientInterceptor,
-):
-    """Adds the signed metadata to every call of an asyncio channel."""
-
-    def __init__(self, signer: signing.MetadataSigner) -> None:
-        self._signer = signer
-
-    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        metadata = grpc.aio.Metadata(*(details.metadata or ()))
-        for key, value in self._signer():
-            metadata.add(key, value)
-        return details._replace(metadata=metadata)  # type: ignore[attr-defined]
-
-    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(client_call_details), request)
-
-    async def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(client_call_details), request)
-
-    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(client_call_details), request_iterator)
-
-    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(client_call_details), request_iterator)
-
-
 def signing_interceptors(credentials: signing.Credentials) -> list[grpc.aio.ClientInterceptor]:
     """Client interceptors that sign every call of an asyncio channel as ``credentials``."""
-    return [_SignCalls(signing.MetadataSigner(credentials))]
+    return signing.async_interceptors(credentials)

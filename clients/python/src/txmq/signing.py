@@ -134,3 +134,38 @@ class SigningInterceptor(
 
     def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
         return continuation(self._details(client_call_details), request_iterator)
+
+
+class _AsyncSigning(
+    grpc.aio.UnaryUnaryClientInterceptor,
+    grpc.aio.UnaryStreamClientInterceptor,
+    grpc.aio.StreamUnaryClientInterceptor,
+    grpc.aio.StreamStreamClientInterceptor,
+):
+    """Adds the signed metadata to every call of an asyncio channel."""
+
+    def __init__(self, signer: MetadataSigner) -> None:
+        self._signer = signer
+
+    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*(details.metadata or ()))
+        for key, value in self._signer():
+            metadata.add(key, value)
+        return details._replace(metadata=metadata)  # type: ignore[attr-defined]
+
+    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(client_call_details), request)
+
+    async def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(client_call_details), request)
+
+    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(client_call_details), request_iterator)
+
+    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(client_call_details), request_iterator)
+
+
+def async_interceptors(credentials: Credentials | None) -> list[grpc.aio.ClientInterceptor]:
+    """Interceptors signing every call of a ``grpc.aio`` channel as ``credentials`` ([] for None)."""
+    return [] if credentials is None else [_AsyncSigning(MetadataSigner(credentials))]
