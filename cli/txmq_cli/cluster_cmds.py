@@ -4,6 +4,7 @@ service in the foreground, every flag passed through to it)."""
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 import time
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from txmq_cli.certs import TlsFiles
 
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+#: The services' own identity in a local cluster with --auth (also the operator's super user).
+LOCAL_ADMIN = "txmq-admin"
 
 
 class _Stop(Exception):
@@ -72,8 +76,14 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     help="Mutual TLS on every service: a throwaway CA and certificate (new on every start) in <data-dir>/tls; "
     "clients need the files printed.",
 )
+@option(
+    "--auth",
+    is_flag=True,
+    help="Authentication and permissions on every service (docs/security.md): the super user "
+    f"{LOCAL_ADMIN!r} with a secret kept in <data-dir>/auth/secret; other users need `txmq user create`.",
+)
 @click.pass_context
-def up(ctx: click.Context, tls: bool, **options: object) -> None:
+def up(ctx: click.Context, tls: bool, auth: bool, **options: object) -> None:
     """Run etcd, store, txcheck, pull and the RocketMQ gateway locally until Ctrl-C or SIGTERM.
 
     Other options go to the store, e.g. `txmq up --flush-mode sync`.
@@ -84,7 +94,12 @@ def up(ctx: click.Context, tls: bool, **options: object) -> None:
 
         data_dir = Path(str(options["data_dir"])).resolve()
         files = write_certificates(data_dir / "tls", hosts=local_hosts(str(options["host"])))
-    cluster = LocalCluster(**options, store_args=ctx.args, tls=files)  # type: ignore[arg-type]
+    service_args: list[str] = []
+    secret_file = None
+    if auth:
+        secret_file = Path(str(options["data_dir"])).resolve() / "auth" / "secret"
+        service_args = _auth_args(secret_file)
+    cluster = LocalCluster(**options, store_args=ctx.args, tls=files, service_args=service_args)  # type: ignore[arg-type]
     signal.signal(signal.SIGTERM, _raise_stop)
     code = 0
     try:
@@ -95,6 +110,10 @@ def up(ctx: click.Context, tls: bool, **options: object) -> None:
         click.echo(f"  {'etcd':8} {cluster.etcd_endpoints}")
         if files is not None:
             _echo_tls(files)
+        if secret_file is not None:
+            click.echo(f"auth: every call needs a user; the super user {LOCAL_ADMIN!r}'s secret is in {secret_file}")
+            click.echo(f"  CLI: export TXMQ_ACCESS_KEY={LOCAL_ADMIN} TXMQ_SECRET_KEY=$(cat {secret_file})")
+            click.echo(f"  SDK: txmq.Credentials({LOCAL_ADMIN!r}, <secret>)")
         click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
         while (dead := cluster.exited()) is None:
             time.sleep(0.2)
@@ -123,6 +142,22 @@ def up(ctx: click.Context, tls: bool, **options: object) -> None:
             if returncode not in (0, None, -signal.SIGTERM):  # etcd ends by re-raising SIGTERM
                 click.echo(f"{name} exited with code {returncode}", err=True)
     sys.exit(code)
+
+
+def _auth_args(secret_file: Path) -> list[str]:
+    """Flags turning auth on in every service; the secret reaches them in their env vars
+    (TXMQ_<SERVICE>_AUTH_SECRET_KEY, inherited), not on the command line. The secret is made
+    once and kept: users' secrets in etcd are sealed with it."""
+    import secrets as random_secrets
+
+    if not secret_file.exists():
+        secret_file.parent.mkdir(parents=True, exist_ok=True)
+        secret_file.touch(mode=0o600)
+        secret_file.write_text(random_secrets.token_urlsafe(24))
+    secret = secret_file.read_text().strip()
+    for service in ("STORE", "PULL", "TXCHECK", "GATEWAY"):
+        os.environ[f"TXMQ_{service}_AUTH_SECRET_KEY"] = secret
+    return ["--auth_enabled=true", "--auth_access_key", LOCAL_ADMIN]
 
 
 def _echo_tls(files: TlsFiles) -> None:
