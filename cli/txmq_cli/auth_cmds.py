@@ -17,7 +17,7 @@ from txmq_cli.options import option
 
 
 def _admin(endpoint: str) -> Admin:
-    return Admin(endpoint, **client_options())  # type: ignore[arg-type]
+    return Admin(endpoint, **client_options())
 
 
 @click.group()
@@ -100,7 +100,7 @@ def acl() -> None:
 _ACTIONS_HELP = f"ACTIONS: some of {', '.join(ACTIONS)}."
 
 
-def _change(username: str, endpoint: str, output: str, change) -> None:  # type: ignore[no-untyped-def]
+def _change(username: str, endpoint: str, output: str, change) -> None:
     with _admin(endpoint) as admin:
         policies = change(admin.get_acl(username))
         stored = admin.put_acl(username, policies)

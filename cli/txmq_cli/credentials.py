@@ -11,7 +11,7 @@ a flag shows in the process list). Both set: every call is signed (``txmq.Creden
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import click
 
@@ -56,6 +56,11 @@ def client_credentials() -> Credentials | None:
     return Credentials(access_key, secret_key)
 
 
-def client_options() -> dict[str, TlsConfig | Credentials | None]:
+class ClientOptions(TypedDict):
+    tls: TlsConfig | None
+    credentials: Credentials | None
+
+
+def client_options() -> ClientOptions:
     """``tls=`` and ``credentials=`` for a txmq client, from the global options."""
     return {"tls": client_tls(), "credentials": client_credentials()}

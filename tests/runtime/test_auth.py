@@ -4,14 +4,14 @@ manual clock, sealed secrets, the book as etcd feeds it."""
 from __future__ import annotations
 
 import pytest
-
 from support.clock import ManualClock
+
 from txmq import signing
 from txmq.errors import TxmqError
 from txmq.v1 import auth_pb2, common_pb2, errors_pb2, store_pb2, txcheck_pb2
 from txmq_runtime.auth import (
-    AuthKeys,
     Authenticator,
+    AuthKeys,
     CompiledAcl,
     Guard,
     Principal,
@@ -195,7 +195,7 @@ def test_sealed_secrets() -> None:
     # A book fed with a secret sealed by another cluster keeps the user, without a secret.
     keys = AuthKeys("/t")
     book = book_with(Sealer("another-service-secret"), keys, ("alice", "alice-secret", False, False))
-    book._sealer = sealer  # noqa: SLF001 - this service's key
+    book._sealer = sealer
     book.reset(
         [(keys.user("alice"), encode(auth_pb2.StoredUser(user=auth_pb2.User(username="alice"), sealed_secret=sealed)))]
     )

@@ -136,7 +136,7 @@ def names_at(request: Message, path: str, *, when_set: bool = False) -> list[str
 # -- policies ------------------------------------------------------------------------
 
 _TYPE_BY_WORD = {"cluster": R.RESOURCE_TYPE_CLUSTER, "topic": R.RESOURCE_TYPE_TOPIC, "group": R.RESOURCE_TYPE_GROUP}
-_WORD_BY_TYPE = {v: k.capitalize() for k, v in _TYPE_BY_WORD.items()}
+_WORD_BY_TYPE: dict[int, str] = {int(v): k.capitalize() for k, v in _TYPE_BY_WORD.items()}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import aetcd
 import grpc
 from google.protobuf import json_format
 
-from txmq.errors import error
+from txmq.errors import TxmqError, error
 from txmq.v1 import auth_pb2, auth_pb2_grpc, errors_pb2
 from txmq_runtime.auth import (
     Authenticator,
@@ -116,7 +116,7 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
             return None
         return json_format.Parse(got.value, auth_pb2.StoredUser(), ignore_unknown_fields=True), got.mod_revision
 
-    def _not_found(self, username: str):  # type: ignore[no-untyped-def]
+    def _not_found(self, username: str) -> TxmqError:
         return error(errors_pb2.CODE_USER_NOT_FOUND, f"no user {username[:64]!r}", username=username[:64])
 
     @rpc

@@ -98,7 +98,7 @@ def parse_authorization(header: str) -> dict[str, str]:
     return fields
 
 
-class _ClientCallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+class _ClientCallDetails(grpc.ClientCallDetails):
     def __init__(self, base: grpc.ClientCallDetails, metadata: list[tuple[str, str | bytes]]) -> None:
         self.method = base.method
         self.timeout = base.timeout
@@ -123,16 +123,16 @@ class SigningInterceptor(
     def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
         return _ClientCallDetails(details, [*(details.metadata or ()), *self._signer()])
 
-    def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+    def intercept_unary_unary(self, continuation, client_call_details, request):
         return continuation(self._details(client_call_details), request)
 
-    def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+    def intercept_unary_stream(self, continuation, client_call_details, request):
         return continuation(self._details(client_call_details), request)
 
-    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+    def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
         return continuation(self._details(client_call_details), request_iterator)
 
-    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
         return continuation(self._details(client_call_details), request_iterator)
 
 
@@ -151,18 +151,18 @@ class _AsyncSigning(
         metadata = grpc.aio.Metadata(*(details.metadata or ()))
         for key, value in self._signer():
             metadata.add(key, value)
-        return details._replace(metadata=metadata)  # type: ignore[attr-defined]
+        return details._replace(metadata=metadata)
 
-    async def intercept_unary_unary(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+    async def intercept_unary_unary(self, continuation, client_call_details, request):
         return await continuation(self._details(client_call_details), request)
 
-    async def intercept_unary_stream(self, continuation, client_call_details, request):  # type: ignore[no-untyped-def]
+    async def intercept_unary_stream(self, continuation, client_call_details, request):
         return await continuation(self._details(client_call_details), request)
 
-    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
         return await continuation(self._details(client_call_details), request_iterator)
 
-    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):  # type: ignore[no-untyped-def]
+    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
         return await continuation(self._details(client_call_details), request_iterator)
 
 

@@ -50,7 +50,7 @@ ACCESS_SCOPE_UNSPECIFIED: AccessScope
 ACCESS_SCOPE_ANYONE: AccessScope
 ACCESS_SCOPE_USER: AccessScope
 ACCESS_SCOPE_SUPER_USER: AccessScope
-ACCESS_FIELD_NUMBER: _ClassVar[int]
+ACCESS_FIELD_NUMBER: int
 access: _descriptor.FieldDescriptor
 
 class ResourceCheck(_message.Message):
