@@ -37,34 +37,50 @@ SERVICES: dict[str, type[BaseSettings]] = {
     "gateway": GatewaySettings,
 }
 
+#: TLS settings every service has: with tls.enabled, "" becomes the mounted files and
+#: enforcing mutual TLS; without, the services' defaults.
+TLS_COMPUTED = frozenset(
+    {"tls_mode", "tls_client_auth", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_server_name"}
+)
+
 #: Settings the chart fills in per pod when their value is "" (see values.yaml).
 #: export_dir: with analytics.exports.source=store, the shared volume's exports/.
 COMPUTED_WHEN_EMPTY: dict[str, frozenset[str]] = {
     "store": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix", "store_id"})
-    | ({"export_dir"} & set(StoreSettings.model_fields)),
-    "pull": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
-    "txcheck": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}),
-    # tls_cert_file, tls_key_file: with tls.enabled, tls.crt and tls.key of the mounted Secret.
-    "gateway": frozenset(
-        {"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix", "tls_cert_file", "tls_key_file"}
-    ),
+    | ({"export_dir"} & set(StoreSettings.model_fields))
+    | TLS_COMPUTED,
+    "pull": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}) | TLS_COMPUTED,
+    "txcheck": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}) | TLS_COMPUTED,
+    "gateway": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}) | TLS_COMPUTED,
 }
 
+_TLS_HOW = {
+    "tls_mode": '"": enforcing when tls.enabled, else disabled.',
+    "tls_client_auth": '"": require when tls.enabled, else none.',
+    "tls_cert_file": '"": <tls.mountPath>/tls.crt when tls.enabled.',
+    "tls_key_file": '"": <tls.mountPath>/tls.key when tls.enabled.',
+    "tls_ca_file": '"": <tls.mountPath>/ca.crt when tls.enabled.',
+    "tls_server_name": '"": <release>-bootstrap.<namespace>.svc.<clusterDomain> when tls.enabled.',
+}
 #: How the chart computes a COMPUTED_WHEN_EMPTY setting, when not simply per pod.
 COMPUTED_HOW: dict[tuple[str, str], str] = {
-    ("gateway", "tls_cert_file"): '"": <tls.mountPath>/tls.crt when tls.enabled.',
-    ("gateway", "tls_key_file"): '"": <tls.mountPath>/tls.key when tls.enabled.',
+    (service, name): how for service in SERVICES for name, how in _TLS_HOW.items()
 }
 
 #: Ports the pod declares (containerPort, Service port): a fixed port, or -1 (off); not
-#: 0, which picks a random port no Service or scraper could know.
-FIXED_OR_OFF_PORTS = frozenset({"metrics_port", "tls_port"})
+#: 0, which picks a random port no Service, probe or scraper could know.
+FIXED_OR_OFF_PORTS = frozenset({"metrics_port", "tls_port", "probe_port", "plaintext_port"})
 
 #: Settings that are secrets: not in values.yaml (a plain value would be stored in the
 #: release and shown by `helm get values`), refused there by the schema. The chart sets
-#: their env var from a Secret the user created: <service>.auth.existingSecret, key
-#: <service>.auth.existingSecretKey (templates/_helpers.tpl, txmq.secretEnv).
-SECRET_SETTINGS: dict[str, frozenset[str]] = {"gateway": frozenset({"secret_key"})}
+#: their env var from a Secret the user created (templates/_helpers.tpl, txmq.secretEnv):
+#: the gateway's secret_key from gateway.auth.existingSecret (key existingSecretKey), every
+#: service's auth_secret_key from auth.existingSecret (key existingSecretKey).
+SECRET_SETTINGS: dict[str, frozenset[str]] = {
+    service: frozenset({"auth_secret_key"} & set(cls.model_fields))
+    | ({"secret_key"} if service == "gateway" else set())
+    for service, cls in SERVICES.items()
+}
 
 
 def secret_settings(service: str) -> frozenset[str]:
@@ -118,6 +134,8 @@ def settings_schema(service: str) -> dict[str, Any]:
             field["not"] = {"const": 0}
             field["description"] = field.get("description", "") + " Chart: a fixed port or -1, not 0."
         if name in COMPUTED_WHEN_EMPTY[service]:
+            if "enum" in field and "" not in field["enum"]:
+                field["enum"] = [*field["enum"], ""]
             how = COMPUTED_HOW.get((service, name), '"": computed by the chart per pod.')
             field["description"] = field.get("description", "") + " " + how
         props[name] = field

@@ -378,10 +378,12 @@ def test_each_store_group_is_a_statefulset_of_its_own(which: str) -> None:
         assert matches({"matchLabels": one(docs, "Service", f"{full}-store")["spec"]["selector"]}, labels)
         assert matches({"matchLabels": one(docs, "Service", f"{full}-bootstrap")["spec"]["selector"]}, labels)
         assert labels["app.kubernetes.io/component"] == "store"
-        # Probes, resources, grace and security as the unreplicated stores have them.
+        # Probes, resources, grace and security as the unreplicated stores have them (with
+        # TLS on, the probes ask the plaintext probe port).
         c = container(sts, "store")
+        probed = port if which == "groups" else VALUES["store"]["settings"]["probe_port"]
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert c[probe]["grpc"] == {"port": port}
+            assert c[probe]["grpc"] == {"port": probed}
         assert c["resources"] == VALUES["store"]["resources"]
         assert c["args"] == ["store"]
         mounts = [m["name"] for m in c["volumeMounts"]]
@@ -665,16 +667,23 @@ def test_store_group_names_stay_within_kubernetes_limits() -> None:
 def test_probes_ask_the_grpc_health_service_on_the_service_port(
     service: str, which: str, default_docs: list[Doc], nondefault_docs: list[Doc]
 ) -> None:
+    """TLS off (default): on the service port. TLS on (nondefault): on the probe port,
+    plaintext and health only, since Kubernetes' gRPC probes cannot speak TLS."""
     docs = default_docs if which == "default" else nondefault_docs
     w = workload(docs, service)
     c = container(w, service)
-    port = int(env_values(c)[f"TXMQ_{service.upper()}_PORT"] or 0)
+    env = env_values(c)
+    port = int(env[f"TXMQ_{service.upper()}_PORT"] or 0)
     assert port == (
         VALUES[service]["settings"]["port"] if which == "default" else NONDEFAULT[service]["settings"]["port"]
     )
     assert [p["containerPort"] for p in c["ports"] if p["name"] == "grpc"] == [port]
+    probe_port = int(env[f"TXMQ_{service.upper()}_PROBE_PORT"] or 0)
+    assert [p["containerPort"] for p in c["ports"] if p["name"] == "probe"] == [probe_port] == [9091]
+    assert env[f"TXMQ_{service.upper()}_TLS_MODE"] == ("disabled" if which == "default" else "enforcing")
+    probed = port if which == "default" else probe_port
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["grpc"] == {"port": port}, probe
+        assert c[probe]["grpc"] == {"port": probed}, probe
         assert not {"httpGet", "tcpSocket", "exec"} & c[probe].keys()
     # Every Service in front of the pods reaches that same port (the gateway's also its
     # TLS port, which the probes do not use).
@@ -979,22 +988,40 @@ def gateway_tls_env(c: dict[str, Any]) -> list[tuple[str, str | None]]:
     return [(e["name"], e.get("value")) for e in c["env"] if e["name"].startswith("TXMQ_GATEWAY_TLS_")]
 
 
+def tls_env(service: str, directory: str = "/etc/txmq/tls", **explicit: str) -> list[tuple[str, str]]:
+    """What a service's TXMQ_<SERVICE>_TLS_* variables are with tls.enabled (sorted by name,
+    as the chart renders settings; the gateway's tls_port given in ``explicit``)."""
+    prefix = f"TXMQ_{service.upper()}_TLS_"
+    computed = {
+        "ca_file": f"{directory}/ca.crt",
+        "cert_file": f"{directory}/tls.crt",
+        "client_auth": "require",
+        "key_file": f"{directory}/tls.key",
+        "mode": "enforcing",
+        "server_name": f"txmq-bootstrap.{chart.NAMESPACE}.svc.cluster.local",
+        **{name.lower(): value for name, value in explicit.items()},
+    }
+    return sorted((prefix + name.upper(), value) for name, value in computed.items())
+
+
 @pytest.mark.parametrize("scenario", ["default", "tls-mounted-only"])
-def test_gateway_without_a_tls_port_serves_plaintext_only(scenario: str) -> None:
-    """TLS off (or the Secret mounted but no gateway.settings.tls_port): the gateway gets
-    tls_port -1, no TLS container port, a Service with the plaintext port only."""
+def test_gateway_without_a_tls_port_serves_no_v2_tls_port(scenario: str) -> None:
+    """TLS off (or on but no gateway.settings.tls_port): the gateway gets tls_port -1, no
+    TLS container port, a Service with the service port only (plaintext, or with TLS on
+    mutual TLS like every service)."""
     values, files = SCENARIOS[scenario]
     docs = chart.render(values, *files)
     gateway = workload(docs, "gateway")
     c = container(gateway, "gateway")
     mounted = scenario == "tls-mounted-only"
-    cert, key = ("/etc/txmq/tls/tls.crt", "/etc/txmq/tls/tls.key") if mounted else ("", "")
-    assert gateway_tls_env(c) == [
-        ("TXMQ_GATEWAY_TLS_CERT_FILE", cert),
-        ("TXMQ_GATEWAY_TLS_KEY_FILE", key),
-        ("TXMQ_GATEWAY_TLS_PORT", "-1"),
-    ]
-    assert [p["name"] for p in c["ports"]] == ["grpc", "metrics"]
+    if mounted:
+        assert gateway_tls_env(c) == tls_env("gateway", PORT="-1")
+    else:
+        off = {"CA_FILE": "", "CERT_FILE": "", "CLIENT_AUTH": "none", "KEY_FILE": "", "MODE": "disabled"}
+        assert gateway_tls_env(c) == sorted(
+            [(f"TXMQ_GATEWAY_TLS_{k}", v) for k, v in {**off, "PORT": "-1", "SERVER_NAME": ""}.items()]
+        )
+    assert [p["name"] for p in c["ports"]] == ["grpc", "metrics", "probe"]
     assert [m["name"] for m in c["volumeMounts"]] == (["tmp", "tls"] if mounted else ["tmp"])
     svc = one(docs, "Service", "txmq-gateway")
     assert svc["spec"]["ports"] == [{"name": "grpc", "port": 8081, "targetPort": "grpc", "protocol": "TCP"}]
@@ -1004,9 +1031,9 @@ def test_gateway_without_a_tls_port_serves_plaintext_only(scenario: str) -> None
 @pytest.mark.parametrize("mount_path", ["/etc/txmq/tls", "/run/txmq-certs/"])
 def test_gateway_serves_tls_from_the_mounted_secret(mount_path: str) -> None:
     """tls.enabled + gateway.settings.tls_port: the gateway pod mounts the Secret, its
-    tls_cert_file / tls_key_file name tls.crt / tls.key there (each variable once), the
-    container declares the TLS port as grpc-tls and the Service forwards a second port to
-    it. Probes stay on the plaintext port."""
+    tls_* settings name the files there (each variable once), the container declares the
+    TLS port as grpc-tls and the Service forwards a second port to it. Probes ask the
+    probe port (the service port is mutual TLS)."""
     tls = {**GATEWAY_TLS_SECRET, "mountPath": mount_path}
     docs = chart.render({**GATEWAY_TLS, "tls": tls})
     gateway = workload(docs, "gateway")
@@ -1017,28 +1044,28 @@ def test_gateway_serves_tls_from_the_mounted_secret(mount_path: str) -> None:
     (mount,) = [m for m in c["volumeMounts"] if m["name"] == "tls"]
     assert mount == {"name": "tls", "mountPath": mount_path, "readOnly": True}
     directory = mount_path.rstrip("/")
-    assert gateway_tls_env(c) == [
-        ("TXMQ_GATEWAY_TLS_CERT_FILE", f"{directory}/tls.crt"),
-        ("TXMQ_GATEWAY_TLS_KEY_FILE", f"{directory}/tls.key"),
-        ("TXMQ_GATEWAY_TLS_PORT", "8082"),
-    ]
+    assert gateway_tls_env(c) == tls_env("gateway", directory, PORT="8082")
     assert c["ports"] == [
         {"name": "grpc", "containerPort": 8081, "protocol": "TCP"},
         {"name": "grpc-tls", "containerPort": 8082, "protocol": "TCP"},
         {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+        {"name": "probe", "containerPort": 9091, "protocol": "TCP"},
     ]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["grpc"] == {"port": 8081}
+        assert c[probe]["grpc"] == {"port": 9091}
     svc = one(docs, "Service", "txmq-gateway")
     assert svc["spec"]["ports"] == [
         {"name": "grpc", "port": 8081, "targetPort": "grpc", "protocol": "TCP"},
         {"name": "grpc-tls", "port": 8082, "targetPort": "grpc-tls", "protocol": "TCP"},
     ]
-    # Only the gateway serves TLS; the others just have the files.
+    # Only the gateway has a second, v2 TLS port; the others serve mutual TLS on theirs.
     for service in ROUTE_SERVICES:
         other = container(workload(docs, service), service)
         assert "grpc-tls" not in {p["name"] for p in other["ports"]}
-        assert not [e for e in other["env"] if "TLS" in e["name"]]
+        prefix = f"TXMQ_{service.upper()}_TLS_"
+        assert [(e["name"], e["value"]) for e in other["env"] if e["name"].startswith(prefix)] == tls_env(
+            service, directory
+        )
         for svc in find(docs, "Service"):
             if matches({"matchLabels": svc["spec"]["selector"]}, pod_labels(workload(docs, service))):
                 assert [p["name"] for p in svc["spec"]["ports"]] == ["grpc"]
@@ -1047,11 +1074,9 @@ def test_gateway_serves_tls_from_the_mounted_secret(mount_path: str) -> None:
 def test_gateway_tls_files_given_explicitly_are_kept() -> None:
     settings = {"tls_port": 8082, "tls_cert_file": "/etc/txmq/tls/chain.pem", "tls_key_file": "/etc/txmq/tls/key.pem"}
     docs = chart.render({**GATEWAY_TLS, "gateway": {"settings": settings}})
-    assert gateway_tls_env(container(workload(docs, "gateway"), "gateway")) == [
-        ("TXMQ_GATEWAY_TLS_CERT_FILE", "/etc/txmq/tls/chain.pem"),
-        ("TXMQ_GATEWAY_TLS_KEY_FILE", "/etc/txmq/tls/key.pem"),
-        ("TXMQ_GATEWAY_TLS_PORT", "8082"),
-    ]
+    assert gateway_tls_env(container(workload(docs, "gateway"), "gateway")) == tls_env(
+        "gateway", CERT_FILE="/etc/txmq/tls/chain.pem", KEY_FILE="/etc/txmq/tls/key.pem", PORT="8082"
+    )
 
 
 def test_gateway_tls_node_port() -> None:
@@ -1081,7 +1106,7 @@ def test_gateway_tls_port_without_the_secret_fails_even_without_the_schema(tmp_p
     values.write_text(yaml.safe_dump({"gateway": {"settings": {"tls_port": 8082}}}))
     result = chart.helm("template", "t", str(chart.CHART), "--skip-schema-validation", "-f", str(values), check=False)
     assert result.returncode != 0
-    assert "gateway.settings.tls_port needs tls.enabled and tls.secretName" in result.stderr
+    assert "gateway.settings.tls_port needs tls.enabled (the certificate from tls.secretName" in result.stderr
 
 
 # ---- values.schema.json refuses what the services would refuse ------------------------------------
@@ -1330,13 +1355,14 @@ def test_notes_tell_tls_clients_where_to_connect() -> None:
     notes = chart.notes()
     assert "gateway.settings.tls_port" in notes and "(TLS)" not in notes and "TLS:" not in notes
     notes = chart.notes(SCENARIOS["tls-mounted-only"][0])
-    assert "mounted Secret txmq-tls" in notes and "set gateway.settings.tls_port" in notes
+    assert "It serves mutual TLS" in notes and "set gateway.settings.tls_port" in notes
+    assert "TLS is on: every service serves mutual TLS only (certificate from Secret txmq-tls;" in notes
 
     notes = chart.notes(GATEWAY_TLS)
     assert "over TLS (the\nJava client's default) on port 8082, with the certificate of Secret txmq-tls" in notes
     assert f"in the cluster, TLS:       txmq-gateway.{chart.NAMESPACE}.svc.cluster.local:8082" in notes
-    assert f"in the cluster, plaintext: txmq-gateway.{chart.NAMESPACE}.svc.cluster.local:8081" in notes
-    assert "enableSsl(false)" in notes
+    assert f"in the cluster, mutual TLS: txmq-gateway.{chart.NAMESPACE}.svc.cluster.local:8081" in notes
+    assert "with a client certificate of the same CA (mutual TLS)" in notes
     assert "port-forward service/txmq-gateway 8082:8082 8081:8081" in notes
 
     notes = chart.notes(NONDEFAULT)

@@ -50,6 +50,10 @@ if "route_client_endpoints" in SERVICES["gateway"].model_fields:
 _export = SERVICES["store"].model_fields.get("export_interval_ms")
 if _export is not None and _export.default == 0:
     CHART_DEFAULTS["store"]["export_interval_ms"] = 60_000
+# The health-only plaintext port on (the service default is -1, off): the gRPC probes use
+# it when TLS is on, since they cannot speak TLS.
+for _service in CHART_DEFAULTS:
+    CHART_DEFAULTS[_service]["probe_port"] = 9091
 #: "" in values.yaml: the chart computes them per pod.
 for _service, _names in settings_schema.COMPUTED_WHEN_EMPTY.items():
     for _name in _names:
@@ -63,9 +67,16 @@ def fields(service: str) -> list[str]:
 
 #: A Secret the tests name for the gateway, and what kubelet would read from it.
 GATEWAY_AUTH = {"existingSecret": "gw-auth", "existingSecretKey": "secret-key"}
-SECRETS = {("gw-auth", "secret-key"): "the-secret-key"}
-#: The TLS Secret mounted (tls.*), for the gateway's TLS port.
+#: The Secret every service's auth_secret_key comes from (top-level auth.*).
+SERVICES_AUTH = {"existingSecret": "txmq-auth", "existingSecretKey": "auth-secret-key"}
+SECRETS = {("gw-auth", "secret-key"): "the-secret-key", ("txmq-auth", "auth-secret-key"): "services-secret-key-0123"}
+#: TLS on (tls.*): every service on enforcing mutual TLS with the mounted Secret.
 TLS = {"enabled": True, "secretName": "txmq-tls"}
+
+
+def secret_source(service: str, name: str) -> dict[str, str]:
+    """The Secret (existingSecret, existingSecretKey) a secret setting comes from."""
+    return GATEWAY_AUTH if (service, name) == ("gateway", "secret_key") else SERVICES_AUTH
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -141,9 +152,9 @@ def test_rendered_env_names_are_the_settings_fields(service: str, default_docs: 
 
 @chart.needs_helm
 def test_secret_settings_are_rendered_from_the_secret_only() -> None:
-    """With gateway.auth.existingSecret every setting has its env var, the secret ones
-    from a secretKeyRef (never a literal value)."""
-    docs = chart.render({"gateway": {"auth": GATEWAY_AUTH, "settings": {"access_key": "ak"}}})
+    """With gateway.auth.existingSecret and auth.existingSecret every setting has its env
+    var, the secret ones from a secretKeyRef (never a literal value)."""
+    docs = chart.render({"auth": SERVICES_AUTH, "gateway": {"auth": GATEWAY_AUTH, "settings": {"access_key": "ak"}}})
     for service in SERVICES:
         c = service_container(docs, service)
         prefix = f"TXMQ_{service.upper()}_"
@@ -153,7 +164,8 @@ def test_secret_settings_are_rendered_from_the_secret_only() -> None:
             (var,) = [e for e in env_list(c) if e["name"] == prefix + name.upper()]
             assert "value" not in var
             ref = var["valueFrom"]["secretKeyRef"]
-            assert (ref["name"], ref["key"]) == (GATEWAY_AUTH["existingSecret"], GATEWAY_AUTH["existingSecretKey"])
+            source = secret_source(service, name)
+            assert (ref["name"], ref["key"]) == (source["existingSecret"], source["existingSecretKey"])
 
 
 def resolve_env(
@@ -266,15 +278,17 @@ def test_every_setting_reaches_the_service_when_changed(monkeypatch: pytest.Monk
             changed[service][name] = other_value(name, field, VALUES[service]["settings"][name])
     changed["store"]["data_dir"] = "/var/lib/txmq/data/elsewhere"  # still on the PVC
     values: dict[str, Any] = {service: {"settings": dict(s)} for service, s in changed.items()}
-    # A TLS port needs the TLS Secret mounted (the changed tls_*_file values are kept).
+    # A TLS port needs the TLS Secret mounted (the changed tls_* values are kept).
     values["tls"] = TLS
-    # Secret settings are not values: they come from the Secret gateway.auth names (which a
-    # changed access_key needs anyway).
-    secret_value = SECRETS[(GATEWAY_AUTH["existingSecret"], GATEWAY_AUTH["existingSecretKey"])]
+    # Secret settings are not values: they come from the Secrets gateway.auth (which a
+    # changed access_key needs anyway) and auth name.
+    values["auth"] = SERVICES_AUTH
     for service in SERVICES:
         for name in settings_schema.secret_settings(service):
-            values[service]["auth"] = GATEWAY_AUTH
-            changed[service][name] = secret_value
+            source = secret_source(service, name)
+            if source is GATEWAY_AUTH:
+                values[service]["auth"] = GATEWAY_AUTH
+            changed[service][name] = SECRETS[(source["existingSecret"], source["existingSecretKey"])]
     docs = chart.render(values)
     for service, cls in SERVICES.items():
         with monkeypatch.context() as m:
@@ -283,7 +297,9 @@ def test_every_setting_reaches_the_service_when_changed(monkeypatch: pytest.Monk
             settings = load_settings(cls, [])
         assert set(changed[service]) == set(cls.model_fields)
         for name, want in changed[service].items():
-            assert getattr(settings, name) == want, (service, name)
+            got = getattr(settings, name)
+            got = got.get_secret_value() if hasattr(got, "get_secret_value") else got
+            assert got == want, (service, name)
 
 
 def other_value(name: str, field: Any, current: Any) -> Any:
@@ -300,6 +316,10 @@ def other_value(name: str, field: Any, current: Any) -> Any:
         return {"host": "::", "log_level": "DEBUG", "etcd_endpoints": "10.0.0.1:2379", "etcd_prefix": "/other"}.get(
             name, f"{name}-x"
         )
+    # TLS settings the chart computes ("" in values.yaml): other than what tls.enabled would
+    # give, and consistent with the rest (permissive serves the changed plaintext_port).
+    if name in ("tls_mode", "tls_client_auth"):
+        return {"tls_mode": "permissive", "tls_client_auth": "none"}[name]
     choices = getattr(annotation, "__args__", ())
     assert choices, f"unhandled setting type {annotation} of {name}"
     return next(c for c in choices if c != current)
@@ -350,6 +370,7 @@ def _query_route(
     import hashlib
     import hmac
 
+    from txmq_gateway.servicer import endpoints_of
     from txmq_gateway.v2 import pb, svc, svc_grpc
 
     metadata: list[tuple[str, str]] = []
@@ -365,7 +386,8 @@ def _query_route(
         ]
     with _channel(address, credentials) as channel:
         stub = svc_grpc.MessagingServiceStub(channel)
-        request = svc.QueryRouteRequest(topic=pb.Resource(name=topic))
+        # The access point the client dialled, as RocketMQ's clients send it.
+        request = svc.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=endpoints_of(address))
         return stub.QueryRoute(request, metadata=metadata, timeout=10)
 
 
@@ -380,39 +402,17 @@ def _gateway_auth_refuses(
     return reply.status.code == Code.UNAUTHORIZED
 
 
+#: The name the chart's services check each other's certificates against (tls_server_name).
+SERVER_NAME = f"txmq-bootstrap.{chart.NAMESPACE}.svc.cluster.local"
+
+
 def write_tls_secret(directory: Path) -> Path:
-    """What kubelet mounts from a kubernetes.io/tls Secret: tls.crt and tls.key, here a
-    self-signed certificate for 127.0.0.1 and localhost. Returns the directory."""
-    import datetime
-    import ipaddress
+    """What kubelet mounts from the TLS Secret: tls.crt, tls.key and ca.crt, here from the
+    tests' CA (support.certs), for 127.0.0.1, localhost and the chart's server name.
+    Returns the directory."""
+    from support.certs import write_certificates
 
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "txmq-gateway")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "tls.key").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    write_certificates(directory, hosts=["localhost", "127.0.0.1", SERVER_NAME], days=1)
     return directory
 
 
@@ -432,17 +432,19 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
     """store, pull, txcheck and the gateway started the way the pods start them: the
     image's entrypoint (`txmq`) with the container's args and only the rendered env
     (pointed at a test etcd and loopback ports; the gateway with authentication on, its
-    secret key resolved from the secretKeyRef, and TLS on, from a tls.crt / tls.key
-    written where tls.mountPath says the Secret is mounted). Each reports SERVING,
+    secret key resolved from the secretKeyRef; TLS on, so every service serves mutual TLS
+    with the tls.crt / tls.key / ca.crt written where tls.mountPath says the Secret is
+    mounted, and the gateway also its v2 TLS port). Each reports SERVING on its probe port,
     registers under its pod name, and on SIGTERM stops within terminationGracePeriodSeconds
     minus the preStop sleep."""
     from support import free_port
 
-    from txmq import Admin, ServiceKind
+    from txmq import Admin, ServiceKind, TlsConfig
     from txmq_gateway.v2 import pb
 
     ports = {service: free_port() for service in SERVICES}
     metrics = {service: free_port() for service in SERVICES}  # one host here, one pod each there
+    probes = {service: free_port() for service in SERVICES}
     mount = tmp_path / "pvc"
     tls_dir = write_tls_secret(tmp_path / "tls")
     tls_port = free_port()
@@ -461,16 +463,27 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
                 "advertised_address": f"127.0.0.1:{ports['store']}",
                 "data_dir": str(mount / "store"),
                 "metrics_port": metrics["store"],
+                "probe_port": probes["store"],
             },
             "persistence": {"mountPath": str(mount)},
         },
-        "pull": {"settings": {"host": "127.0.0.1", "port": ports["pull"], "metrics_port": metrics["pull"]}},
-        "txcheck": {"settings": {"host": "127.0.0.1", "port": ports["txcheck"], "metrics_port": metrics["txcheck"]}},
+        **{
+            service: {
+                "settings": {
+                    "host": "127.0.0.1",
+                    "port": ports[service],
+                    "metrics_port": metrics[service],
+                    "probe_port": probes[service],
+                }
+            }
+            for service in ("pull", "txcheck")
+        },
         "gateway": {
             "settings": {
                 "host": "127.0.0.1",
                 "port": ports["gateway"],
                 "metrics_port": metrics["gateway"],
+                "probe_port": probes["gateway"],
                 "access_key": "helm-test-ak",
                 "tls_port": tls_port,
             },
@@ -504,9 +517,19 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
                 [entrypoint, *c["args"]], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
             )
         pods.append((service, proc))
-        _health(f"127.0.0.1:{ports[service]}", 60, proc, log)
+        # Where the probes ask: the probe port, plaintext (the service port is mutual TLS).
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert c[probe]["grpc"] == {"port": probes[service]}
+        _health(f"127.0.0.1:{probes[service]}", 60, proc, log)
 
-    with Admin(f"127.0.0.1:{ports['pull']}") as admin:
+    files = {name: (tls_dir / name).read_bytes() for name in ("ca.crt", "tls.crt", "tls.key")}
+    mutual = grpc.ssl_channel_credentials(files["ca.crt"], files["tls.key"], files["tls.crt"])
+    for service in SERVICES:  # the service ports: mutual TLS, plaintext refused
+        _health(f"127.0.0.1:{ports[service]}", 10, dict(pods)[service], tmp_path / f"{service}.log", mutual)
+        with grpc.insecure_channel(f"127.0.0.1:{ports[service]}") as channel, pytest.raises(grpc.RpcError):
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
+    tls = TlsConfig(ca=files["ca.crt"], cert=files["tls.crt"], key=files["tls.key"])
+    with Admin(f"127.0.0.1:{ports['pull']}", tls=tls) as admin:
         deadline = time.monotonic() + 10
         while True:
             live = {(e.kind, e.instance_id, e.address) for e in admin.endpoints()}
@@ -525,21 +548,20 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
     # calls signed with that key are let through.
     secret = SECRETS[(GATEWAY_AUTH["existingSecret"], GATEWAY_AUTH["existingSecretKey"])]
     gateway = f"127.0.0.1:{ports['gateway']}"
-    assert _gateway_auth_refuses(gateway, access_key=None, secret_key="")
-    assert _gateway_auth_refuses(gateway, access_key="helm-test-ak", secret_key="not-the-secret")
-    assert not _gateway_auth_refuses(gateway, access_key="helm-test-ak", secret_key=secret)
-    # TLS: the same protocol on tls_port with the certificate from the mount; a route
-    # asked for over TLS names the TLS port (host: the advertised address's), one asked
-    # for in plaintext the plaintext port.
-    credentials = grpc.ssl_channel_credentials(root_certificates=(tls_dir / "tls.crt").read_bytes())
+    assert _gateway_auth_refuses(gateway, access_key=None, secret_key="", credentials=mutual)
+    assert _gateway_auth_refuses(gateway, access_key="helm-test-ak", secret_key="not-the-secret", credentials=mutual)
+    assert not _gateway_auth_refuses(gateway, access_key="helm-test-ak", secret_key=secret, credentials=mutual)
+    # The v2 TLS port: the same protocol with the certificate from the mount and no client
+    # certificate; routes name the address each client dialled (route_client_endpoints).
+    credentials = grpc.ssl_channel_credentials(root_certificates=files["ca.crt"])
     gateway_tls = f"127.0.0.1:{tls_port}"
     gateway_log = tmp_path / "gateway.log"
     _health(gateway_tls, 10, dict(pods)["gateway"], gateway_log, credentials)
     assert _gateway_auth_refuses(gateway_tls, access_key=None, secret_key="", credentials=credentials)
     assert not _gateway_auth_refuses(gateway_tls, access_key="helm-test-ak", secret_key=secret, credentials=credentials)
-    with Admin(f"127.0.0.1:{ports['store']}") as admin:
+    with Admin(f"127.0.0.1:{ports['store']}", tls=tls) as admin:
         admin.create_topic("HelmTlsTopic", read_queue_nums=1, write_queue_nums=1)
-    for address, creds, port in ((gateway_tls, credentials, tls_port), (gateway, None, ports["gateway"])):
+    for address, creds, port in ((gateway_tls, credentials, tls_port), (gateway, mutual, ports["gateway"])):
         reply = _query_route(
             address, access_key="helm-test-ak", secret_key=secret, topic="HelmTlsTopic", credentials=creds
         )

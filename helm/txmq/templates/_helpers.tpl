@@ -130,7 +130,12 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- $tlsDir := trimSuffix "/" $ctx.Values.tls.mountPath }}
 {{- $_ := set $computed "tls_cert_file" (printf "%s/tls.crt" $tlsDir) }}
 {{- $_ := set $computed "tls_key_file" (printf "%s/tls.key" $tlsDir) }}
+{{- $_ := set $computed "tls_ca_file" (printf "%s/ca.crt" $tlsDir) }}
+{{- $_ := set $computed "tls_server_name" (include "txmq.tlsServerName" $ctx) }}
 {{- end }}
+{{- /* "" never reaches a service: enforcing mutual TLS with tls.enabled, else off. */}}
+{{- $_ := set $computed "tls_mode" (ternary "enforcing" "disabled" (eq (include "txmq.tlsOn" $ctx) "true")) }}
+{{- $_ := set $computed "tls_client_auth" (ternary "require" "none" (eq (include "txmq.tlsOn" $ctx) "true")) }}
 {{- if eq $service "store" }}
 {{- $_ := set $computed "store_id" (default "$(POD_NAME)" $group) }}
 {{- if include "txmq.exportsShared" $ctx }}
@@ -168,6 +173,14 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
       name: {{ $v.auth.existingSecret | quote }}
       key: {{ required (printf "%s.auth.existingSecretKey is required with existingSecret" .service) $v.auth.existingSecretKey | quote }}
 {{- end }}
+{{- $auth := .ctx.Values.auth | default dict }}
+{{- if $auth.existingSecret }}
+- name: {{ printf "TXMQ_%s_AUTH_SECRET_KEY" (upper .service) }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $auth.existingSecret | quote }}
+      key: {{ required "auth.existingSecretKey is required with auth.existingSecret" $auth.existingSecretKey | quote }}
+{{- end }}
 {{- end }}
 
 {{/* "true" for the services that answer txmq's route look-ups (the bootstrap Service's
@@ -184,7 +197,7 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- add (int .ctx.Values.lifecycle.preStopSleepSeconds) (div (add $graceMs 999) 1000) (int .ctx.Values.lifecycle.stopMarginSeconds) }}
 {{- end }}
 
-{{/* The three gRPC probes on the service's port. Call with (dict "probes" .probes "port" N). */}}
+{{/* The three gRPC probes on port N (txmq.probePort). Call with (dict "probes" .probes "port" N). */}}
 {{- define "txmq.grpcProbes" -}}
 startupProbe:
   grpc: {port: {{ .port }}}
@@ -225,8 +238,92 @@ podAntiAffinity:
 {{- if .Values.tls.enabled }}
 - name: tls
   secret:
-    secretName: {{ required "tls.secretName is required when tls.enabled is true" .Values.tls.secretName }}
+    secretName: {{ include "txmq.tlsSecretName" . }}
     defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{/* TLS of every service ----------------------------------------------------------------- */}}
+
+{{/* "true" when tls.enabled. */}}
+{{- define "txmq.tlsOn" -}}
+{{- if .Values.tls.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The Secret with tls.crt, tls.key and ca.crt: tls.secretName, else (cert-manager issuing
+     it) <fullname>-tls. */}}
+{{- define "txmq.tlsSecretName" -}}
+{{- if .Values.tls.secretName }}
+{{- .Values.tls.secretName }}
+{{- else if (.Values.tls.certManager.issuerRef | default dict).name }}
+{{- printf "%s-tls" (include "txmq.fullname" .) }}
+{{- else }}
+{{- fail "tls.enabled needs tls.secretName (a Secret with tls.crt, tls.key and ca.crt) or tls.certManager.issuerRef" }}
+{{- end }}
+{{- end }}
+
+{{/* The one name the services check each other's certificates against (pull, txcheck and
+     gateway pods are dialled by their IPs, which no certificate names). */}}
+{{- define "txmq.tlsServerName" -}}
+{{- printf "%s-bootstrap.%s.svc.%s" (include "txmq.fullname" .) .Release.Namespace .Values.clusterDomain }}
+{{- end }}
+
+{{/* A service's tls_mode as the service will see it. Call with (dict "ctx" $ "service" "store"). */}}
+{{- define "txmq.tlsMode" -}}
+{{- $mode := toString (index .ctx.Values .service).settings.tls_mode }}
+{{- if $mode }}{{ $mode }}{{ else }}{{ ternary "enforcing" "disabled" (eq (include "txmq.tlsOn" .ctx) "true") }}{{ end }}
+{{- end }}
+
+{{/* The port the gRPC probes ask: the service port, or with TLS on it, probe_port (plaintext,
+     health only: Kubernetes' gRPC probes do not speak TLS). Call with (dict "ctx" $ "service" "store"). */}}
+{{- define "txmq.probePort" -}}
+{{- $settings := (index .ctx.Values .service).settings }}
+{{- if eq (include "txmq.tlsMode" .) "disabled" }}
+{{- int (include "txmq.envValue" $settings.port) }}
+{{- else }}
+{{- $probe := int (include "txmq.envValue" $settings.probe_port) }}
+{{- if le $probe 0 }}
+{{- fail (printf "%s.settings.probe_port must be a port (not %d) with TLS on: Kubernetes' gRPC probes cannot speak TLS" .service $probe) }}
+{{- end }}
+{{- $probe }}
+{{- end }}
+{{- end }}
+
+{{/* containerPorts beyond grpc, grpc-tls and metrics: the probe port and, with tls_mode
+     permissive, the plaintext port. Call with (dict "ctx" $ "service" "store"). */}}
+{{- define "txmq.extraPorts" -}}
+{{- $settings := (index .ctx.Values .service).settings }}
+{{- $port := int (include "txmq.envValue" $settings.port) }}
+{{- $seen := list $port }}
+{{- with include "txmq.metricsPort" (dict "settings" $settings) }}{{ $seen = append $seen (int .) }}{{ end }}
+{{- with include "txmq.tlsPort" . }}{{ $seen = append $seen (int .) }}{{ end }}
+{{- range $name := list "probe_port" "plaintext_port" }}
+{{- $p := int (include "txmq.envValue" (index $settings $name)) }}
+{{- if gt $p 0 }}
+{{- if has $p $seen }}
+{{- fail (printf "%s.settings.%s (%d) must differ from the pod's other ports" $.service $name $p) }}
+{{- end }}
+{{- $seen = append $seen $p }}
+- name: {{ ternary "probe" "grpc-plain" (eq $name "probe_port") }}
+  containerPort: {{ $p }}
+  protocol: TCP
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Env of a `txmq` command run in a pod (kubectl exec ... txmq topic list): the client
+     TLS files, with tls.enabled. */}}
+{{- define "txmq.clientTlsEnv" -}}
+{{- if .Values.tls.enabled }}
+{{- $dir := trimSuffix "/" .Values.tls.mountPath }}
+- name: TXMQ_TLS_CA_FILE
+  value: {{ printf "%s/ca.crt" $dir | quote }}
+- name: TXMQ_TLS_CERT_FILE
+  value: {{ printf "%s/tls.crt" $dir | quote }}
+- name: TXMQ_TLS_KEY_FILE
+  value: {{ printf "%s/tls.key" $dir | quote }}
+- name: TXMQ_TLS_SERVER_NAME
+  value: {{ include "txmq.tlsServerName" . | quote }}
 {{- end }}
 {{- end }}
 
@@ -283,7 +380,7 @@ podAntiAffinity:
 {{- $port := int (include "txmq.envValue" $settings.tls_port) }}
 {{- if ge $port 0 }}
 {{- if not .ctx.Values.tls.enabled }}
-{{- fail (printf "%s.settings.tls_port needs tls.enabled and tls.secretName (a kubernetes.io/tls Secret with the certificate and key)" .service) }}
+{{- fail (printf "%s.settings.tls_port needs tls.enabled (the certificate from tls.secretName or tls.certManager.issuerRef)" .service) }}
 {{- end }}
 {{- if eq $port 0 }}
 {{- fail (printf "%s.settings.tls_port must be a fixed port (a Service and containerPort need one), not 0" .service) }}

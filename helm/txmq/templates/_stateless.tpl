@@ -82,6 +82,9 @@ spec:
             {{- with include "txmq.secretEnv" (dict "ctx" $ctx "service" $service) }}
             {{- . | trim | nindent 12 }}
             {{- end }}
+            {{- with include "txmq.clientTlsEnv" $ctx }}
+            {{- . | trim | nindent 12 }}
+            {{- end }}
             {{- with $v.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -99,7 +102,10 @@ spec:
               containerPort: {{ . }}
               protocol: TCP
             {{- end }}
-          {{- include "txmq.grpcProbes" (dict "probes" $v.probes "port" $port) | trim | nindent 10 }}
+            {{- with include "txmq.extraPorts" (dict "ctx" $ctx "service" $service) }}
+            {{- . | trim | nindent 12 }}
+            {{- end }}
+          {{- include "txmq.grpcProbes" (dict "probes" $v.probes "port" (include "txmq.probePort" (dict "ctx" $ctx "service" $service))) | trim | nindent 10 }}
           lifecycle:
             preStop:
               exec:
@@ -168,6 +174,14 @@ spec:
       {{- if and $external (gt (int $v.service.tlsNodePort) 0) }}
       nodePort: {{ int $v.service.tlsNodePort }}
       {{- end }}
+    {{- end }}
+    {{- $plain := int (include "txmq.envValue" $v.settings.plaintext_port) }}
+    {{- if gt $plain 0 }}
+    # tls_mode permissive: the same services in plaintext, while clients move to TLS.
+    - name: grpc-plain
+      port: {{ $plain }}
+      targetPort: grpc-plain
+      protocol: TCP
     {{- end }}
 {{- end }}
 
