@@ -82,6 +82,9 @@ class ServiceContext(Generic[S]):
     #: Keys put here live under this instance's lease (written once it registers).
     registration: Registration
     cluster: ClusterView
+    #: Auth of this process when ``auth_enabled`` (its user book and guard), else None:
+    #: for a service that checks its callers itself (the gateway's v2 protocol).
+    security: Security | None = None
 
 
 @dataclass(slots=True)
@@ -250,6 +253,7 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
             keys=keys,
             registration=registration,
             cluster=cluster,
+            security=security,
         )
         parts = await setup(ctx)
         if parts.close is not None:
