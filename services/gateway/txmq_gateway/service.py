@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import grpc
 
+from txmq_gateway.access import Authorizer
 from txmq_gateway.auth import Authenticator
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
@@ -103,6 +104,31 @@ async def handle_signer(ctx: ServiceContext[GatewaySettings]) -> HandleSigner:
         raise StartupFailed(str(exc)) from None
 
 
+def authentication(ctx: ServiceContext[GatewaySettings]) -> tuple[Authenticator, Authorizer | None, str]:
+    """How v2 callers are checked, and a phrase saying so for the start-up line: with
+    ``auth_enabled``, as txmq's users (the cluster's user book, signature required on every
+    call) with their permissions (access.py); otherwise by the one configured
+    access_key/secret_key pair, if any, with no permissions beyond it."""
+    settings = ctx.settings
+    single = bool(settings.access_key and settings.secret_key)
+    if ctx.security is None:
+        return Authenticator.from_settings(settings), None, "by access_key" if single else "off"
+    book = ctx.security.book
+
+    def secret_for(access_key: str) -> bytes | None:
+        secret = book.secret_for(access_key)  # None: unknown, disabled, or not unsealable here
+        return None if secret is None else secret.encode()
+
+    auth = Authenticator(secret_for, clock_skew_ms=settings.auth_clock_skew_ms)
+    if single:
+        log.warning(
+            "gateway: both auth_enabled and access_key/secret_key are set: auth_enabled wins, v2 clients sign as "
+            "txmq users (the user book) and access_key %r is not accepted unless it is such a user",
+            settings.access_key,
+        )
+    return auth, Authorizer(book, ctx.security.guard), "as txmq's users with their permissions (auth_enabled)"
+
+
 async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
     settings = ctx.settings
     quiet_header_encoding_log()
@@ -125,9 +151,11 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
         on_lost=consumer.drop_group,
     )
     router = GroupRouter(ownership, Forwarder(instance_id=instance_id, timeout_ms=settings.backend_rpc_timeout_ms))
+    auth, access, how = authentication(ctx)
     servicer = MessagingServicer(
         address=ctx.address,
-        auth=Authenticator.from_settings(settings),
+        auth=auth,
+        access=access,
         backend=backend,
         producer=ProducerCore(backend, settings, handles=handles),
         consumer=consumer,
@@ -142,7 +170,7 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
         "gateway: RocketMQ 5 clients connect to %s%s (authentication %s)",
         ctx.address,
         f", TLS on {servicer.tls_address}" if servicer.tls_address else "",
-        "on" if servicer.auth.enabled else "off",
+        how,
     )
 
     async def stopping() -> None:

@@ -16,11 +16,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from txmq.v1 import common_pb2
+from txmq_gateway.access import Authorizer
 from txmq_gateway.auth import Authenticator, header_text
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
@@ -30,6 +32,7 @@ from txmq_gateway.producer import ProducerCore
 from txmq_gateway.status import GatewayError, from_exception, ok, overall
 from txmq_gateway.telemetry import ClientHub
 from txmq_gateway.v2 import SERVICE_NAME, Code, pb, svc, svc_grpc
+from txmq_runtime.auth import Principal
 
 log = logging.getLogger("txmq.gateway.servicer")
 
@@ -117,6 +120,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         clients: ClientHub,
         route_client_endpoints: bool = False,
         router: GroupRouter | None = None,
+        access: Authorizer | None = None,
     ) -> None:
         self.address = address
         self.route_client_endpoints = route_client_endpoints
@@ -130,16 +134,58 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         self.clients = clients
         # Consumer-group ownership across replicas (None: this gateway serves every group).
         self.router = router
+        #: Users' permissions (auth_enabled: access.py); None: authentication only.
+        self.access = access
+
+    def _admit(self, method: str, request: Message | None, context: grpc.aio.ServicerContext) -> Principal | None:
+        """Authenticate the call and, with users (``access``), check that its user may make
+        ``request`` (None: only authenticate, e.g. a stream whose commands are checked one
+        by one). The user (None without users); GatewayError UNAUTHORIZED / FORBIDDEN,
+        counted and logged, otherwise."""
+        principal = None
+        try:
+            access_key = self.auth.check(context.invocation_metadata())
+            if self.access is None or access_key is None:
+                return None
+            principal = self.access.principal(access_key, context.peer())
+            if request is not None:
+                self.access.check(method, principal, request)
+        except GatewayError as err:
+            if self.access is not None:
+                self.access.denied(method, principal.username if principal else None, context.peer(), err)
+            raise
+        return principal
+
+    def _command_check(
+        self, principal: Principal | None, context: grpc.aio.ServicerContext
+    ) -> Callable[[svc.TelemetryCommand], None] | None:
+        """The check of each command a Telemetry stream's client sends (None: none needed)."""
+        access = self.access
+        if access is None or principal is None or principal.super_user:
+            return None
+        peer = context.peer()
+
+        def check(command: svc.TelemetryCommand) -> None:
+            try:
+                access.check("Telemetry", principal, command)
+            except GatewayError as err:
+                access.denied("Telemetry", principal.username, peer, err)
+                raise
+
+        return check
 
     async def _answer(
         self,
+        method: str,
+        request: Message,
         context: grpc.aio.ServicerContext,
         response: Callable[[pb.Status], R],
         work: Callable[[], Awaitable[R]],
     ) -> R:
-        """Authenticate, run ``work``; a failure becomes ``response(status)``."""
+        """Authenticate and authorise (``_admit``), run ``work``; a failure becomes
+        ``response(status)``."""
         try:
-            self.auth.check(context.invocation_metadata())
+            self._admit(method, request, context)
             return await work()
         except Exception as exc:  # noqa: BLE001 - answered as a v2 status
             if not isinstance(exc, GatewayError):
@@ -169,7 +215,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             queues = queues_of(topic, await self.backend.queues(topic), endpoints)
             return svc.QueryRouteResponse(status=ok(), message_queues=queues)
 
-        return await self._answer(context, lambda s: svc.QueryRouteResponse(status=s), work)
+        return await self._answer("QueryRoute", request, context, lambda s: svc.QueryRouteResponse(status=s), work)
 
     async def GetOffset(
         self, request: svc.GetOffsetRequest, context: grpc.aio.ServicerContext
@@ -186,7 +232,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 )
             return svc.GetOffsetResponse(status=ok(), offset=offset)
 
-        return await self._answer(context, lambda s: svc.GetOffsetResponse(status=s), work)
+        return await self._answer("GetOffset", request, context, lambda s: svc.GetOffsetResponse(status=s), work)
 
     async def QueryOffset(
         self, request: svc.QueryOffsetRequest, context: grpc.aio.ServicerContext
@@ -204,7 +250,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 offset = bounds[0] if policy == pb.BEGINNING else bounds[1]
             return svc.QueryOffsetResponse(status=ok(), offset=offset)
 
-        return await self._answer(context, lambda s: svc.QueryOffsetResponse(status=s), work)
+        return await self._answer("QueryOffset", request, context, lambda s: svc.QueryOffsetResponse(status=s), work)
 
     async def QueryAssignment(
         self, request: svc.QueryAssignmentRequest, context: grpc.aio.ServicerContext
@@ -223,7 +269,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 status=ok(), assignments=[pb.Assignment(message_queue=q) for q in queues]
             )
 
-        return await self._answer(context, lambda s: svc.QueryAssignmentResponse(status=s), work)
+        return await self._answer(
+            "QueryAssignment", request, context, lambda s: svc.QueryAssignmentResponse(status=s), work
+        )
 
     async def Heartbeat(
         self, request: svc.HeartbeatRequest, context: grpc.aio.ServicerContext
@@ -236,7 +284,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             await self._tell_owner("Heartbeat", request, context)
             return svc.HeartbeatResponse(status=ok())
 
-        return await self._answer(context, lambda s: svc.HeartbeatResponse(status=s), work)
+        return await self._answer("Heartbeat", request, context, lambda s: svc.HeartbeatResponse(status=s), work)
 
     async def NotifyClientTermination(
         self, request: svc.NotifyClientTerminationRequest, context: grpc.aio.ServicerContext
@@ -246,13 +294,15 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             await self._tell_owner("NotifyClientTermination", request, context)
             return svc.NotifyClientTerminationResponse(status=ok())
 
-        return await self._answer(context, lambda s: svc.NotifyClientTerminationResponse(status=s), work)
+        return await self._answer(
+            "NotifyClientTermination", request, context, lambda s: svc.NotifyClientTerminationResponse(status=s), work
+        )
 
     async def Telemetry(
         self, request_iterator: AsyncIterator[svc.TelemetryCommand], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[svc.TelemetryCommand]:
         try:
-            self.auth.check(context.invocation_metadata())
+            principal = self._admit("Telemetry", None, context)
             client_id = client_id_of(context)
             if not client_id:
                 raise GatewayError(Code.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is required")
@@ -261,8 +311,10 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 log.info("telemetry stream refused: %s", exc)
             yield svc.TelemetryCommand(status=from_exception(exc))
             return
+        # Each command the client sends is checked (its settings name topics and a group).
+        check = self._command_check(principal, context)
         # aclosing: a cancelled call closes the session's producer channels at once.
-        async with contextlib.aclosing(self.clients.session(client_id, request_iterator)) as commands:
+        async with contextlib.aclosing(self.clients.session(client_id, request_iterator, check=check)) as commands:
             async for command in commands:
                 yield command
 
@@ -272,7 +324,11 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         self, request: svc.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> svc.SendMessageResponse:
         return await self._answer(
-            context, lambda s: svc.SendMessageResponse(status=s), lambda: self.producer.send(request)
+            "SendMessage",
+            request,
+            context,
+            lambda s: svc.SendMessageResponse(status=s),
+            lambda: self.producer.send(request),
         )
 
     async def EndTransaction(
@@ -282,7 +338,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             await self.producer.end_transaction(request)
             return svc.EndTransactionResponse(status=ok())
 
-        return await self._answer(context, lambda s: svc.EndTransactionResponse(status=s), work)
+        return await self._answer(
+            "EndTransaction", request, context, lambda s: svc.EndTransactionResponse(status=s), work
+        )
 
     # -- consuming -----------------------------------------------------------------------
 
@@ -322,7 +380,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         """The messages, one frame each, then a status frame (MESSAGE_NOT_FOUND when the
         long poll ended empty)."""
         try:
-            self.auth.check(context.invocation_metadata())
+            self._admit("ReceiveMessage", request, context)
             owner = await self._owner(request.group.name, context)
             if owner is not None:
                 forwarded = self.router.forward_receive(request, context, owner)  # type: ignore[union-attr]
@@ -415,7 +473,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
                 )
             return svc.AckMessageResponse(status=overall([e.status for e in entries], "acks"), entries=entries)
 
-        return await self._answer(context, lambda s: svc.AckMessageResponse(status=s), work)
+        return await self._answer("AckMessage", request, context, lambda s: svc.AckMessageResponse(status=s), work)
 
     async def ChangeInvisibleDuration(
         self, request: svc.ChangeInvisibleDurationRequest, context: grpc.aio.ServicerContext
@@ -433,7 +491,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             )
             return svc.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
 
-        return await self._answer(context, lambda s: svc.ChangeInvisibleDurationResponse(status=s), work)
+        return await self._answer(
+            "ChangeInvisibleDuration", request, context, lambda s: svc.ChangeInvisibleDurationResponse(status=s), work
+        )
 
     async def ForwardMessageToDeadLetterQueue(
         self, request: svc.ForwardMessageToDeadLetterQueueRequest, context: grpc.aio.ServicerContext
@@ -450,25 +510,62 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             )
             return svc.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
-        return await self._answer(context, lambda s: svc.ForwardMessageToDeadLetterQueueResponse(status=s), work)
+        return await self._answer(
+            "ForwardMessageToDeadLetterQueue",
+            request,
+            context,
+            lambda s: svc.ForwardMessageToDeadLetterQueueResponse(status=s),
+            work,
+        )
 
     # -- not served ----------------------------------------------------------------------
+    # Checked all the same (access.py): serving one later keeps it guarded.
 
-    async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def PullMessage(
+        self, request: svc.PullMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[svc.PullMessageResponse]:
+        try:
+            self._admit("PullMessage", request, context)
+        except GatewayError as err:
+            yield svc.PullMessageResponse(status=from_exception(err))
+            return
         await _unimplemented(context, "PullMessage", "use ReceiveMessage (SimpleConsumer / PushConsumer)")
 
-    async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unimplemented(context, "UpdateOffset", "the owning gateway keeps the group's offsets")
+    async def UpdateOffset(
+        self, request: svc.UpdateOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> svc.UpdateOffsetResponse:
+        return await self._refuse_unserved(
+            "UpdateOffset", request, context, svc.UpdateOffsetResponse, "the owning gateway keeps the group's offsets"
+        )
 
-    async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unimplemented(context, "RecallMessage", "txmq has no delay messages to recall")
+    async def RecallMessage(
+        self, request: svc.RecallMessageRequest, context: grpc.aio.ServicerContext
+    ) -> svc.RecallMessageResponse:
+        return await self._refuse_unserved(
+            "RecallMessage", request, context, svc.RecallMessageResponse, "txmq has no delay messages to recall"
+        )
 
-    async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _unimplemented(context, "SyncLiteSubscription", "txmq has no lite topics")
+    async def SyncLiteSubscription(
+        self, request: svc.SyncLiteSubscriptionRequest, context: grpc.aio.ServicerContext
+    ) -> svc.SyncLiteSubscriptionResponse:
+        return await self._refuse_unserved(
+            "SyncLiteSubscription", request, context, svc.SyncLiteSubscriptionResponse, "txmq has no lite topics"
+        )
+
+    async def _refuse_unserved(
+        self, method: str, request: Message, context: grpc.aio.ServicerContext, response: Callable[..., R], why: str
+    ) -> R:
+        """A refused caller gets its v2 status; an allowed one gRPC UNIMPLEMENTED."""
+        try:
+            self._admit(method, request, context)
+        except GatewayError as err:
+            return response(status=from_exception(err))
+        await _unimplemented(context, method, why)
 
 
-async def _unimplemented(context: grpc.aio.ServicerContext, method: str, why: str) -> None:
+async def _unimplemented(context: grpc.aio.ServicerContext, method: str, why: str) -> NoReturn:
     await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"txmq's gateway does not serve {method}: {why}")
+    raise AssertionError("context.abort raises")  # (its stubs do not say NoReturn)
 
 
 def add_messaging_servicer(server: grpc.aio.Server, servicer: MessagingServicer) -> str:

@@ -429,10 +429,18 @@ class ClientHub:
     # -- sessions ----------------------------------------------------------------------
 
     async def session(
-        self, client_id: str, commands: AsyncIterator[svc.TelemetryCommand]
+        self,
+        client_id: str,
+        commands: AsyncIterator[svc.TelemetryCommand],
+        *,
+        check: Callable[[svc.TelemetryCommand], None] | None = None,
     ) -> AsyncIterator[svc.TelemetryCommand]:
         """One Telemetry stream: answers to the client's settings, and commands pushed
         to it (RecoverOrphanedTransactionCommand for a producer).
+
+        ``check`` (the user's permissions, access.py) sees every command the client sends
+        first: one it refuses (GatewayError) is answered with that status and otherwise
+        ignored (refused settings open no producer channel and change nothing).
 
         Ends when the client ends its side of the stream, when ``close`` is called, or
         when the stream is cancelled. Close it with ``contextlib.aclosing`` so its
@@ -441,7 +449,7 @@ class ClientHub:
         if self._closed:
             return
         session = self._open_session(client_id)
-        self._start_reader(session, commands)
+        self._start_reader(session, commands, check)
         try:
             while True:
                 command = await session.out.get()
@@ -462,17 +470,33 @@ class ClientHub:
         log.debug("telemetry session %d of %s open", session.seq, client_id or "<no client id>")
         return session
 
-    def _start_reader(self, session: _Session, commands: AsyncIterator[svc.TelemetryCommand]) -> None:
+    def _start_reader(
+        self,
+        session: _Session,
+        commands: AsyncIterator[svc.TelemetryCommand],
+        check: Callable[[svc.TelemetryCommand], None] | None = None,
+    ) -> None:
         session.reader = asyncio.create_task(
-            self._read(session, commands), name=f"txmq-gateway-telemetry-{session.seq}"
+            self._read(session, commands, check), name=f"txmq-gateway-telemetry-{session.seq}"
         )
 
-    async def _read(self, session: _Session, commands: AsyncIterator[svc.TelemetryCommand]) -> None:
+    async def _read(
+        self,
+        session: _Session,
+        commands: AsyncIterator[svc.TelemetryCommand],
+        check: Callable[[svc.TelemetryCommand], None] | None = None,
+    ) -> None:
         """The client's side of the stream; the session ends with it."""
         ended = "the client ended the stream"
         try:
             async for command in commands:
                 kind = command.WhichOneof("command")
+                if check is not None:
+                    try:
+                        check(command)
+                    except GatewayError as err:
+                        session.push(svc.TelemetryCommand(status=from_exception(err)))
+                        continue
                 if kind == "settings":
                     session.push(self._answer_settings(session, command.settings))
                 else:
