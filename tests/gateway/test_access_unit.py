@@ -515,3 +515,43 @@ async def test_rpcs_not_served_are_checked_first() -> None:
             assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
     finally:
         await server.stop(0)
+
+
+class Recording(svc_grpc.MessagingServiceServicer):
+    def __init__(self) -> None:
+        self.metadata: list[tuple[str, str | bytes]] = []
+
+    async def AckMessage(self, request: Any, context: grpc.aio.ServicerContext) -> svc.AckMessageResponse:
+        self.metadata = list(context.invocation_metadata() or ())
+        return svc.AckMessageResponse(status=ok())
+
+
+async def test_a_forwarded_call_carries_the_clients_credentials_alone() -> None:
+    """The owner must authenticate a forwarded call as the client: the services' own
+    signature (a super user's) that internal channels add with auth_enabled stays off it."""
+    from txmq_gateway.ownership import Forwarder, Owner
+    from txmq_runtime import calls
+
+    owner = Recording()
+    server = grpc.aio.server()
+    svc_grpc.add_MessagingServiceServicer_to_server(owner, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    calls.configure_credentials(signing.Credentials("txmq-service", "service-secret-0123456789"))
+    forwarder = Forwarder(instance_id="gw-a", timeout_ms=5_000)
+    try:
+        ack = svc.AckMessageRequest(group=group(), topic=topic())
+        answer = await forwarder.unary(
+            "AckMessage",
+            ack,
+            Context(signed("alice")),  # type: ignore[arg-type]
+            Owner("gw-b", f"127.0.0.1:{port}", 1),
+        )
+        assert answer.status.code == Code.OK
+    finally:
+        calls.configure_credentials(None)
+        await forwarder.close()
+        await server.stop(0)
+    authorizations = [v for k, v in owner.metadata if k == "authorization"]
+    assert len(authorizations) == 1 and "Credential=alice," in str(authorizations[0])
+    assert ("x-txmq-forwarded", "gw-a") in owner.metadata

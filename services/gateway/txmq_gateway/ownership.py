@@ -51,7 +51,8 @@ import grpc
 from txmq_gateway.convert import duration
 from txmq_gateway.status import GatewayError, from_exception
 from txmq_gateway.v2 import Code, svc, svc_grpc
-from txmq_runtime.calls import internal_channel
+from txmq_runtime import tls
+from txmq_runtime.calls import channel_options
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.etcd import RETRYABLE, EtcdMirror
 from txmq_runtime.lease import FencedLease, Holding, LeaseLapsed
@@ -351,9 +352,22 @@ def forward_metadata(metadata: Metadata | None, forwarder: str) -> list[tuple[st
     return out
 
 
+def forwarding_channel(address: str) -> grpc.aio.Channel:
+    """A channel to another gateway (TLS as the process's internal channels use it) that
+    carries the client's credentials alone: not the services' own signature that
+    ``txmq_runtime.calls.internal_channel`` adds with auth_enabled, so the owner can only
+    authenticate the forwarded call as the client."""
+    material = tls.current()
+    if material is None:
+        return grpc.aio.insecure_channel(address, options=channel_options())
+    return grpc.aio.secure_channel(
+        address, material.channel_credentials(), options=(*channel_options(), *material.channel_options())
+    )
+
+
 class Forwarder:
     """Calls the MessagingService of the gateway owning a group, on one channel per
-    owner address."""
+    owner address (``forwarding_channel``)."""
 
     def __init__(
         self,
@@ -364,7 +378,7 @@ class Forwarder:
     ) -> None:
         self.instance_id = instance_id
         self.timeout_s = timeout_ms / 1000
-        self._channel_factory = channel_factory or internal_channel
+        self._channel_factory = channel_factory or forwarding_channel
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._background: set[asyncio.Task[None]] = set()
 
