@@ -244,3 +244,12 @@ def test_a_server_name_stands_in_for_addresses_no_certificate_names(
     with Admin(store.address, timeout=2, tls=unnamed) as admin, pytest.raises(TxmqError) as info:
         admin.list_topics()  # 127.0.0.1 is not in the certificate
     assert info.value.unreachable
+
+
+def test_the_analytics_export_dials_the_stores_over_tls(cluster: TlsCluster, tmp_path: Path) -> None:
+    from txmq_analytics.remote import export_from_endpoint
+
+    results = export_from_endpoint(cluster.store.address, tmp_path / "exports", tls=cluster.tls)
+    assert len(results) == 1 and results[0].queues >= 2
+    with pytest.raises(TxmqError):  # the stores refuse a plaintext export
+        export_from_endpoint("127.0.0.1:1", tmp_path / "plain", stores=[cluster.store.address])
