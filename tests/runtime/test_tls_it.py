@@ -253,3 +253,34 @@ def test_the_analytics_export_dials_the_stores_over_tls(cluster: TlsCluster, tmp
     assert len(results) == 1 and results[0].queues >= 2
     with pytest.raises(TxmqError):  # the stores refuse a plaintext export
         export_from_endpoint("127.0.0.1:1", tmp_path / "plain", stores=[cluster.store.address])
+
+
+def test_a_replicated_store_group_ships_over_mutual_tls(etcd: EtcdServer, tmp_path: Path) -> None:
+    """Two replicas, min_in_sync 2: the follower joins the in-sync set only by following
+    the leader (store -> store), and a send is acknowledged only once the follower holds
+    it, so both prove the replication link works over mutual TLS. LocalCluster(tls=...)
+    is what `txmq up --tls` runs."""
+    from support import new_local_cluster
+    from support.processes import private_prefix
+
+    files = tls_files(tmp_path / "certs")
+    cluster = new_local_cluster(
+        tmp_path / "cluster", etcd_endpoints=etcd.endpoint, etcd_prefix=private_prefix(), store_replicas=2, tls=files
+    )
+    cluster.start()
+    try:
+        tls = TlsConfig(ca_file=files.ca, cert_file=files.cert, key_file=files.key)
+        with Admin(cluster.bootstrap, tls=tls) as admin:
+            deadline = time.monotonic() + 30
+            while True:
+                groups = admin.store_group_status()
+                if (groups and len(groups[0].in_sync) == 2) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            (group,) = groups
+            assert len(group.in_sync) == 2 and {r.role for r in group.replicas} == {"leader", "follower"}
+            admin.create_topic("ReplicatedTls", read_queue_nums=1, write_queue_nums=1)
+        with Producer("replicated-tls", cluster.bootstrap, tls=tls, send_timeout=10) as producer:
+            assert producer.send(Message("ReplicatedTls", b"shipped")).queue_offset == 0
+    finally:
+        cluster.stop()
