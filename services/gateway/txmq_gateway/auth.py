@@ -13,8 +13,8 @@ they are refused, with a message that says so, unless they run with ``TZ=UTC``.
 
 Where secrets come from is a ``SecretLookup``: access key -> secret, None when unknown.
 ``SingleKey`` is the one configured pair of the settings (``access_key``/``secret_key``);
-a user store can be another. ``Authenticator.check`` returns the access key it
-authenticated."""
+with ``auth_enabled`` it is the cluster's user book instead (``service.authentication``).
+``Authenticator.check`` returns the access key it authenticated."""
 
 from __future__ import annotations
 

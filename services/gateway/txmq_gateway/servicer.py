@@ -1,8 +1,9 @@
 """``apache.rocketmq.v2.MessagingService``: a thin layer over the gateway's cores.
 
 Every answer carries a v2 ``Status`` (the gRPC call itself succeeds, as RocketMQ's proxy
-does): authentication first, then the core, whose GatewayError / TxmqError becomes the
-status. GetOffset (a group's committed offset of a queue) and QueryOffset (a queue's first
+does): authentication first, then (with auth_enabled) the user's permissions for the
+call (access.py), then the core, whose GatewayError / TxmqError becomes the status.
+GetOffset (a group's committed offset of a queue) and QueryOffset (a queue's first
 or last offset, or the first stored at a time) read the store, for lag monitors such as
 KEDA (RocketMQ's proxy answers them UNIMPLEMENTED, #10434). RPCs txmq does not serve
 (PullMessage, UpdateOffset, RecallMessage, SyncLiteSubscription) answer gRPC
