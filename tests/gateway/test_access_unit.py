@@ -555,3 +555,37 @@ async def test_a_forwarded_call_carries_the_clients_credentials_alone() -> None:
     authorizations = [v for k, v in owner.metadata if k == "authorization"]
     assert len(authorizations) == 1 and "Credential=alice," in str(authorizations[0])
     assert ("x-txmq-forwarded", "gw-a") in owner.metadata
+
+
+def test_with_auth_enabled_the_user_book_wins_over_the_single_key(caplog: pytest.LogCaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    from txmq_gateway.service import authentication
+    from txmq_runtime.auth_service import Security
+
+    settings = GatewaySettings(access_key="old-ak", secret_key="old-secret")
+    auth, access, how = authentication(SimpleNamespace(settings=settings, security=None))  # type: ignore[arg-type]
+    assert access is None and how == "by access_key" and auth.secret_for is not None
+    assert auth.secret_for("old-ak") == b"old-secret"
+    assert authentication(SimpleNamespace(settings=GatewaySettings(), security=None))[2] == "off"  # type: ignore[arg-type]
+
+    security = Security(prefix="/t", access_key="svc", secret_key="service-secret-0123456789", clock_skew_ms=60_000)
+    security.book.reset(list(make_book_items(security)))
+    caplog.set_level(logging.WARNING, logger="txmq.gateway.service")
+    auth, access, how = authentication(SimpleNamespace(settings=settings, security=security))  # type: ignore[arg-type]
+    assert access is not None and "auth_enabled" in how
+    assert auth.enabled and auth.secret_for is not None
+    assert auth.secret_for("alice") == SECRETS["alice"].encode()
+    assert auth.secret_for("off") is None  # disabled
+    assert auth.secret_for("old-ak") is None  # the single key is not a user
+    assert any("auth_enabled wins" in r.getMessage() for r in caplog.records)
+    assert not any("old-secret" in r.getMessage() for r in caplog.records)
+
+
+def make_book_items(security: Any) -> list[tuple[str, bytes]]:
+    items = []
+    for name, secret in SECRETS.items():
+        user = auth_pb2.User(username=name, disabled=name == "off")
+        stored = auth_pb2.StoredUser(user=user, sealed_secret=security.sealer.seal(name, secret))
+        items.append((security.keys.user(name), encode(stored)))
+    return items
