@@ -15,9 +15,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from txmq.errors import error
-from txmq.protocol import MAX_CLIENT_ID_BYTES, MAX_HEARTBEAT_TOPICS
+from txmq.protocol import MAX_HEARTBEAT_TOPICS
 from txmq.v1 import errors_pb2
-from txmq.validation import check_group, check_topic
+from txmq.validation import check_client_id, check_group, check_topic
 from txmq_runtime.clock import Clock
 
 
@@ -110,19 +110,3 @@ class ConsumerGroups:
             clients.pop(client_id, None)
             if not clients:
                 del self._groups[group]
-
-
-def check_client_id(client_id: str) -> None:
-    """CODE_ILLEGAL_ARGUMENT for an empty client id or one longer than MAX_CLIENT_ID_BYTES."""
-    if not client_id:
-        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "client_id is empty")
-    if len(client_id) > MAX_CLIENT_ID_BYTES // 4:
-        size = len(client_id.encode("utf-8", "surrogatepass"))
-        if size > MAX_CLIENT_ID_BYTES:
-            raise error(
-                errors_pb2.CODE_ILLEGAL_ARGUMENT,
-                f"client_id has {size} bytes (UTF-8), more than the limit of {MAX_CLIENT_ID_BYTES}: "
-                f"{client_id[:64]!r}...",
-                client_id_bytes=str(size),
-                limit=str(MAX_CLIENT_ID_BYTES),
-            )

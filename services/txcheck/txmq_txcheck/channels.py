@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from txmq.errors import error
-from txmq.protocol import MAX_CLIENT_ID_BYTES
-from txmq.v1 import errors_pb2, txcheck_pb2, txcheck_pb2_grpc
+from txmq.v1 import txcheck_pb2, txcheck_pb2_grpc
+from txmq.validation import check_client_id
 from txmq_runtime.calls import internal_channel
 from txmq_runtime.etcd import EtcdMirror
 
@@ -133,24 +132,6 @@ class ChannelDirectory:
 
     def of_group(self, group: str) -> list[ChannelEntry]:
         return sorted((e for e in self._by_key.values() if e.group == group), key=lambda e: e.key)
-
-
-def check_client_id(client_id: str) -> None:
-    """A producer channel's client id becomes part of an etcd key: at most
-    MAX_CLIENT_ID_BYTES of UTF-8 (CODE_ILLEGAL_ARGUMENT otherwise), as the pull
-    service's consumer client ids."""
-    if not client_id:
-        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "client_id is empty")
-    if len(client_id) > MAX_CLIENT_ID_BYTES // 4:
-        size = len(client_id.encode("utf-8", "surrogatepass"))
-        if size > MAX_CLIENT_ID_BYTES:
-            raise error(
-                errors_pb2.CODE_ILLEGAL_ARGUMENT,
-                f"client_id has {size} bytes (UTF-8), more than the limit of {MAX_CLIENT_ID_BYTES}: "
-                f"{client_id[:64]!r}...",
-                client_id_bytes=str(size),
-                limit=str(MAX_CLIENT_ID_BYTES),
-            )
 
 
 class ProducerChannels:

@@ -11,7 +11,13 @@ import re
 from collections.abc import Iterable, Mapping
 
 from txmq.errors import BadRequestError, ForbiddenError, PayloadTooLargeError
-from txmq.protocol import KEY_SEPARATOR, MAX_FILTER_EXPRESSION_BYTES, RESERVED_PROPERTIES, is_system_topic
+from txmq.protocol import (
+    KEY_SEPARATOR,
+    MAX_CLIENT_ID_BYTES,
+    MAX_FILTER_EXPRESSION_BYTES,
+    RESERVED_PROPERTIES,
+    is_system_topic,
+)
 from txmq.v1 import errors_pb2
 
 # RocketMQ's TopicValidator / Validators rules; groups share the character set.
@@ -155,3 +161,19 @@ def check_message_content(
 def _check_no_separator(text: str, *, what: str) -> None:
     if any(sep in text for sep in _SEPARATORS):
         raise BadRequestError(f"the {what} {text!r} contains U+0001 or U+0002", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
+
+
+def check_client_id(client_id: str) -> None:
+    """A client id the services keep (a consumer's membership, a producer channel's etcd
+    key): not empty, at most MAX_CLIENT_ID_BYTES of UTF-8 (CODE_ILLEGAL_ARGUMENT)."""
+    if not client_id:
+        raise BadRequestError("client_id is empty", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
+    if len(client_id) > MAX_CLIENT_ID_BYTES // 4:
+        size = len(client_id.encode("utf-8", "surrogatepass"))
+        if size > MAX_CLIENT_ID_BYTES:
+            raise BadRequestError(
+                f"client_id has {size} bytes (UTF-8), more than the limit of {MAX_CLIENT_ID_BYTES}: "
+                f"{client_id[:64]!r}...",
+                code=errors_pb2.CODE_ILLEGAL_ARGUMENT,
+                metadata={"client_id_bytes": str(size), "limit": str(MAX_CLIENT_ID_BYTES)},
+            )
