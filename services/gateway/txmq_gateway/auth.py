@@ -18,21 +18,21 @@ with ``auth_enabled`` it is the cluster's user book instead (``service.authentic
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta, timezone
 
+from txmq.signing import ALGORITHM, AUTHORIZATION_HEADER, DATE_HEADER, parse_authorization, sign
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError, shorten
 from txmq_gateway.v2 import Code
 from txmq_runtime.clock import WallClock, wall_clock_ms
 
-ALGORITHM = "MQv2-HMAC-SHA1"
-AUTHORIZATION_HEADER = "authorization"
-DATE_HEADER = "x-mq-date-time"
+BAD_CREDENTIALS = "unknown access key or a signature that does not match"
+
+
 #: The date format of ``x-mq-date-time`` (Java notation, as RocketMQ's clients name it).
 DATE_FORMAT = "yyyyMMdd'T'HHmmss'Z'"
 #: How far a signed date may be from the gateway's clock, either way (the default of the
@@ -121,12 +121,12 @@ class Authenticator:
                 Code.UNAUTHORIZED,
                 f"{DATE_HEADER} {shorten(date)} is not a UTC date {DATE_FORMAT}, e.g. 20240101T120000Z",
             ) from None
+        # One answer for an unknown user and a wrong signature: which user names exist is
+        # not for an unauthenticated caller to learn.
         secret = self.secret_for(access_key)
-        if secret is None:
-            raise GatewayError(Code.UNAUTHORIZED, "unknown access key")
-        expected = sign(secret, date).encode()
-        if not hmac.compare_digest(expected, fields.get("Signature", "").lower().encode()):
-            raise GatewayError(Code.UNAUTHORIZED, "signature does not match")
+        expected = sign(secret or b"\0", date).encode()
+        if secret is None or not hmac.compare_digest(expected, fields.get("Signature", "").lower().encode()):
+            raise GatewayError(Code.UNAUTHORIZED, BAD_CREDENTIALS)
         self._check_window(date, date_ms)
         return access_key
 
@@ -216,19 +216,3 @@ def _span(ms: int) -> str:
     if hours < 48:
         return f"{hours}h{minutes % 60:02d}m"
     return f"{hours // 24}d{hours % 24}h"
-
-
-def sign(secret_key: bytes, date_time: str) -> str:
-    """Lower-case hex HMAC-SHA1 of ``date_time`` keyed by ``secret_key``."""
-    return hmac.new(secret_key, date_time.encode(), hashlib.sha1).hexdigest()
-
-
-def parse_authorization(header: str) -> dict[str, str]:
-    """``ALGO K1=V1, K2=V2`` -> {"algorithm": ALGO, K1: V1, K2: V2} (malformed parts skipped)."""
-    algorithm, _, rest = header.strip().partition(" ")
-    fields = {"algorithm": algorithm}
-    for part in rest.split(","):
-        key, sep, value = part.strip().partition("=")
-        if sep:
-            fields[key.strip()] = value.strip()
-    return fields
