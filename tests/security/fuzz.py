@@ -36,6 +36,9 @@ What it does:
   INTERNAL, UNKNOWN, no detail, "Stream removed", a reset or closed connection, an
   unparseable answer); ``hang`` (our deadline passed on a unary call; counted apart);
   ``open`` (a stream still open when we hung up: expected for streams);
+  a client stream whose status grpc.aio replaced by INTERNAL 'Internal error from Core'
+  because one of our request writes raced the call's end is judged on the status the
+  server sent, recovered from the call (``CLIENT_WRITE_FAILED``; counted apart);
   ``auth_bypass`` (the gateway did not answer UNAUTHORIZED to a well-formed request with
   hostile credentials).
 - **After the run:** "Traceback" and ERROR lines in every service log (written since the
@@ -67,7 +70,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -785,6 +788,9 @@ class Verdict:
     status: str  # gRPC status name, with the txmq or v2 code
     message: str = ""
     code: int | None = None  # the txmq ErrorDetail code, when there is one
+    #: The status the server sent was recovered from the call after a request write of
+    #: ours raced its end (``Caller._recover``): judged, and counted apart.
+    raced: bool = False
 
 
 def error_detail(trailers: Sequence[tuple[str, str | bytes]] | None) -> errors_pb2.ErrorDetail | None:
@@ -878,7 +884,7 @@ def refused_unauthenticated(verdict: Verdict) -> Verdict:
     such: anything else that got past authentication is a bypass."""
     refused = verdict.code is not None and verdict.code // 100 in AUTH_REFUSAL_RANGES
     if verdict.verdict in ("typed", "ok", "open") and not refused:
-        return Verdict("auth_bypass", verdict.status, verdict.message, verdict.code)
+        return replace(verdict, verdict="auth_bypass")
     return verdict
 
 
@@ -981,6 +987,76 @@ def documented_codes(path: Path = STATUS_CODES_MD) -> tuple[dict[str, set[int]],
 
 # -- the calls -----------------------------------------------------------------------------
 
+#: What grpc.aio's client makes of a call whose status it already has when one of our
+#: request writes fails because the call has ended: the server's status (UNAUTHENTICATED
+#: and its detail, say) is replaced by INTERNAL 'Internal error from Core', without
+#: trailers, and a debug string naming the failed send (grpc/aio/_call.py ``_write``:
+#: ``set_internal_error``). The server did not send it: a write that started after the
+#: server's status reached the client's core but before its event loop handled it fails.
+#: No server can avoid that short of holding the call open until the client half-closes
+#: (an unauthenticated client could then keep it open). ``Caller._recover`` judges what
+#: the server sent instead; test_fuzz_unit.py reproduces the race deterministically.
+CLIENT_WRITE_FAILED = "Internal error from Core"
+_FAILED_SEND_SIGNS = ("SendMessageOperation", "send_message")
+
+
+@dataclass(frozen=True)
+class CallStatus:
+    code: grpc.StatusCode
+    details: str
+    trailers: tuple[tuple[str, str | bytes], ...]
+    debug: str
+
+    @classmethod
+    def of_error(cls, exc: grpc.aio.AioRpcError) -> CallStatus:
+        return cls(
+            exc.code(), exc.details() or "", tuple(exc.trailing_metadata() or ()), exc.debug_error_string() or ""
+        )
+
+    @classmethod
+    def of_done_call(cls, call: Any) -> CallStatus:
+        """A finished call's status, read synchronously (its accessors do not wait then)."""
+        return cls(
+            _settled(call.code()),
+            _settled(call.details()) or "",
+            tuple(_settled(call.trailing_metadata()) or ()),
+            _settled(call.debug_error_string()) or "",
+        )
+
+    @property
+    def lost_to_a_write(self) -> bool:
+        """The client library's replacement for the status after a failed request write."""
+        return (
+            self.code == grpc.StatusCode.INTERNAL
+            and self.details == CLIENT_WRITE_FAILED
+            and not self.trailers
+            and any(sign in self.debug for sign in _FAILED_SEND_SIGNS)
+        )
+
+
+def _settled(awaitable: Any) -> Any:
+    """The value of a coroutine that finishes without waiting (a done call's status)."""
+    try:
+        awaitable.send(None)
+    except StopIteration as stop:
+        return stop.value
+    awaitable.close()
+    raise RuntimeError("the call is not done")
+
+
+class FirstStatus:
+    """A done callback keeping the first status a call was given: grpc.aio runs it when
+    the status is set, so it sees the server's status before a failed write replaces it."""
+
+    def __init__(self) -> None:
+        self.status: CallStatus | None = None
+
+    def __call__(self, call: Any) -> None:
+        try:
+            self.status = CallStatus.of_done_call(call)
+        except Exception:  # noqa: BLE001 - never disturb the call's own bookkeeping
+            self.status = None
+
 
 @dataclass
 class Result:
@@ -1026,28 +1102,70 @@ class Caller:
             return self._ok(case, [response])
         if not method.client_streaming:
             call = channel.unary_stream(target.path)(case.payloads[0], timeout=STREAM_WINDOW_S + 5, metadata=metadata)
+            return await self._read(call, case, window_s=rng.uniform(0.5, STREAM_WINDOW_S))
+        gap = rng.uniform(0.0, 0.1)
+        hang = case.stream_end == "hang_up"
+
+        async def requests() -> AsyncIterator[bytes]:
+            for payload in case.payloads:
+                yield payload
+                await asyncio.sleep(gap)
+            if hang:
+                await asyncio.sleep(STREAM_WINDOW_S * 2)  # never half-closed: we cancel
+
+        first = FirstStatus()
+        if method.server_streaming:
+            call = channel.stream_stream(target.path)(requests(), timeout=STREAM_WINDOW_S + 5, metadata=metadata)
+            call.add_done_callback(first)
+            window_s = rng.uniform(0.5, STREAM_WINDOW_S)
+            try:
+                return await self._read(call, case, window_s=window_s)
+            except grpc.aio.AioRpcError as exc:
+                return await self._recover(call, exc, first, case)
+        unary = channel.stream_unary(target.path)(requests(), timeout=STREAM_WINDOW_S + 5, metadata=metadata)
+        unary.add_done_callback(first)
+        try:
+            response = await asyncio.wait_for(asyncio.shield(unary), STREAM_WINDOW_S)
+        except TimeoutError:
+            unary.cancel()
+            return Verdict("open", "CANCELLED")
+        except grpc.aio.AioRpcError as exc:
+            return await self._recover(unary, exc, first, case)
+        return self._ok(case, [response])
+
+    @staticmethod
+    async def _recover(call: Any, exc: grpc.aio.AioRpcError, first: FirstStatus, case: Case) -> Verdict:
+        """The verdict on a client-streaming call that failed: on the status the server
+        sent, also when a request write of ours raced the call's end (``CLIENT_WRITE_FAILED``).
+        That status is the call's first one; or, when the failed write was handled first,
+        the one the server's status replaces it with a moment later."""
+        v2 = case.target.v2
+        status = CallStatus.of_error(exc)
+        if not status.lost_to_a_write:
+            return classify_status(status.code, status.details, status.trailers, v2=v2, stream=True)
+        if first.status is not None and not first.status.lost_to_a_write:
+            status = first.status
         else:
-            gap = rng.uniform(0.0, 0.1)
-            hang = case.stream_end == "hang_up"
-
-            async def requests() -> AsyncIterator[bytes]:
-                for payload in case.payloads:
-                    yield payload
-                    await asyncio.sleep(gap)
-                if hang:
-                    await asyncio.sleep(STREAM_WINDOW_S * 2)  # never half-closed: we cancel
-
-            if method.server_streaming:
-                call = channel.stream_stream(target.path)(requests(), timeout=STREAM_WINDOW_S + 5, metadata=metadata)
-            else:
-                unary = channel.stream_unary(target.path)(requests(), timeout=STREAM_WINDOW_S + 5, metadata=metadata)
-                try:
-                    response = await asyncio.wait_for(asyncio.shield(unary), STREAM_WINDOW_S)
-                except TimeoutError:
-                    unary.cancel()
-                    return Verdict("open", "CANCELLED")
-                return self._ok(case, [response])
-        return await self._read(call, case, window_s=rng.uniform(0.5, STREAM_WINDOW_S))
+            deadline = time.monotonic() + 1.0
+            while status.lost_to_a_write and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                status = CallStatus.of_done_call(call)
+            if status.lost_to_a_write:
+                return Verdict(
+                    "client_error",
+                    "INTERNAL (our request write raced the end of the call)",
+                    "grpc.aio replaced the server's status by 'Internal error from Core'; the server's never came",
+                )
+        if status.code == grpc.StatusCode.OK:
+            # The answer's frames are gone with the failed write: only its status is known,
+            # which says all of a txmq answer but for per-item refusals, little of a v2 one.
+            if v2:
+                return Verdict("client_error", "OK (the answer was lost to our raced write)", "", raced=True)
+            verdict = Verdict("ok", "OK", "per-item answers lost to our raced write")
+        else:
+            verdict = classify_status(status.code, status.details, status.trailers, v2=v2, stream=True)
+        verdict.raced = True
+        return verdict
 
     async def _read(self, call: Any, case: Case, *, window_s: float) -> Verdict:
         frames: list[bytes] = []
@@ -1261,6 +1379,11 @@ class Report:
     @property
     def untyped(self) -> int:
         return self.count("untyped")
+
+    @property
+    def raced(self) -> int:
+        """Client-streaming calls whose status was recovered after our write raced their end."""
+        return sum(1 for r in self.results if r.verdict.raced)
 
     @property
     def tracebacks(self) -> int:
@@ -1559,6 +1682,7 @@ def format_report(report: Report, *, findings: int = 40) -> str:
         f"{'services deregistered':<26}{len(report.deregistered):>7}",
         f"{'hangs (deadline passed)':<26}{report.count('hang'):>7}",
         f"{'auth bypasses':<26}{report.count('auth_bypass'):>7}",
+        f"{'writes raced call end':<26}{report.raced:>7}  (status recovered: CLIENT_WRITE_FAILED)",
         f"{'log ERROR lines':<26}{sum(f.errors for f in report.logs.values()):>7}",
         f"{'unresponsive after':<26}{len(report.unresponsive):>7}",
         f"{'undocumented answers':<26}{sum(f.count for f in report.undocumented()):>7}",
@@ -1659,6 +1783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "verdict": r.verdict.verdict,
                     "status": r.verdict.status,
                     "message": r.verdict.message[:300],
+                    "raced": r.verdict.raced,
                     "input": r.case.what[:300],
                     "bytes": r.case.size,
                     "elapsed_s": round(r.elapsed_s, 3),
@@ -1680,6 +1805,7 @@ def summary(report: Report) -> dict[str, Any]:
         "tracebacks": report.tracebacks,
         "crashes": report.crashes,
         "deregistered": report.deregistered,
+        "raced_writes": report.raced,
         "findings": [f.__dict__ for f in report.findings()],
         "undocumented": [f.__dict__ for f in report.undocumented()],
         "log_excerpts": {name: f.excerpts for name, f in report.logs.items()},

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import time
+from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -15,10 +17,15 @@ from rocketmq.grpc_protocol import service_pb2 as v2svc
 
 from security.fuzz import (
     CLASS_WEIGHTS,
+    CLIENT_WRITE_FAILED,
     ERROR_DETAIL_KEY,
     MB,
     RAW_MARKER,
     TEXT_MARKER,
+    Caller,
+    CallStatus,
+    Case,
+    FirstStatus,
     Generator,
     Names,
     RewritingProxy,
@@ -337,3 +344,125 @@ def test_methods_open_to_anyone_expect_no_refusal() -> None:
     assert open_to_anyone(auth.methods_by_name["WhoAmI"])
     assert not open_to_anyone(auth.methods_by_name["CreateUser"])
     assert not open_to_anyone(store_pb2.DESCRIPTOR.services_by_name["Store"].methods_by_name["SendMessage"])
+
+
+# -- a request write racing the end of the call (grpc.aio's 'Internal error from Core') ----
+
+
+def _refusing_server() -> tuple[grpc.Server, int]:
+    """A server (threads of its own) whose bidi method refuses every call a moment after it
+    starts, before reading anything, as a txmq service refuses hostile credentials."""
+
+    def refuse(requests: object, context: grpc.ServicerContext) -> object:
+        time.sleep(0.1)
+        context.set_trailing_metadata(_detail(errors_pb2.CODE_INVALID_CREDENTIALS))
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown access key")
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    handler = grpc.stream_stream_rpc_method_handler(refuse)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.T", {"Refuse": handler}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port
+
+
+def _bidi_case() -> Case:
+    service = store_pb2.DESCRIPTOR.services_by_name["Store"]
+    bidi = next(m for m in service.methods if m.client_streaming and m.server_streaming)
+    return Case(0, Target("store", service, bidi), "metadata", [b""], "unknown access key; valid")
+
+
+async def test_a_write_racing_the_servers_refusal_loses_its_status_in_the_client_not_the_server() -> None:
+    """What the fuzzer once counted as the services' untyped errors, reproduced with no
+    txmq code: the server's UNAUTHENTICATED (and its detail) reaches the call first, then
+    our write, begun before the event loop learnt of it, fails, and grpc.aio replaces the
+    status by INTERNAL 'Internal error from Core'. The fuzzer judges the first status."""
+    server, port = _refusing_server()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_stream("/t.T/Refuse")()
+            first = FirstStatus()
+            call.add_done_callback(first)
+            await call.wait_for_connection()  # our headers are out: the server refuses in 0.1 s
+            time.sleep(0.5)  # noqa: ASYNC251 - on purpose: the refusal reaches the client's core, not the call
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await call.write(b"")
+            lost = CallStatus.of_error(raised.value)
+            assert (lost.code, lost.details, lost.lost_to_a_write) == (
+                grpc.StatusCode.INTERNAL,
+                CLIENT_WRITE_FAILED,
+                True,
+            )
+            assert await call.code() == grpc.StatusCode.INTERNAL  # for good: the call says so too
+            assert first.status is not None
+            assert (first.status.code, first.status.details) == (grpc.StatusCode.UNAUTHENTICATED, "unknown access key")
+            verdict = await Caller._recover(call, raised.value, first, _bidi_case())
+    finally:
+        server.stop(None)
+    assert (verdict.verdict, verdict.status, verdict.raced) == (
+        "typed",
+        "UNAUTHENTICATED/CODE_INVALID_CREDENTIALS",
+        True,
+    )
+
+
+class _Done:
+    """A finished call, as the status accessors of grpc.aio's calls answer."""
+
+    def __init__(self, status: CallStatus) -> None:
+        self.status = status
+
+    async def code(self) -> grpc.StatusCode:
+        return self.status.code
+
+    async def details(self) -> str:
+        return self.status.details
+
+    async def trailing_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self.status.trailers
+
+    async def debug_error_string(self) -> str:
+        return self.status.debug
+
+
+class _Error(grpc.aio.AioRpcError):
+    def __init__(self, status: CallStatus) -> None:
+        super().__init__(
+            status.code, grpc.aio.Metadata(), grpc.aio.Metadata(*status.trailers), status.details, status.debug
+        )
+
+
+LOST = CallStatus(
+    grpc.StatusCode.INTERNAL, CLIENT_WRITE_FAILED, (), 'Failed "execute_batch": (<SendMessageOperation>,)'
+)
+REFUSED = CallStatus(grpc.StatusCode.UNAUTHENTICATED, "no", tuple(_detail(errors_pb2.CODE_UNAUTHENTICATED)), "")
+
+
+async def test_the_servers_status_arriving_after_the_failed_write_is_judged() -> None:
+    call = _Done(LOST)
+    first = FirstStatus()
+    first(call)  # the failed write was handled first
+
+    async def arrives() -> None:
+        await asyncio.sleep(0.1)
+        call.status = REFUSED
+
+    task = asyncio.create_task(arrives())
+    verdict = await Caller._recover(call, _Error(LOST), first, _bidi_case())
+    await task
+    assert (verdict.verdict, verdict.code, verdict.raced) == ("typed", errors_pb2.CODE_UNAUTHENTICATED, True)
+
+
+async def test_a_status_never_recovered_is_the_fuzzers_problem_not_an_untyped_answer() -> None:
+    first = FirstStatus()
+    first(_Done(LOST))
+    verdict = await Caller._recover(_Done(LOST), _Error(LOST), first, _bidi_case())
+    assert verdict.verdict == "client_error"
+
+
+def test_only_the_client_librarys_replacement_counts_as_lost() -> None:
+    assert LOST.lost_to_a_write
+    sent = CallStatus(grpc.StatusCode.INTERNAL, CLIENT_WRITE_FAILED, (), "INTERNAL:Internal error from Core")
+    assert not sent.lost_to_a_write  # a server that says so itself is judged as it said
+    assert not CallStatus(grpc.StatusCode.INTERNAL, CLIENT_WRITE_FAILED, tuple(_detail()), LOST.debug).lost_to_a_write
+    assert not REFUSED.lost_to_a_write
