@@ -372,3 +372,48 @@ def test_the_cli_manages_users_and_acls(cluster: Cluster) -> None:
     assert "dave" in txmq("user", "list")
     txmq("user", "delete", "dave")
     assert "dave" not in txmq("user", "list")
+
+
+def test_a_user_ends_only_transactions_on_topics_it_may_publish_to(cluster: Cluster) -> None:
+    """END_TRANSACTION needs Pub on the producer group (the interceptor) and on the half
+    message's own topic (the store, told by txcheck who ended it)."""
+    from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
+
+    with Admin(cluster.addresses["store"], credentials=ROOT) as admin:
+        admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
+        admin.create_topic("AuthPrivate", read_queue_nums=1, write_queue_nums=1)
+
+    def half(topic: str) -> store_pb2.SendResult:
+        with grpc.insecure_channel(cluster.addresses["store"]) as channel:
+            response = store_pb2_grpc.StoreStub(channel).SendMessage(
+                store_pb2.SendMessageRequest(
+                    message=common_pb2.Message(topic=topic, body=b"half"),
+                    producer_group=GROUP,  # alice may Pub on this group
+                    transaction_prepared=True,
+                ),
+                metadata=signing.auth_metadata(ROOT),
+            )
+        return response.result
+
+    def end(result: store_pb2.SendResult, who: signing.Credentials) -> grpc.RpcError | None:
+        request = txcheck_pb2.EndTransactionRequest(
+            producer_group=GROUP,
+            transaction_id=result.transaction_id or result.msg_id,
+            commit_log_offset=result.commit_log_offset,
+            tran_state_table_offset=result.queue_offset,
+            resolution=txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT,
+        )
+        with grpc.insecure_channel(cluster.addresses["txcheck"]) as channel:
+            try:
+                txcheck_pb2_grpc.TransactionStub(channel).EndTransaction(request, metadata=signing.auth_metadata(who))
+            except grpc.RpcError as exc:
+                return exc
+        return None
+
+    theirs, mine = half("AuthPrivate"), half(TOPIC)
+    refused = end(theirs, ALICE)
+    assert refused is not None and refused.code() == grpc.StatusCode.PERMISSION_DENIED, refused
+    detail = TxmqError.from_rpc_error(refused)
+    assert detail.code == errors_pb2.CODE_ACCESS_DENIED and detail.metadata["resource"] == "Topic:AuthPrivate"
+    assert end(mine, ALICE) is None  # her own topic: committed
+    assert end(theirs, ROOT) is None  # still pending after her refusal: the owner commits it

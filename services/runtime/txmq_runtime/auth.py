@@ -559,6 +559,34 @@ def publish_check() -> Callable[[str], None] | None:
     return lambda topic: guard.check(principal, R.RESOURCE_TYPE_TOPIC, topic, A.ACTION_PUB)
 
 
+def on_behalf_of(username: str, source: str) -> Callable[[str], None] | None:
+    """For a super user's call made on another user's behalf (txcheck passing on who ended
+    a transaction): a check raising ACCESS_DENIED unless ``username`` may publish to a
+    topic. None when there is nothing to check (auth off, no user named)."""
+    caller = _CALLER.get()
+    if caller is None or not username:
+        return None
+    guard = caller.guard
+
+    def check(topic: str) -> None:  # per item: one user's refusal fails only its decisions
+        known = guard.book.users.get(username)
+        if known is None or known.user.disabled:
+            raise error(errors_pb2.CODE_INVALID_CREDENTIALS, f"user {username[:64]!r} is unknown or disabled")
+        principal = Principal(username, known.user.super_user, "on behalf", source or None)
+        guard.check(principal, R.RESOURCE_TYPE_TOPIC, topic, A.ACTION_PUB)
+
+    return check
+
+
+def acting_user() -> tuple[str, str]:
+    """(username, source address) of the caller when it is a user other than a super user
+    — what a service passes on when it acts for it; ("", "") otherwise."""
+    caller = _CALLER.get()
+    if caller is None or caller.principal.super_user:
+        return "", ""
+    return caller.principal.username, caller.principal.source or ""
+
+
 _ADMIN_ACTIONS = frozenset({A.ACTION_CREATE, A.ACTION_UPDATE, A.ACTION_DELETE})
 _AUTH_WRITES = frozenset({"CreateUser", "UpdateUser", "DeleteUser", "PutAcl", "DeleteAcl"})
 

@@ -14,7 +14,7 @@ import grpc
 from txmq.errors import TxmqError, error
 from txmq.protocol import OP_COMMIT, OP_ROLLBACK
 from txmq.v1 import auth_pb2, common_pb2, errors_pb2, store_pb2, store_pb2_grpc
-from txmq_runtime.auth import permits, publish_check, require
+from txmq_runtime.auth import on_behalf_of, permits, publish_check, require
 from txmq_runtime.grpc_errors import rpc
 from txmq_runtime.metrics import RpcMetrics
 
@@ -241,6 +241,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                     d.producer_group,
                     _DECISION.get(d.decision, ""),
                     d.from_transaction_check,
+                    on_behalf_of(d.acting_user, d.acting_source),
                 )
                 for d in request.decisions
             ],

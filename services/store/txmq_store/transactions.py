@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,6 +106,9 @@ class DecisionRequest:
     producer_group: str
     decision: str  # OP_COMMIT, OP_ROLLBACK, or "" (unspecified)
     from_transaction_check: bool = False
+    #: Raises unless whoever ended the transaction may publish to the half message's topic
+    #: (auth on: the acting user of the decision); None: no check.
+    may_publish: Callable[[str], None] | None = None
 
 
 @dataclass(slots=True)
@@ -440,6 +443,8 @@ class Transactions:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "the decision must be commit or rollback")
         half = self._half(req.commit_log_offset, txid)
         _validate(req, half)
+        if req.may_publish is not None:
+            req.may_publish(half.properties.get(PROPERTY_REAL_TOPIC, half.topic))
         prior = local.get(txid) or self._prior(txid, half)
         word = _WORD[req.decision]
         if prior is not None:

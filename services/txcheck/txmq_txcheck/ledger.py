@@ -39,6 +39,7 @@ from txmq.protocol import (
 )
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, txcheck_pb2
 from txmq.validation import check_group as check_group_name
+from txmq_runtime.auth import acting_user
 from txmq_runtime.clock import WallClock
 from txmq_txcheck.store_client import StoreClient
 from txmq_txcheck.timeline import Timeline
@@ -242,6 +243,7 @@ class Ledger:
             raise error(
                 errors_pb2.CODE_ILLEGAL_ARGUMENT, f"resolution {req.resolution} is not commit, rollback or unknown"
             )
+        user, source = acting_user()  # auth on: the store checks its Pub on the half's topic
         result = await self.decider.decide(
             store_pb2.TransactionDecision(
                 commit_log_offset=req.commit_log_offset,
@@ -250,6 +252,8 @@ class Ledger:
                 producer_group=req.producer_group,
                 decision=_TO_STORE[decision],
                 from_transaction_check=req.from_transaction_check,
+                acting_user=user,
+                acting_source=source,
             )
         )
         if result.HasField("error"):

@@ -173,20 +173,24 @@ class Fence(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., half_queue_id: _Optional[int] = ...) -> None: ...
 
 class TransactionDecision(_message.Message):
-    __slots__ = ("commit_log_offset", "tran_state_table_offset", "transaction_id", "producer_group", "decision", "from_transaction_check")
+    __slots__ = ("commit_log_offset", "tran_state_table_offset", "transaction_id", "producer_group", "decision", "from_transaction_check", "acting_user", "acting_source")
     COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TRAN_STATE_TABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     FROM_TRANSACTION_CHECK_FIELD_NUMBER: _ClassVar[int]
+    ACTING_USER_FIELD_NUMBER: _ClassVar[int]
+    ACTING_SOURCE_FIELD_NUMBER: _ClassVar[int]
     commit_log_offset: int
     tran_state_table_offset: int
     transaction_id: str
     producer_group: str
     decision: Decision
     from_transaction_check: bool
-    def __init__(self, commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., from_transaction_check: _Optional[bool] = ...) -> None: ...
+    acting_user: str
+    acting_source: str
+    def __init__(self, commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., from_transaction_check: _Optional[bool] = ..., acting_user: _Optional[str] = ..., acting_source: _Optional[str] = ...) -> None: ...
 
 class DecideTransactionsRequest(_message.Message):
     __slots__ = ("decisions", "transaction_timeout_ms", "fence")
