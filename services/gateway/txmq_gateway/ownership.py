@@ -49,7 +49,8 @@ from urllib.parse import quote, unquote
 import grpc
 
 from txmq_gateway.convert import duration
-from txmq_gateway.status import GatewayError, from_exception
+from txmq_gateway.names import check_group_name
+from txmq_gateway.status import GatewayError, from_exception, shorten
 from txmq_gateway.v2 import Code, svc, svc_grpc
 from txmq_runtime import tls
 from txmq_runtime.calls import channel_options
@@ -275,21 +276,25 @@ class GroupOwnership:
         return owner is not None and owner.instance_id == self.instance_id and owner != self._mine()
 
     async def _claim(self, group: str, *, forwarded: bool) -> Owner | None:
+        # An etcd key and every message below name the group: only a legal name gets one
+        # (the servicer checks requests' names first; this keeps any other caller honest).
+        check_group_name(group)
         mine = self._mine()
         if mine is None or not self.lease.valid():
             raise GatewayError(
                 Code.INTERNAL_SERVER_ERROR,
-                f"this gateway cannot reach etcd to serve consumer group {group!r}; retry later",
+                f"this gateway cannot reach etcd to serve consumer group {shorten(group)}; retry later",
             )
         try:
             claim = await self.lease.campaign(self.key(group), mine.encode(), take_over=self._previous_incarnation)
         except LeaseLapsed:
             raise GatewayError(
-                Code.INTERNAL_SERVER_ERROR, f"ownership of consumer group {group!r} lapsed; retry"
+                Code.INTERNAL_SERVER_ERROR, f"ownership of consumer group {shorten(group)} lapsed; retry"
             ) from None
         except RETRYABLE as exc:
             raise GatewayError(
-                Code.INTERNAL_SERVER_ERROR, f"could not claim consumer group {group!r} in etcd: {exc}; retry later"
+                Code.INTERNAL_SERVER_ERROR,
+                f"could not claim consumer group {shorten(group)} in etcd: {shorten(str(exc), 200)}; retry later",
             ) from exc
         if self._closed:
             raise GatewayError(Code.INTERNAL_SERVER_ERROR, "the gateway is shutting down")
@@ -297,16 +302,17 @@ class GroupOwnership:
             log.info("%s owns consumer group %s (epoch %d)", self.instance_id, group, claim.holding.epoch)
             return None
         if claim.holder is None:
-            raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"consumer group {group!r} is changing owner; retry")
+            raise GatewayError(Code.INTERNAL_SERVER_ERROR, f"consumer group {shorten(group)} is changing owner; retry")
         current = Owner.decode(claim.holder)
         if current is None:
             raise GatewayError(
-                Code.INTERNAL_SERVER_ERROR, f"the owner record of consumer group {group!r} is unreadable"
+                Code.INTERNAL_SERVER_ERROR, f"the owner record of consumer group {shorten(group)} is unreadable"
             )
         if forwarded:
             raise GatewayError(
                 Code.INTERNAL_SERVER_ERROR,
-                f"consumer group {group!r} is served by gateway {current.instance_id} ({current.address}); retry",
+                f"consumer group {shorten(group)} is served by gateway {current.instance_id} ({current.address}); "
+                "retry",
             )
         return current
 

@@ -28,6 +28,7 @@ from txmq_gateway.auth import Authenticator, header_text
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer import SimpleConsumerCore
 from txmq_gateway.convert import to_v2_message
+from txmq_gateway.names import check_names
 from txmq_gateway.ownership import GroupRouter, Owner, is_forwarded
 from txmq_gateway.producer import ProducerCore
 from txmq_gateway.status import GatewayError, from_exception, ok, overall
@@ -146,15 +147,16 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         principal = None
         try:
             access_key = self.auth.check(context.invocation_metadata())
-            if self.access is None or access_key is None:
-                return None
-            principal = self.access.principal(access_key, context.peer())
-            if request is not None:
-                self.access.check(method, principal, request)
+            if self.access is not None and access_key is not None:
+                principal = self.access.principal(access_key, context.peer())
+                if request is not None:
+                    self.access.check(method, principal, request)
         except GatewayError as err:
             if self.access is not None:
                 self.access.denied(method, principal.username if principal else None, context.peer(), err)
             raise
+        if request is not None:
+            check_names(request)  # RocketMQ's naming rules (names.py), before any core sees them
         return principal
 
     def _command_check(
@@ -242,7 +244,15 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             store_id, topic, queue_id = _queue_of(request.message_queue)
             policy = request.query_offset_policy
             if policy == pb.TIMESTAMP:
-                ts = request.timestamp.seconds * 1000 + request.timestamp.nanos // 1_000_000
+                seconds, nanos = request.timestamp.seconds, request.timestamp.nanos
+                # google.protobuf.Timestamp's range (0001-01-01 .. 9999-12-31): in ms, an int64.
+                if not (-62_135_596_800 <= seconds <= 253_402_300_799 and 0 <= nanos < 1_000_000_000):
+                    raise GatewayError(
+                        Code.BAD_REQUEST,
+                        f"timestamp {seconds} s + {nanos} ns is not a valid google.protobuf.Timestamp "
+                        "(0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z)",
+                    )
+                ts = seconds * 1000 + nanos // 1_000_000
                 offset = await self.backend.search_offset(store_id, topic, queue_id, ts)
             else:
                 bounds = (await self.backend.queue_offsets(store_id, topic)).get(queue_id)
