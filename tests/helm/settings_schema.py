@@ -43,28 +43,42 @@ TLS_COMPUTED = frozenset(
     {"tls_mode", "tls_client_auth", "tls_cert_file", "tls_key_file", "tls_ca_file", "tls_server_name"}
 )
 
+#: Auth settings every service has: with auth on (auth.enabled, security.enabled or the
+#: service's auth_enabled), "" becomes auth.accessKey.
+AUTH_COMPUTED = frozenset({"auth_access_key"})
+
 #: Settings the chart fills in per pod when their value is "" (see values.yaml).
 #: export_dir: with analytics.exports.source=store, the shared volume's exports/.
 COMPUTED_WHEN_EMPTY: dict[str, frozenset[str]] = {
     "store": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix", "store_id"})
     | ({"export_dir"} & set(StoreSettings.model_fields))
-    | TLS_COMPUTED,
-    "pull": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}) | TLS_COMPUTED,
-    "txcheck": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}) | TLS_COMPUTED,
-    "gateway": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"}) | TLS_COMPUTED,
+    | TLS_COMPUTED
+    | AUTH_COMPUTED,
+    "pull": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"})
+    | TLS_COMPUTED
+    | AUTH_COMPUTED,
+    "txcheck": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"})
+    | TLS_COMPUTED
+    | AUTH_COMPUTED,
+    "gateway": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"})
+    | TLS_COMPUTED
+    | AUTH_COMPUTED,
 }
 
-_TLS_HOW = {
-    "tls_mode": '"": enforcing when tls.enabled, else disabled.',
-    "tls_client_auth": '"": require when tls.enabled, else none.',
-    "tls_cert_file": '"": <tls.mountPath>/tls.crt when tls.enabled.',
-    "tls_key_file": '"": <tls.mountPath>/tls.key when tls.enabled.',
-    "tls_ca_file": '"": <tls.mountPath>/ca.crt when tls.enabled.',
-    "tls_server_name": '"": <release>-bootstrap.<namespace>.svc.<clusterDomain> when tls.enabled.',
+_HOW = {
+    "tls_mode": '"": enforcing when tls.enabled or security.enabled, else disabled.',
+    "tls_client_auth": '"": require when tls.enabled or security.enabled, else none.',
+    "tls_cert_file": '"": <tls.mountPath>/tls.crt when tls.enabled or security.enabled.',
+    "tls_key_file": '"": <tls.mountPath>/tls.key when tls.enabled or security.enabled.',
+    "tls_ca_file": '"": <tls.mountPath>/ca.crt when tls.enabled or security.enabled.',
+    "tls_server_name": '"": <release>-bootstrap.<namespace>.svc.<clusterDomain> when tls.enabled or security.enabled.',
+    "auth_access_key": '"": auth.accessKey when auth is on (auth.enabled, security.enabled or auth_enabled).',
 }
 #: How the chart computes a COMPUTED_WHEN_EMPTY setting, when not simply per pod.
-COMPUTED_HOW: dict[tuple[str, str], str] = {
-    (service, name): how for service in SERVICES for name, how in _TLS_HOW.items()
+COMPUTED_HOW: dict[tuple[str, str], str] = {(service, name): how for service in SERVICES for name, how in _HOW.items()}
+#: What the chart does to a setting that is not computed from "" (appended to its description).
+CHART_NOTES: dict[str, str] = {
+    "auth_enabled": "Chart: true in every service with auth.enabled or security.enabled.",
 }
 
 #: Ports the pod declares (containerPort, Service port): a fixed port, or -1 (off); not
@@ -138,6 +152,8 @@ def settings_schema(service: str) -> dict[str, Any]:
                 field["enum"] = [*field["enum"], ""]
             how = COMPUTED_HOW.get((service, name), '"": computed by the chart per pod.')
             field["description"] = field.get("description", "") + " " + how
+        if name in CHART_NOTES:
+            field["description"] = field.get("description", "") + " " + CHART_NOTES[name]
         props[name] = field
     return {
         "type": "object",

@@ -1126,7 +1126,7 @@ def test_gateway_tls_port_without_the_secret_fails_even_without_the_schema(tmp_p
         ({"store": {"settings": {"auto_create_topic_enable": "yes"}}}, "auto_create_topic_enable"),
         ({"etcd": {"replicas": 2}}, "replicas"),
         ({"etcd": {"enabled": False}}, "endpoints"),
-        ({"tls": {"enabled": True}}, "secretName"),
+        ({"tls": {"enabled": True, "generate": False}}, "secretName"),
         ({"analytics": {"spark": {"master": "k8s://https://api:6443"}}}, "executorImage"),
         ({"analytics": {"spark": {"master": "localhost"}}}, "master"),
         ({"store": {"probes": {"liveness": {"grpc": {"port": 1}}}}}, "grpc"),
@@ -1152,7 +1152,7 @@ def test_gateway_tls_port_without_the_secret_fails_even_without_the_schema(tmp_p
         # A TLS port needs the Secret with its certificate and key (tls.enabled).
         ({"gateway": {"settings": {"tls_port": 8082}}}, "tls.enabled"),
         ({"gateway": {"settings": {"tls_port": 8082}}, "tls": {**GATEWAY_TLS_SECRET, "enabled": False}}, "tls.enabled"),
-        ({"gateway": {"settings": {"tls_port": 8082}}, "tls": {"enabled": True}}, "secretName"),
+        ({"gateway": {"settings": {"tls_port": 8082}}, "tls": {"enabled": True, "generate": False}}, "secretName"),
         # 0 (a random port) cannot be a containerPort or a Service's target.
         ({"gateway": {"settings": {"tls_port": 0}}, "tls": GATEWAY_TLS_SECRET}, "tls_port"),
         ({"gateway": {"settings": {"tls_port": 65536}}, "tls": GATEWAY_TLS_SECRET}, "tls_port"),

@@ -154,12 +154,13 @@ def test_permissive_serves_a_plaintext_port_too() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"tls": {"enabled": True}}, "secretName"),
+        # tls.generate false: the certificate must come from somewhere.
+        ({"tls": {"enabled": True, "generate": False}}, "secretName"),
         ({**SECRET, "pull": {"settings": {"probe_port": -1}}}, "pull.settings.probe_port must be a port"),
         ({**SECRET, "txcheck": {"settings": {"probe_port": 0}}}, "probe_port"),
         ({**SECRET, "store": {"settings": {"tls_mode": "strict"}}}, "tls_mode"),
         ({**SECRET, "gateway": {"settings": {"probe_port": 9090}}}, "probe_port (9090) must differ"),
-        ({"tls": {"enabled": True, "certManager": {"issuerRef": {"kind": "Issuer"}}}}, "secretName"),
+        ({"tls": {"enabled": True, "generate": False, "certManager": {"issuerRef": {"kind": "Issuer"}}}}, "secretName"),
         ({"auth": {"existingSecret": "x", "existingSecretKey": ""}}, "existingSecretKey"),
     ],
 )

@@ -126,16 +126,21 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- $_ := set $computed "instance_id" "$(POD_NAME)" }}
 {{- $_ := set $computed "etcd_endpoints" (include "txmq.etcd.endpoints" $ctx) }}
 {{- $_ := set $computed "etcd_prefix" $ctx.Values.etcd.prefix }}
-{{- if $ctx.Values.tls.enabled }}
+{{- if include "txmq.tlsOn" $ctx }}
 {{- $tlsDir := trimSuffix "/" $ctx.Values.tls.mountPath }}
 {{- $_ := set $computed "tls_cert_file" (printf "%s/tls.crt" $tlsDir) }}
 {{- $_ := set $computed "tls_key_file" (printf "%s/tls.key" $tlsDir) }}
 {{- $_ := set $computed "tls_ca_file" (printf "%s/ca.crt" $tlsDir) }}
 {{- $_ := set $computed "tls_server_name" (include "txmq.tlsServerName" $ctx) }}
 {{- end }}
-{{- /* "" never reaches a service: enforcing mutual TLS with tls.enabled, else off. */}}
+{{- /* "" never reaches a service: enforcing mutual TLS with tls.enabled (or
+     security.enabled), else off. */}}
 {{- $_ := set $computed "tls_mode" (ternary "enforcing" "disabled" (eq (include "txmq.tlsOn" $ctx) "true")) }}
 {{- $_ := set $computed "tls_client_auth" (ternary "require" "none" (eq (include "txmq.tlsOn" $ctx) "true")) }}
+{{- $authOn := include "txmq.authOn" (dict "ctx" $ctx "service" $service) }}
+{{- if $authOn }}
+{{- $_ := set $computed "auth_access_key" $ctx.Values.auth.accessKey }}
+{{- end }}
 {{- if eq $service "store" }}
 {{- $_ := set $computed "store_id" (default "$(POD_NAME)" $group) }}
 {{- if include "txmq.exportsShared" $ctx }}
@@ -153,6 +158,8 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
     resourceFieldRef: {containerName: store, resource: limits.memory, divisor: "1"}
 {{- else if and $group (eq $service "store") (eq $name "replica_id") (eq (toString $value) "") }}
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
+{{- else if and (eq $name "auth_enabled") $authOn }}
+  value: "true"
 {{- else if and (hasKey $computed $name) (eq (toString $value) "") }}
   value: {{ index $computed $name | quote }}
 {{- else }}
@@ -161,9 +168,11 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- end }}
 {{- end }}
 
-{{/* Settings that are secrets (the gateway's secret_key) are not values: the env var
-     comes from a Secret the user created, <service>.auth.existingSecret (key
-     existingSecretKey). Nothing when no Secret is named (the service's default, ""). */}}
+{{/* Settings that are secrets are not values. The gateway's secret_key comes from a
+     Secret the user created, gateway.auth.existingSecret (key existingSecretKey); nothing
+     when none is named (the service's default, ""). Every service's auth_secret_key comes
+     from auth.existingSecret, or, when auth is on, the Secret the chart generates
+     (txmq.authSecret). */}}
 {{- define "txmq.secretEnv" -}}
 {{- $v := index .ctx.Values .service }}
 {{- if and (hasKey $v "auth") $v.auth.existingSecret }}
@@ -173,13 +182,73 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
       name: {{ $v.auth.existingSecret | quote }}
       key: {{ required (printf "%s.auth.existingSecretKey is required with existingSecret" .service) $v.auth.existingSecretKey | quote }}
 {{- end }}
-{{- $auth := .ctx.Values.auth | default dict }}
-{{- if $auth.existingSecret }}
-- name: {{ printf "TXMQ_%s_AUTH_SECRET_KEY" (upper .service) }}
+{{- with include "txmq.authSecret" .ctx | fromYaml }}
+- name: {{ printf "TXMQ_%s_AUTH_SECRET_KEY" (upper $.service) }}
   valueFrom:
     secretKeyRef:
-      name: {{ $auth.existingSecret | quote }}
-      key: {{ required "auth.existingSecretKey is required with auth.existingSecret" $auth.existingSecretKey | quote }}
+      name: {{ .name | quote }}
+      key: {{ .key | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Auth of every service ---------------------------------------------------------------- */}}
+
+{{/* "true" when a service authenticates calls: security.enabled, auth.enabled or its own
+     settings.auth_enabled. Call with (dict "ctx" $ "service" "store"). */}}
+{{- define "txmq.authOn" -}}
+{{- $v := .ctx.Values }}
+{{- if or ($v.security | default dict).enabled ($v.auth | default dict).enabled (index $v .service).settings.auth_enabled }}true{{ end }}
+{{- end }}
+
+{{/* "true" when any service authenticates calls. */}}
+{{- define "txmq.authAnyOn" -}}
+{{- range $service := list "store" "pull" "txcheck" "gateway" }}
+{{- if include "txmq.authOn" (dict "ctx" $ "service" $service) }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The generated Secret of the services' secret key: <fullname>-auth. */}}
+{{- define "txmq.authSecretName" -}}
+{{- printf "%s-auth" (include "txmq.fullname" .) }}
+{{- end }}
+
+{{/* "true" when the chart makes that Secret: auth on and no auth.existingSecret. */}}
+{{- define "txmq.authSecretGenerated" -}}
+{{- if and (include "txmq.authAnyOn" .) (not .Values.auth.existingSecret) }}true{{ end }}
+{{- end }}
+
+{{/* Where auth_secret_key comes from, as YAML {name, key}: auth.existingSecret, else the
+     generated Secret; "" when neither (auth off, no Secret named). */}}
+{{- define "txmq.authSecret" -}}
+{{- if .Values.auth.existingSecret }}
+name: {{ .Values.auth.existingSecret | quote }}
+key: {{ required "auth.existingSecretKey is required with auth.existingSecret" .Values.auth.existingSecretKey | quote }}
+{{- else if include "txmq.authSecretGenerated" . }}
+name: {{ include "txmq.authSecretName" . | quote }}
+key: auth-secret-key
+{{- end }}
+{{- end }}
+
+{{/* The access key a service signs its calls with: its settings.auth_access_key, else
+     auth.accessKey. Call with (dict "ctx" $ "service" "store"). */}}
+{{- define "txmq.accessKey" -}}
+{{- default .ctx.Values.auth.accessKey (toString (index .ctx.Values .service).settings.auth_access_key) }}
+{{- end }}
+
+{{/* Env of a `txmq` command run in a pod (kubectl exec ... txmq whoami) when the service
+     authenticates: the services' own identity (a super user), TXMQ_ACCESS_KEY and
+     TXMQ_SECRET_KEY. Call with (dict "ctx" $ "service" "store"). */}}
+{{- define "txmq.clientAuthEnv" -}}
+{{- if include "txmq.authOn" . }}
+{{- with include "txmq.authSecret" .ctx | fromYaml }}
+- name: TXMQ_ACCESS_KEY
+  value: {{ include "txmq.accessKey" $ | quote }}
+- name: TXMQ_SECRET_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .name | quote }}
+      key: {{ .key | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -227,7 +296,7 @@ podAntiAffinity:
 {{- end }}
 
 {{- define "txmq.tlsVolumeMount" -}}
-{{- if .Values.tls.enabled }}
+{{- if include "txmq.tlsOn" . }}
 - name: tls
   mountPath: {{ .Values.tls.mountPath }}
   readOnly: true
@@ -235,7 +304,7 @@ podAntiAffinity:
 {{- end }}
 
 {{- define "txmq.tlsVolume" -}}
-{{- if .Values.tls.enabled }}
+{{- if include "txmq.tlsOn" . }}
 - name: tls
   secret:
     secretName: {{ include "txmq.tlsSecretName" . }}
@@ -245,21 +314,47 @@ podAntiAffinity:
 
 {{/* TLS of every service ----------------------------------------------------------------- */}}
 
-{{/* "true" when tls.enabled. */}}
+{{/* "true" when tls.enabled or security.enabled. */}}
 {{- define "txmq.tlsOn" -}}
-{{- if .Values.tls.enabled }}true{{ end }}
+{{- if or .Values.tls.enabled (.Values.security | default dict).enabled }}true{{ end }}
+{{- end }}
+
+{{/* "true" when TLS is on and the chart generates the CA and certificate: no
+     tls.secretName, no tls.certManager.issuerRef, tls.generate. */}}
+{{- define "txmq.tlsGenerated" -}}
+{{- $tls := .Values.tls }}
+{{- if and (include "txmq.tlsOn" .) (not $tls.secretName) (not ($tls.certManager.issuerRef | default dict).name) $tls.generate }}true{{ end }}
 {{- end }}
 
 {{/* The Secret with tls.crt, tls.key and ca.crt: tls.secretName, else (cert-manager issuing
-     it) <fullname>-tls. */}}
+     it, or the chart generating it) <fullname>-tls. */}}
 {{- define "txmq.tlsSecretName" -}}
 {{- if .Values.tls.secretName }}
 {{- .Values.tls.secretName }}
-{{- else if (.Values.tls.certManager.issuerRef | default dict).name }}
+{{- else if or (.Values.tls.certManager.issuerRef | default dict).name .Values.tls.generate }}
 {{- printf "%s-tls" (include "txmq.fullname" .) }}
 {{- else }}
-{{- fail "tls.enabled needs tls.secretName (a Secret with tls.crt, tls.key and ca.crt) or tls.certManager.issuerRef" }}
+{{- fail "TLS on (tls.enabled or security.enabled) with tls.generate false needs tls.secretName (a Secret with tls.crt, tls.key and ca.crt) or tls.certManager.issuerRef" }}
 {{- end }}
+{{- end }}
+
+{{/* The DNS names of the release's certificate (generated or cert-manager's), as JSON:
+     the name internal calls check, every Service (store, pull, txcheck, gateway,
+     bootstrap, the stores' headless Service) in each spelling, each store pod's own name
+     (which it advertises), localhost (a `txmq` command run in a pod) and
+     tls.extraDnsNames. */}}
+{{- define "txmq.tlsDnsNames" -}}
+{{- $full := include "txmq.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $domain := .Values.clusterDomain }}
+{{- $names := list (include "txmq.tlsServerName" .) }}
+{{- range $service := list "store" "pull" "txcheck" "gateway" "bootstrap" "store-headless" }}
+{{- $svc := printf "%s-%s" $full $service }}
+{{- $names = concat $names (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns $domain)) }}
+{{- end }}
+{{- $names = append $names (printf "*.%s-store-headless.%s.svc.%s" $full $ns $domain) }}
+{{- $names = concat $names (list "localhost") (.Values.tls.extraDnsNames | default list) }}
+{{- $names | uniq | toJson }}
 {{- end }}
 
 {{/* The one name the services check each other's certificates against (pull, txcheck and
@@ -314,7 +409,7 @@ podAntiAffinity:
 {{/* Env of a `txmq` command run in a pod (kubectl exec ... txmq topic list): the client
      TLS files, with tls.enabled. */}}
 {{- define "txmq.clientTlsEnv" -}}
-{{- if .Values.tls.enabled }}
+{{- if include "txmq.tlsOn" . }}
 {{- $dir := trimSuffix "/" .Values.tls.mountPath }}
 - name: TXMQ_TLS_CA_FILE
   value: {{ printf "%s/ca.crt" $dir | quote }}
@@ -325,6 +420,17 @@ podAntiAffinity:
 - name: TXMQ_TLS_SERVER_NAME
   value: {{ include "txmq.tlsServerName" . | quote }}
 {{- end }}
+{{- end }}
+
+{{/* "true" when store, pull and txcheck get NetworkPolicies: networkPolicy.enabled and
+     networkPolicy.services.enabled (null: security.enabled). */}}
+{{- define "txmq.servicePoliciesOn" -}}
+{{- $np := .Values.networkPolicy }}
+{{- $on := ($np.services | default dict).enabled }}
+{{- if kindIs "invalid" $on }}
+{{- $on = (.Values.security | default dict).enabled }}
+{{- end }}
+{{- if and $np.enabled $on }}true{{ end }}
 {{- end }}
 
 {{/* Analytics exports ------------------------------------------------------------------ */}}
@@ -379,8 +485,8 @@ podAntiAffinity:
 {{- if hasKey $settings "tls_port" }}
 {{- $port := int (include "txmq.envValue" $settings.tls_port) }}
 {{- if ge $port 0 }}
-{{- if not .ctx.Values.tls.enabled }}
-{{- fail (printf "%s.settings.tls_port needs tls.enabled (the certificate from tls.secretName or tls.certManager.issuerRef)" .service) }}
+{{- if not (include "txmq.tlsOn" .ctx) }}
+{{- fail (printf "%s.settings.tls_port needs tls.enabled (the certificate from tls.secretName, tls.certManager.issuerRef or generated) or security.enabled" .service) }}
 {{- end }}
 {{- if eq $port 0 }}
 {{- fail (printf "%s.settings.tls_port must be a fixed port (a Service and containerPort need one), not 0" .service) }}

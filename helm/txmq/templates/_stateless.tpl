@@ -85,6 +85,9 @@ spec:
             {{- with include "txmq.clientTlsEnv" $ctx }}
             {{- . | trim | nindent 12 }}
             {{- end }}
+            {{- with include "txmq.clientAuthEnv" (dict "ctx" $ctx "service" $service) }}
+            {{- . | trim | nindent 12 }}
+            {{- end }}
             {{- with $v.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -117,14 +120,14 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
-            {{- if $ctx.Values.tls.enabled }}
+            {{- if include "txmq.tlsOn" $ctx }}
             {{- include "txmq.tlsVolumeMount" $ctx | trim | nindent 12 }}
             {{- end }}
       volumes:
         - name: tmp
           emptyDir:
             sizeLimit: {{ $ctx.Values.tmpVolume.sizeLimit }}
-        {{- if $ctx.Values.tls.enabled }}
+        {{- if include "txmq.tlsOn" $ctx }}
         {{- include "txmq.tlsVolume" $ctx | trim | nindent 8 }}
         {{- end }}
 {{- end }}
