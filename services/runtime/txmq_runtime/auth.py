@@ -759,9 +759,24 @@ class Authorize(grpc.aio.ServerInterceptor):
 
             return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
 
-        async def checked(requests: Any, context: grpc.aio.ServicerContext, principal: Principal | None) -> Any:
+        check_request, audit_refusal = self._check_request, self._audit
+
+        # A request of a stream the caller may not make is not aborted from inside the
+        # request iterator: a handler may read its requests on a task of its own while it
+        # writes answers (Store.SendStream, Transaction.ProducerChannel), and an abort
+        # racing its write can fail in gRPC (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS), leaving
+        # the call open and a traceback in the log. The requests end there instead (the
+        # handler sees no more) and the call ends with the refusal once the handler is done.
+        async def checked(
+            requests: Any, context: grpc.aio.ServicerContext, principal: Principal | None, refused: list[TxmqError]
+        ) -> Any:
             async for request in requests:
-                await check(context, method, access, principal, request)
+                try:
+                    check_request(principal, method, access, request)
+                except TxmqError as err:
+                    audit_refusal(method, principal, False, err, context.peer())
+                    refused.append(err)
+                    return
                 yield request
 
         if handler.stream_unary is not None:
@@ -769,20 +784,27 @@ class Authorize(grpc.aio.ServerInterceptor):
 
             async def stream_unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
                 principal = await enter(context, method, access)
-                response = inner_su(checked(requests, context, principal), context)
-                return await response if inspect.isawaitable(response) else response
+                refused: list[TxmqError] = []
+                response = inner_su(checked(requests, context, principal, refused), context)
+                response = await response if inspect.isawaitable(response) else response
+                if refused:
+                    await abort(context, refused[0])
+                return response
 
             return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
         inner_ss = handler.stream_stream
 
         async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
             principal = await enter(context, method, access)
-            responses = inner_ss(checked(requests, context, principal), context)
+            refused: list[TxmqError] = []
+            responses = inner_ss(checked(requests, context, principal, refused), context)
             if inspect.isasyncgen(responses):
                 async for response in responses:
                     yield response
             elif inspect.isawaitable(responses):
                 await responses
+            if refused:
+                await abort(context, refused[0])
 
         return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
 
