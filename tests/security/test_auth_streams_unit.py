@@ -151,11 +151,6 @@ async def test_a_refused_request_mid_stream_ends_the_call_typed(
     assert not errors, [f"{r.name}: {r.getMessage()[:200]}" for r in errors]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RejectUnparseable (txmq_runtime/grpc_errors.py) still aborts from inside the request iterator: "
-    "the call hangs to its deadline and the log gets 'Abort already called!' tracebacks",
-)
 async def test_an_unparseable_request_mid_stream_ends_the_call_typed(caplog: pytest.LogCaptureFixture) -> None:
     """The same hazard, in the interceptor every service runs (the fuzzer met it with
     --seed 2 --requests 20000 --auth: 3 tracebacks in the store's log)."""

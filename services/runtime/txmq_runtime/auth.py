@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import hmac
-import inspect
 import ipaddress
 import logging
 import os
@@ -42,7 +41,7 @@ from txmq.errors import TxmqError, error
 from txmq.protocol import is_system_topic
 from txmq.v1 import auth_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2, txcheck_pb2
 from txmq_runtime.clock import Clock, SystemClock
-from txmq_runtime.grpc_errors import abort
+from txmq_runtime.grpc_errors import abort, screened
 
 log = logging.getLogger("txmq.auth")
 #: One line per administrative call and (rate-limited) per denied call.
@@ -695,118 +694,34 @@ class Authorize(grpc.aio.ServerInterceptor):
         reason = errors_pb2.Code.Name(err.code).removeprefix("CODE_").lower()
         audit_denial(self._audited_at, method, who, peer, reason, str(err))
 
-    async def _enter(
-        self, context: grpc.aio.ServicerContext, method: str, access: auth_pb2.Access | None
-    ) -> Principal | None:
-        try:
-            principal = self._admit(context, method, access)
-        except TxmqError as err:
-            self._audit(method, None, False, err, context.peer())
-            await abort(context, err)
-            raise
-        if principal is not None:
-            _CALLER.set(_Caller(principal, self._guard))
-        return principal
-
-    async def _check(
-        self,
-        context: grpc.aio.ServicerContext,
-        method: str,
-        access: auth_pb2.Access | None,
-        principal: Principal | None,
-        request: Any,
-    ) -> None:
-        try:
-            self._check_request(principal, method, access, request)
-        except TxmqError as err:
-            self._audit(method, principal, False, err, context.peer())
-            await abort(context, err)
-
     def _wrap(
         self, handler: grpc.RpcMethodHandler, method: str, access: auth_pb2.Access | None
     ) -> grpc.RpcMethodHandler:
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        enter, check, audit_ok = self._enter, self._check, self._audit
         admin = is_administrative(method, access)
 
-        if handler.unary_unary is not None:
-            inner_uu = handler.unary_unary
+        async def screen_call(context: grpc.aio.ServicerContext) -> Principal | None:
+            try:
+                principal = self._admit(context, method, access)
+            except TxmqError as err:
+                self._audit(method, None, False, err, context.peer())
+                await abort(context, err)
+                raise
+            if principal is not None:
+                _CALLER.set(_Caller(principal, self._guard))
+            return principal
 
-            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                principal = await enter(context, method, access)
-                await check(context, method, access, principal, request)
-                audit_ok(method, principal, admin, None, context.peer())
-                response = inner_uu(request, context)
-                return await response if inspect.isawaitable(response) else response
+        def screen_request(
+            request: Any, context: grpc.aio.ServicerContext, principal: Principal | None
+        ) -> TxmqError | None:
+            try:
+                self._check_request(principal, method, access, request)
+            except TxmqError as err:
+                self._audit(method, principal, False, err, context.peer())
+                return err
+            self._audit(method, principal, admin, None, context.peer())  # administrative calls are unary
+            return None
 
-            return grpc.unary_unary_rpc_method_handler(unary_unary, **kwargs)
-        if handler.unary_stream is not None:
-            inner_us = handler.unary_stream
-
-            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                principal = await enter(context, method, access)
-                await check(context, method, access, principal, request)
-                audit_ok(method, principal, admin, None, context.peer())
-                responses = inner_us(request, context)
-                if inspect.isasyncgen(responses):
-                    async for response in responses:
-                        yield response
-                elif inspect.isawaitable(responses):
-                    await responses
-
-            return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
-
-        check_request, audit_refusal = self._check_request, self._audit
-
-        # A request of a stream the caller may not make is not aborted from inside the
-        # request iterator: a handler may read its requests on a task of its own while it
-        # writes answers (Store.SendStream, Transaction.ProducerChannel), and an abort
-        # racing its write can fail in gRPC (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS), leaving
-        # the call open and a traceback in the log. The requests end there instead (the
-        # handler sees no more) and the call ends with the refusal once the handler is done.
-        async def checked(
-            requests: Any, context: grpc.aio.ServicerContext, principal: Principal | None, refused: list[TxmqError]
-        ) -> Any:
-            async for request in requests:
-                try:
-                    check_request(principal, method, access, request)
-                except TxmqError as err:
-                    audit_refusal(method, principal, False, err, context.peer())
-                    refused.append(err)
-                    return
-                yield request
-
-        if handler.stream_unary is not None:
-            inner_su = handler.stream_unary
-
-            async def stream_unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-                principal = await enter(context, method, access)
-                refused: list[TxmqError] = []
-                response = inner_su(checked(requests, context, principal, refused), context)
-                response = await response if inspect.isawaitable(response) else response
-                if refused:
-                    await abort(context, refused[0])
-                return response
-
-            return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
-        inner_ss = handler.stream_stream
-
-        async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            principal = await enter(context, method, access)
-            refused: list[TxmqError] = []
-            responses = inner_ss(checked(requests, context, principal, refused), context)
-            if inspect.isasyncgen(responses):
-                async for response in responses:
-                    yield response
-            elif inspect.isawaitable(responses):
-                await responses
-            if refused:
-                await abort(context, refused[0])
-
-        return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
+        return screened(handler, screen_call=screen_call, screen_request=screen_request)
 
 
 # -- the calling side ----------------------------------------------------------------

@@ -14,7 +14,7 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -140,60 +140,12 @@ class RejectUnparseable(grpc.aio.ServerInterceptor):
             except Exception as exc:  # noqa: BLE001 - any parse failure is the caller's bad bytes
                 return _Unparseable(len(data), type(exc).__name__)
 
-        kwargs = {"request_deserializer": tolerant, "response_serializer": handler.response_serializer}
-        refuse = self._refuse
-        if handler.unary_unary is not None:
-            inner_uu = handler.unary_unary
+        def screen_request(request: Any, context: grpc.aio.ServicerContext, state: object) -> TxmqError | None:
+            return self._refusal(method, request) if isinstance(request, _Unparseable) else None
 
-            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                if isinstance(request, _Unparseable):
-                    await refuse(context, method, request)
-                response = inner_uu(request, context)
-                return await response if inspect.isawaitable(response) else response
+        return screened(handler, screen_request=screen_request, request_deserializer=tolerant)
 
-            return grpc.unary_unary_rpc_method_handler(unary_unary, **kwargs)
-        if handler.unary_stream is not None:
-            inner_us = handler.unary_stream
-
-            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                if isinstance(request, _Unparseable):
-                    await refuse(context, method, request)
-                responses = inner_us(request, context)
-                if inspect.isasyncgen(responses):
-                    async for response in responses:
-                        yield response
-                elif inspect.isawaitable(responses):
-                    await responses
-
-            return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
-
-        async def checked(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            async for request in requests:
-                if isinstance(request, _Unparseable):
-                    await refuse(context, method, request)
-                yield request
-
-        if handler.stream_unary is not None:
-            inner_su = handler.stream_unary
-
-            async def stream_unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-                response = inner_su(checked(requests, context), context)
-                return await response if inspect.isawaitable(response) else response
-
-            return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
-        inner_ss = handler.stream_stream
-
-        async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            responses = inner_ss(checked(requests, context), context)
-            if inspect.isasyncgen(responses):
-                async for response in responses:
-                    yield response
-            elif inspect.isawaitable(responses):
-                await responses
-
-        return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
-
-    async def _refuse(self, context: grpc.aio.ServicerContext, method: str, bad: _Unparseable) -> None:
+    def _refusal(self, method: str, bad: _Unparseable) -> TxmqError:
         UNPARSEABLE.labels(method).inc()
         now = time.monotonic()
         if now - self._logged_at.get(method, -_LOG_EVERY_S) >= _LOG_EVERY_S:
@@ -203,7 +155,98 @@ class RejectUnparseable(grpc.aio.ServerInterceptor):
                 "(counted in txmq_rpc_unparseable_requests_total, logged at most once a minute)",
                 method, bad.size, bad.reason,
             )  # fmt: skip
-        await abort(
-            context,
-            error(errors_pb2.CODE_BAD_REQUEST, f"the request ({bad.size} bytes) is not a valid {method} message"),
-        )
+        return error(errors_pb2.CODE_BAD_REQUEST, f"the request ({bad.size} bytes) is not a valid {method} message")
+
+
+# -- screening a method's calls and requests (RejectUnparseable, txmq_runtime.auth) -------
+
+def screened(
+    handler: grpc.RpcMethodHandler,
+    *,
+    screen_call: Callable[[grpc.aio.ServicerContext], Awaitable[Any]] | None = None,
+    screen_request: Callable[[Any, grpc.aio.ServicerContext, Any], TxmqError | None],
+    request_deserializer: Callable[[bytes], Any] | None = None,
+) -> grpc.RpcMethodHandler:
+    """``handler`` with checks before it: ``screen_call(context)`` once per call (it aborts
+    the call itself to refuse it; what it returns is handed to ``screen_request``), then
+    ``screen_request(request, context, state)`` for the request, or for each request of a
+    request stream — a TxmqError it returns refuses it.
+
+    A refused unary request ends the call before the handler runs. A refused request of a
+    stream is not aborted from inside the request iterator: a handler may read its
+    requests on a task of its own while it writes answers (Store.SendStream,
+    Transaction.ProducerChannel), and an abort racing its write fails in gRPC
+    (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS: the call left open, a traceback in the log).
+    The requests end there instead (the handler sees no more) and the call ends with the
+    refusal once the handler is done."""
+    kwargs = {
+        "request_deserializer": request_deserializer or handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+
+    async def enter(context: grpc.aio.ServicerContext) -> Any:
+        return None if screen_call is None else await screen_call(context)
+
+    async def admit(request: Any, context: grpc.aio.ServicerContext) -> None:
+        state = await enter(context)
+        refusal = screen_request(request, context, state)
+        if refusal is not None:
+            await abort(context, refusal)
+
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await admit(request, context)
+            response = inner_uu(request, context)
+            return await response if inspect.isawaitable(response) else response
+
+        return grpc.unary_unary_rpc_method_handler(unary_unary, **kwargs)
+    if handler.unary_stream is not None:
+        inner_us = handler.unary_stream
+
+        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await admit(request, context)
+            responses = inner_us(request, context)
+            if inspect.isasyncgen(responses):
+                async for response in responses:
+                    yield response
+            elif inspect.isawaitable(responses):
+                await responses
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
+
+    async def checked(requests: Any, context: grpc.aio.ServicerContext, state: Any, refused: list[TxmqError]) -> Any:
+        async for request in requests:
+            refusal = screen_request(request, context, state)
+            if refusal is not None:
+                refused.append(refusal)
+                return
+            yield request
+
+    if handler.stream_unary is not None:
+        inner_su = handler.stream_unary
+
+        async def stream_unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            refused: list[TxmqError] = []
+            response = inner_su(checked(requests, context, await enter(context), refused), context)
+            response = await response if inspect.isawaitable(response) else response
+            if refused:
+                await abort(context, refused[0])
+            return response
+
+        return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
+    inner_ss = handler.stream_stream
+
+    async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+        refused: list[TxmqError] = []
+        responses = inner_ss(checked(requests, context, await enter(context), refused), context)
+        if inspect.isasyncgen(responses):
+            async for response in responses:
+                yield response
+        elif inspect.isawaitable(responses):
+            await responses
+        if refused:
+            await abort(context, refused[0])
+
+    return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
