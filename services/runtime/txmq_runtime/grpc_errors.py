@@ -160,6 +160,7 @@ class RejectUnparseable(grpc.aio.ServerInterceptor):
 
 # -- screening a method's calls and requests (RejectUnparseable, txmq_runtime.auth) -------
 
+
 def screened(
     handler: grpc.RpcMethodHandler,
     *,
