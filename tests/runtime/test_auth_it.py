@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import pytest
+from support.certs import LOOPBACK, Authority, TlsFiles, cert_pem, key_pem, service_tls_args
 from support.processes import ServiceFactory
 
-from txmq import Admin, Message, Policy, Producer, signing
-from txmq.errors import ERROR_DETAIL_KEY, TxmqError
+from txmq import Admin, Message, Policy, Producer, TlsConfig, signing
+from txmq.errors import ERROR_DETAIL_KEY, TxmqError, UnauthenticatedError
 from txmq.v1 import auth_pb2, auth_pb2_grpc, errors_pb2
 from txmq_runtime.auth import access_of, txmq_methods
 
@@ -43,6 +44,23 @@ SERVED_BY = {
 class Cluster:
     addresses: dict[str, str]
     logs: dict[str, Path]
+    #: mutual TLS: what clients dial with (a certificate naming no user), and the CA to
+    #: issue client certificates naming users; None: plaintext.
+    tls: TlsConfig | None = None
+    authority: Authority | None = None
+    tls_env: dict[str, str] = field(default_factory=dict)
+
+    def channel(self, address: str, tls: TlsConfig | None = None) -> grpc.Channel:
+        tls = tls or self.tls
+        if tls is None:
+            return grpc.insecure_channel(address)
+        return grpc.secure_channel(address, tls.channel_credentials(), options=tls.channel_options())
+
+    def client_tls(self, common_name: str) -> TlsConfig:
+        """A client certificate naming ``common_name`` (a user, under mutual TLS)."""
+        assert self.authority is not None and self.tls is not None
+        cert, key = self.authority.issue(LOOPBACK, common_name=common_name, days=1)
+        return TlsConfig(ca=cert_pem(self.authority.cert), cert=cert_pem(cert), key=key_pem(key))
 
 
 def creds(name: str, secret: str) -> signing.Credentials:
@@ -54,16 +72,36 @@ ALICE = creds("alice", "alice-secret-1")  # may do everything on AuthT1 / AuthG1
 BOB = creds("bob", "bob-secret-12")  # may do everything, but on other topics and groups
 
 
-@pytest.fixture
-def cluster(service_factory: ServiceFactory) -> Iterator[Cluster]:
-    store = service_factory.store(*AUTH_FLAGS)
-    pull = service_factory.start("pull", *AUTH_FLAGS)
-    txcheck = service_factory.start("txcheck", *AUTH_FLAGS)
+@pytest.fixture(params=["plaintext", "mtls"])
+def cluster(service_factory: ServiceFactory, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    flags: tuple[str, ...] = AUTH_FLAGS
+    authority = tls = None
+    tls_env: dict[str, str] = {}
+    if request.param == "mtls":  # enforcing TLS, client certificates required
+        authority = Authority.create(days=1)
+        cert, key = authority.issue(LOOPBACK, days=1)  # CN "txmq": no such user
+        files = TlsFiles(tmp_path / "ca.crt", tmp_path / "tls.crt", tmp_path / "tls.key")
+        files.ca.write_bytes(cert_pem(authority.cert))
+        files.cert.write_bytes(cert_pem(cert))
+        files.key.write_bytes(key_pem(key))
+        flags = (*service_tls_args(files), *AUTH_FLAGS)
+        tls = TlsConfig(ca_file=files.ca, cert_file=files.cert, key_file=files.key)
+        tls_env = {
+            "TXMQ_TLS_CA_FILE": str(files.ca),
+            "TXMQ_TLS_CERT_FILE": str(files.cert),
+            "TXMQ_TLS_KEY_FILE": str(files.key),
+        }
+    store = service_factory.store(*flags)
+    pull = service_factory.start("pull", *flags)
+    txcheck = service_factory.start("txcheck", *flags)
     c = Cluster(
         {"store": store.address, "pull": pull.address, "txcheck": txcheck.address},
         {"store": store.process.log_path, "pull": pull.process.log_path, "txcheck": txcheck.process.log_path},
+        tls,
+        authority,
+        tls_env,
     )
-    with grpc.insecure_channel(c.addresses["txcheck"]) as channel:
+    with c.channel(c.addresses["txcheck"]) as channel:
         stub = auth_pb2_grpc.AuthStub(channel)
         meta = signing.auth_metadata(ROOT)
         for who, resource_suffix in ((ALICE, ""), (BOB, "-other")):
@@ -117,13 +155,13 @@ def build_request(method) -> object:  # type: ignore[no-untyped-def]
     return request
 
 
-def call(address: str, method, request, who: signing.Credentials | None) -> grpc.StatusCode | None:  # type: ignore[no-untyped-def]
+def call(cluster: Cluster, address: str, method, request, who: signing.Credentials | None) -> grpc.StatusCode | None:  # type: ignore[no-untyped-def]
     """The call's status (None: OK, or a stream that stayed open past the auth check)."""
     path = f"/{method.containing_service.full_name}/{method.name}"
     metadata = signing.auth_metadata(who) if who else None
     serialize = type(request).SerializeToString
     deserialize = method.output_type._concrete_class.FromString
-    with grpc.insecure_channel(address) as channel:
+    with cluster.channel(address) as channel:
         try:
             if not method.client_streaming and not method.server_streaming:
                 channel.unary_unary(path, serialize, deserialize)(request, timeout=5, metadata=metadata)
@@ -149,7 +187,7 @@ AUTH_REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DEN
 
 def test_every_rpc_checks_its_caller(cluster: Cluster) -> None:
     # Alice creates her topic: an ordinary admin call that works.
-    with Admin(cluster.addresses["store"], credentials=ALICE) as admin:
+    with Admin(cluster.addresses["store"], tls=cluster.tls, credentials=ALICE) as admin:
         admin.create_topic(TOPIC, read_queue_nums=2, write_queue_nums=2)
     checked = 0
     failures = []
@@ -159,10 +197,10 @@ def test_every_rpc_checks_its_caller(cluster: Cluster) -> None:
         address = cluster.addresses[SERVED_BY[service]]
         request = build_request(method)
         name = f"{service}/{method.name}"
-        anonymous = call(address, method, request, None)
-        alice = call(address, method, request, ALICE)
-        bob = call(address, method, request, BOB)
-        root = call(address, method, request, ROOT)
+        anonymous = call(cluster, address, method, request, None)
+        alice = call(cluster, address, method, request, ALICE)
+        bob = call(cluster, address, method, request, BOB)
+        root = call(cluster, address, method, request, ROOT)
         checked += 1
         if access.scope == auth_pb2.ACCESS_SCOPE_ANYONE:
             expect = {"anonymous": anonymous not in AUTH_REFUSALS, "alice": alice not in AUTH_REFUSALS}
@@ -189,23 +227,24 @@ def test_every_rpc_checks_its_caller(cluster: Cluster) -> None:
 
 
 def test_users_work_through_the_sdk_and_are_refused_elsewhere(cluster: Cluster) -> None:
-    with Admin(cluster.addresses["store"], credentials=ALICE) as admin:
+    with Admin(cluster.addresses["store"], tls=cluster.tls, credentials=ALICE) as admin:
         admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
         with pytest.raises(TxmqError) as err:
             admin.create_topic("SomeoneElses", read_queue_nums=1, write_queue_nums=1)
         assert err.value.code == errors_pb2.CODE_ACCESS_DENIED
         assert err.value.metadata["resource"] == "Topic:SomeoneElses"
-    with Producer(GROUP, cluster.addresses["store"], credentials=ALICE) as producer:
+    with Producer(GROUP, cluster.addresses["store"], tls=cluster.tls, credentials=ALICE) as producer:
         result = producer.send(Message(topic=TOPIC, body=b"hello"))
         assert result.msg_id
-    with Producer(GROUP, cluster.addresses["store"], credentials=BOB) as producer:
+    with Producer(GROUP, cluster.addresses["store"], tls=cluster.tls, credentials=BOB) as producer:
         with pytest.raises(TxmqError) as err:
             producer.send(Message(topic=TOPIC, body=b"not yours"))
         assert err.value.code == errors_pb2.CODE_ACCESS_DENIED
-    with Producer(GROUP, cluster.addresses["store"]) as producer:
+    with Producer(GROUP, cluster.addresses["store"], tls=cluster.tls) as producer:
         with pytest.raises(TxmqError) as err:
             producer.send(Message(topic=TOPIC, body=b"who?"))
-        assert err.value.code == errors_pb2.CODE_UNAUTHENTICATED
+        # No user: no signature (and, under mutual TLS, a certificate naming no user).
+        assert isinstance(err.value, UnauthenticatedError)
 
 
 def test_checks_only_the_handler_can_make(cluster: Cluster) -> None:
@@ -214,12 +253,12 @@ def test_checks_only_the_handler_can_make(cluster: Cluster) -> None:
     from txmq.records import encode_for_send
     from txmq.v1 import store_pb2, store_pb2_grpc
 
-    with Admin(cluster.addresses["store"], credentials=ROOT) as admin:
+    with Admin(cluster.addresses["store"], tls=cluster.tls, credentials=ROOT) as admin:
         admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
         admin.create_topic("AuthPrivate", read_queue_nums=1, write_queue_nums=1)
-    with Producer("root-group", cluster.addresses["store"], credentials=ROOT) as producer:
+    with Producer("root-group", cluster.addresses["store"], tls=cluster.tls, credentials=ROOT) as producer:
         private = producer.send(Message(topic="AuthPrivate", body=b"not for alice"))
-    with grpc.insecure_channel(cluster.addresses["store"]) as channel:
+    with cluster.channel(cluster.addresses["store"]) as channel:
         stub = store_pb2_grpc.StoreStub(channel)
         mine, theirs = new_unique_ids(2)
         frame = store_pb2.RecordFrame(
@@ -266,7 +305,7 @@ def test_checks_only_the_handler_can_make(cluster: Cluster) -> None:
 
 
 def test_users_and_acls_through_the_admin_api(cluster: Cluster) -> None:
-    with Admin(cluster.addresses["pull"], credentials=ROOT) as root:
+    with Admin(cluster.addresses["pull"], tls=cluster.tls, credentials=ROOT) as root:
         assert root.whoami() == {
             "username": SERVICE_KEY, "super_user": True, "authenticated_by": "signature", "auth_enabled": True
         }  # fmt: skip
@@ -291,7 +330,7 @@ def test_users_and_acls_through_the_admin_api(cluster: Cluster) -> None:
         assert {u.username for u in root.list_users()} >= {"alice", "bob", "carol", SERVICE_KEY}
         assert "carol" in root.list_acls()
     carol_creds = creds("carol", "carol-secret-1")
-    with Admin(cluster.addresses["store"], credentials=carol_creds) as carol_admin:
+    with Admin(cluster.addresses["store"], tls=cluster.tls, credentials=carol_creds) as carol_admin:
         assert carol_admin.whoami()["username"] == "carol"
         carol_admin.create_topic("CarolOrders", read_queue_nums=1, write_queue_nums=1)
         with pytest.raises(TxmqError) as err:
@@ -300,9 +339,9 @@ def test_users_and_acls_through_the_admin_api(cluster: Cluster) -> None:
         with pytest.raises(TxmqError) as err:
             carol_admin.list_users()  # user management is for super users
         assert err.value.code == errors_pb2.CODE_ACCESS_DENIED
-    with Admin(cluster.addresses["pull"], credentials=ROOT) as root:
+    with Admin(cluster.addresses["pull"], tls=cluster.tls, credentials=ROOT) as root:
         root.update_user("carol", disabled=True)
-    with Admin(cluster.addresses["store"], credentials=carol_creds) as carol_admin:
+    with Admin(cluster.addresses["store"], tls=cluster.tls, credentials=carol_creds) as carol_admin:
         for _ in range(50):  # the store's copy of the book follows etcd's watch
             try:
                 carol_admin.get_topic("CarolOrders")
@@ -312,7 +351,7 @@ def test_users_and_acls_through_the_admin_api(cluster: Cluster) -> None:
             time.sleep(0.1)
         else:
             raise AssertionError("a disabled user was still let in")
-    with Admin(cluster.addresses["pull"], credentials=ROOT) as root:
+    with Admin(cluster.addresses["pull"], tls=cluster.tls, credentials=ROOT) as root:
         root.delete_user("carol")
         with pytest.raises(TxmqError) as err:
             root.get_acl("carol")
@@ -341,6 +380,7 @@ def test_the_cli_manages_users_and_acls(cluster: Cluster) -> None:
 
     runner = CliRunner()
     root_env = {
+        **cluster.tls_env,
         "TXMQ_ACCESS_KEY": SERVICE_KEY,
         "TXMQ_SECRET_KEY": SERVICE_SECRET,
         "TXMQ_ENDPOINT": cluster.addresses["store"],
@@ -365,8 +405,11 @@ def test_the_cli_manages_users_and_acls(cluster: Cluster) -> None:
     txmq("topic", "create", "DaveOrders", env=dave_env)
     refused = runner.invoke(cli, ["topic", "create", "DaveSecret"], env=dave_env)
     assert refused.exit_code == 1 and "ACCESS_DENIED" in refused.output and "Traceback" not in refused.output
-    anonymous = runner.invoke(cli, ["topic", "list"], env={"TXMQ_ENDPOINT": cluster.addresses["store"]})
-    assert anonymous.exit_code == 1 and "UNAUTHENTICATED" in anonymous.output
+    anonymous = runner.invoke(
+        cli, ["topic", "list"], env={**cluster.tls_env, "TXMQ_ENDPOINT": cluster.addresses["store"]}
+    )
+    assert anonymous.exit_code == 1
+    assert "CODE_UNAUTHENTICATED" in anonymous.output or "CODE_INVALID_CREDENTIALS" in anonymous.output
     txmq("acl", "remove", "dave", "Topic:DaveSecret")
     assert "DaveSecret" not in txmq("acl", "list")
     assert "dave" in txmq("user", "list")
@@ -379,12 +422,12 @@ def test_a_user_ends_only_transactions_on_topics_it_may_publish_to(cluster: Clus
     message's own topic (the store, told by txcheck who ended it)."""
     from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
 
-    with Admin(cluster.addresses["store"], credentials=ROOT) as admin:
+    with Admin(cluster.addresses["store"], tls=cluster.tls, credentials=ROOT) as admin:
         admin.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)
         admin.create_topic("AuthPrivate", read_queue_nums=1, write_queue_nums=1)
 
     def half(topic: str) -> store_pb2.SendResult:
-        with grpc.insecure_channel(cluster.addresses["store"]) as channel:
+        with cluster.channel(cluster.addresses["store"]) as channel:
             response = store_pb2_grpc.StoreStub(channel).SendMessage(
                 store_pb2.SendMessageRequest(
                     message=common_pb2.Message(topic=topic, body=b"half"),
@@ -403,7 +446,7 @@ def test_a_user_ends_only_transactions_on_topics_it_may_publish_to(cluster: Clus
             tran_state_table_offset=result.queue_offset,
             resolution=txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT,
         )
-        with grpc.insecure_channel(cluster.addresses["txcheck"]) as channel:
+        with cluster.channel(cluster.addresses["txcheck"]) as channel:
             try:
                 txcheck_pb2_grpc.TransactionStub(channel).EndTransaction(request, metadata=signing.auth_metadata(who))
             except grpc.RpcError as exc:
@@ -417,3 +460,24 @@ def test_a_user_ends_only_transactions_on_topics_it_may_publish_to(cluster: Clus
     assert detail.code == errors_pb2.CODE_ACCESS_DENIED and detail.metadata["resource"] == "Topic:AuthPrivate"
     assert end(mine, ALICE) is None  # her own topic: committed
     assert end(theirs, ROOT) is None  # still pending after her refusal: the owner commits it
+
+
+def test_a_client_certificate_names_the_user(cluster: Cluster) -> None:
+    """Under mutual TLS a call without a signature is the user its certificate names."""
+    if cluster.tls is None:
+        pytest.skip("client certificates need mutual TLS")
+    with Admin(cluster.addresses["store"], tls=cluster.client_tls("alice")) as alice:
+        assert alice.whoami()["authenticated_by"] == "certificate"
+        alice.create_topic(TOPIC, read_queue_nums=1, write_queue_nums=1)  # her topic
+        with pytest.raises(TxmqError) as err:
+            alice.create_topic("NotAlices", read_queue_nums=1, write_queue_nums=1)
+        assert err.value.code == errors_pb2.CODE_ACCESS_DENIED
+    with Producer(GROUP, cluster.addresses["store"], tls=cluster.client_tls("alice")) as producer:
+        assert producer.send(Message(topic=TOPIC, body=b"by certificate")).msg_id
+    # A signature wins over the certificate: bob's certificate, alice's signature.
+    with Admin(cluster.addresses["store"], tls=cluster.client_tls("bob"), credentials=ALICE) as signed:
+        assert signed.whoami()["username"] == "alice"
+    with Admin(cluster.addresses["store"], tls=cluster.client_tls("mallory")) as stranger:
+        with pytest.raises(TxmqError) as err:
+            stranger.get_topic(TOPIC)
+        assert err.value.code == errors_pb2.CODE_INVALID_CREDENTIALS
