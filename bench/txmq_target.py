@@ -13,11 +13,17 @@ import grpc
 
 from bench import procs
 from bench.targets import Target
+from txmq import signing
 from txmq.ids import new_unique_id
-from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
+from txmq.v1 import auth_pb2, auth_pb2_grpc, common_pb2, store_pb2, store_pb2_grpc
 
 TOPIC = "BenchTopic"
 PRODUCER_GROUP = "bench_producer"
+#: The auth scenarios (txmq-auth-*): the store's own identity and the user the producer is.
+BENCH_SERVICE_KEY = "bench-service"
+BENCH_SERVICE_SECRET = "bench-service-secret-0123456789"
+BENCH_USER = "bench-producer"
+BENCH_USER_SECRET = "bench-producer-secret"
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -89,8 +95,12 @@ class TxmqTarget(Target):
         store_module: str | None = None,
         sdk_options: dict[str, object] | None = None,
         replicas: int = 1,
+        auth: bool = False,
     ) -> None:
         super().__init__(workdir)
+        #: auth_enabled on the store; the producer signs every call as BENCH_USER, a
+        #: normal user whose ACL allows Pub on the topic and group (docs/security.md).
+        self.auth = auth
         #: > 1: a replicated store group (docs/replication.md) of this many replicas,
         #: min_in_sync 2; the producer talks to its leader, the followers copy.
         self.replicas = replicas
@@ -99,7 +109,13 @@ class TxmqTarget(Target):
         self.etcd = etcd
         self.client = client  # "sdk" | "stubs"
         self.sdk_options = dict(sdk_options or {})
-        self.store_args = store_args or []
+        self.store_args = list(store_args or [])
+        if auth:
+            import os
+
+            os.environ["TXMQ_STORE_AUTH_SECRET_KEY"] = BENCH_SERVICE_SECRET  # inherited, not a flag
+            self.store_args += ["--auth_enabled=true", "--auth_access_key", BENCH_SERVICE_KEY]
+            self.sdk_options["credentials"] = signing.Credentials(BENCH_USER, BENCH_USER_SECRET)
         self.store_module = store_module
         self.channel: grpc.aio.Channel | None = None
         self.producer = None
@@ -134,8 +150,10 @@ class TxmqTarget(Target):
                 extra_args=self.store_args,
                 module=self.store_module,
             )
-            self.channel = grpc.aio.insecure_channel(self.endpoint, options=GRPC_OPTIONS)
+            self.channel = grpc.aio.insecure_channel(self.endpoint, options=GRPC_OPTIONS, interceptors=self._signing())
             await wait_serving(self.channel, self.child, timeout_s=30)
+        if self.auth:
+            await self._create_bench_user()
         admin = store_pb2_grpc.StoreAdminStub(self.channel)
         deadline = time.monotonic() + 30
         while True:  # a group takes writes once min_in_sync replicas are in sync
@@ -167,6 +185,35 @@ class TxmqTarget(Target):
                     self.fallback_note = f" (SDK failed: {type(e).__name__}: {str(e)[:120]})"
         elif self.client == "sdk":
             self.producer = await self._open_sdk()
+
+    def _signing(self) -> list[grpc.aio.ClientInterceptor]:
+        """Set-up calls (topic, status) and the raw-stub client sign as the super user;
+        the SDK producer signs as BENCH_USER."""
+        return signing.async_interceptors(
+            signing.Credentials(BENCH_SERVICE_KEY, BENCH_SERVICE_SECRET) if self.auth else None
+        )
+
+    async def _create_bench_user(self) -> None:
+        auth = auth_pb2_grpc.AuthStub(self.channel)
+        try:  # the scenarios share one etcd: the user may be there from the previous one
+            await auth.CreateUser(
+                auth_pb2.CreateUserRequest(user=auth_pb2.User(username=BENCH_USER, secret_key=BENCH_USER_SECRET)),
+                timeout=10,
+            )
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+        policies = [
+            auth_pb2.Policy(
+                resource=f"Topic:{TOPIC}", actions=[auth_pb2.ACTION_PUB], decision=auth_pb2.Policy.DECISION_ALLOW
+            ),
+            auth_pb2.Policy(
+                resource=f"Group:{PRODUCER_GROUP}",
+                actions=[auth_pb2.ACTION_PUB],
+                decision=auth_pb2.Policy.DECISION_ALLOW,
+            ),
+        ]
+        await auth.PutAcl(auth_pb2.PutAclRequest(acl=auth_pb2.Acl(username=BENCH_USER, policies=policies)), timeout=10)
 
     async def _start_group(self, etcd_port: int) -> None:
         prefix = f"/bench-{new_unique_id()[:12]}"

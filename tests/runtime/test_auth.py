@@ -219,3 +219,31 @@ def test_guard_system_topics_and_super_users() -> None:
     book.delete(keys.acl("u"))
     with pytest.raises(TxmqError):
         guard.check(user, R.RESOURCE_TYPE_TOPIC, "orders", A.ACTION_SUB)
+
+
+def test_remembered_decisions_follow_the_book() -> None:
+    keys = AuthKeys("/t")
+    book = UserBook(keys, Sealer("service-secret-0123456789"))
+    book.put(keys.acl("u"), encode(auth_pb2.Acl(username="u", policies=[policy("Topic:t", A.ACTION_PUB)])))
+    guard = Guard(book)
+    user = Principal("u", False, "signature", "10.0.0.1")
+    guard.check(user, R.RESOURCE_TYPE_TOPIC, "t", A.ACTION_PUB)
+    guard.check(user, R.RESOURCE_TYPE_TOPIC, "t", A.ACTION_PUB)  # remembered
+    book.put(
+        keys.acl("u"), encode(auth_pb2.Acl(username="u", policies=[policy("Topic:t", A.ACTION_PUB, decision=DENY)]))
+    )
+    with pytest.raises(TxmqError):
+        guard.check(user, R.RESOURCE_TYPE_TOPIC, "t", A.ACTION_PUB)
+    book.reset([])  # etcd read again, nothing there: denied by default
+    with pytest.raises(TxmqError):
+        guard.check(user, R.RESOURCE_TYPE_TOPIC, "t", A.ACTION_PUB)
+    book.put(keys.acl("u"), encode(auth_pb2.Acl(username="u", policies=[policy("Topic:t", A.ACTION_PUB)])))
+    guard.check(user, R.RESOURCE_TYPE_TOPIC, "t", A.ACTION_PUB)
+    # Another source address is another decision (source-address rules).
+    book.put(
+        keys.acl("u"),
+        encode(auth_pb2.Acl(username="u", policies=[policy("Topic:t", A.ACTION_PUB, ips=("10.0.0.0/8",))])),
+    )
+    guard.check(user, R.RESOURCE_TYPE_TOPIC, "t", A.ACTION_PUB)
+    with pytest.raises(TxmqError):
+        guard.check(Principal("u", False, "signature", "192.168.1.1"), R.RESOURCE_TYPE_TOPIC, "t", A.ACTION_PUB)

@@ -331,8 +331,11 @@ class UserBook:
         self.users: dict[str, KnownUser] = {}
         self.acls: dict[str, CompiledAcl] = {}
         self.raw_acls: dict[str, auth_pb2.Acl] = {}
+        #: Changes with every change of users or ACLs (what a Guard's cached decisions follow).
+        self.version = 0
 
     def reset(self, items: Iterable[tuple[str, bytes]]) -> None:
+        self.version += 1
         self.users.clear()
         self.acls.clear()
         self.raw_acls.clear()
@@ -340,6 +343,7 @@ class UserBook:
             self.put(key, value)
 
     def put(self, key: str, value: bytes) -> None:
+        self.version += 1
         try:
             if key.startswith(self._keys.users):
                 stored = json_format.Parse(value, auth_pb2.StoredUser(), ignore_unknown_fields=True)
@@ -356,6 +360,7 @@ class UserBook:
             log.warning("ignoring etcd key %s: %s", key[:200], exc)
 
     def delete(self, key: str) -> None:
+        self.version += 1
         if key.startswith(self._keys.users):
             self.users.pop(key.removeprefix(self._keys.users), None)
         elif key.startswith(self._keys.acls):
@@ -480,22 +485,45 @@ class Authenticator:
 # -- the check -----------------------------------------------------------------------
 
 
+#: Decisions a Guard remembers (a producer sends to a handful of topics many times a
+#: second); forgotten all at once when full and whenever the book changes.
+DECISIONS_CACHED = 4096
+
+
 class Guard:
     """Decides whether a principal may do an action on a resource (the ACLs of a book)."""
 
     def __init__(self, book: UserBook) -> None:
         self.book = book
+        self._decided: dict[tuple[str, str | None, int, str, int], str | None] = {}
+        self._version = -1
 
     def check(self, principal: Principal, rtype: int, name: str, action: int) -> None:
         if principal.super_user:
             return
+        if self._version != self.book.version:  # users or ACLs changed: decide afresh
+            self._decided.clear()
+            self._version = self.book.version
+        key = (principal.username, principal.source, rtype, name, action)
+        try:
+            why = self._decided[key]
+        except KeyError:
+            why = self._decide(principal, rtype, name, action)
+            if len(self._decided) >= DECISIONS_CACHED:
+                self._decided.clear()
+            self._decided[key] = why
+        if why is not None:
+            raise _denied(principal, rtype, name, action, why)
+
+    def _decide(self, principal: Principal, rtype: int, name: str, action: int) -> str | None:
+        """None: allowed; else why not."""
         if rtype == R.RESOURCE_TYPE_TOPIC and name and is_system_topic(name):
-            raise _denied(principal, rtype, name, action, "system topics are for super users only")
+            return "system topics are for super users only"
         acl = self.book.acls.get(principal.username)
         verdict = acl.decide(rtype, name, action, principal.source) if acl else Verdict(False, "")
-        if not verdict.allowed:
-            why = f"denied by {verdict.rule!r}" if verdict.rule else "no rule allows it"
-            raise _denied(principal, rtype, name, action, why)
+        if verdict.allowed:
+            return None
+        return f"denied by {verdict.rule!r}" if verdict.rule else "no rule allows it"
 
 
 def describe_resource(rtype: int, name: str) -> str:
@@ -721,7 +749,16 @@ class Authorize(grpc.aio.ServerInterceptor):
             self._audit(method, principal, admin, None, context.peer())  # administrative calls are unary
             return None
 
-        return screened(handler, screen_call=screen_call, screen_request=screen_request)
+        checks = bool(access is not None and access.checks)
+
+        def screens_requests(principal: Principal | None) -> bool:
+            # A super user's stream (the services' own: replication, arrivals, internal
+            # sends) needs no look at each request.
+            return checks and principal is not None and not principal.super_user
+
+        return screened(
+            handler, screen_call=screen_call, screen_request=screen_request, screens_requests=screens_requests
+        )
 
 
 # -- the calling side ----------------------------------------------------------------

@@ -166,6 +166,7 @@ def screened(
     *,
     screen_call: Callable[[grpc.aio.ServicerContext], Awaitable[Any]] | None = None,
     screen_request: Callable[[Any, grpc.aio.ServicerContext, Any], TxmqError | None],
+    screens_requests: Callable[[Any], bool] | None = None,
     request_deserializer: Callable[[bytes], Any] | None = None,
 ) -> grpc.RpcMethodHandler:
     """``handler`` with checks before it: ``screen_call(context)`` once per call (it aborts
@@ -179,7 +180,8 @@ def screened(
     Transaction.ProducerChannel), and an abort racing its write fails in gRPC
     (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS: the call left open, a traceback in the log).
     The requests end there instead (the handler sees no more) and the call ends with the
-    refusal once the handler is done."""
+    refusal once the handler is done. ``screens_requests(state)`` False: this call's
+    stream of requests goes to the handler as it is (no generator in between)."""
     kwargs = {
         "request_deserializer": request_deserializer or handler.request_deserializer,
         "response_serializer": handler.response_serializer,
@@ -217,13 +219,20 @@ def screened(
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
 
-    async def checked(requests: Any, context: grpc.aio.ServicerContext, state: Any, refused: list[TxmqError]) -> Any:
+    async def screen_each(
+        requests: Any, context: grpc.aio.ServicerContext, state: Any, refused: list[TxmqError]
+    ) -> Any:
         async for request in requests:
             refusal = screen_request(request, context, state)
             if refusal is not None:
                 refused.append(refusal)
                 return
             yield request
+
+    def checked(requests: Any, context: grpc.aio.ServicerContext, state: Any, refused: list[TxmqError]) -> Any:
+        if screens_requests is not None and not screens_requests(state):
+            return requests
+        return screen_each(requests, context, state, refused)
 
     if handler.stream_unary is not None:
         inner_su = handler.stream_unary
