@@ -46,8 +46,8 @@ SYSTEMS = {
     "txmq-sync": ("txmq store, flush_mode=sync (fsync before ack, group commit)", "sync"),
     "txmq3-sync": ("txmq store group of 3 replicas, min_in_sync 2, flush_mode=sync on each", "sync"),
     "txmq3-async": ("txmq store group of 3 replicas, min_in_sync 2, flush_mode=async on each", "async"),
-    "txmq-auth-sync": ("txmq store, flush_mode=sync, auth_enabled: every call signed, ACL-checked", "sync"),
-    "txmq-auth-async": ("txmq store, flush_mode=async, auth_enabled: every call signed, ACL-checked", "async"),
+    "txmqauth-sync": ("txmq store, flush_mode=sync, auth_enabled: every call signed, ACL-checked", "sync"),
+    "txmqauth-async": ("txmq store, flush_mode=async, auth_enabled: every call signed, ACL-checked", "async"),
     "redis": ("Redis Streams XADD, no AOF, no RDB", "none"),
     "redis-aof": ("Redis Streams XADD, appendonly yes + appendfsync always", "sync"),
     "nats": ("NATS JetStream, file storage (default sync_interval)", "async"),
@@ -56,7 +56,7 @@ SYSTEMS = {
 }
 MODES = ("single", "batch")
 KNOWN_SCENARIOS = [f"{s}:{m}" for s in SYSTEMS for m in MODES]
-ALL_SCENARIOS = [s for s in KNOWN_SCENARIOS if not s.startswith(("grpc-null", "txmq3-", "txmq-auth-"))]
+ALL_SCENARIOS = [s for s in KNOWN_SCENARIOS if not s.startswith(("grpc-null", "txmq3-", "txmqauth-"))]
 
 # (numerator, denominator, target or None, what it means)
 RATIOS = [
@@ -79,9 +79,9 @@ RATIOS = [
     ("txmq3-async:batch", "txmq-async:batch", None, "3 replicas vs one store, async flush, batches"),
     ("txmq3-sync:batch", "redis-aof:batch", None, "3 replicas, sync flush vs Redis appendfsync always"),
     # Authentication and permissions (docs/security.md): what signing + checking every call costs.
-    ("txmq-auth-sync:batch", "txmq-sync:batch", None, "auth on vs off, sync flush, batches"),
-    ("txmq-auth-async:batch", "txmq-async:batch", None, "auth on vs off, async flush, batches"),
-    ("txmq-auth-async:single", "txmq-async:single", None, "auth on vs off, async flush, single sends"),
+    ("txmqauth-sync:batch", "txmq-sync:batch", None, "auth on vs off, sync flush, batches"),
+    ("txmqauth-async:batch", "txmq-async:batch", None, "auth on vs off, async flush, batches"),
+    ("txmqauth-async:single", "txmq-async:single", None, "auth on vs off, async flush, single sends"),
 ]
 
 
@@ -258,7 +258,7 @@ def parse_sdk_options(items: tuple[str, ...]) -> dict[str, object]:
 
 
 def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
-    if system in ("txmq-async", "txmq-sync", "txmq3-sync", "txmq3-async", "txmq-auth-sync", "txmq-auth-async"):
+    if system in ("txmq-async", "txmq-sync", "txmq3-sync", "txmq3-async", "txmqauth-sync", "txmqauth-async"):
         return TxmqTarget(
             workdir,
             flush_mode=SYSTEMS[system][1],
@@ -268,7 +268,7 @@ def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
             store_args=cfg.store_args,
             sdk_options=cfg.sdk_options,
             replicas=3 if system.startswith("txmq3-") else 1,
-            auth=system.startswith("txmq-auth-"),
+            auth=system.startswith("txmqauth-"),
         )
     if system == "grpc-null":
         return TxmqTarget(

@@ -19,7 +19,7 @@ from txmq.v1 import auth_pb2, auth_pb2_grpc, common_pb2, store_pb2, store_pb2_gr
 
 TOPIC = "BenchTopic"
 PRODUCER_GROUP = "bench_producer"
-#: The auth scenarios (txmq-auth-*): the store's own identity and the user the producer is.
+#: The auth scenarios (txmqauth-*): the store's own identity and the user the producer is.
 BENCH_SERVICE_KEY = "bench-service"
 BENCH_SERVICE_SECRET = "bench-service-secret-0123456789"
 BENCH_USER = "bench-producer"
