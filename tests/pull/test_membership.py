@@ -10,7 +10,7 @@ from support.clock import ManualClock, settle, until
 
 from txmq.errors import TxmqError
 from txmq.protocol import MAX_CLIENT_ID_BYTES, MAX_HEARTBEAT_TOPICS
-from txmq.v1 import errors_pb2
+from txmq.v1 import common_pb2, errors_pb2, pull_pb2
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.settings import PullSettings
 from txmq_runtime.settings import load_settings
@@ -159,3 +159,112 @@ def test_heartbeat_topics_are_valid_names_and_bounded_in_number() -> None:
     assert groups.client_count == 0  # nothing recorded by a refused heartbeat
     groups.heartbeat("G", "c", [f"T{i}" for i in range(MAX_HEARTBEAT_TOPICS)])
     assert len(groups.topics("G", "c")) == MAX_HEARTBEAT_TOPICS
+
+
+def _subs(**filters: str) -> list[pull_pb2.Subscription]:
+    """topic=expression (TAG), or topic="sql:..." (SQL92)."""
+    out = []
+    for topic, text in filters.items():
+        if text.startswith("sql:"):
+            f = common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_SQL92, expression=text[4:])
+        else:
+            f = common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_TAG, expression=text)
+        out.append(pull_pb2.Subscription(topic=topic, filter=f))
+    return out
+
+
+def test_a_different_tag_for_one_topic_is_refused_naming_the_other_member() -> None:
+    clock = ManualClock()
+    groups = ConsumerGroups(clock, expiry_ms=30_000)
+    assert groups.heartbeat("G", "c-a", ["T"], subscriptions=_subs(T="TagA || TagB")) == ["c-a"]
+    # the same filter written otherwise is the same subscription
+    assert groups.heartbeat("G", "c-b", ["T"], subscriptions=_subs(T=" TagB||TagA ")) == ["c-a", "c-b"]
+    with pytest.raises(TxmqError) as info:
+        groups.heartbeat("G", "c-c", ["T"], subscriptions=_subs(T="TagC"))
+    err = info.value
+    assert err.code == errors_pb2.CODE_SUBSCRIPTION_CONFLICT
+    assert err.grpc_status.name == "FAILED_PRECONDITION" and not err.retriable
+    assert err.metadata == {"topic": "T", "other_client_id": "c-a"}
+    for part in ("'G'", "'c-c'", "'T'", "TAG 'TagC'", "'c-a'", "TAG 'TagA || TagB'"):
+        assert part in err.message
+    assert groups.members("G") == ["c-a", "c-b"]  # the refused one is not a member
+    # SQL92 against TAG is a conflict too
+    with pytest.raises(TxmqError) as info:
+        groups.heartbeat("G", "c-d", ["T"], subscriptions=_subs(T="sql:a > 1"))
+    assert "SQL92 'a > 1'" in info.value.message
+
+
+def test_a_different_topic_set_is_refused_both_ways() -> None:
+    groups = ConsumerGroups(ManualClock(), expiry_ms=30_000)
+    groups.heartbeat("G", "c-a", ["T", "U"], subscriptions=_subs(T="*", U="*"))
+    with pytest.raises(TxmqError) as info:  # fewer topics
+        groups.heartbeat("G", "c-b", ["T"], subscriptions=_subs(T="*"))
+    assert info.value.metadata == {"topic": "U", "other_client_id": "c-a"}
+    assert "nothing (the topic is not subscribed)" in info.value.message
+    with pytest.raises(TxmqError) as info:  # more topics
+        groups.heartbeat("G", "c-b", ["T", "U", "V"], subscriptions=_subs(T="*", U="*", V="*"))
+    assert info.value.metadata["topic"] == "V"
+    # an empty tag expression is "*"
+    assert groups.heartbeat("G", "c-b", ["T", "U"], subscriptions=_subs(T="", U="*")) == ["c-a", "c-b"]
+
+
+def test_once_the_defining_members_go_the_next_one_defines_the_group() -> None:
+    clock = ManualClock()
+    groups = ConsumerGroups(clock, expiry_ms=30_000)
+    groups.heartbeat("G", "c-a", ["T"], subscriptions=_subs(T="A"))
+    clock.advance(10_000)
+    groups.heartbeat("G", "c-b", ["T"], subscriptions=_subs(T="A"))
+    with pytest.raises(TxmqError):
+        groups.heartbeat("G", "c-new", ["T"], subscriptions=_subs(T="B"))
+    groups.heartbeat("G", "c-a", ["T"], leaving=True)
+    with pytest.raises(TxmqError) as info:  # c-b still defines it
+        groups.heartbeat("G", "c-new", ["T"], subscriptions=_subs(T="B"))
+    assert info.value.metadata["other_client_id"] == "c-b"
+    clock.advance(30_000)  # c-b expires
+    assert groups.heartbeat("G", "c-new", ["T"], subscriptions=_subs(T="B")) == ["c-new"]
+    assert groups.subscriptions("G", "c-new") == {"T": ("TAG", "B")}
+    with pytest.raises(TxmqError):  # now the old subscription is the odd one
+        groups.heartbeat("G", "c-b", ["T"], subscriptions=_subs(T="A"))
+
+
+def test_a_live_member_that_changes_its_subscription_is_refused_and_forgotten() -> None:
+    groups = ConsumerGroups(ManualClock(), expiry_ms=30_000)
+    groups.heartbeat("G", "c-a", ["T"], subscriptions=_subs(T="A"))
+    groups.heartbeat("G", "c-b", ["T"], subscriptions=_subs(T="A"))
+    with pytest.raises(TxmqError):
+        groups.heartbeat("G", "c-b", ["T"], subscriptions=_subs(T="B"))
+    assert groups.members("G") == ["c-a"]
+    assert groups.subscriptions("G", "c-b") is None
+    # alone, a member may change what it subscribes
+    assert groups.heartbeat("G", "c-a", ["T"], subscriptions=_subs(T="B")) == ["c-a"]
+
+
+def test_heartbeats_without_subscriptions_are_not_checked() -> None:
+    groups = ConsumerGroups(ManualClock(), expiry_ms=30_000)
+    groups.heartbeat("G", "c-old", ["T"])
+    groups.heartbeat("G", "c-a", ["T"], subscriptions=_subs(T="A"))
+    assert groups.heartbeat("G", "c-old2", ["U"]) == ["c-a", "c-old", "c-old2"]
+    assert groups.heartbeat("G", "c-b", ["T"], subscriptions=_subs(T="A")) == ["c-a", "c-b", "c-old", "c-old2"]
+    groups.heartbeat("G", "c-a", ["T"], leaving=True)
+    groups.heartbeat("G", "c-b", ["T"], leaving=True)
+    assert groups.heartbeat("G", "c-c", ["T"], subscriptions=_subs(T="C")) == ["c-c", "c-old", "c-old2"]
+
+
+def test_conflict_message_truncates_long_expressions() -> None:
+    groups = ConsumerGroups(ManualClock(), expiry_ms=30_000)
+    groups.heartbeat("G", "c-a", ["T"], subscriptions=_subs(T="x" * 1000))
+    with pytest.raises(TxmqError) as info:
+        groups.heartbeat("G", "c-b", ["T"], subscriptions=_subs(T="y" * 1000))
+    assert "x" * 200 + "…(1000 bytes)" in info.value.message
+    assert "x" * 201 not in info.value.message and "y" * 201 not in info.value.message
+
+
+def test_bad_subscriptions_are_typed_errors() -> None:
+    groups = ConsumerGroups(ManualClock(), expiry_ms=30_000)
+    with pytest.raises(TxmqError) as info:
+        groups.heartbeat("G", "c", ["T"], subscriptions=_subs(T="A") + _subs(T="B"))
+    assert info.value.code == errors_pb2.CODE_ILLEGAL_ARGUMENT
+    with pytest.raises(TxmqError) as info:
+        groups.heartbeat("G", "c", ["T"], subscriptions=_subs(**{"bad topic!": "A"}))
+    assert info.value.code == errors_pb2.CODE_ILLEGAL_TOPIC
+    assert groups.members("G") == []

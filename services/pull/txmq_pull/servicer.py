@@ -55,7 +55,11 @@ class PullServicer(pull_pb2_grpc.PullServicer):
         self, request: pull_pb2.ConsumerHeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> pull_pb2.ConsumerHeartbeatResponse:
         ids = self._groups.heartbeat(
-            request.consumer_group, request.client_id, list(request.topics), leaving=request.leaving
+            request.consumer_group,
+            request.client_id,
+            list(request.topics),
+            leaving=request.leaving,
+            subscriptions=list(request.subscriptions),
         )
         return pull_pb2.ConsumerHeartbeatResponse(consumer_ids=ids)
 

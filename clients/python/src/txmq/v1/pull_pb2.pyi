@@ -95,16 +95,26 @@ class QueryConsumerOffsetResponse(_message.Message):
     def __init__(self, found: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ConsumerHeartbeatRequest(_message.Message):
-    __slots__ = ("consumer_group", "client_id", "topics", "leaving")
+    __slots__ = ("consumer_group", "client_id", "topics", "leaving", "subscriptions")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     LEAVING_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     client_id: str
     topics: _containers.RepeatedScalarFieldContainer[str]
     leaving: bool
-    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., leaving: _Optional[bool] = ...) -> None: ...
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., leaving: _Optional[bool] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
+
+class Subscription(_message.Message):
+    __slots__ = ("topic", "filter")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    filter: _common_pb2.FilterExpression
+    def __init__(self, topic: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.FilterExpression, _Mapping]] = ...) -> None: ...
 
 class ConsumerHeartbeatResponse(_message.Message):
     __slots__ = ("consumer_ids",)
