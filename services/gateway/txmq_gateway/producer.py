@@ -13,7 +13,11 @@ forge nor alter one.
 Client retries: the official clients resend a failed send up to 3 times, without
 backoff, with the same message id. A send whose (topic, message id) succeeded within
 ``send_dedupe_window_ms`` is answered with the first result; one still in flight is
-awaited instead of being stored twice.
+awaited instead of being stored twice (a batch: by its topic and all its message ids).
+
+Several messages in one SendMessageRequest are one batch (rocketmq-apis #68): one topic,
+no transactional message, one message group at most; stored with one ``SendBatch`` on
+one queue of one store, so all of them are stored or none.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from txmq.v1 import route_pb2, store_pb2, txcheck_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import HandleSigner, TransactionHandle, decoded_body, to_txmq_message
 from txmq_gateway.settings import GatewaySettings
-from txmq_gateway.status import GatewayError, from_exception, ok, overall
+from txmq_gateway.status import GatewayError, from_exception, ok, overall, shorten
 from txmq_gateway.v2 import Code, pb, svc
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
@@ -38,6 +43,8 @@ log = logging.getLogger("txmq.gateway.producer")
 
 _UNSUPPORTED_TYPES = {pb.DELAY: "delay (timed) messages", pb.LITE: "lite topics", pb.PRIORITY: "priority messages"}
 _WRITABLE = 2  # RocketMQ permission bit
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +63,10 @@ class SendDeduper:
         self._window_ms = window_ms
         self._max = max_entries
         self._clock = clock
-        self._done: OrderedDict[tuple[str, str], tuple[int, Sent]] = OrderedDict()
-        self._inflight: dict[tuple[str, str], asyncio.Future[Sent]] = {}
+        self._done: OrderedDict[tuple[str, str], tuple[int, Any]] = OrderedDict()
+        self._inflight: dict[tuple[str, str], asyncio.Future[Any]] = {}
 
-    async def once(self, key: tuple[str, str], send: Callable[[], Awaitable[Sent]]) -> Sent:
+    async def once(self, key: tuple[str, str], send: Callable[[], Awaitable[T]]) -> T:
         """``send()`` unless ``key`` succeeded recently or is being sent (then that result)."""
         if self._window_ms <= 0 or not key[1]:
             return await send()
@@ -72,7 +79,7 @@ class SendDeduper:
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
-        future: asyncio.Future[Sent] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
             result = await send()
@@ -109,10 +116,13 @@ class ProducerCore:
         self._round_robin = itertools.count()
 
     async def send(self, request: svc.SendMessageRequest) -> svc.SendMessageResponse:
-        """One entry per message; the response status is the entry's for one message,
-        else OK when all succeeded and MULTIPLE_RESULTS otherwise."""
+        """One entry per message; the response status is the entry's for one message.
+        Several messages are one batch, stored all or nothing (``send_batch``): every
+        entry then has the batch's status."""
         if not request.messages:
             return svc.SendMessageResponse(status=pb.Status(code=Code.BAD_REQUEST, message="no message to send"))
+        if len(request.messages) > 1:
+            return await self._send_batch(list(request.messages))
         entries = []
         for message in request.messages:
             try:
@@ -130,7 +140,90 @@ class ProducerCore:
                 )
         return svc.SendMessageResponse(status=overall([e.status for e in entries], "sends"), entries=entries)
 
-    async def send_one(self, message: pb.Message) -> Sent:
+    async def _send_batch(self, messages: list[pb.Message]) -> svc.SendMessageResponse:
+        try:
+            sents = await self.send_batch(messages)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
+            if not isinstance(exc, GatewayError):
+                log.info("batch send to %s failed: %s", messages[0].topic.name, exc)
+            status = from_exception(exc)
+            status.message = f"batch of {len(messages)} messages not stored (all or nothing): {status.message}"
+            return svc.SendMessageResponse(
+                status=status,
+                entries=[
+                    svc.SendResultEntry(status=status, message_id=m.system_properties.message_id) for m in messages
+                ],
+            )
+        return svc.SendMessageResponse(
+            status=ok(),
+            entries=[
+                svc.SendResultEntry(status=ok(), message_id=s.message_id, transaction_id="", offset=s.offset)
+                for s in sents
+            ],
+        )
+
+    async def send_batch(self, messages: list[pb.Message]) -> list[Sent]:
+        """Several messages as ONE batch of one store (``SendBatch``): all are stored or
+        none (rocketmq-apis #68). RocketMQ's batch rules: one topic, no transactional
+        (half) messages, and (txmq) at most one message group, so the batch stays in
+        one queue as that group's order needs. Any message the gateway refuses refuses
+        the batch, named by its position."""
+        topic = messages[0].topic.name
+        groups = set()
+        for index, message in enumerate(messages, 1):
+            where = f"message {index} of the batch"
+            if message.topic.name != topic:
+                raise GatewayError(
+                    Code.BAD_REQUEST,
+                    f"the messages of a batch must share one topic: {where} is for {shorten(message.topic.name)}, "
+                    f"message 1 for {shorten(topic)}",
+                )
+            try:
+                self._check(message)
+            except GatewayError as err:
+                raise GatewayError(err.code, f"{where}: {err.message}") from None
+            sp = message.system_properties
+            if sp.message_type == pb.TRANSACTION:
+                raise GatewayError(
+                    Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                    f"{where} is transactional: a batch cannot hold transactional messages (as in RocketMQ); "
+                    "send them one per request",
+                )
+            groups.add(sp.message_group if sp.HasField("message_group") else "")
+        if len(groups) > 1:
+            raise GatewayError(
+                Code.BAD_REQUEST, "the messages of a batch must share one message group (or all have none)"
+            )
+        ids = [m.system_properties.message_id for m in messages]
+        if len(set(ids)) != len(ids):
+            raise GatewayError(Code.ILLEGAL_MESSAGE_ID, "the messages of a batch must have distinct message ids")
+
+        async def store() -> tuple[Sent, ...]:
+            (group,) = groups
+            store_id, queue_id = await self._place(topic, group)
+            if queue_id is None:  # one queue for the whole batch, as RocketMQ's batches
+                counts = {q.store_id: q.write_queue_nums for q in await self.backend.queues(topic)}
+                queue_id = next(self._round_robin) % max(1, counts.get(store_id, 1))
+            stored = [to_txmq_message(m, queue_id=queue_id) for m in messages]
+            results = await self.backend.send_batch(store_id, stored)
+            if len(results) != len(messages):
+                raise GatewayError(
+                    Code.INTERNAL_SERVER_ERROR, f"store {store_id} answered {len(results)} results for {len(messages)}"
+                )
+            bad = [r for r in results if r.status != store_pb2.SEND_STATUS_OK]
+            if bad:
+                raise GatewayError(
+                    Code.MASTER_PERSISTENCE_TIMEOUT, f"stored with status {store_pb2.SendStatus.Name(bad[0].status)}"
+                )
+            return tuple(
+                Sent(message_id=r.msg_id or i, transaction_id="", offset=r.queue_offset)
+                for r, i in zip(results, ids, strict=True)
+            )
+
+        return list(await self.dedupe.once((topic, "batch:" + ",".join(ids)), store))
+
+    def _check(self, message: pb.Message) -> None:
+        """What a message must be to be stored (GatewayError otherwise)."""
         topic = message.topic.name
         sp = message.system_properties
         if not topic:
@@ -149,9 +242,14 @@ class ProducerCore:
                 Code.MESSAGE_BODY_TOO_LARGE,
                 f"message body is {len(body)} bytes; at most {self.settings.max_body_size_bytes}",
             )
-        transactional = sp.message_type == pb.TRANSACTION
-        if transactional and sp.HasField("message_group"):
+        if sp.message_type == pb.TRANSACTION and sp.HasField("message_group"):
             raise GatewayError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a transactional message has no message group")
+
+    async def send_one(self, message: pb.Message) -> Sent:
+        topic = message.topic.name
+        sp = message.system_properties
+        self._check(message)
+        transactional = sp.message_type == pb.TRANSACTION
 
         async def store() -> Sent:
             store_id, queue_id = await self._place(topic, sp.message_group if sp.HasField("message_group") else "")
