@@ -36,6 +36,7 @@ class ProcessQueue:
         self.committed: int | None = None
         self.pull_call: grpc.Future | None = None
         self.failures = 0  # consecutive failed pulls: which pull instance to try next
+        self.paused_polls = 0  # consecutive pulls refused as the group is paused
         self.flow_controlled_logged = False
 
     def commit_point(self) -> int:

@@ -61,6 +61,9 @@ _FLOW_CONTROL_PAUSE_S = 0.05  # RocketMQ's PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTR
 _SILENT_HEARTBEATS = 3
 # A queue whose pulls keep failing (retriably) waits up to this long between attempts.
 _PULL_ERROR_BACKOFF_MAX_S = 30.0
+# A paused group's queues are pulled again at most this long apart (RocketMQ's
+# pullTimeDelayMillsWhenException), so a resumed group goes on within seconds.
+_PAUSED_POLL_MAX_S = 3.0
 
 
 def _positive(**values: float) -> None:
@@ -240,6 +243,12 @@ class PushConsumer:
     ``tls``: TLS (and a client certificate) for every channel (``txmq.TlsConfig``).
     ``credentials``: the user every call is signed as (``txmq.Credentials``).
 
+    ``pause_on_consume_disabled``: a group whose consumption is disabled
+    (``Admin.pause_consumer_group``, ``txmq group pause``) is taken as paused, not as
+    an error: ``start()`` succeeds, the queues and offsets are kept, their pulls are
+    tried again every few seconds (one log line when the pause starts, one when it
+    ends) and consumption goes on by itself after the resume. See ``paused``.
+
     See ``_rebalance`` and docs/consumers.md for how queues change hands.
     """
 
@@ -270,6 +279,7 @@ class PushConsumer:
         on_error: ErrorCallback | None = None,
         tls: TlsConfig | None = None,
         credentials: Credentials | None = None,
+        pause_on_consume_disabled: bool = False,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         parse_endpoints(endpoint)
@@ -342,6 +352,8 @@ class PushConsumer:
         self._error: TxmqError | None = None
         self._stopped = threading.Event()
         self._failures = FailureLog(log)
+        self._pause_on_disabled = pause_on_consume_disabled
+        self._paused = False
 
     # -- configuration -----------------------------------------------------------------
 
@@ -441,6 +453,9 @@ class PushConsumer:
         except TxmqError as err:
             if err.code == errors_pb2.CODE_TOPIC_NOT_FOUND and self._stores_live(client):
                 raise  # stores are up and none has it: it does not exist
+            if err.code == errors_pb2.CODE_CONSUME_DISABLED and self._pause_on_disabled:
+                self._set_paused(True)  # starts paused; pulls wait for the resume
+                return
             if not retriable(err):
                 raise
             log.warning(
@@ -818,6 +833,9 @@ class PushConsumer:
 
     def _pull_failed(self, pq: ProcessQueue, err: TxmqError) -> None:
         assert self._client is not None and self._timer is not None
+        if err.code == errors_pb2.CODE_CONSUME_DISABLED and self._pause_on_disabled:
+            self._pull_paused(pq)
+            return
         with pq.lock:
             if pq.dropped:
                 return
@@ -831,6 +849,40 @@ class PushConsumer:
             failures, first=self._pull_error_backoff, maximum=max(self._pull_error_backoff, _PULL_ERROR_BACKOFF_MAX_S)
         )
         self._timer.call_later(wait, self._pull, pq)
+
+    # -- a paused group (consume_enable off; docs/consumers.md "Pausing a group") ------------
+
+    @property
+    def paused(self) -> bool:
+        """Whether the group's pulls are refused as paused (``pause_on_consume_disabled``)."""
+        return self._paused
+
+    def _set_paused(self, paused: bool) -> None:
+        """One log line when the group's pause starts and one when it ends."""
+        with self._lock:
+            if self._paused is paused:
+                return
+            self._paused = paused
+        if paused:
+            log.warning(
+                "consumer %s: group %s is paused (consume disabled); keeping its queues and offsets, "
+                "pulling again every %.0fs at most until it resumes",
+                self.client_id, self.group, max(self._pull_error_backoff, _PAUSED_POLL_MAX_S),
+            )  # fmt: skip
+        else:
+            log.warning("consumer %s: group %s resumed", self.client_id, self.group)
+
+    def _pull_paused(self, pq: ProcessQueue) -> None:
+        """A pull refused as paused: no error, no stop; the same pull again after a backoff."""
+        assert self._timer is not None
+        with pq.lock:
+            if pq.dropped:
+                return
+            pq.paused_polls += 1
+            polls = pq.paused_polls
+        self._set_paused(True)
+        maximum = max(self._pull_error_backoff, _PAUSED_POLL_MAX_S)
+        self._timer.call_later(backoff_delay(polls, first=self._pull_error_backoff, maximum=maximum), self._pull, pq)
 
     def _on_pulled(self, pq: ProcessQueue, future: grpc.Future, sub: Subscription) -> None:
         with pq.lock:
@@ -857,6 +909,7 @@ class PushConsumer:
             if pq.failures:
                 self._failures.recovered(("pull", pq.mq), f"consumer {self.client_id}: pull of {pq.mq}")
             pq.failures = 0
+            pq.paused_polls = 0
             if result.status is PullStatus.FOUND:
                 fresh = pq.take(result.messages, result.next_begin_offset)
                 batches = [fresh[i : i + self._batch_size] for i in range(0, len(fresh), self._batch_size)]
@@ -870,6 +923,8 @@ class PushConsumer:
                     pq.next_offset = result.next_begin_offset
                 else:
                     pq.next_offset = max(pq.next_offset, result.next_begin_offset)
+        if self._paused:
+            self._set_paused(False)
         for batch in batches:
             self._submit(pq, batch)
         self._pull(pq)
