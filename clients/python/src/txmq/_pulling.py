@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from txmq._client import ClientCore, call
 from txmq._consumer_types import PullResult, PullStatus
@@ -175,14 +175,25 @@ class PullClient:
     # -- membership ----------------------------------------------------------------------
 
     def heartbeat(
-        self, addresses: list[str], client_id: str, topics: list[str], *, leaving: bool = False
+        self,
+        addresses: list[str],
+        client_id: str,
+        topics: list[str],
+        *,
+        leaving: bool = False,
+        subscriptions: Sequence[Subscription] = (),
     ) -> list[str] | None:
         """Heartbeat every pull instance in ``addresses`` (``leaving``: tell them this
         consumer is gone); the union of the live consumer ids they report (membership
         is per instance), or None when none answered. An error a retry cannot fix is
-        raised; others are logged (bounded, see ``_failures``)."""
+        raised (CODE_SUBSCRIPTION_CONFLICT when ``subscriptions`` differ from another
+        live member's); others are logged (bounded, see ``_failures``)."""
         request = pull_pb2.ConsumerHeartbeatRequest(
-            consumer_group=self.group, client_id=client_id, topics=topics, leaving=leaving
+            consumer_group=self.group,
+            client_id=client_id,
+            topics=topics,
+            leaving=leaving,
+            subscriptions=[pull_pb2.Subscription(topic=sub.topic, filter=sub.to_proto()) for sub in subscriptions],
         )
         members: set[str] = set()
         answered = False

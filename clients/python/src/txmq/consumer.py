@@ -243,6 +243,16 @@ class PushConsumer:
     ``tls``: TLS (and a client certificate) for every channel (``txmq.TlsConfig``).
     ``credentials``: the user every call is signed as (``txmq.Credentials``).
 
+    Consistent subscriptions: every heartbeat carries the subscriptions; the pull
+    service refuses one that subscribes other topics, or a topic with another filter,
+    than a live member of the group (``CODE_SUBSCRIPTION_CONFLICT``, naming the other
+    member). The consumer then holds no queue (the rest of the group consumes
+    everything), logs the conflict as an ERROR once per change, exposes it as
+    ``subscription_conflict`` and keeps heartbeating: once the conflicting members are
+    gone (or the subscription fixed) it joins the group by itself. ``start()`` does not
+    raise for it, so a rolling upgrade that changes the subscription can proceed
+    (docs/consumers.md "Consistent subscriptions").
+
     ``pause_on_consume_disabled``: a group whose consumption is disabled
     (``Admin.pause_consumer_group``, ``txmq group pause``) is taken as paused, not as
     an error: ``start()`` succeeds, the queues and offsets are kept, their pulls are
@@ -354,6 +364,7 @@ class PushConsumer:
         self._failures = FailureLog(log)
         self._pause_on_disabled = pause_on_consume_disabled
         self._paused = False
+        self._conflict: TxmqError | None = None
 
     # -- configuration -----------------------------------------------------------------
 
@@ -648,12 +659,20 @@ class PushConsumer:
         assert self._client is not None
         with self._lock:
             topics = sorted(self._subs)
+            subs = [self._subs[topic] for topic in topics]
         addresses = self._pull_addresses(topics)
         if not addresses:
             return None
-        members = self._client.heartbeat(addresses, self.client_id, topics)
+        try:
+            members = self._client.heartbeat(addresses, self.client_id, topics, subscriptions=subs)
+        except TxmqError as err:
+            if err.code != errors_pb2.CODE_SUBSCRIPTION_CONFLICT:
+                raise
+            self._set_conflict(err)
+            return None
         if members is None:
             return None
+        self._set_conflict(None)
         changed = self._view.update(members, now)
         if changed:
             log.info("consumer %s: group %s is now %s", self.client_id, self.group, members)
@@ -849,6 +868,33 @@ class PushConsumer:
             failures, first=self._pull_error_backoff, maximum=max(self._pull_error_backoff, _PULL_ERROR_BACKOFF_MAX_S)
         )
         self._timer.call_later(wait, self._pull, pq)
+
+    # -- a subscription the group refuses (docs/consumers.md "Consistent subscriptions") -----
+
+    @property
+    def subscription_conflict(self) -> TxmqError | None:
+        """The pull service's last CODE_SUBSCRIPTION_CONFLICT refusal of this consumer's
+        heartbeat (it holds no queue meanwhile); None once a heartbeat is accepted."""
+        return self._conflict
+
+    def _set_conflict(self, err: TxmqError | None) -> None:
+        """Record a refusal (or its end): one log line per change; a refused consumer
+        releases every queue and forgets the membership, so it takes none."""
+        with self._lock:
+            before, self._conflict = self._conflict, err
+            owned = sorted(self._queues) if err is not None else []
+        if err is not None:
+            if before is None or before.message != err.message:
+                log.error(
+                    "consumer %s: the group refuses its subscription, so it consumes nothing: %s",
+                    self.client_id,
+                    err.message,
+                )
+            self._view.forget()
+            for mq in owned:
+                self._release(mq)
+        elif before is not None:
+            log.info("consumer %s: the group accepts its subscription again", self.client_id)
 
     # -- a paused group (consume_enable off; docs/consumers.md "Pausing a group") ------------
 
