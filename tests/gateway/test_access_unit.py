@@ -341,6 +341,15 @@ class Recorder:
     async def ack(self, **_: Any) -> None:
         self.calls.append("ack")
 
+    async def pull(self, **_: Any) -> Any:
+        from txmq_gateway.consumer import Pulled
+
+        self.calls.append("pull")
+        return Pulled(Code.MESSAGE_NOT_FOUND, "no new message", [], 0)
+
+    async def update_offset(self, **_: Any) -> None:
+        self.calls.append("update_offset")
+
     def heartbeat(self, *_: Any) -> None:
         self.calls.append("heartbeat")
 
@@ -477,7 +486,8 @@ async def test_denials_are_logged_once_a_minute_per_user_and_method(caplog: pyte
 
 
 async def test_rpcs_not_served_are_checked_first() -> None:
-    rpc = servicer(Recorder())
+    recorder = Recorder()
+    rpc = servicer(recorder)
     server = grpc.aio.server()
     add_messaging_servicer(server, rpc)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -498,21 +508,19 @@ async def test_rpcs_not_served_are_checked_first() -> None:
                 )
             ]
             assert [f.status.code for f in frames] == [Code.FORBIDDEN]
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                await stub.UpdateOffset(
-                    svc.UpdateOffsetRequest(group=group(), message_queue=queue()), metadata=signed("reader"), timeout=5
+            assert recorder.calls == []
+            # Served (PullMessage, UpdateOffset): an allowed caller reaches the core.
+            await stub.UpdateOffset(
+                svc.UpdateOffsetRequest(group=group(), message_queue=queue()), metadata=signed("reader"), timeout=5
+            )
+            frames = [
+                f
+                async for f in stub.PullMessage(
+                    svc.PullMessageRequest(group=group(), message_queue=queue()), metadata=signed("reader"), timeout=5
                 )
-            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                [
-                    _
-                    async for _ in stub.PullMessage(
-                        svc.PullMessageRequest(group=group(), message_queue=queue()),
-                        metadata=signed("reader"),
-                        timeout=5,
-                    )
-                ]
-            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            ]
+            assert frames[0].status.code == Code.MESSAGE_NOT_FOUND
+            assert recorder.calls == ["update_offset", "pull"]
     finally:
         await server.stop(0)
 

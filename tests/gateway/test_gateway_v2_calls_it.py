@@ -1,6 +1,8 @@
 """The v2 calls RocketMQ's own proxy lacks or gets wrong, through a real gateway with raw
 v2 stubs on a local cluster (store, pull, txcheck, gateway): several messages in one
-SendMessageRequest stored all or nothing (rocketmq-apis #68)."""
+SendMessageRequest stored all or nothing (rocketmq-apis #68); UpdateOffset and PullMessage
+(RocketMQ #10434: UNIMPLEMENTED there); a receive's await shorter than the deadline
+(RocketMQ #7986)."""
 
 from __future__ import annotations
 
@@ -86,3 +88,150 @@ def test_a_batch_is_stored_all_or_nothing(cluster: LocalCluster, gateway: svc_gr
     assert [e.message_id for e in res.entries] == [m.system_properties.message_id for m in good.messages]
     assert [e.offset for e in res.entries] == [0, 1, 2]  # one queue, in order
     assert _stored(cluster, topic) == [b"m0", b"m1", b"m2"]
+
+
+def _queue(gateway: svc_grpc.MessagingServiceStub, topic: str, queue_id: int) -> pb.MessageQueue:
+    route = svc.QueryRouteRequest(topic=pb.Resource(name=topic))
+    [q] = [q for q in gateway.QueryRoute(route, metadata=MD, timeout=10).message_queues if q.id == queue_id]
+    return q
+
+
+def _pull(
+    gateway: svc_grpc.MessagingServiceStub,
+    group: str,
+    mq: pb.MessageQueue,
+    offset: int,
+    timeout: float = 10,
+    **fields: object,
+) -> tuple[pb.Status, list[pb.Message], int | None]:
+    request = svc.PullMessageRequest(group=pb.Resource(name=group), message_queue=mq, offset=offset, **fields)  # type: ignore[arg-type]
+    status, messages, next_offset = None, [], None
+    for frame in gateway.PullMessage(request, metadata=MD, timeout=timeout):
+        kind = frame.WhichOneof("content")
+        if kind == "status":
+            assert status is None and not messages, "the status comes first"
+            status = frame.status
+        elif kind == "message":
+            messages.append(frame.message)
+        else:
+            next_offset = frame.next_offset
+    assert status is not None
+    return status, messages, next_offset
+
+
+def test_update_offset_then_get_offset(cluster: LocalCluster, gateway: svc_grpc.MessagingServiceStub) -> None:
+    topic = _topic(cluster)
+    group = f"G-{uuid.uuid4().hex[:8]}"
+    assert (
+        gateway.SendMessage(
+            svc.SendMessageRequest(messages=[_message(topic, b"m%d" % i) for i in range(3)]), metadata=MD, timeout=10
+        ).status.code
+        == pb.OK
+    )
+    queue_id = next(q for q in range(2) if _count(cluster, topic, q) == 3)
+    mq = _queue(gateway, topic, queue_id)
+
+    def update(offset: int, group: str = group) -> pb.Status:
+        req = svc.UpdateOffsetRequest(group=pb.Resource(name=group), message_queue=mq, offset=offset)
+        return gateway.UpdateOffset(req, metadata=MD, timeout=10).status
+
+    assert update(2).code == pb.OK
+    get = svc.GetOffsetRequest(group=pb.Resource(name=group), message_queue=mq)
+    res = gateway.GetOffset(get, metadata=MD, timeout=10)
+    assert (res.status.code, res.offset) == (pb.OK, 2)
+    assert update(1).code == pb.OK  # back: a pull consumer may rewind
+    assert gateway.GetOffset(get, metadata=MD, timeout=10).offset == 1
+    assert update(4).code == pb.ILLEGAL_OFFSET  # beyond the max offset (3)
+    assert update(-1).code == pb.ILLEGAL_OFFSET
+    assert update(1, group="").code == pb.ILLEGAL_CONSUMER_GROUP
+    # A group receiving with ReceiveMessage here: the gateway keeps its offsets.
+    from google.protobuf.duration_pb2 import Duration
+
+    popping = f"G-{uuid.uuid4().hex[:8]}"
+    receive = svc.ReceiveMessageRequest(
+        group=pb.Resource(name=popping),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
+        batch_size=1,
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(),
+    )
+    list(gateway.ReceiveMessage(receive, metadata=MD, timeout=10))
+    refused = update(1, group=popping)
+    assert refused.code == pb.PRECONDITION_FAILED and "ReceiveMessage" in refused.message, refused
+    mq.id = 7
+    assert update(0).code == pb.BAD_REQUEST
+
+
+def _count(cluster: LocalCluster, topic: str, queue_id: int) -> int:
+    with grpc.insecure_channel(cluster.services["store"].address) as ch:
+        stub = store_pb2_grpc.StoreStub(ch)
+        r = stub.GetMessage(store_pb2.GetMessageRequest(topic=topic, queue_id=queue_id, offset=0), timeout=10)
+        return len(r.messages)
+
+
+def test_pull_message(cluster: LocalCluster, gateway: svc_grpc.MessagingServiceStub) -> None:
+    topic = _topic(cluster)
+    group = f"G-{uuid.uuid4().hex[:8]}"
+    batch = [_message(topic, b"m%d" % i) for i in range(5)]
+    for i, m in enumerate(batch):
+        m.system_properties.tag = "A" if i % 2 == 0 else "B"
+    assert gateway.SendMessage(svc.SendMessageRequest(messages=batch), metadata=MD, timeout=10).status.code == pb.OK
+    queue_id = next(q for q in range(2) if _count(cluster, topic, q) == 5)
+    mq = _queue(gateway, topic, queue_id)
+
+    status, messages, next_offset = _pull(gateway, group, mq, 0, batch_size=3)
+    assert status.code == pb.OK, status
+    assert [m.body for m in messages] == [b"m0", b"m1", b"m2"] and next_offset == 3
+    assert [m.system_properties.queue_offset for m in messages] == [0, 1, 2]
+    status, messages, next_offset = _pull(gateway, group, mq, 3, batch_size=32)
+    assert [m.body for m in messages] == [b"m3", b"m4"] and next_offset == 5
+    tagged = pb.FilterExpression(type=pb.TAG, expression="A")
+    status, messages, next_offset = _pull(gateway, group, mq, 0, filter_expression=tagged)
+    assert [m.body for m in messages] == [b"m0", b"m2", b"m4"] and next_offset == 5
+
+    # Nothing new: the long poll ends at its await (300 ms), well before the deadline.
+    from google.protobuf.duration_pb2 import Duration
+
+    started = time.monotonic()
+    status, messages, next_offset = _pull(
+        gateway, group, mq, 5, long_polling_timeout=Duration(nanos=300_000_000), timeout=10
+    )
+    took = time.monotonic() - started
+    assert (status.code, messages, next_offset) == (pb.MESSAGE_NOT_FOUND, [], 5), status
+    assert 0.25 <= took < 3, took
+
+    status, messages, next_offset = _pull(gateway, group, mq, 9)
+    assert status.code == pb.ILLEGAL_OFFSET and next_offset is not None, status
+    status, _, _ = _pull(gateway, group, mq, -1)
+    assert status.code == pb.ILLEGAL_OFFSET
+    status, _, _ = _pull(gateway, "", mq, 0)
+    assert status.code == pb.ILLEGAL_CONSUMER_GROUP
+    mq.id = 7
+    status, _, _ = _pull(gateway, group, mq, 0)
+    assert status.code == pb.BAD_REQUEST and "queue id 7" in status.message, status
+
+
+@pytest.mark.parametrize(("await_ms", "deadline_s", "at_most_s"), [(0, 5, 1.0), (100, 5, 1.0), (20_000, 1.5, 1.5)])
+def test_receive_answers_when_its_await_ends_and_before_the_deadline(
+    cluster: LocalCluster, gateway: svc_grpc.MessagingServiceStub, await_ms: int, deadline_s: float, at_most_s: float
+) -> None:
+    """Any await from 0 up to the call's deadline (RocketMQ #7986: its proxy raises a
+    short one to 5 s and refuses when the deadline leaves less); a longer one is cut to
+    the deadline less a reserve, so the answer never comes after the client gave up."""
+    from google.protobuf.duration_pb2 import Duration
+
+    topic = _topic(cluster)
+    request = svc.ReceiveMessageRequest(
+        group=pb.Resource(name=f"G-{uuid.uuid4().hex[:8]}"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=1,
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(seconds=await_ms // 1000, nanos=(await_ms % 1000) * 1_000_000),
+    )
+    started = time.monotonic()
+    frames = list(gateway.ReceiveMessage(request, metadata=MD, timeout=deadline_s))
+    took = time.monotonic() - started
+    assert [f.status.code for f in frames] == [pb.MESSAGE_NOT_FOUND], frames
+    held_s = min(await_ms / 1000, deadline_s - 0.5)  # the gateway keeps 500 ms to answer in
+    assert held_s * 0.9 <= took < at_most_s, took

@@ -353,6 +353,16 @@ def tag_matcher(expression: common_pb2.FilterExpression) -> Callable[[str], bool
     return None if tags.matches_all else tags.match_tag
 
 
+@dataclass(frozen=True, slots=True)
+class Pulled:
+    """What a PullMessage answers: a v2 status, the messages, the next offset to pull."""
+
+    code: int
+    message: str
+    views: list[common_pb2.MessageView]
+    next_offset: int
+
+
 class SimpleConsumerCore:
     """Pop semantics for v2 consumers. Thread-unsafe: one event loop. See the module
     docstring for the model and its limits."""
@@ -1022,6 +1032,92 @@ class SimpleConsumerCore:
             await self.backend.ensure_topic(store_id, dlq, queue_nums=1)
             self._dlq_topics.add((store_id, dlq))
         await self.backend.send(store_id, dead_letter_copy(entry.view, dlq, sub.topic))
+
+    # -- pull consumers: PullMessage / UpdateOffset ---------------------------------
+
+    async def pull(
+        self,
+        *,
+        group: str,
+        store_id: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        batch_size: int,
+        filter: common_pb2.FilterExpression,
+        long_polling_timeout_ms: int | None,
+        time_remaining_ms: int | None,
+        client_id: str = "",
+    ) -> Pulled:
+        """One read of a queue from ``offset`` for a pull consumer (the client keeps its
+        offsets: nothing is committed, nothing becomes invisible), held up to the polling
+        time when nothing is there, as a receive is (``_polling_ms``). A batch size of 0
+        means 32 (RocketMQ's pull default)."""
+        if not group:
+            raise GatewayError(Code.ILLEGAL_CONSUMER_GROUP, "consumer group is required")
+        if offset < 0:
+            raise GatewayError(Code.ILLEGAL_OFFSET, f"offset {offset} is negative")
+        need = self._batch_size(batch_size or 32)
+        hold = self._polling_ms(long_polling_timeout_ms, time_remaining_ms)
+        reply = await self.backend.pull(
+            pull_pb2.PullMessageRequest(
+                consumer_group=group,
+                queue=common_pb2.MessageQueue(topic=topic, store_id=store_id, queue_id=queue_id),
+                queue_offset=offset,
+                max_messages=need,
+                filter=filter,
+                suspend=hold > 0,
+                suspend_timeout_ms=hold,
+                client_id=client_id,
+            )
+        )
+        if reply.status == pull_pb2.PULL_STATUS_OFFSET_ILLEGAL:
+            return Pulled(
+                Code.ILLEGAL_OFFSET,
+                f"offset {offset} is outside queue {queue_id} of {topic} on {store_id} "
+                f"[{reply.min_offset}, {reply.max_offset}]; next_offset is where to go on",
+                [],
+                reply.next_begin_offset,
+            )
+        if reply.status != pull_pb2.PULL_STATUS_FOUND:
+            return Pulled(Code.MESSAGE_NOT_FOUND, "no new message", [], max(reply.next_begin_offset, offset))
+        match = tag_matcher(filter)
+        views = [v for v in reply.messages if v.queue_offset >= offset and (match is None or match(v.message.tags))][
+            :need
+        ]
+        next_offset = reply.next_begin_offset
+        if reply.messages:
+            next_offset = max(next_offset, reply.messages[-1].queue_offset + 1)
+        if len(views) == need and views[-1].queue_offset + 1 < next_offset:
+            next_offset = views[-1].queue_offset + 1  # the rest is for the next pull
+        if not views:
+            return Pulled(Code.MESSAGE_NOT_FOUND, "no matching message", [], max(next_offset, offset))
+        return Pulled(Code.OK, "OK", views, next_offset)
+
+    async def update_offset(self, *, group: str, store_id: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit a pull consumer group's offset of a queue (0 .. the queue's max offset).
+        A group this gateway serves with ReceiveMessage keeps its own offsets (the lowest
+        un-acked message of each queue, committed every ``commit_interval_ms``): refused
+        with PRECONDITION_FAILED rather than overwritten at the next commit."""
+        if not group:
+            raise GatewayError(Code.ILLEGAL_CONSUMER_GROUP, "consumer group is required")
+        if offset < 0:
+            raise GatewayError(Code.ILLEGAL_OFFSET, f"offset {offset} is negative")
+        sub = self._subscriptions.get((group, topic))
+        if sub is not None and not sub.dropped:
+            raise GatewayError(
+                Code.PRECONDITION_FAILED,
+                f"group {group} receives {topic} with ReceiveMessage through this gateway, which keeps its "
+                "offsets (committed from its acks); UpdateOffset is for pull consumers",
+            )
+        bounds = (await self.backend.queue_offsets(store_id, topic)).get(queue_id)
+        if bounds is None:
+            raise GatewayError(Code.BAD_REQUEST, f"topic {topic} has no queue {queue_id} on {store_id}")
+        if offset > bounds[1]:
+            raise GatewayError(
+                Code.ILLEGAL_OFFSET, f"offset {offset} is beyond queue {queue_id}'s max offset {bounds[1]}"
+            )
+        await self.backend.commit_consume_offset(store_id, group=group, topic=topic, queue_id=queue_id, offset=offset)
 
     # -- clients ---------------------------------------------------------------------
 

@@ -5,8 +5,9 @@ does): authentication first, then (with auth_enabled) the user's permissions for
 call (access.py), then the core, whose GatewayError / TxmqError becomes the status.
 GetOffset (a group's committed offset of a queue) and QueryOffset (a queue's first
 or last offset, or the first stored at a time) read the store, for lag monitors such as
-KEDA (RocketMQ's proxy answers them UNIMPLEMENTED, #10434). RPCs txmq does not serve
-(PullMessage, UpdateOffset, RecallMessage, SyncLiteSubscription) answer gRPC
+KEDA; PullMessage and UpdateOffset serve pull consumers (RocketMQ's proxy answers all
+four UNIMPLEMENTED, #10434). RPCs txmq does not serve
+(RecallMessage, SyncLiteSubscription) answer gRPC
 UNIMPLEMENTED (the generated base class does too, but by raising NotImplementedError,
 which gRPC logs with a traceback on every call).
 """
@@ -529,25 +530,58 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             work,
         )
 
-    # -- not served ----------------------------------------------------------------------
-    # Checked all the same (access.py): serving one later keeps it guarded.
-
     async def PullMessage(
         self, request: svc.PullMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[svc.PullMessageResponse]:
+        """A pull consumer's read of one queue from an offset: a status frame (OK,
+        MESSAGE_NOT_FOUND after the long poll, ILLEGAL_OFFSET, or the refusal), then the
+        messages, one frame each, then the next offset to pull (with every status that
+        knows one). Nothing is committed: the client commits with UpdateOffset."""
         try:
             self._admit("PullMessage", request, context)
-        except GatewayError as err:
-            yield svc.PullMessageResponse(status=from_exception(err))
+            store_id, topic, queue_id = _queue_of(request.message_queue)
+            remaining = context.time_remaining()
+            pulled = await self.consumer.pull(
+                group=request.group.name,
+                store_id=store_id,
+                topic=topic,
+                queue_id=queue_id,
+                offset=request.offset,
+                batch_size=request.batch_size,
+                filter=filter_of(request.filter_expression),
+                long_polling_timeout_ms=(
+                    request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout") else None
+                ),
+                time_remaining_ms=None if remaining is None else int(remaining * 1000),
+                client_id=client_id_of(context),
+            )
+        except Exception as exc:  # noqa: BLE001 - answered as a v2 status
+            if not isinstance(exc, GatewayError):
+                log.info("pull for %s failed: %s", request.group.name, exc)
+            yield svc.PullMessageResponse(status=from_exception(exc))
             return
-        await _unimplemented(context, "PullMessage", "use ReceiveMessage (SimpleConsumer / PushConsumer)")
+        yield svc.PullMessageResponse(status=pb.Status(code=pulled.code, message=pulled.message))
+        for view in pulled.views:
+            yield svc.PullMessageResponse(message=to_v2_message(view))
+        yield svc.PullMessageResponse(next_offset=pulled.next_offset)
 
     async def UpdateOffset(
         self, request: svc.UpdateOffsetRequest, context: grpc.aio.ServicerContext
     ) -> svc.UpdateOffsetResponse:
-        return await self._refuse_unserved(
-            "UpdateOffset", request, context, svc.UpdateOffsetResponse, "the owning gateway keeps the group's offsets"
-        )
+        async def work() -> svc.UpdateOffsetResponse:
+            owner = await self._owner(request.group.name, context)
+            if owner is not None:  # it knows whether the group is receiving there
+                return await self.router.forward("UpdateOffset", request, context, owner)  # type: ignore[union-attr]
+            store_id, topic, queue_id = _queue_of(request.message_queue)
+            await self.consumer.update_offset(
+                group=request.group.name, store_id=store_id, topic=topic, queue_id=queue_id, offset=request.offset
+            )
+            return svc.UpdateOffsetResponse(status=ok())
+
+        return await self._answer("UpdateOffset", request, context, lambda s: svc.UpdateOffsetResponse(status=s), work)
+
+    # -- not served ----------------------------------------------------------------------
+    # Checked all the same (access.py): serving one later keeps it guarded.
 
     async def RecallMessage(
         self, request: svc.RecallMessageRequest, context: grpc.aio.ServicerContext
