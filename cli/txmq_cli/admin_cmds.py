@@ -390,6 +390,7 @@ def group_list(endpoint: str, output: str) -> None:
         [
             ("GROUP", lambda g: g.group_name),
             ("CONSUME", lambda g: g.consume_enable),
+            ("PAUSED", lambda g: not g.consume_enable),
             ("BROADCAST", lambda g: g.consume_broadcast_enable),
             ("RETRY_MAX", lambda g: g.retry_max_times),
             ("RETRY_QUEUES", lambda g: g.retry_queue_nums),
@@ -406,6 +407,29 @@ def group_get(name: str, endpoint: str, output: str) -> None:
     with Admin(endpoint, **client_options()) as admin:
         config = admin.get_subscription_group(name)
     _emit(config, output)
+
+
+@subscription_group.command("pause")
+@click.argument("name")
+@option("--store-id", help="Only this store (default: every store that has it).")
+@_admin_command
+def group_pause(name: str, store_id: str | None, endpoint: str, output: str) -> None:
+    """Pause group NAME: its consumers get nothing (they wait, keeping their queues and
+    offsets) until `txmq group resume`. A group no store has yet is created paused."""
+    with Admin(endpoint, **client_options()) as admin:
+        config = admin.pause_consumer_group(name, store_id=store_id)
+    click.echo(json.dumps({"paused": config.group_name}) if output == "json" else f"paused group {name}")
+
+
+@subscription_group.command("resume")
+@click.argument("name")
+@option("--store-id", help="Only this store (default: every store that has it).")
+@_admin_command
+def group_resume(name: str, store_id: str | None, endpoint: str, output: str) -> None:
+    """Resume group NAME after `txmq group pause`: its consumers go on within seconds."""
+    with Admin(endpoint, **client_options()) as admin:
+        config = admin.resume_consumer_group(name, store_id=store_id)
+    click.echo(json.dumps({"resumed": config.group_name}) if output == "json" else f"resumed group {name}")
 
 
 @subscription_group.command("delete")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from txmq import PushConsumer
+from txmq import ForbiddenError, PushConsumer
 from txmq._process_queue import ProcessQueue
 from txmq._subscription import build_subscription
 from txmq.errors import error
@@ -116,3 +116,55 @@ def test_without_the_option_a_disabled_group_still_stops_the_consumer() -> None:
 
 def _sub() -> Any:
     return build_subscription("T", "*")
+
+
+def test_a_pull_held_since_before_the_pause_does_not_end_it(caplog: pytest.LogCaptureFixture) -> None:
+    consumer, _, pq = _running(pause=True)
+    other = ProcessQueue(MessageQueue("T", "s1", 1), 0)
+    consumer._queues[other.mq] = other
+    consumer._pull = lambda pq: None  # type: ignore[method-assign]
+    answer = pull_pb2.PullMessageResponse(status=pull_pb2.PULL_STATUS_NO_NEW_MSG, next_begin_offset=0)
+    with caplog.at_level(logging.INFO, logger="txmq"):
+        consumer._pull_failed(pq, _disabled())
+        consumer._on_pulled(other, _Future(answer), _sub())  # type: ignore[arg-type]
+        assert consumer.paused  # pq is still refused
+        consumer._pull_failed(other, _disabled())
+        consumer._on_pulled(pq, _Future(answer), _sub())  # type: ignore[arg-type]
+        assert consumer.paused
+        consumer._on_pulled(other, _Future(answer), _sub())  # type: ignore[arg-type]
+        assert not consumer.paused
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(lines) == 2 and "is paused" in lines[0] and "resumed" in lines[1]
+
+
+def test_a_released_paused_queue_does_not_keep_the_group_paused() -> None:
+    consumer, _, pq = _running(pause=True)
+    other = ProcessQueue(MessageQueue("T", "s1", 1), 0)
+    consumer._queues[other.mq] = other
+    consumer._pull = lambda pq: None  # type: ignore[method-assign]
+    consumer._pull_failed(pq, _disabled())
+    consumer._pull_failed(other, _disabled())
+    del consumer._queues[pq.mq]  # released (rebalanced away) while paused
+    answer = pull_pb2.PullMessageResponse(status=pull_pb2.PULL_STATUS_NO_NEW_MSG, next_begin_offset=0)
+    consumer._on_pulled(other, _Future(answer), _sub())  # type: ignore[arg-type]
+    assert not consumer.paused
+
+
+class _RefusingClient(_Client):
+    def message_queues(self, topic: str) -> list[MessageQueue]:
+        return [MessageQueue(topic, "s1", 0)]
+
+    def queue_range(self, mq: MessageQueue) -> tuple[int, int]:
+        return 0, 5
+
+    def pull(self, *args: Any, **kwargs: Any) -> Any:
+        raise _disabled()
+
+
+def test_start_on_a_paused_group_starts_paused() -> None:
+    consumer, _, _ = _running(pause=True)
+    consumer._check_subscription(_RefusingClient(), _sub())  # type: ignore[arg-type]
+    assert consumer.paused
+    strict, _, _ = _running(pause=False)
+    with pytest.raises(ForbiddenError):
+        strict._check_subscription(_RefusingClient(), _sub())  # type: ignore[arg-type]

@@ -332,6 +332,33 @@ class Admin:
 
         return self._on_stores_having(store_id, update)[0]
 
+    def pause_consumer_group(self, name: str, *, store_id: str | None = None) -> SubscriptionGroupConfig:
+        """Pause the group: ``consume_enable`` off on every store that has it (or on
+        ``store_id``); its pulls are refused with ``CODE_CONSUME_DISABLED`` until
+        ``resume_consumer_group``. Offsets and members stay. A group no store has yet
+        is created paused on every store (pausing ahead of the first consumer)."""
+        try:
+            return self.update_subscription_group(name, consume_enable=False, store_id=store_id)
+        except NotFoundError as err:
+            if err.code != errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND:
+                raise
+        return self.create_subscription_group(name, consume_enable=False, store_id=store_id, exist_ok=True)
+
+    def resume_consumer_group(self, name: str, *, store_id: str | None = None) -> SubscriptionGroupConfig:
+        """Undo ``pause_consumer_group`` on every store that has the group; a group no
+        store has raises ``CODE_SUBSCRIPTION_GROUP_NOT_FOUND``."""
+        return self.update_subscription_group(name, consume_enable=True, store_id=store_id)
+
+    def consumer_group_paused(self, name: str, *, store_id: str | None = None) -> bool:
+        """Whether any store that has the group (or ``store_id``) refuses its pulls."""
+        check_group(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        request = store_pb2.GetSubscriptionGroupRequest(group_name=name)
+        configs = self._on_stores_having(
+            store_id,
+            lambda s: group_config_from_proto(self._call(s, self._admin_stub(s).GetSubscriptionGroup, request).group),
+        )
+        return any(not c.consume_enable for c in configs)
+
     def delete_subscription_group(self, name: str, *, store_id: str | None = None) -> None:
         check_group(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         request = store_pb2.DeleteSubscriptionGroupRequest(group_name=name)

@@ -363,7 +363,8 @@ class PushConsumer:
         self._stopped = threading.Event()
         self._failures = FailureLog(log)
         self._pause_on_disabled = pause_on_consume_disabled
-        self._paused = False
+        # Queues whose last pull was refused as paused (None: the check at start was).
+        self._paused: set[MessageQueue | None] = set()
         self._conflict: TxmqError | None = None
 
     # -- configuration -----------------------------------------------------------------
@@ -465,7 +466,7 @@ class PushConsumer:
             if err.code == errors_pb2.CODE_TOPIC_NOT_FOUND and self._stores_live(client):
                 raise  # stores are up and none has it: it does not exist
             if err.code == errors_pb2.CODE_CONSUME_DISABLED and self._pause_on_disabled:
-                self._set_paused(True)  # starts paused; pulls wait for the resume
+                self._set_paused(None, True)  # starts paused; pulls wait for the resume
                 return
             if not retriable(err):
                 raise
@@ -901,14 +902,22 @@ class PushConsumer:
     @property
     def paused(self) -> bool:
         """Whether the group's pulls are refused as paused (``pause_on_consume_disabled``)."""
-        return self._paused
+        return bool(self._paused)
 
-    def _set_paused(self, paused: bool) -> None:
-        """One log line when the group's pause starts and one when it ends."""
+    def _set_paused(self, mq: MessageQueue | None, paused: bool) -> None:
+        """``mq``'s pulls are (not) refused as paused. The group counts as paused while
+        any queue is (a pull held since before the pause still answers): one log line
+        when that starts and one when it ends."""
         with self._lock:
-            if self._paused is paused:
+            before = bool(self._paused)
+            if paused:
+                self._paused.add(mq)
+            else:
+                self._paused.discard(mq)
+                self._paused.discard(None)
+                self._paused.intersection_update({None, *self._queues})  # released queues
+            if bool(self._paused) is before:
                 return
-            self._paused = paused
         if paused:
             log.warning(
                 "consumer %s: group %s is paused (consume disabled); keeping its queues and offsets, "
@@ -926,7 +935,7 @@ class PushConsumer:
                 return
             pq.paused_polls += 1
             polls = pq.paused_polls
-        self._set_paused(True)
+        self._set_paused(pq.mq, True)
         maximum = max(self._pull_error_backoff, _PAUSED_POLL_MAX_S)
         self._timer.call_later(backoff_delay(polls, first=self._pull_error_backoff, maximum=maximum), self._pull, pq)
 
@@ -970,7 +979,7 @@ class PushConsumer:
                 else:
                     pq.next_offset = max(pq.next_offset, result.next_begin_offset)
         if self._paused:
-            self._set_paused(False)
+            self._set_paused(pq.mq, False)
         for batch in batches:
             self._submit(pq, batch)
         self._pull(pq)
