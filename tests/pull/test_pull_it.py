@@ -12,7 +12,7 @@ import pytest
 from txmq.errors import TxmqError
 from txmq.protocol import MAX_CLIENT_ID_BYTES, MAX_FILTER_EXPRESSION_BYTES
 from txmq.records import decode_messages
-from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2_grpc
+from txmq.v1 import common_pb2, errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2_grpc
 
 from .conftest import StoreAccess, pull_request, unique
 
@@ -134,6 +134,37 @@ async def test_consumer_heartbeat_lists_the_live_group(shared: Pulling) -> None:
             )
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert TxmqError.from_rpc_error(info.value).code == errors_pb2.CODE_ILLEGAL_ARGUMENT
+
+
+async def test_consumer_heartbeat_refuses_a_conflicting_subscription(shared: Pulling) -> None:
+    group = unique("Conflict")
+
+    def beat(client_id: str, expression: str | None) -> pull_pb2.ConsumerHeartbeatRequest:
+        subs = []
+        if expression is not None:
+            subs = [
+                P.Subscription(
+                    topic="T",
+                    filter=common_pb2.FilterExpression(type=common_pb2.FILTER_TYPE_TAG, expression=expression),
+                )
+            ]
+        return P.ConsumerHeartbeatRequest(consumer_group=group, client_id=client_id, topics=["T"], subscriptions=subs)
+
+    assert list((await shared.pull.ConsumerHeartbeat(beat("c-a", "A"), timeout=10)).consumer_ids) == ["c-a"]
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await shared.pull.ConsumerHeartbeat(beat("c-b", "B"), timeout=10)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    err = TxmqError.from_rpc_error(info.value)
+    assert err.code == errors_pb2.CODE_SUBSCRIPTION_CONFLICT
+    assert err.metadata == {"topic": "T", "other_client_id": "c-a"}
+    assert "TAG 'B'" in err.message and "TAG 'A'" in err.message
+    # an old client (no subscriptions) is not checked; the same subscription joins
+    assert list((await shared.pull.ConsumerHeartbeat(beat("c-old", None), timeout=10)).consumer_ids) == [
+        "c-a",
+        "c-old",
+    ]
+    reply = await shared.pull.ConsumerHeartbeat(beat("c-c", "A"), timeout=10)
+    assert list(reply.consumer_ids) == ["c-a", "c-c", "c-old"]
 
 
 async def test_long_poll_is_woken_by_a_matching_send(private: Pulling) -> None:
