@@ -123,7 +123,7 @@ from typing import Any
 
 from txmq.errors import TxmqError
 from txmq.protocol import DLQ_GROUP_TOPIC_PREFIX, PERM_READ, PROPERTY_DLQ_ORIGIN_TOPIC, is_system_property
-from txmq.v1 import common_pb2, pull_pb2
+from txmq.v1 import common_pb2, errors_pb2, pull_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, decode_token, encode_token
 from txmq_gateway.settings import GatewaySettings
@@ -763,7 +763,10 @@ class SimpleConsumerCore:
             q.failures += 1
             delay = round(ERROR_BACKOFF.delay_ms(q.failures))
             q.retry_at = now + delay
-            log.warning("read of %s/%d failed (%s); left alone %d ms", q.store_id, q.queue_id, err, delay)
+            # A paused group (consume_enable off) is the operator's choice, not a fault:
+            # its receives answer FORBIDDEN, and the log keeps quiet about it.
+            level = logging.DEBUG if err.code == errors_pb2.CODE_CONSUME_DISABLED else logging.WARNING
+            log.log(level, "read of %s/%d failed (%s); left alone %d ms", q.store_id, q.queue_id, err, delay)
 
     async def _read(self, sub: _Subscription, q: _Queue, batch: _Batch, *, max_messages: int, hold_ms: int) -> bool:
         """Read ``q`` (already marked busy) from its cursor, take what the batch still
