@@ -86,12 +86,16 @@ async def test_update_offset_commits_within_the_queue_and_spares_a_receiving_gro
     backend.put("m0")
     await consumer.update_offset(group="G", store_id="s1", topic=TOPIC, queue_id=0, offset=1)
     assert backend.offsets[("s1", "G", TOPIC, 0)] == 1
-    for offset, queue_id, code in [(2, 0, Code.ILLEGAL_OFFSET), (-1, 0, Code.ILLEGAL_OFFSET), (0, 5, Code.BAD_REQUEST)]:
+    refusals = [(2, 0, Code.ILLEGAL_OFFSET), (-1, 0, Code.ILLEGAL_OFFSET), (0, 5, Code.BAD_REQUEST)]
+    for offset, queue_id, code in refusals:
         with pytest.raises(GatewayError) as info:
             await consumer.update_offset(group="G", store_id="s1", topic=TOPIC, queue_id=queue_id, offset=offset)
         assert info.value.code == code
-    await consumer.receive(group="P", topic=TOPIC, filter=tag("*"), batch_size=1, invisible_ms=None,
-                           long_polling_timeout_ms=0, client_id="c", auto_renew=False, time_remaining_ms=None)  # fmt: skip
+    receive: dict[str, Any] = {
+        "filter": tag("*"), "batch_size": 1, "invisible_ms": None, "long_polling_timeout_ms": 0,
+        "client_id": "c", "auto_renew": False, "time_remaining_ms": None,
+    }  # fmt: skip
+    await consumer.receive(group="P", topic=TOPIC, **receive)
     with pytest.raises(GatewayError) as info:
         await consumer.update_offset(group="P", store_id="s1", topic=TOPIC, queue_id=0, offset=0)
     assert info.value.code == Code.PRECONDITION_FAILED
