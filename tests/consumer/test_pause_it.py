@@ -129,3 +129,39 @@ def test_a_paused_push_consumer_waits_and_resumes(
     finally:
         consumer.shutdown()
         admin.delete_subscription_group(group)
+
+
+def test_a_push_consumer_starts_on_a_group_paused_ahead(
+    bootstrap: str, admin: Admin, new_topic: Topics, producer: Producer
+) -> None:
+    topic = new_topic(queues=1)
+    group = unique("pause-ahead-push")
+    admin.pause_consumer_group(group)  # no store has it yet: created paused
+    consumed: list[bytes] = []
+    consumer = PushConsumer(
+        group,
+        bootstrap,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        pause_on_consume_disabled=True,
+        **{**FAST, "suspend_timeout": 1.0},  # type: ignore[arg-type]
+    )
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        consumed.extend(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer.register_message_listener(listener)
+    consumer.subscribe(topic)
+    try:
+        consumer.start()  # does not raise ForbiddenError
+        assert consumer.paused
+        producer.send(Message(topic, b"held"))
+        wait_until(lambda: len(consumer.assignment()) == 1, what="the queue taken while paused")
+        time.sleep(2)
+        assert consumed == [] and consumer.paused and consumer.error is None
+        admin.resume_consumer_group(group)
+        wait_until(lambda: consumed == [b"held"], what="the message delivered after the resume", timeout_s=30)
+        assert not consumer.paused
+    finally:
+        consumer.shutdown()
+        admin.delete_subscription_group(group)
