@@ -85,7 +85,9 @@ def test_missing_topic_fails_start(bootstrap: str, group: str) -> None:
 
 def test_group_that_may_not_consume_fails_start(bootstrap: str, admin: Admin, new_topic: Topics, group: str) -> None:
     admin.create_subscription_group(group, consume_enable=False)
-    consumer = _consumer(bootstrap, group)
+    # A paused group is waited out by default (docs/consumers.md "Pausing a group"); this
+    # consumer asks for the strict behaviour: a disabled group is an error.
+    consumer = _consumer(bootstrap, group, pause_on_consume_disabled=False)
     consumer.subscribe(new_topic())
     with pytest.raises(ForbiddenError) as info:
         consumer.start()
@@ -110,7 +112,7 @@ def test_a_later_non_retriable_error_stops_the_consumer_and_is_reported(
         reported.append(err)
         reported_once.set()
 
-    consumer = _consumer(bootstrap, group, on_error=on_error)
+    consumer = _consumer(bootstrap, group, on_error=on_error, pause_on_consume_disabled=False)
 
     def listener(msgs: list[MessageExt]) -> ConsumeStatus:
         consumed.extend(msgs)

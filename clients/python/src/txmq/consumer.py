@@ -253,11 +253,13 @@ class PushConsumer:
     raise for it, so a rolling upgrade that changes the subscription can proceed
     (docs/consumers.md "Consistent subscriptions").
 
-    ``pause_on_consume_disabled``: a group whose consumption is disabled
+    ``pause_on_consume_disabled`` (default True): a group whose consumption is disabled
     (``Admin.pause_consumer_group``, ``txmq group pause``) is taken as paused, not as
     an error: ``start()`` succeeds, the queues and offsets are kept, their pulls are
     tried again every few seconds (one log line when the pause starts, one when it
-    ends) and consumption goes on by itself after the resume. See ``paused``.
+    ends) and consumption goes on by itself after the resume. See ``paused``. False: a
+    disabled group is an error a retry cannot fix (``start()`` raises, a running
+    consumer stops), as before.
 
     See ``_rebalance`` and docs/consumers.md for how queues change hands.
     """
@@ -289,7 +291,7 @@ class PushConsumer:
         on_error: ErrorCallback | None = None,
         tls: TlsConfig | None = None,
         credentials: Credentials | None = None,
-        pause_on_consume_disabled: bool = False,
+        pause_on_consume_disabled: bool = True,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         parse_endpoints(endpoint)
