@@ -185,14 +185,25 @@ class RouteCache:
         *,
         timeout: float,
     ) -> Resp:
-        """Ask route servers in turn until one answers; only a retriable failure moves on."""
+        return self.ask_any(route_pb2_grpc.RouteStub, method, request, timeout=timeout)
+
+    def ask_any(
+        self,
+        stub_type: Callable[[grpc.Channel], Stub],
+        method: Callable[[Stub], Callable[..., Resp]],
+        request: object,
+        *,
+        timeout: float,
+    ) -> Resp:
+        """Ask the services every txmq service serves (Route; Auth with auth on) in turn
+        until one answers; only a retriable failure moves on."""
         deadline = time.monotonic() + timeout
         last_error: TxmqError | None = None
         for address in self._servers():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            stub = self._channels.stub(address, route_pb2_grpc.RouteStub)
+            stub = self._channels.stub(address, stub_type)
             try:
                 response = call(method(stub), request, timeout=remaining)
             except TxmqError as err:

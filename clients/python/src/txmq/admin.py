@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TypeVar
 
-from txmq._client import ClientCore, call, parse_endpoints
+from txmq._client import ClientCore, call
 from txmq._convert import (
     consume_offset_from_proto,
     group_config_from_proto,
@@ -519,18 +519,8 @@ class Admin:
         }
 
     def _auth(self, method: Callable[[auth_pb2_grpc.AuthStub], Callable[..., R]], request: object) -> R:
-        """Any service answers the Auth service: the endpoint's addresses in turn until one
-        answers (only a retriable failure moves on)."""
-        last: TxmqError | None = None
-        for address in parse_endpoints(self.endpoint):
-            try:
-                return call(method(self._core.stub(address, auth_pb2_grpc.AuthStub)), request, timeout=self._timeout)
-            except TxmqError as err:
-                if not err.retriable:
-                    raise
-                last = err
-        assert last is not None
-        raise last
+        """Any service answers the Auth service (with auth on): asked as routes are."""
+        return self._core.routes.ask_any(auth_pb2_grpc.AuthStub, method, request, timeout=self._timeout)
 
     # -- internals ---------------------------------------------------------------------
 
