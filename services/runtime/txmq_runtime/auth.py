@@ -22,7 +22,6 @@ import hmac
 import ipaddress
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -41,7 +40,7 @@ from txmq.errors import TxmqError, error
 from txmq.protocol import is_system_topic
 from txmq.v1 import auth_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2, txcheck_pb2
 from txmq_runtime.clock import Clock, SystemClock
-from txmq_runtime.grpc_errors import abort, screened
+from txmq_runtime.grpc_errors import OncePer, abort, screened
 
 log = logging.getLogger("txmq.auth")
 #: One line per administrative call and (rate-limited) per denied call.
@@ -626,19 +625,12 @@ def is_administrative(method: str, access: auth_pb2.Access | None) -> bool:
     return access is not None and any(c.action in _ADMIN_ACTIONS for c in access.checks)
 
 
-def audit_denial(
-    audited_at: dict[tuple[str, str], float], method: str, who: str, peer: str, reason: str, message: str
-) -> None:
+def audit_denial(log_now: OncePer, method: str, who: str, peer: str, reason: str, message: str) -> None:
     """A refused call: counted in ``txmq_auth_denied_total{method,reason}`` and logged to
-    ``txmq.audit`` as a WARNING at most once a minute per method and user (``audited_at``:
-    when each was last logged, kept by the caller). Also used by the gateway for v2 calls."""
+    ``txmq.audit`` as a WARNING at most once a minute per method and user (``log_now``,
+    kept by the caller). Also used by the gateway for v2 calls."""
     DENIED.labels(method, reason).inc()
-    key = (method, who)
-    now = time.monotonic()
-    if now - audited_at.get(key, -_AUDIT_DENIED_EVERY_S) >= _AUDIT_DENIED_EVERY_S:
-        if len(audited_at) > 10_000:
-            audited_at.clear()
-        audited_at[key] = now
+    if log_now((method, who)):
         audit.warning(
             "denied %s user=%s peer=%s: %s (more denials of this user and method within a minute are only counted)",
             method, who, peer, message[:300],
@@ -655,7 +647,7 @@ class Authorize(grpc.aio.ServerInterceptor):
         self._guard = guard
         self._table = dict(access_table() if table is None else table)
         self._handlers: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-        self._audited_at: dict[tuple[str, str], float] = {}
+        self._audit_now = OncePer(_AUDIT_DENIED_EVERY_S)
 
     async def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], Any], handler_call_details: grpc.HandlerCallDetails
@@ -720,7 +712,7 @@ class Authorize(grpc.aio.ServerInterceptor):
                 audit.info("allowed %s user=%s peer=%s", method, who, peer)
             return
         reason = errors_pb2.Code.Name(err.code).removeprefix("CODE_").lower()
-        audit_denial(self._audited_at, method, who, peer, reason, str(err))
+        audit_denial(self._audit_now, method, who, peer, reason, str(err))
 
     def _wrap(
         self, handler: grpc.RpcMethodHandler, method: str, access: auth_pb2.Access | None
@@ -759,11 +751,3 @@ class Authorize(grpc.aio.ServerInterceptor):
         return screened(
             handler, screen_call=screen_call, screen_request=screen_request, screens_requests=screens_requests
         )
-
-
-# -- the calling side ----------------------------------------------------------------
-
-
-def signing_interceptors(credentials: signing.Credentials) -> list[grpc.aio.ClientInterceptor]:
-    """Client interceptors that sign every call of an asyncio channel as ``credentials``."""
-    return signing.async_interceptors(credentials)

@@ -66,15 +66,17 @@ class Security:
             await self._mirror.close()
 
 
+def stored_user(sealer: Sealer, user: auth_pb2.User, secret: str) -> bytes:
+    """The etcd value of ``user``: the user without its secret, and the secret sealed."""
+    return encode(auth_pb2.StoredUser(user=_public(user), sealed_secret=sealer.seal(user.username, secret)))
+
+
 async def ensure_service_user(etcd: aetcd.Client, keys: AuthKeys, sealer: Sealer, access_key: str, secret: str) -> None:
-    stored = auth_pb2.StoredUser(
-        user=auth_pb2.User(username=access_key, super_user=True, created_at_ms=time.time_ns() // 1_000_000),
-        sealed_secret=sealer.seal(access_key, secret),
-    )
+    user = auth_pb2.User(username=access_key, super_user=True, created_at_ms=time.time_ns() // 1_000_000)
     key = keys.user(access_key).encode()
     created, _ = await etcd.transaction(
         compare=[etcd.transactions.version(key) == 0],
-        success=[etcd.transactions.put(key, encode(stored))],
+        success=[etcd.transactions.put(key, stored_user(sealer, user, secret))],
         failure=[],
     )
     if created:
@@ -93,12 +95,6 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
     @property
     def _book(self) -> UserBook:
         return self._security.book
-
-    def _stored(self, user: auth_pb2.User, secret: str) -> bytes:
-        clean = auth_pb2.User()
-        clean.CopyFrom(user)
-        clean.secret_key = ""
-        return encode(auth_pb2.StoredUser(user=clean, sealed_secret=self._security.sealer.seal(user.username, secret)))
 
     async def _txn(self, compare: list, success: list) -> bool:
         try:
@@ -127,7 +123,7 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         key = self._security.keys.user(user.username).encode()
         created = await self._txn(
             [self._etcd.transactions.version(key) == 0],
-            [self._etcd.transactions.put(key, self._stored(user, user.secret_key))],
+            [self._etcd.transactions.put(key, stored_user(self._security.sealer, user, user.secret_key))],
         )
         if not created:
             raise error(errors_pb2.CODE_USER_ALREADY_EXISTS, f"user {user.username} exists", username=user.username)
@@ -154,7 +150,7 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         key = self._security.keys.user(user.username).encode()
         if not await self._txn(
             [self._etcd.transactions.mod(key) == revision],
-            [self._etcd.transactions.put(key, self._stored(user, secret))],
+            [self._etcd.transactions.put(key, stored_user(self._security.sealer, user, secret))],
         ):
             raise error(errors_pb2.CODE_CONFLICT, f"user {user.username} changed meanwhile; try again")
         return auth_pb2.UserResponse(user=_public(user))

@@ -52,9 +52,7 @@ _signing: list[grpc.aio.ClientInterceptor] = []
 
 def configure_credentials(credentials: signing.Credentials | None) -> None:
     """Sign every internal call made from now on as ``credentials`` (None: unsigned)."""
-    from txmq_runtime.auth import signing_interceptors  # auth imports grpc_errors, not calls
-
-    _signing[:] = signing_interceptors(credentials) if credentials is not None else []
+    _signing[:] = signing.async_interceptors(credentials)
 
 
 async def call(rpc: Callable[[], Awaitable[T]]) -> T:
