@@ -31,6 +31,7 @@ from txmq.v1 import auth_pb2
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import SERVICE_NAME, Code, pb
 from txmq_runtime.auth import Guard, Principal, UserBook, audit_denial, describe_resource, peer_ip
+from txmq_runtime.grpc_errors import OncePer
 
 R = auth_pb2.ResourceType
 A = auth_pb2.Action
@@ -192,7 +193,7 @@ class Authorizer:
         self.book = book
         self.guard = guard
         self.table = table
-        self._audited_at: dict[tuple[str, str], float] = {}
+        self._audit_now = OncePer()
 
     def principal(self, access_key: str, peer: str) -> Principal:
         """The user an authenticated access key names (the book has it: it signed)."""
@@ -226,4 +227,4 @@ class Authorizer:
     def denied(self, method: str, who: str | None, peer: str, err: GatewayError) -> None:
         """Count and (rate-limited) log a refused call, as txmq's own interceptor does."""
         reason = "access_denied" if err.code == Code.FORBIDDEN else "unauthenticated"
-        audit_denial(self._audited_at, f"/{SERVICE_NAME}/{method}", who or "-", peer, reason, str(err))
+        audit_denial(self._audit_now, f"/{SERVICE_NAME}/{method}", who or "-", peer, reason, str(err))

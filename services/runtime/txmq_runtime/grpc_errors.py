@@ -98,6 +98,26 @@ UNPARSEABLE = Counter(
 _LOG_EVERY_S = 60.0
 
 
+class OncePer:
+    """Whether something keyed may happen now: at most once per ``interval_s`` per key
+    — a log line a hostile client cannot multiply. Past ``max_keys`` keys it forgets them
+    all (a client inventing keys costs memory no more than lines)."""
+
+    def __init__(self, interval_s: float = _LOG_EVERY_S, *, max_keys: int = 10_000) -> None:
+        self._interval_s = interval_s
+        self._max_keys = max_keys
+        self._last: dict[object, float] = {}
+
+    def __call__(self, key: object) -> bool:
+        now = time.monotonic()
+        if now - self._last.get(key, -self._interval_s) < self._interval_s:
+            return False
+        if len(self._last) >= self._max_keys:
+            self._last.clear()
+        self._last[key] = now
+        return True
+
+
 class _Unparseable:
     """What the tolerant deserializer hands on instead of a message."""
 
@@ -115,7 +135,7 @@ class RejectUnparseable(grpc.aio.ServerInterceptor):
 
     def __init__(self) -> None:
         self._handlers: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-        self._logged_at: dict[str, float] = {}
+        self._log_now = OncePer(_LOG_EVERY_S)
 
     async def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], Any], handler_call_details: grpc.HandlerCallDetails
@@ -147,9 +167,7 @@ class RejectUnparseable(grpc.aio.ServerInterceptor):
 
     def _refusal(self, method: str, bad: _Unparseable) -> TxmqError:
         UNPARSEABLE.labels(method).inc()
-        now = time.monotonic()
-        if now - self._logged_at.get(method, -_LOG_EVERY_S) >= _LOG_EVERY_S:
-            self._logged_at[method] = now
+        if self._log_now(method):
             log.warning(
                 "%s: a request of %d bytes did not parse (%s); answered INVALID_ARGUMENT "
                 "(counted in txmq_rpc_unparseable_requests_total, logged at most once a minute)",
