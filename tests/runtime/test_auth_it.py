@@ -31,6 +31,7 @@ ALLOW = auth_pb2.Policy.DECISION_ALLOW
 SERVED_BY = {
     "txmq.v1.Store": "store",
     "txmq.v1.StoreAdmin": "store",
+    "txmq.v1.ConsumerControl": "store",
     "txmq.v1.StoreReplication": "store",
     "txmq.v1.Pull": "pull",
     "txmq.v1.Transaction": "txcheck",

@@ -248,7 +248,7 @@ async def test_watch_arrivals(grpc_store: GrpcStore) -> None:
 
 
 async def test_service_names(grpc_store: GrpcStore) -> None:
-    assert grpc_store.service_names == ["txmq.v1.Store", "txmq.v1.StoreAdmin"]
+    assert grpc_store.service_names == ["txmq.v1.Store", "txmq.v1.StoreAdmin", "txmq.v1.ConsumerControl"]
 
 
 async def test_put_system_messages_writes_system_topics_with_system_fields(grpc_store: GrpcStore) -> None:

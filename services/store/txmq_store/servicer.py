@@ -638,10 +638,13 @@ def group_pb(g: SubscriptionGroupConfig) -> common_pb2.SubscriptionGroupConfig:
 
 
 def add_store_servicers(server: grpc.aio.Server, store: MessageStore) -> list[str]:
-    """Register Store and StoreAdmin; returns their full service names (reflection)."""
+    """Register Store, StoreAdmin and ConsumerControl; returns their full service names
+    (reflection)."""
+    from .consumer_control import ConsumerControlServicer
+
     store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(store), server)
     store_pb2_grpc.add_StoreAdminServicer_to_server(StoreAdminServicer(store), server)
+    store_pb2_grpc.add_ConsumerControlServicer_to_server(ConsumerControlServicer(store), server)
     return [
-        store_pb2.DESCRIPTOR.services_by_name["Store"].full_name,
-        store_pb2.DESCRIPTOR.services_by_name["StoreAdmin"].full_name,
+        store_pb2.DESCRIPTOR.services_by_name[name].full_name for name in ("Store", "StoreAdmin", "ConsumerControl")
     ]

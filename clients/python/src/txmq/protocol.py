@@ -36,6 +36,50 @@ PROPERTY_OP_DECISIONS = "TXMQ_OP_DECISIONS"
 PROPERTY_DISCARD_REASON = "TXMQ_DISCARD_REASON"
 #: txmq: on a dead letter, the topic it came from.
 PROPERTY_DLQ_ORIGIN_TOPIC = "TXMQ_DLQ_ORIGIN_TOPIC"
+#: On a retry copy (%RETRY%<group>): the topic the message was first consumed from; the
+#: consumer gives the message back this topic.
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+#: On a retry or dead-letter copy, and on a message re-sent from a dead-letter topic: the
+#: unique id of the message it copies.
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+
+# -- delayed messages (RocketMQ 5's timer properties, RocketMQ 4's delay levels) ----------
+
+#: When a delayed message becomes visible: ms since the epoch.
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+#: A delay from the store's receipt, in ms / in seconds.
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+#: A delay level: 1-based index into the store's message_delay_levels.
+PROPERTY_DELAY_LEVEL = "DELAY"
+#: The delay properties a producer may set (at most one per message); reserved otherwise.
+DELAY_PROPERTIES: frozenset[str] = frozenset(
+    {PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_DELAY_LEVEL}
+)
+#: RocketMQ's messageDelayLevel: level N waits the Nth of these. A retry's level is
+#: RETRY_LEVEL_BASE + its reconsume count (the first retry waits 10 s).
+DEFAULT_MESSAGE_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+RETRY_LEVEL_BASE = 3
+#: RocketMQ's default maxReconsumeTimes (and a group's retry_max_times).
+DEFAULT_MAX_RECONSUME_TIMES = 16
+
+_DELAY_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """``"1s 5s 1m 2h"`` -> the delays in ms (units ms, s, m, h, d; RocketMQ's syntax).
+    Raises ValueError naming the bad item."""
+    levels: list[int] = []
+    for item in text.split():
+        number = item.rstrip("smhd")
+        unit = item[len(number) :]
+        if unit not in _DELAY_UNITS_MS or not number.isdigit() or int(number) <= 0:
+            raise ValueError(f"bad delay level {item!r} in {text!r}: use a positive number with ms, s, m, h or d")
+        levels.append(int(number) * _DELAY_UNITS_MS[unit])
+    if not levels:
+        raise ValueError("at least one delay level is needed")
+    return tuple(levels)
+
 
 #: Properties with a field of their own in a txmq message: never user properties.
 FIELD_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
@@ -55,7 +99,7 @@ RESERVED_PROPERTIES: frozenset[str] = frozenset(
         PROPERTY_PREPARED_QUEUE_OFFSET, "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID",
         "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
         "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS",
-        "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS",
+        "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS",
         "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
         PROPERTY_CHECK_TIMES, "__transactionId__",
     }
@@ -98,13 +142,24 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 #: Where the check loop moves a transaction it gave up on (RocketMQ: no RMQ_SYS_ prefix).
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-SYSTEM_TOPICS: frozenset[str] = frozenset({TRANS_CHECK_MAX_TIME_TOPIC})
+#: Delayed messages wait here, one queue, each consume-queue unit's tag-hash field holding
+#: the delivery time (RocketMQ 5's TimerMessageStore topic name).
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+SYSTEM_TOPICS: frozenset[str] = frozenset({TRANS_CHECK_MAX_TIME_TOPIC, TIMER_TOPIC})
 #: The half and op topics have one queue each.
 HALF_QUEUE_ID = 0
 #: The check loop's progress on the half and op queues.
 TRANS_CHECK_GROUP = "CID_SYS_RMQ_TRANS"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
 
 
 # -- replicated store groups ---------------------------------------------------------------

@@ -67,7 +67,7 @@ GET_MESSAGE_STATUS_NO_MATCHED_LOGIC_QUEUE: GetMessageStatus
 GET_MESSAGE_STATUS_NO_MESSAGE_IN_QUEUE: GetMessageStatus
 
 class SendResult(_message.Message):
-    __slots__ = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "commit_log_offset", "transaction_id")
+    __slots__ = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "commit_log_offset", "transaction_id", "duplicate", "deliver_at_ms")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MSG_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_MSG_ID_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +75,8 @@ class SendResult(_message.Message):
     QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     status: SendStatus
     msg_id: str
     offset_msg_id: str
@@ -82,7 +84,9 @@ class SendResult(_message.Message):
     queue_offset: int
     commit_log_offset: int
     transaction_id: str
-    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ...) -> None: ...
+    duplicate: bool
+    deliver_at_ms: int
+    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., msg_id: _Optional[str] = ..., offset_msg_id: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., queue_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ..., duplicate: _Optional[bool] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
     __slots__ = ("message", "producer_group", "transaction_prepared")
@@ -123,7 +127,7 @@ class RecordFrame(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., records: _Optional[bytes] = ..., producer_group: _Optional[str] = ..., transaction_prepared: _Optional[bool] = ...) -> None: ...
 
 class RecordAck(_message.Message):
-    __slots__ = ("sequence", "error", "status", "commit_log_offsets", "queue_offsets", "queue_ids", "offset_msg_id_prefix", "store_id")
+    __slots__ = ("sequence", "error", "status", "commit_log_offsets", "queue_offsets", "queue_ids", "offset_msg_id_prefix", "store_id", "duplicate_indexes", "deliver_at_ms")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +136,8 @@ class RecordAck(_message.Message):
     QUEUE_IDS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_MSG_ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
     STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     error: _errors_pb2.ErrorDetail
     status: SendStatus
@@ -140,7 +146,9 @@ class RecordAck(_message.Message):
     queue_ids: _containers.RepeatedScalarFieldContainer[int]
     offset_msg_id_prefix: str
     store_id: str
-    def __init__(self, sequence: _Optional[int] = ..., error: _Optional[_Union[_errors_pb2.ErrorDetail, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., commit_log_offsets: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., offset_msg_id_prefix: _Optional[str] = ..., store_id: _Optional[str] = ...) -> None: ...
+    duplicate_indexes: _containers.RepeatedScalarFieldContainer[int]
+    deliver_at_ms: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, sequence: _Optional[int] = ..., error: _Optional[_Union[_errors_pb2.ErrorDetail, _Mapping]] = ..., status: _Optional[_Union[SendStatus, str]] = ..., commit_log_offsets: _Optional[_Iterable[int]] = ..., queue_offsets: _Optional[_Iterable[int]] = ..., queue_ids: _Optional[_Iterable[int]] = ..., offset_msg_id_prefix: _Optional[str] = ..., store_id: _Optional[str] = ..., duplicate_indexes: _Optional[_Iterable[int]] = ..., deliver_at_ms: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SystemMessage(_message.Message):
     __slots__ = ("message", "sys_flag", "reconsume_times", "prepared_transaction_offset")
@@ -439,6 +447,66 @@ class SearchOffsetResponse(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class SendBackRequest(_message.Message):
+    __slots__ = ("group", "commit_log_offset", "unique_id", "delay_level", "max_reconsume_times", "uncounted", "client_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_ID_FIELD_NUMBER: _ClassVar[int]
+    DELAY_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    UNCOUNTED_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    commit_log_offset: int
+    unique_id: str
+    delay_level: int
+    max_reconsume_times: int
+    uncounted: bool
+    client_id: str
+    def __init__(self, group: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., unique_id: _Optional[str] = ..., delay_level: _Optional[int] = ..., max_reconsume_times: _Optional[int] = ..., uncounted: _Optional[bool] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class SendBackResponse(_message.Message):
+    __slots__ = ("result", "dead_lettered", "reconsume_times")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_TIMES_FIELD_NUMBER: _ClassVar[int]
+    result: SendResult
+    dead_lettered: bool
+    reconsume_times: int
+    def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ..., dead_lettered: _Optional[bool] = ..., reconsume_times: _Optional[int] = ...) -> None: ...
+
+class LockQueuesRequest(_message.Message):
+    __slots__ = ("group", "client_id", "queues")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    client_id: str
+    queues: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageQueue]
+    def __init__(self, group: _Optional[str] = ..., client_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[_common_pb2.MessageQueue, _Mapping]]] = ...) -> None: ...
+
+class LockQueuesResponse(_message.Message):
+    __slots__ = ("locked", "lease_ms")
+    LOCKED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    locked: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageQueue]
+    lease_ms: int
+    def __init__(self, locked: _Optional[_Iterable[_Union[_common_pb2.MessageQueue, _Mapping]]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+
+class UnlockQueuesRequest(_message.Message):
+    __slots__ = ("group", "client_id", "queues")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    client_id: str
+    queues: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageQueue]
+    def __init__(self, group: _Optional[str] = ..., client_id: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[_common_pb2.MessageQueue, _Mapping]]] = ...) -> None: ...
+
+class UnlockQueuesResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class CommitConsumeOffsetRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "offset", "fence")

@@ -779,6 +779,192 @@ class Store:
             _registered_method=True)
 
 
+class ConsumerControlStub:
+    """What consumers of a group ask of the store that holds their queues: failed messages
+    sent back for a later retry (or to the dead-letter topic), and the queue locks of
+    orderly consumption. docs/consumers.md "Retries and dead letters", "Orderly
+    consumption".
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.SendBack = channel.unary_unary(
+                '/txmq.v1.ConsumerControl/SendBack',
+                request_serializer=txmq_dot_v1_dot_store__pb2.SendBackRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.SendBackResponse.FromString,
+                _registered_method=True)
+        self.LockQueues = channel.unary_unary(
+                '/txmq.v1.ConsumerControl/LockQueues',
+                request_serializer=txmq_dot_v1_dot_store__pb2.LockQueuesRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.LockQueuesResponse.FromString,
+                _registered_method=True)
+        self.UnlockQueues = channel.unary_unary(
+                '/txmq.v1.ConsumerControl/UnlockQueues',
+                request_serializer=txmq_dot_v1_dot_store__pb2.UnlockQueuesRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.UnlockQueuesResponse.FromString,
+                _registered_method=True)
+
+
+class ConsumerControlServicer:
+    """What consumers of a group ask of the store that holds their queues: failed messages
+    sent back for a later retry (or to the dead-letter topic), and the queue locks of
+    orderly consumption. docs/consumers.md "Retries and dead letters", "Orderly
+    consumption".
+    """
+
+    def SendBack(self, request, context):
+        """RocketMQ's consumerSendMsgBack: the store copies the message it holds at
+        commit_log_offset to %RETRY%<group> (created on this store with the group's
+        retry_queue_nums queues), due after a delay level, keeping its unique id and with its
+        reconsume count one higher; once the count would exceed max_reconsume_times it goes
+        to %DLQ%<group> instead (created with one queue). The count is the stored record's,
+        never the consumer's, so the limit holds however slowly or often the message is
+        consumed (RocketMQ #8332). uncounted: put back without counting (RocketMQ #10050).
+        Sending the same stored record back again is answered with the first copy's result
+        (idempotent: a retry after a lost answer, or two consumers during a rebalance).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LockQueues(self, request, context):
+        """RocketMQ's LockBatchMQ: lock queues of this store for a consumer of the group, for
+        queue_lock_lease_ms from now; a queue locked by another live client of the group
+        (lease not expired) is not granted. Answers the queues the client now holds. Renew by
+        locking again. After a store start no lock is granted for half a lease (a lock given
+        out before the restart may still be in use).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnlockQueues(self, request, context):
+        """RocketMQ's UnlockBatchMQ: release the client's locks on these queues (others'
+        locks are left alone).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ConsumerControlServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'SendBack': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendBack,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.SendBackRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.SendBackResponse.SerializeToString,
+            ),
+            'LockQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.LockQueues,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.LockQueuesRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.LockQueuesResponse.SerializeToString,
+            ),
+            'UnlockQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnlockQueues,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.UnlockQueuesRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.UnlockQueuesResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'txmq.v1.ConsumerControl', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('txmq.v1.ConsumerControl', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ConsumerControl:
+    """What consumers of a group ask of the store that holds their queues: failed messages
+    sent back for a later retry (or to the dead-letter topic), and the queue locks of
+    orderly consumption. docs/consumers.md "Retries and dead letters", "Orderly
+    consumption".
+    """
+
+    @staticmethod
+    def SendBack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.ConsumerControl/SendBack',
+            txmq_dot_v1_dot_store__pb2.SendBackRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.SendBackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LockQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.ConsumerControl/LockQueues',
+            txmq_dot_v1_dot_store__pb2.LockQueuesRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.LockQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnlockQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.ConsumerControl/UnlockQueues',
+            txmq_dot_v1_dot_store__pb2.UnlockQueuesRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.UnlockQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class StoreAdminStub:
     """Administration of topics and subscription groups; served by the store.
     """
