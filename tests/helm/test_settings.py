@@ -313,9 +313,13 @@ def other_value(name: str, field: Any, current: Any) -> Any:
         value = max(current, low) + 1 if not name.endswith("port") else 20000 + sum(map(ord, name))
         return value if high is None or value <= high else high - 1
     if annotation is str:
-        return {"host": "::", "log_level": "DEBUG", "etcd_endpoints": "10.0.0.1:2379", "etcd_prefix": "/other"}.get(
-            name, f"{name}-x"
-        )
+        return {
+            "host": "::",
+            "log_level": "DEBUG",
+            "etcd_endpoints": "10.0.0.1:2379",
+            "etcd_prefix": "/other",
+            "message_delay_levels": "2s 3m",
+        }.get(name, f"{name}-x")
     # TLS settings the chart computes ("" in values.yaml): other than what tls.enabled would
     # give, and consistent with the rest (permissive serves the changed plaintext_port).
     if name in ("tls_mode", "tls_client_auth"):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from txmq.protocol import DEFAULT_MESSAGE_DELAY_LEVELS, parse_delay_levels
 from txmq_runtime.settings import ServiceSettings, service_config
 
 KIB = 1024
@@ -67,6 +68,30 @@ class StoreSettings(ServiceSettings):
         description="Transaction decisions kept in memory (the decision book); older ones are read from the index.",
     )
     property_filter_enable: bool = Field(True, description="Allow SQL92 filters (RocketMQ enablePropertyFilter).")
+
+    timer_max_delay_ms: int = Field(
+        3 * 24 * 3600 * 1000,
+        ge=1_000,
+        description="Delayed messages (docs/store.md): the latest delivery time accepted, from the store's receipt "
+        "(RocketMQ timerMaxDelaySec); later ones are refused with CODE_ILLEGAL_DELIVERY_TIME.",
+    )
+    message_delay_levels: str = Field(
+        DEFAULT_MESSAGE_DELAY_LEVELS,
+        description="Delay levels (RocketMQ messageDelayLevel): level N of a DELAY property or of a retry waits the "
+        "Nth of these; units ms, s, m, h, d.",
+    )
+    idempotence_window_ms: int = Field(
+        300_000,
+        ge=0,
+        description="Idempotent sends (docs/store.md): a producer send whose topic and unique id the store accepted "
+        "this recently is answered with the first result and not stored again; 0: off.",
+    )
+    queue_lock_lease_ms: int = Field(
+        60_000,
+        ge=1_000,
+        description="Orderly consumption (docs/consumers.md): how long a queue lock lasts without renewal "
+        "(RocketMQ rebalanceLockMaxLiveTime); consumers renew it every third of this.",
+    )
 
     access_message_in_memory_max_ratio_percent: int = Field(
         40, ge=0, le=100, description="Data within this share of RAM behind the write position counts as in memory."
@@ -137,6 +162,16 @@ class StoreSettings(ServiceSettings):
     replica_shipment_max_bytes: int = Field(
         1 * MIB, ge=64 * KIB, description="Replicated group: most log bytes the leader ships in one message."
     )
+
+    @field_validator("message_delay_levels")
+    @classmethod
+    def _levels_parse(cls, value: str) -> str:
+        parse_delay_levels(value)  # a ValueError names the bad item
+        return value
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.message_delay_levels)
 
     @property
     def resolved_store_id(self) -> str:
