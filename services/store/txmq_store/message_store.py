@@ -18,11 +18,12 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
+from txmq.protocol import TIMER_TOPIC
 from txmq.records import ANY_QUEUE, BLANK_MAGIC, PHYSICAL_OFFSET_AT
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
@@ -63,6 +64,7 @@ from .dispatch import Dispatcher
 from .fileio import fsync_path
 from .filters import MessageFilter
 from .flush import GroupCommit, PeriodicFlusher
+from .idempotence import FirstSend, SendWindow
 from .index import message_key_hash, unique_id_hash
 from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, corrupted, disk_full, is_disk_full
 from .model import (
@@ -127,6 +129,9 @@ class Appended:
     real_queues: list[tuple[str, int]]
     end: int
     store_timestamp_ms: int
+    # Idempotent sends: messages of the batch answered with an earlier send's record
+    # instead of being stored (``records`` and the lists above hold the others).
+    duplicates: list[FirstSend] = field(default_factory=list)
 
 
 class MessageStore:
@@ -194,6 +199,8 @@ class MessageStore:
         self._quarantine = quarantine or Quarantine(paths.quarantine)
         self._corruption = corruption or CorruptionLog()
         self._free_space = FreeSpaceGuard(commitlog.directory, min_free_bytes=settings.disk_min_free_bytes)
+        # Idempotent sends (idempotence.py): earlier sends found through the index.
+        self._window = SendWindow(settings.idempotence_window_ms, lambda: self._dispatcher.index, self._read_first)
         # Transaction decisions and the check loop's writes (transactions.py).
         self.transactions = self._new_transactions()
         # A replicated store group's replica (docs/replication.md): nothing beyond the
@@ -420,23 +427,58 @@ class MessageStore:
         may write system topics and set sysflag, reconsume times and the
         prepared-transaction offset. A half message's result names its real queue and
         carries the half record's queue offset (RocketMQ tranStateTableOffset)."""
-        status, records, offsets, queue_offsets, real_queues = await self.send_records(
+        appended = self.append_records(
             messages,
             producer_group=producer_group,
             transaction_prepared=transaction_prepared,
             born_host=born_host,
             system=system,
         )
+        return self.results(appended, await self.settle(appended), transaction_prepared=transaction_prepared)
+
+    def results(self, appended: Appended, status: SendStatus, *, transaction_prepared: bool) -> list[SendResult]:
+        """The SendResult of every message of a settled batch, in batch order (earlier
+        sends' results where the window answered: ``SendResult.duplicate``)."""
         prefix = self._offset_msg_id_prefix
+        records, offsets, queue_offsets = appended.records, appended.offsets, appended.queue_offsets
         if transaction_prepared:
-            return [
+            out = [
                 SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, rec.unique_id)
-                for rec, offset, qoff, (topic, qid) in zip(records, offsets, queue_offsets, real_queues)
+                for rec, offset, qoff, (topic, qid) in zip(records, offsets, queue_offsets, appended.real_queues)
             ]
-        return [
-            SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", rec.topic, rec.queue_id, qoff, offset)
-            for rec, offset, qoff in zip(records, offsets, queue_offsets)
-        ]
+        else:
+            out = [
+                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", rec.topic, rec.queue_id, qoff, offset)
+                for rec, offset, qoff in zip(records, offsets, queue_offsets)
+            ]
+        for first in appended.duplicates:  # in batch order: each goes where it was sent
+            out.insert(first.index, self._first_result(first, status))
+        return out
+
+    def _first_result(self, first: FirstSend, status: SendStatus) -> SendResult:
+        offset = first.commit_log_offset
+        queue_offset = first.queue_offset
+        if first.record_topic == TIMER_TOPIC:
+            queue_offset = -1  # a delayed message gets its queue offset on delivery
+        return SendResult(
+            status,
+            first.unique_id,
+            f"{self._offset_msg_id_prefix}{offset:016X}",
+            first.topic,
+            first.queue_id,
+            queue_offset,
+            offset,
+            first.unique_id if first.prepared else "",
+            duplicate=True,
+        )
+
+    def _read_first(self, offset: int) -> StoredMessage | None:
+        """The record an earlier send left at ``offset`` (the window's candidates); None
+        when it is gone or damaged (the send is then stored again: nothing is lost)."""
+        try:
+            return self.commitlog.read_record(offset, boundary=True)
+        except CorruptRecord:
+            return None
 
     @property
     def offset_msg_id_prefix(self) -> str:
@@ -495,7 +537,14 @@ class MessageStore:
         records: list[PreparedRecord] = []
         real_queues: list[tuple[str, int]] = []  # half messages: the queue it is meant for
         cfg: TopicConfig | None = None
+        window = self._window
+        duplicates: list[FirstSend] = []
         for i, msg in enumerate(messages):
+            if window.enabled and not system:
+                first = window.first_send(i, msg.topic, msg.unique_id, now)
+                if first is not None:
+                    duplicates.append(first)
+                    continue
             if cfg is None or cfg.name != msg.topic:  # batches mostly share one topic
                 cfg = self._topic_for_send(msg.topic, i, system=system, new_topics=new_topics)
             queue_id = msg.queue_id
@@ -513,7 +562,7 @@ class MessageStore:
                 records.append(prepare(msg, i, TRANS_HALF_TOPIC, 0, extra, sys_flag & ~TRANSACTION_TYPE_MASK))
             else:
                 records.append(prepare(msg, i, cfg.name, queue_id, None, sys_flag))
-        return self._append_prepared(records, new_topics, real_queues, now)
+        return self._append_prepared(records, new_topics, real_queues, now, duplicates)
 
     def append_packed(
         self,
@@ -559,7 +608,16 @@ class MessageStore:
         records: list[PreparedRecord] = []
         cfg: TopicConfig | None = None
         total_body = 0
+        window = self._window if self._window.enabled else None
+        duplicates: list[FirstSend] = []
         for i, pos, rec in self._sent_records(frame, _born_host(born_host), now):
+            if window is not None:
+                first = window.first_send(i, rec.topic, rec.unique_id, now)
+                if first is not None:
+                    if may_publish is not None:
+                        may_publish(rec.topic)  # answering reveals the first send
+                    duplicates.append(first)
+                    continue
             total_body += len(rec.body)
             if cfg is None or cfg.name != rec.topic:
                 if may_publish is not None:
@@ -571,7 +629,7 @@ class MessageStore:
                 set_queue_id(frame, pos, rec.queue_id)
             records.append(rec)
         self._check_batch_size(len(records), total_body)
-        return self._append_prepared(records, new_topics, [], now)
+        return self._append_prepared(records, new_topics, [], now, duplicates)
 
     def _sent_records(self, frame: bytearray, born_host: bytes, now: int) -> Iterator[tuple[int, int, PreparedRecord]]:
         """(index, position, record) of each record of a sent frame, checked; at most
@@ -623,8 +681,12 @@ class MessageStore:
         new_topics: dict[str, TopicConfig],
         real_queues: list[tuple[str, int]],
         now: int,
+        duplicates: list[FirstSend] | None = None,
     ) -> Appended:
-        """Append validated records (topics to create in ``new_topics``)."""
+        """Append validated records (topics to create in ``new_topics``); ``duplicates``:
+        messages of the batch the idempotence window answered (nothing to write)."""
+        if not records:  # every message was sent before: nothing to write
+            return Appended([], [], [], [], self.commitlog.write_offset, now, duplicates or [])
         # Valid. Room on disk for the records and their queue and index entries?
         self._free_space.check(sum(rec.size for rec in records) + 64 * len(records))
         # From here on the request changes the store.
@@ -649,16 +711,18 @@ class MessageStore:
             raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log write failed: {exc}") from None
         end = self.commitlog.write_offset
         if self.replicated:
+            self._window.appended(records, offsets)
             self._undispatched.append((end, records, offsets, queue_offsets, now))
             if not self._sync:
                 self._local_durable = end
             self._advance()
         elif self._group_commit is not None:
+            self._window.appended(records, offsets)
             self._undispatched.append((end, records, offsets, queue_offsets, now))
         else:
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
         store_metrics.count_in(records)
-        return Appended(records, offsets, queue_offsets, real_queues, end, now)
+        return Appended(records, offsets, queue_offsets, real_queues, end, now, duplicates or [])
 
     async def settle(self, appended: Appended) -> SendStatus:
         """Acknowledge an append per the flush mode: async, at once; sync, once the
@@ -772,6 +836,7 @@ class MessageStore:
         while pending and pending[0][0] <= durable_offset:
             end, records, offsets, queue_offsets, now = pending.popleft()
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
+            self._window.dispatched(records)
 
     # -- replicated store groups (docs/replication.md) -------------------------------------
 
@@ -812,6 +877,7 @@ class MessageStore:
         while not held and pending and pending[0][0] <= bound:
             end, records, offsets, queue_offsets, now = pending.popleft()
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
+            self._window.dispatched(records)
         if not held and not pending:
             # Past a segment's closing blank marker, which has no record to dispatch.
             reach = min(bound, self.commitlog.write_offset)
@@ -868,6 +934,7 @@ class MessageStore:
         if self._undispatched:
             start = self._undispatched[0][2][0]  # the first undispatched batch's first record
             self._undispatched.clear()
+            self._window.forget_pending()  # held now: a new leader's index will say
             self._held.extend(self._read_records(start, self.commitlog.write_offset))
         log.warning("store %s replica %s no longer leads epoch %d: %s", self.store_id, self.replica_id,
                     leadership.epoch, reason)  # fmt: skip

@@ -91,6 +91,8 @@ class SendResult:
     queue_offset: int
     commit_log_offset: int
     transaction_id: str = ""
+    # Idempotent sends: an earlier send's result; nothing was stored now.
+    duplicate: bool = False
 
 
 @dataclass(slots=True)

@@ -84,6 +84,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 queue_offset=r.queue_offset,
                 commit_log_offset=r.commit_log_offset,
                 transaction_id=r.transaction_id,
+                duplicate=r.duplicate,
             )
 
     def _view(self, m: StoredMessage) -> common_pb2.MessageView:
@@ -112,12 +113,18 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             return store_pb2.SendBatchResponse(
                 results=[store_pb2.SendResult(**fields) for fields in self._result_fields(results)]
             )
-        status, records, offsets, queue_offsets, _ = await self._store.send_records(
+        appended = self._store.append_records(
             [to_outgoing(m) for m in request.messages],
             producer_group=request.producer_group,
             born_host=peer_address(context),
         )
-        return self._records_response(status, records, offsets, queue_offsets)
+        status = await self._store.settle(appended)
+        if appended.duplicates:  # some were sent before (idempotent sends)
+            results = self._store.results(appended, status, transaction_prepared=False)
+            return store_pb2.SendBatchResponse(
+                results=[store_pb2.SendResult(**fields) for fields in self._result_fields(results)]
+            )
+        return self._records_response(status, appended.records, appended.offsets, appended.queue_offsets)
 
     @rpc
     async def SendStream(
@@ -195,6 +202,13 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             offset_msg_id_prefix=store.offset_msg_id_prefix,
             store_id=store.store_id,
         )
+        if appended.duplicates:  # some were sent before (idempotent sends): batch order
+            results = store.results(appended, status, transaction_prepared=bool(appended.real_queues))
+            ack.commit_log_offsets.extend([r.commit_log_offset for r in results])
+            ack.queue_offsets.extend([r.queue_offset for r in results])
+            ack.queue_ids.extend([r.queue_id for r in results])
+            ack.duplicate_indexes.extend([first.index for first in appended.duplicates])
+            return ack
         ack.commit_log_offsets.extend(appended.offsets)
         ack.queue_offsets.extend(appended.queue_offsets)
         if appended.real_queues:  # half messages: the queue each is meant for

@@ -105,3 +105,6 @@ class SendResult:
     commit_log_offset: int
     # For a half (prepared) message: its transaction id (= msg_id).
     transaction_id: str | None = None
+    # The store had accepted this message (same topic and unique id) within its
+    # idempotence window: this is that first send's result; nothing was stored again.
+    duplicate: bool = False

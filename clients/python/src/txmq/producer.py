@@ -387,6 +387,7 @@ def _results_from_ack(
     offsets, queue_offsets, queue_ids = ack.commit_log_offsets, ack.queue_offsets, ack.queue_ids
     queues: dict[int, MessageQueue] = {}
     out: list[SendResult] = []
+    duplicates = {j - start for j in ack.duplicate_indexes} if ack.duplicate_indexes else ()
     for i in range(count):
         j = start + i
         queue_id = queue_ids[j]
@@ -396,7 +397,16 @@ def _results_from_ack(
         offset = offsets[j]
         uid = unique_ids[i]
         out.append(
-            SendResult(status, uid, f"{prefix}{offset:016X}", mq, queue_offsets[j], offset, uid if prepared else None)
+            SendResult(
+                status,
+                uid,
+                f"{prefix}{offset:016X}",
+                mq,
+                queue_offsets[j],
+                offset,
+                uid if prepared else None,
+                i in duplicates,
+            )
         )
     return out
 

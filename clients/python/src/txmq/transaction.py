@@ -225,6 +225,7 @@ class TransactionProducer(Producer):
             queue_offset=sent.queue_offset,
             commit_log_offset=sent.commit_log_offset,
             transaction_id=sent.transaction_id or sent.msg_id,
+            duplicate=sent.duplicate,
             local_transaction_state=state,
             local_exception=failure,
         )
