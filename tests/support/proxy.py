@@ -117,11 +117,14 @@ class DelayingProxy(_Listening):
 class PartitionProxy(_Listening):
     """A TCP proxy that can cut a link: ``cut()`` closes every open connection and
     refuses new ones (accepted, then closed at once) until ``heal()``. The upstream
-    port may be set after the proxy starts (a service that bound port 0)."""
+    port may be set after the proxy starts (a service that bound port 0).
+    ``hold_answers()``: what the server sends is dropped (the requests go through) until
+    ``cut()`` closes the connections: a request served whose answer was lost."""
 
     def __init__(self, upstream_port: int = 0, *, host: str = "127.0.0.1") -> None:
         self._socks: list[socket.socket] = []
         self._cut = False
+        self._holding_answers = False
         super().__init__(upstream_port, host)
 
     def _accept(self) -> None:
@@ -140,24 +143,28 @@ class PartitionProxy(_Listening):
                 continue
             with self._lock:
                 self._socks += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            for src, dst, answers in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pump, args=(src, dst, answers), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
         try:
             while data := src.recv(65536):
-                dst.sendall(data)
+                if not (answers and self._holding_answers):
+                    dst.sendall(data)
         except OSError:
             pass
         finally:
             _close_both(src, dst)
+
+    def hold_answers(self) -> None:
+        self._holding_answers = True
 
     def cut(self) -> None:
         with self._lock:
             self._cut = True
             socks, self._socks = self._socks, []
         _close_both(*socks)
+        self._holding_answers = False
 
     def heal(self) -> None:
         self._cut = False
