@@ -48,6 +48,8 @@ SYSTEMS = {
     "txmq3-async": ("txmq store group of 3 replicas, min_in_sync 2, flush_mode=async on each", "async"),
     "txmqauth-sync": ("txmq store, flush_mode=sync, auth_enabled: every call signed, ACL-checked", "sync"),
     "txmqauth-async": ("txmq store, flush_mode=async, auth_enabled: every call signed, ACL-checked", "async"),
+    "txmqnoidem-sync": ("txmq store, flush_mode=sync, idempotence_window_ms=0 (idempotent sends off)", "sync"),
+    "txmqnoidem-async": ("txmq store, flush_mode=async, idempotence_window_ms=0 (idempotent sends off)", "async"),
     "redis": ("Redis Streams XADD, no AOF, no RDB", "none"),
     "redis-aof": ("Redis Streams XADD, appendonly yes + appendfsync always", "sync"),
     "nats": ("NATS JetStream, file storage (default sync_interval)", "async"),
@@ -56,7 +58,7 @@ SYSTEMS = {
 }
 MODES = ("single", "batch")
 KNOWN_SCENARIOS = [f"{s}:{m}" for s in SYSTEMS for m in MODES]
-ALL_SCENARIOS = [s for s in KNOWN_SCENARIOS if not s.startswith(("grpc-null", "txmq3-", "txmqauth-"))]
+ALL_SCENARIOS = [s for s in KNOWN_SCENARIOS if not s.startswith(("grpc-null", "txmq3-", "txmqauth-", "txmqnoidem-"))]
 
 # (numerator, denominator, target or None, what it means)
 RATIOS = [
@@ -82,6 +84,10 @@ RATIOS = [
     ("txmqauth-sync:batch", "txmq-sync:batch", None, "auth on vs off, sync flush, batches"),
     ("txmqauth-async:batch", "txmq-async:batch", None, "auth on vs off, async flush, batches"),
     ("txmqauth-async:single", "txmq-async:single", None, "auth on vs off, async flush, single sends"),
+    # Idempotent sends (docs/store.md): the look-up every producer message pays (on by default).
+    ("txmq-async:batch", "txmqnoidem-async:batch", None, "idempotence on vs off, async flush, batches"),
+    ("txmq-async:single", "txmqnoidem-async:single", None, "idempotence on vs off, async flush, single sends"),
+    ("txmq-sync:batch", "txmqnoidem-sync:batch", None, "idempotence on vs off, sync flush, batches"),
 ]
 
 
@@ -258,14 +264,17 @@ def parse_sdk_options(items: tuple[str, ...]) -> dict[str, object]:
 
 
 def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
-    if system in ("txmq-async", "txmq-sync", "txmq3-sync", "txmq3-async", "txmqauth-sync", "txmqauth-async"):
+    if system.startswith(("txmq-", "txmq3-", "txmqauth-", "txmqnoidem-")):
         return TxmqTarget(
             workdir,
             flush_mode=SYSTEMS[system][1],
             etcd=etcd,
             client=cfg.txmq_client,
             concurrency=cfg.concurrency,
-            store_args=cfg.store_args,
+            store_args=[
+                *cfg.store_args,
+                *(["--idempotence_window_ms", "0"] if system.startswith("txmqnoidem-") else []),
+            ],
             sdk_options=cfg.sdk_options,
             replicas=3 if system.startswith("txmq3-") else 1,
             auth=system.startswith("txmqauth-"),

@@ -10,6 +10,7 @@ import pytest
 from support.clock import ManualClock
 
 from txmq.errors import TxmqError, error
+from txmq.protocol import PROPERTY_TIMER_DELIVER_MS
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, store_pb2
 from txmq_gateway.auth import Authenticator, SingleKey, parse_authorization, sign
 from txmq_gateway.convert import to_txmq_message, to_v2_message
@@ -263,7 +264,23 @@ async def test_transactional_send_is_a_half_message_of_the_topic_group() -> None
         (lambda m: m.ClearField("body"), Code.MESSAGE_BODY_EMPTY),
         (lambda m: setattr(m, "body", b"x" * (4 * 1024 * 1024 + 1)), Code.MESSAGE_BODY_TOO_LARGE),
         (lambda m: m.system_properties.ClearField("message_id"), Code.ILLEGAL_MESSAGE_ID),
-        (lambda m: m.system_properties.delivery_timestamp.FromSeconds(10), Code.UNSUPPORTED),
+        (lambda m: setattr(m.system_properties, "message_type", pb.DELAY), Code.ILLEGAL_DELIVERY_TIME),
+        (lambda m: m.system_properties.delivery_timestamp.FromMilliseconds(-1000), Code.ILLEGAL_DELIVERY_TIME),
+        (
+            lambda m: (
+                setattr(m.system_properties, "message_type", pb.TRANSACTION),
+                m.system_properties.delivery_timestamp.FromSeconds(10),
+            ),
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        ),
+        (
+            lambda m: (
+                setattr(m.system_properties, "message_group", "g"),
+                m.system_properties.delivery_timestamp.FromSeconds(10),
+            ),
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        ),
+        (lambda m: setattr(m.system_properties, "message_type", pb.LITE), Code.UNSUPPORTED),
         (lambda m: m.topic.ClearField("name"), Code.ILLEGAL_TOPIC),
     ],
 )
@@ -274,6 +291,21 @@ async def test_bad_sends_are_refused_with_a_v2_code_and_store_nothing(change, co
     response = await producer.send(svc_request(message))
     assert response.status.code == code and response.entries[0].status.code == code
     assert backend.sends == []
+
+
+async def test_a_delay_message_is_stored_with_its_delivery_time() -> None:
+    producer, backend = core(TWO_STORES[:1])
+    message = v2_message(message_type=pb.DELAY)
+    message.system_properties.delivery_timestamp.FromMilliseconds(1_800_000_000_123)
+    await producer.send_one(message)
+    [(_, stored, _, prepared)] = backend.sends
+    assert not prepared and stored.properties[PROPERTY_TIMER_DELIVER_MS] == "1800000000123"
+    # ... and a consumer sees it as a DELAY message with that time (the property hidden).
+    view = common_pb2.MessageView(message=stored, store_timestamp_ms=1_800_000_000_200)
+    seen = to_v2_message(view)
+    assert seen.system_properties.message_type == pb.DELAY
+    assert seen.system_properties.delivery_timestamp.ToMilliseconds() == 1_800_000_000_123
+    assert PROPERTY_TIMER_DELIVER_MS not in seen.user_properties
 
 
 def svc_request(*messages: pb.Message):  # type: ignore[no-untyped-def]

@@ -53,7 +53,7 @@ async def test_a_batch_is_one_store_call_on_one_queue_with_one_entry_per_message
         ),
         (lambda m: setattr(m.system_properties, "message_group", "g"), Code.BAD_REQUEST, "one message group"),
         (lambda m: setattr(m.system_properties, "message_id", "ID0"), Code.ILLEGAL_MESSAGE_ID, "distinct"),
-        (lambda m: m.system_properties.delivery_timestamp.FromSeconds(10), Code.UNSUPPORTED, "message 3"),
+        (lambda m: setattr(m.system_properties, "message_type", pb.DELAY), Code.ILLEGAL_DELIVERY_TIME, "message 3"),
     ],
 )
 async def test_one_bad_message_refuses_the_whole_batch_and_stores_nothing(third, code: int, words: str) -> None:  # type: ignore[no-untyped-def]

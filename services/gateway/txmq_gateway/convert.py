@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from txmq import protocol
-from txmq.protocol import PROPERTY_CHECK_IMMUNITY, PROPERTY_REAL_TOPIC, PROPERTY_SHARDING_KEY
+from txmq.protocol import (
+    PROPERTY_CHECK_IMMUNITY,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TIMER_DELIVER_MS,
+)
 from txmq.v1 import common_pb2
 from txmq_gateway.status import GatewayError, shorten
 from txmq_gateway.v2 import Code, pb
@@ -85,6 +90,8 @@ def to_txmq_message(message: pb.Message, *, queue_id: int | None = None) -> comm
     if sp.HasField("orphaned_transaction_recovery_duration"):
         seconds = max(1, sp.orphaned_transaction_recovery_duration.ToMilliseconds() // 1000)
         out.properties[PROPERTY_CHECK_IMMUNITY] = str(seconds)
+    if sp.HasField("delivery_timestamp"):  # a delayed message (checked by the producer path)
+        out.properties[PROPERTY_TIMER_DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
     if queue_id is not None:
         out.queue_id = queue_id
     return out
@@ -127,6 +134,9 @@ def to_v2_message(
         sp.invisible_duration.CopyFrom(duration(invisible_ms))
     if PROPERTY_MESSAGE_GROUP in props:
         sp.message_group = props[PROPERTY_MESSAGE_GROUP]
+    deliver_ms = props.get(PROPERTY_TIMER_DELIVER_MS, "")
+    if deliver_ms.isdigit():  # a delayed message, delivered at its time
+        sp.delivery_timestamp.CopyFrom(from_ms(int(deliver_ms)))
     out = pb.Message(
         topic=pb.Resource(name=topic or props.get(PROPERTY_REAL_TOPIC) or src.topic),
         system_properties=sp,

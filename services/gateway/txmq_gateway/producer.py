@@ -41,7 +41,7 @@ from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("txmq.gateway.producer")
 
-_UNSUPPORTED_TYPES = {pb.DELAY: "delay (timed) messages", pb.LITE: "lite topics", pb.PRIORITY: "priority messages"}
+_UNSUPPORTED_TYPES = {pb.LITE: "lite topics", pb.PRIORITY: "priority messages"}
 _WRITABLE = 2  # RocketMQ permission bit
 
 T = TypeVar("T")
@@ -233,7 +233,21 @@ class ProducerCore:
         if sp.message_type in _UNSUPPORTED_TYPES:
             raise GatewayError(Code.UNSUPPORTED, f"txmq does not support {_UNSUPPORTED_TYPES[sp.message_type]} yet")
         if sp.HasField("delivery_timestamp"):
-            raise GatewayError(Code.UNSUPPORTED, "txmq does not support delay (timed) messages yet")
+            # A delayed message: the store holds it until then (docs/store.md "Delayed messages").
+            if sp.message_type == pb.TRANSACTION:
+                raise GatewayError(
+                    Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                    "a transactional message cannot be delayed (RocketMQ #10260): send it without "
+                    "delivery_timestamp, or as a DELAY message outside the transaction",
+                )
+            if sp.HasField("message_group"):
+                raise GatewayError(
+                    Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message (with a message group) cannot be delayed"
+                )
+            if sp.delivery_timestamp.ToMilliseconds() < 0:
+                raise GatewayError(Code.ILLEGAL_DELIVERY_TIME, "delivery_timestamp is before 1970")
+        elif sp.message_type == pb.DELAY:
+            raise GatewayError(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs system_properties.delivery_timestamp")
         body = decoded_body(message)
         if not body:
             raise GatewayError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
