@@ -477,3 +477,32 @@ def test_fifo_messages_are_consumed_in_order_per_message_group(scenarios: Scenar
     assert by_group == {f"g{g}": [i for i in range(12) if i % 3 == g] for g in range(3)}, scenarios.explain(
         str(by_group)
     )
+
+
+def test_delay_messages_are_delivered_at_their_time(scenarios: Scenarios, gateway_env: GatewayEnv, topic: str) -> None:
+    """DELAY messages from the official Producer (delivery_timestamp = send + 3 s): the
+    store holds them in its timer (not on the topic), then delivers each once at its time;
+    the SimpleConsumer receives them no earlier, with their delivery timestamp."""
+    group = unique_name("GID-delay")
+    consumer = scenarios.start(
+        "consume.py",
+        *script_args(topic, group, until_acked=2, await_seconds=5, invisible_seconds=20, deadline_seconds=45),
+    )
+    consumer.wait_event("receiving", 30, scenarios.explain)
+    sent = scenarios.run("produce.py", "--topic", topic, "--count", "2", "--delay-ms", "3000", "--body-prefix", "later")
+    assert not sent.errors(), scenarios.explain("the producer reported errors")
+    receipts = {r["message_id"]: r for r in sent.events("sent")}
+    assert len(receipts) == 2, scenarios.explain("not every message was sent")
+    done = scenarios.finish(consumer)
+    assert not done.errors(), scenarios.explain("the consumer reported errors")
+    received = done.events("received")
+    got = [(r["t_ms"], m) for r in received for m in r["messages"]]
+    assert sorted(m["message_id"] for _, m in got) == sorted(receipts), scenarios.explain("received ids differ")
+    for t_ms, m in got:
+        due = receipts[m["message_id"]]["delivery_timestamp"]
+        assert m["delivery_timestamp"] == due, scenarios.explain(
+            f"delivery timestamp {m['delivery_timestamp']} != {due}"
+        )
+        assert t_ms >= due, scenarios.explain(f"{m['message_id']} received at {t_ms}, before its time {due}")
+        assert m["delivery_attempt"] == 1, scenarios.explain(f"delivery attempt {m['delivery_attempt']}")
+    assert stored_count(gateway_env, topic) == 2, scenarios.explain("the topic does not hold each message once")

@@ -123,6 +123,7 @@ def message_fields(msg: Message) -> dict[str, Any]:
         "message_type": msg.message_type,
         "receipt_handle": msg.receipt_handle,
         "message_group": msg.message_group,
+        "delivery_timestamp": msg.delivery_timestamp,
         "corrupted": msg.corrupted,
     }
 

@@ -2,11 +2,14 @@
 
 Message i (0-based) has body ``<body-prefix>-<i>``, tag ``--tag``, keys
 ``<key-prefix>-<i>`` and ``<key-prefix>-all``, the ``--property`` user properties plus
-``index=<i>``. Prints ``started``, then per message ``sent`` (message_id, offset,
+``index=<i>``; with ``--delay-ms`` each is a DELAY message due that long after its send.
+Prints ``started``, then per message ``sent`` (message_id, offset,
 the queue the client picked, body) or ``error``, then ``done``.
 """
 
 from __future__ import annotations
+
+import time
 
 from _common import (
     config,
@@ -29,6 +32,7 @@ def main() -> None:
     p.add_argument("--body-prefix", default="body")
     p.add_argument("--property", action="append", default=[], help="NAME=VALUE, repeatable")
     p.add_argument("--message-groups", type=int, default=0, help="N > 0: message i is FIFO, group g<i mod N>")
+    p.add_argument("--delay-ms", type=int, default=0, help="N > 0: delivery_timestamp = send time + N ms")
     args = p.parse_args()
     properties = parse_properties(args.property)
 
@@ -44,6 +48,8 @@ def main() -> None:
             )
             if args.message_groups:
                 msg.message_group = f"g{i % args.message_groups}"
+            if args.delay_ms:
+                msg.delivery_timestamp = int(time.time() * 1000) + args.delay_ms
             with reported("send", index=i, body=body):
                 receipt = producer.send(msg)
                 emit(
@@ -55,6 +61,7 @@ def main() -> None:
                     transaction_id=receipt.transaction_id,
                     offset=receipt.offset,
                     queue=str(receipt.message_queue),
+                    delivery_timestamp=msg.delivery_timestamp,
                 )
     finally:
         producer.shutdown()
