@@ -26,7 +26,7 @@ with one unique id inside one batch are both stored (the window covers earlier s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from txmq.protocol import PROPERTY_PREPARED_QUEUE_OFFSET, TIMER_TOPIC, TRANS_HALF_TOPIC
@@ -109,7 +109,11 @@ class SendWindow:
         """The earlier send of (``topic``, ``unique_id``) within the window, if any."""
         if not unique_id:
             return None
-        for offset in self._candidates(unique_id, now_ms):
+        candidates = self._index().recent(unique_id_hash(unique_id), now_ms - self.window_ms)
+        pending = self._pending.get(unique_id) if self._pending else None
+        if pending:
+            candidates = [*reversed(pending), *candidates]
+        for offset in candidates:
             msg = self._read(offset)
             if msg is None or msg.unique_id != unique_id or not _producer_written(msg):
                 continue
@@ -128,12 +132,6 @@ class SendWindow:
                 properties=msg.properties,
             )
         return None
-
-    def _candidates(self, unique_id: str, now_ms: int) -> Iterable[int]:
-        pending = self._pending.get(unique_id)
-        if pending:
-            yield from reversed(pending)
-        yield from self._index().lookup(unique_id_hash(unique_id), begin_ms=now_ms - self.window_ms, end_ms=_FOREVER_MS)
 
     # -- records between their append and their dispatch ----------------------------------
 

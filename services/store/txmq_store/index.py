@@ -166,6 +166,27 @@ class IndexFile:
                 return
             n = prev
 
+    def recent(self, h: int, since_ms: int) -> list[int]:
+        """``lookup(h, since_ms, ...)`` for the idempotence window, made for the common
+        miss: no generator, and the walk stops at the first entry older than ``since_ms``
+        (a chain runs from the newest entry back, in dispatch order)."""
+        mm = self.mm
+        (n,) = SLOT.unpack_from(mm, HEADER.size + (h % self.slots) * SLOT.size)
+        out: list[int] = []
+        if not n:
+            return out
+        base, count, begin, unpack, size = self.entries_base, self.count, self.begin_ms, ENTRY.unpack_from, ENTRY.size
+        while 0 < n <= count:
+            eh, offset, diff, prev = unpack(mm, base + n * size)
+            if begin + diff < since_ms:
+                break
+            if eh == h:
+                out.append(offset)
+            if prev >= n:
+                break
+            n = prev
+        return out
+
     def repair(self, bound: int) -> int:
         """Keep exactly the entries that point below ``bound`` (every one of them, also
         after an entry that does not: a log cut and refilled leaves offsets that go
@@ -323,6 +344,17 @@ class IndexService:
                 if offset not in seen:
                     seen.add(offset)
                     yield offset
+
+    def recent(self, h: int, since_ms: int) -> list[int]:
+        """Candidate commit-log offsets for key hash ``h`` stored at ``since_ms`` or
+        later, newest first (``IndexFile.recent``)."""
+        out: list[int] = []
+        for f in reversed(self._files):
+            if f.end_ms < since_ms:
+                break  # files roll in time order: the older ones are older still
+            if f.count:
+                out += f.recent(h, since_ms)
+        return out
 
     def take_dirty(self) -> tuple[list[Path], bool]:
         """Write the headers of changed files; returns their paths (to fsync) and
