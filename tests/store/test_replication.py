@@ -368,3 +368,24 @@ async def test_a_deposed_leader_holds_its_undispatched_records_across_a_segment_
     leader.end_leadership("deposed")
     held = list(leader._held)
     assert len(held) == 30 and [m.queue_offset for m in held] == list(range(30))
+
+
+async def test_a_retry_reaching_the_new_leader_is_answered_from_the_window(stores: StoreFactory):
+    """Idempotent sends across a failover: the follower indexed the record it copied, so
+    a producer's retry (its acknowledgement lost with the old leader) reaching the new
+    leader is answered with the first result and stored once."""
+    leader, follower = await _pair(stores)
+    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=2)
+    lead.reported(lead.attach("b"), 0)
+    leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
+    follower.adopt_configs(topics=leader.config_documents()[0])
+    first = leader.append_records([msg(b"once", topic="T", unique_id="U1")])
+    settle = asyncio.ensure_future(leader.settle(first))
+    await asyncio.sleep(0)
+    await _ship(leader, follower, lead)
+    assert await settle == SendStatus.OK  # acknowledged; say the answer was lost
+    leader.end_leadership("failover")
+    follower.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
+    [again] = await follower.send([msg(b"once", topic="T", unique_id="U1")])
+    assert again.duplicate and again.commit_log_offset == first.offsets[0] and again.queue_offset == 0
+    assert [m.body for m in follower.get_message(topic="T", queue_id=0, offset=0).messages] == [b"once"]
