@@ -24,10 +24,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 from support import ServiceFactory
 
-from txmq import Admin, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
+from txmq import Admin, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PullConsumer, PushConsumer
+from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
 from txmq_cli.cluster import ChildProcess
 
 from .conftest import Cluster, Topics, unique, wait_until
@@ -237,3 +239,100 @@ def test_a_failing_message_suspends_its_queue_and_is_retried_before_the_next(
     # One at a time: each delivery starts after the previous one ended.
     for prev, nxt in itertools.pairwise(seen):
         assert prev[3] <= nxt[2]
+
+
+@pytest.mark.slow
+def test_a_restarted_store_grants_no_lock_for_half_a_lease_and_the_consumer_goes_on(
+    etcd,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """The store is killed and restarted under an orderly consumer. Another client asks
+    for the queues from the moment the store is back: it gets them no earlier than half a
+    lease after the restart began, and the consumer starts nothing while it holds them.
+    The consumer, whose renewal the restarted store refuses, stops, locks again once it
+    may, and consumes everything (redelivering what it had not committed), in order."""
+    lease_ms, queues = 6000, 2
+    factory = ServiceFactory(etcd_endpoints=etcd.endpoint, base_dir=tmp_path / "cluster")
+    (tmp_path / "cluster").mkdir()
+    store = factory.store("--queue_lock_lease_ms", str(lease_ms))
+    pull = factory.start("pull", "--consumer_expiry_ms", "2000")
+    events: list[Consumed] = []
+    guard = threading.Lock()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        for m in msgs:
+            c = Consumed("c", m.queue_id, m.queue_offset, m.reconsume_times, time.monotonic())
+            with guard:
+                events.append(c)
+            time.sleep(0.01)
+            c.end = time.monotonic()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    try:
+        with Admin(pull.address) as admin, Producer("orderly-restart-producer", pull.address) as producer:
+            topic, group = unique("orderly-restart"), unique("orderly-group")
+            admin.create_topic(topic, read_queue_nums=queues, write_queue_nums=queues)
+            sent = {q: 0 for q in range(queues)}
+
+            def send(per_queue: int) -> None:
+                for q in range(queues):
+                    for _ in range(per_queue):
+                        producer.send(Message(topic, f"q{q}-{sent[q]}".encode(), queue_id=q))
+                        sent[q] += 1
+
+            send(100)
+            with PullConsumer(group, pull.address) as pc:
+                mqs = [
+                    common_pb2.MessageQueue(topic=mq.topic, store_id=mq.store_id, queue_id=mq.queue_id)
+                    for mq in pc.fetch_message_queues(topic)
+                ]
+            consumer = PushConsumer(
+                group,
+                pull.address,
+                consume_from=ConsumeFromWhere.FIRST_OFFSET,
+                orderly=True,
+                **FAST,  # type: ignore[arg-type]
+            )
+            consumer.subscribe(topic, "*")
+            consumer.register_message_listener(listener)
+            consumer.start()
+            try:
+                wait_until(lambda: sum(e.end is not None for e in events) >= 20, what="consuming before the restart")
+                store.kill()
+                restart_began = time.monotonic()
+                store.restart()
+                request = store_pb2.LockQueuesRequest(group=group, client_id="intruder", queues=mqs)
+                with grpc.insecure_channel(store.address) as channel:
+                    stub = store_pb2_grpc.ConsumerControlStub(channel)
+
+                    # Asked for back to back, so the intruder, not the consumer (which
+                    # asks every 0.5 s), almost surely gets the first queue freed.
+                    deadline = time.monotonic() + 60
+                    held: set[int] = set()
+                    while not held:
+                        assert time.monotonic() < deadline, "the store never granted the intruder a lock"
+                        held = {q.queue_id for q in stub.LockQueues(request, timeout=5).locked}
+                    granted = time.monotonic()
+                    send(20)  # the consumer must not consume the held queues meanwhile
+                    held_until = time.monotonic()
+                    stub.UnlockQueues(
+                        store_pb2.UnlockQueuesRequest(group=group, client_id="intruder", queues=mqs), timeout=5
+                    )
+                assert granted - restart_began >= lease_ms / 2000, (
+                    "a lock was granted within half a lease of the restart"
+                )
+                wait_until(
+                    lambda: _all_consumed(list(events), sent), timeout_s=60, what="every message consumed after it"
+                )
+            finally:
+                consumer.shutdown()
+    finally:
+        factory.close()
+    assert not [e for e in events if e.queue in held and granted <= e.start <= held_until], (
+        "consumed while another client held the lock"
+    )
+    for q in range(queues):
+        on_q = sorted((e for e in events if e.queue == q), key=lambda e: e.start)
+        for prev, e in itertools.pairwise(on_q):
+            assert prev.end is not None and prev.end <= e.start, f"queue {q}: {e} overlaps {prev}"
+            assert e.offset <= prev.offset + 1, f"queue {q}: {e} skipped ahead of {prev}"
