@@ -238,7 +238,8 @@ class OrderlyService:
             self._lapsed.extend(lapsed)
         for mq in lapsed:
             log.warning(
-                "consumer %s: the lock of %s lapsed (refused, or not renewed in time); stopping it until it is locked again",
+                "consumer %s: the lock of %s lapsed (refused, or not renewed in time); "
+                "stopping it until it is locked again",
                 self.client_id,
                 mq,
             )
