@@ -312,3 +312,59 @@ def test_push_consumer_release_commits_then_unlocks_and_skips_the_commit_of_a_la
 def test_orderly_arguments_are_checked() -> None:
     with pytest.raises(ValueError):
         PushConsumer("g", "127.0.0.1:1", orderly=True, suspend_current_queue_time=0)
+
+
+def test_store_lock_calls_ask_the_store_of_the_queue() -> None:
+    from txmq._orderly import StoreLockCalls
+    from txmq.v1 import common_pb2, store_pb2
+
+    asked: list[tuple[str, str, object]] = []
+
+    class Stub:
+        def __init__(self, address: str) -> None:
+            self.address = address
+
+        def LockQueues(self, request: object, timeout: float) -> store_pb2.LockQueuesResponse:
+            asked.append((self.address, "lock", request))
+            q = request.queues[0]  # type: ignore[attr-defined]
+            return store_pb2.LockQueuesResponse(locked=[q], lease_ms=LEASE_MS)
+
+        def UnlockQueues(self, request: object, timeout: float) -> store_pb2.UnlockQueuesResponse:
+            asked.append((self.address, "unlock", request))
+            return store_pb2.UnlockQueuesResponse()
+
+        def SendBack(self, request: object, timeout: float) -> store_pb2.SendBackResponse:
+            asked.append((self.address, "send_back", request))
+            return store_pb2.SendBackResponse(dead_lettered=True)
+
+    class Route:
+        def store_address(self, store_id: str) -> str:
+            return f"addr-of-{store_id}"
+
+    class Core:
+        routes = None
+
+        def stub(self, address: str, stub_type: object) -> Stub:
+            return Stub(address)
+
+    class Client:
+        core = Core()
+
+        def route(self, topic: str) -> Route:
+            return Route()
+
+    calls = StoreLockCalls(Client(), "G", "me", timeout=1.0)
+    held, lease = calls.lock([MQ, MQ1])
+    assert held == {MQ} and lease == LEASE_MS
+    calls.unlock([MQ1])
+    calls.send_back(message(7), 5)
+    (a1, k1, r1), (_, k2, r2), (_, k3, r3) = asked
+    assert (a1, k1) == ("addr-of-store-0", "lock") and r1 == store_pb2.LockQueuesRequest(
+        group="G",
+        client_id="me",
+        queues=[common_pb2.MessageQueue(topic="T", store_id="store-0", queue_id=i) for i in (0, 1)],
+    )
+    assert k2 == "unlock" and [q.queue_id for q in r2.queues] == [1]  # type: ignore[attr-defined]
+    assert k3 == "send_back" and r3 == store_pb2.SendBackRequest(
+        group="G", commit_log_offset=1007, unique_id="id-0-7", delay_level=-1, max_reconsume_times=5, client_id="me"
+    )
