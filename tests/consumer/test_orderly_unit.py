@@ -368,3 +368,55 @@ def test_store_lock_calls_ask_the_store_of_the_queue() -> None:
     assert k3 == "send_back" and r3 == store_pb2.SendBackRequest(
         group="G", commit_log_offset=1007, unique_id="id-0-7", delay_level=-1, max_reconsume_times=5, client_id="me"
     )
+
+
+def test_rebalance_takes_a_queue_once_locked_without_the_timed_hand_over() -> None:
+    from txmq._subscription import build_subscription
+
+    events: list[tuple[str, Any]] = []
+    queues = [MessageQueue("T", "store-0", i) for i in range(2)]
+
+    class Route:
+        def read_queues(self) -> list[MessageQueue]:
+            return list(queues)
+
+    class FakeClient:
+        def route(self, topic: str) -> Route:
+            return Route()
+
+        def fetch_offset(self, mq: MessageQueue) -> int | None:
+            events.append(("fetch_offset", mq.queue_id))
+            return 10
+
+        def commit_offset(self, mq: MessageQueue, offset: int) -> None:
+            events.append(("commit", offset))
+
+    consumer = PushConsumer("orderly-unit", "127.0.0.1:1", client_id="a", orderly=True, takeover_delay=60)
+    h = Harness(success)
+    h.events = h.calls.events = events
+    consumer._client = FakeClient()  # type: ignore[assignment]
+    consumer._orderly = h.service
+    consumer._state = "running"
+    consumer._subs["T"] = build_subscription("T", "*")
+    consumer._pull = lambda pq: events.append(("pull", pq.mq.queue_id))  # type: ignore[method-assign]
+    consumer._view.update(["a"], now=0.0)
+    consumer._view.update(["a", "b"], now=100.0)  # "a" gets queue 0; the group just changed
+    h.calls.grant = False  # b still holds it
+    assert consumer._rebalance(100.0) == pytest.approx(100.5)  # asked again in 0.5 s
+    assert consumer.assignment() == set() and ("fetch_offset", 0) not in events
+    h.calls.grant = True
+    assert consumer._rebalance(100.5) is None  # no takeover_delay wait: the lock decides
+    assert consumer.assignment() == {queues[0]}
+    # Locked first, then the committed offset read, then pulled.
+    assert [e for e in events if e[0] in ("lock", "fetch_offset", "pull")][-3:] == [
+        ("lock", [queues[0]]),
+        ("fetch_offset", 0),
+        ("pull", 0),
+    ]
+    # A lapsed lock: the next rebalance releases the queue (no commit, unlock) and locks it again.
+    events.clear()
+    h.t += LEASE_MS / 2000
+    assert h.service.check_lapsed() == [queues[0]]
+    consumer._rebalance(101.0)
+    assert [e[0] for e in events] == ["unlock", "lock", "fetch_offset", "pull"]
+    assert consumer.assignment() == {queues[0]} and h.service.valid(consumer._queues[queues[0]])
