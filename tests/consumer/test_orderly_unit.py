@@ -294,6 +294,7 @@ def test_push_consumer_release_commits_then_unlocks_and_skips_the_commit_of_a_la
     h.calls.events = events
     consumer._client = FakeClient()  # type: ignore[assignment]
     consumer._orderly = h.service
+    h.service._commit = consumer._commit  # the consumer's: only a moved point, only while locked
     pq = h.hold(offsets=range(0, 3))
     consumer._queues[MQ] = pq
     h.run()
@@ -396,6 +397,7 @@ def test_rebalance_takes_a_queue_once_locked_without_the_timed_hand_over() -> No
     h.events = h.calls.events = events
     consumer._client = FakeClient()  # type: ignore[assignment]
     consumer._orderly = h.service
+    h.service._commit = consumer._commit  # the consumer's: only a moved point, only while locked
     consumer._state = "running"
     consumer._subs["T"] = build_subscription("T", "*")
     consumer._pull = lambda pq: events.append(("pull", pq.mq.queue_id))  # type: ignore[method-assign]

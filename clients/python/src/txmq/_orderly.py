@@ -199,7 +199,8 @@ class OrderlyService:
     def renew(self) -> float:
         """One renewal round: lock again every queue held, one request per store; the
         queues refused or not renewed in time lapse. Returns when to renew next
-        (monotonic seconds)."""
+        (monotonic seconds): a third of the lease after this round began."""
+        began = self._now()
         with self._lock:
             by_store = group_by_store(self._queues)
         for store_id, queues in sorted(by_store.items()):
@@ -224,7 +225,7 @@ class OrderlyService:
                         q.valid_until = sent  # stop now: someone else may get it
         self.check_lapsed()
         interval = self.lease_ms / 3000 if self.lease_ms else DEFAULT_RENEW_S
-        return self._now() + interval
+        return began + interval
 
     def check_lapsed(self) -> list[MessageQueue]:
         """Queues whose lock lapsed (reported once each to ``on_lapsed``)."""
@@ -264,7 +265,12 @@ class OrderlyService:
                 if pq.running:
                     q.release_deferred = True
                     return
-            del self._queues[pq.mq]
+        # A batch that ended after the caller's commit moved the commit point: commit it
+        # (nothing is sent when it did not move), then unlock.
+        self._commit(pq)
+        with self._lock:
+            if self._queues.get(pq.mq) is q:
+                del self._queues[pq.mq]
         self._unlock(pq.mq)
 
     def _unlock(self, mq: MessageQueue) -> None:
