@@ -840,7 +840,9 @@ class PushConsumer:
 
     def _commit(self, pq: ProcessQueue) -> None:
         """Commit ``pq``'s commit point if it moved. Only the service thread (and
-        shutdown, after it) commits, so commits of one queue never race."""
+        shutdown, after it) commits, so commits of one queue never race; orderly, also a
+        batch that outlived its queue's release, after that release's commit, and only
+        while the queue's lock is trusted."""
         assert self._client is not None
         if self._orderly is not None and not self._orderly.may_commit(pq):
             return  # the lock lapsed: another consumer may have the queue by now
