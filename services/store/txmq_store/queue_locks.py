@@ -150,8 +150,10 @@ class StoreQueueLocks:
 
     In a replicated store group only the leader answers, and only while it may take
     writes (``NOT_LEADER`` / ``NOT_ENOUGH_REPLICAS`` as for writes); a replica that
-    starts leading (a new ``Leadership``) forgets the table and starts the grace: the
-    locks the old leader granted are unknown to it."""
+    starts leading (a new ``Leadership``, noticed at the first request of the term)
+    forgets the table and starts the grace then: the locks the old leader granted are
+    unknown to it. (Counting from that request rather than from the election only
+    makes the grace end later.)"""
 
     def __init__(self, store: MessageStore, *, clock: Clock) -> None:
         self._store = store
