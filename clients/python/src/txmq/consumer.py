@@ -1,6 +1,6 @@
 """Consumers: ``PullConsumer`` (you pull, per queue and offset; RocketMQ's pull / lite
 pull consumer) and ``PushConsumer`` (it pulls for you and calls your listener;
-RocketMQ's DefaultMQPushConsumer, clustering mode, concurrent consumption).
+RocketMQ's DefaultMQPushConsumer, clustering mode, concurrent or orderly consumption).
 
 Both talk to the pull service (docs/pull.md), found through the topic route, and read
 queue ranges from the stores. See docs/consumers.md.
@@ -25,6 +25,7 @@ from txmq._backoff import delay as backoff_delay
 from txmq._client import ClientCore, parse_endpoints
 from txmq._consumer_types import ConsumeFromWhere, ConsumeStatus, ExpressionType, PullResult, PullStatus
 from txmq._failures import FailureLog, retriable
+from txmq._orderly import OrderlyService, StoreLockCalls
 from txmq._process_queue import ProcessQueue, Timer
 from txmq._pulling import PullClient, to_pull_result
 from txmq._rebalance import MembershipView, allocate_averagely
@@ -64,6 +65,9 @@ _PULL_ERROR_BACKOFF_MAX_S = 30.0
 # A paused group's queues are pulled again at most this long apart (RocketMQ's
 # pullTimeDelayMillsWhenException), so a resumed group goes on within seconds.
 _PAUSED_POLL_MAX_S = 3.0
+# Orderly mode: a queue the store would not lock yet is asked for again this soon
+# (RocketMQ rebalances again after 500 ms when a lock failed).
+_LOCK_RETRY_S = 0.5
 
 
 def _positive(**values: float) -> None:
@@ -262,6 +266,15 @@ class PushConsumer:
     consumer stops), as before.
 
     See ``_rebalance`` and docs/consumers.md for how queues change hands.
+
+    ``orderly=True``: orderly consumption (RocketMQ's MessageListenerOrderly; see
+    ``txmq._orderly`` and docs/consumers.md "Orderly consumption"). A queue is consumed
+    only while the store holding it has locked it for this consumer (renewed every third
+    of the lease, trusted for half of it), by one thread at a time, in offset order. A
+    failed batch suspends its queue for ``suspend_current_queue_time`` seconds and is
+    delivered again; after ``max_reconsume_times`` failures a message goes to the
+    group's dead-letter topic. Queues change hands by the lock, not by
+    ``takeover_delay``.
     """
 
     def __init__(
@@ -292,6 +305,8 @@ class PushConsumer:
         tls: TlsConfig | None = None,
         credentials: Credentials | None = None,
         pause_on_consume_disabled: bool = True,
+        orderly: bool = False,
+        suspend_current_queue_time: float = 1.0,
     ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         parse_endpoints(endpoint)
@@ -312,6 +327,7 @@ class PushConsumer:
             pull_error_backoff=pull_error_backoff,
             timeout=timeout,
             route_refresh_interval=route_refresh_interval,
+            suspend_current_queue_time=suspend_current_queue_time,
         )
         if not isinstance(consume_from, ConsumeFromWhere):
             raise TypeError(f"consume_from must be a ConsumeFromWhere, not {consume_from!r}")
@@ -368,6 +384,10 @@ class PushConsumer:
         # Queues whose last pull was refused as paused (None: the check at start was).
         self._paused: set[MessageQueue | None] = set()
         self._conflict: TxmqError | None = None
+        # Orderly consumption (txmq._orderly; docs/consumers.md "Orderly consumption").
+        self._orderly_mode = bool(orderly)
+        self._suspend_time = suspend_current_queue_time
+        self._orderly: OrderlyService | None = None
 
     # -- configuration -----------------------------------------------------------------
 
@@ -447,9 +467,33 @@ class PushConsumer:
                 self._consume_thread_max, thread_name_prefix=f"txmq-consume-{self.group}"
             )
             self._service = threading.Thread(target=self._service_loop, name=f"txmq-consumer-{self.group}", daemon=True)
+            if self._orderly_mode:
+                self._orderly = self._new_orderly(client)
             self._state = "running"
         self._timer.start()
+        if self._orderly is not None:
+            self._orderly.start()
         self._service.start()
+
+    def _new_orderly(self, client: PullClient) -> OrderlyService:
+        assert self._listener is not None and self._timer is not None and self._consumers is not None
+        return OrderlyService(
+            client_id=self.client_id,
+            listener=self._listener,
+            calls=StoreLockCalls(client, self.group, self.client_id, timeout=self._timeout),
+            submit=self._consumers.submit,
+            call_later=self._timer.call_later,
+            commit=self._commit,
+            on_lapsed=self._request_rebalance,
+            batch_size=self._batch_size,
+            max_reconsume_times=self._max_reconsume_times,
+            suspend_time=self._suspend_time,
+        )
+
+    def _request_rebalance(self) -> None:
+        with self._lock:
+            self._rebalance_now = True
+        self._wake.set()
 
     def _check_subscription(self, client: PullClient, sub: Subscription) -> None:
         """Raise what makes ``sub`` fail for good; a retriable failure (a service down)
@@ -530,6 +574,8 @@ class PushConsumer:
         self._consumers.shutdown(wait=True, cancel_futures=True)
         for pq in queues:
             self._commit(pq)
+        if self._orderly is not None:
+            self._orderly.close()  # after the commits: unlock
         with self._lock:
             self._queues.clear()
             topics = sorted(self._subs)
@@ -686,6 +732,9 @@ class PushConsumer:
         returns when to try again for queues still waiting, if any."""
         assert self._client is not None
         view = self._view
+        if self._orderly is not None:
+            for mq in self._orderly.take_lapsed():
+                self._release(mq)  # locked again below, as a queue newly ours
         if not view.known or view.members is None:
             return None  # no heartbeat answered yet: keep what we have
         with self._lock:
@@ -708,12 +757,16 @@ class PushConsumer:
             for mq in sorted(mine - owned):
                 if not self._running:
                     return None
-                if not view.may_take_over(now):
+                # Orderly: the store's queue lock decides when a queue changes hands.
+                if self._orderly is None and not view.may_take_over(now):
                     retry_at = view.takeover_at()
                     continue
                 what = f"starting on {mq}"
                 try:
-                    self._acquire(mq)
+                    if self._acquire(mq) is False:  # orderly: not locked for us yet
+                        at = now + _LOCK_RETRY_S
+                        retry_at = at if retry_at is None else min(retry_at, at)
+                        continue
                 except TxmqError as err:
                     self._handle(("acquire", mq), what, err)
                     if not self._running:
@@ -724,8 +777,15 @@ class PushConsumer:
                     self._failures.recovered(("acquire", mq), f"consumer {self.client_id}: {what}")
         return retry_at
 
-    def _acquire(self, mq: MessageQueue) -> None:
+    def _acquire(self, mq: MessageQueue) -> bool:
+        """Start consuming ``mq`` from its committed offset; False when orderly and the
+        store did not lock it for this consumer (yet)."""
         assert self._client is not None
+        locked_until = None
+        if self._orderly is not None:
+            locked_until = self._orderly.lock_new(mq)  # before the offset is read
+            if locked_until is None:
+                return False
         offset = self._client.fetch_offset(mq)
         if offset is None:
             low, high = self._client.queue_range(mq)
@@ -733,12 +793,15 @@ class PushConsumer:
             self._client.commit_offset(mq, offset)
         pq = ProcessQueue(mq, offset)
         pq.committed = offset
+        if self._orderly is not None and locked_until is not None:
+            self._orderly.add(pq, locked_until)
         with self._lock:
             if not self._running:
-                return
+                return True
             self._queues[mq] = pq
         log.info("consumer %s: consuming %s from offset %d", self.client_id, mq, offset)
         self._pull(pq)
+        return True
 
     def _release(self, mq: MessageQueue) -> None:
         """Stop pulling ``mq``, wait (bounded) for its running listeners, commit."""
@@ -756,6 +819,8 @@ class PushConsumer:
                     "consumer %s: releasing %s with %d listener(s) still running", self.client_id, mq, pq.running
                 )
         self._commit(pq)
+        if self._orderly is not None:
+            self._orderly.remove(pq)  # unlock, after the commit
         self._failures.forget(("pull", mq))
         log.info("consumer %s: released %s at offset %s", self.client_id, mq, pq.committed)
 
@@ -775,8 +840,12 @@ class PushConsumer:
 
     def _commit(self, pq: ProcessQueue) -> None:
         """Commit ``pq``'s commit point if it moved. Only the service thread (and
-        shutdown, after it) commits, so commits of one queue never race."""
+        shutdown, after it) commits, so commits of one queue never race; orderly, also a
+        batch that outlived its queue's release, after that release's commit, and only
+        while the queue's lock is trusted."""
         assert self._client is not None
+        if self._orderly is not None and not self._orderly.may_commit(pq):
+            return  # the lock lapsed: another consumer may have the queue by now
         with pq.lock:
             point = pq.commit_point()
             if point == pq.committed:
@@ -991,6 +1060,9 @@ class PushConsumer:
     def _submit(self, pq: ProcessQueue, messages: list[MessageExt]) -> None:
         consumers = self._consumers
         if consumers is None or not self._running:
+            return
+        if self._orderly is not None:
+            self._orderly.submit(pq)  # one task per queue takes the pending messages in order
             return
         try:
             consumers.submit(self._consume, pq, messages)
