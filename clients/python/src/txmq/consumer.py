@@ -495,7 +495,7 @@ class PushConsumer:
                 return
             # The group's retry topic, as RocketMQ's clustering mode subscribes it: every
             # member the same way (it exists once a first message was sent back).
-            self._subs.setdefault(self._retry_topic, build_subscription(self._retry_topic))
+            self._subs.setdefault(self._retry_topic, build_subscription(self._retry_topic, "*", ExpressionType.TAG))
             self._client = client
             self._timer = Timer(f"txmq-consumer-timer-{self.group}")
             self._dispatcher = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="txmq-consumer-pull")
