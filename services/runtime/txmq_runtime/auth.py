@@ -523,8 +523,8 @@ class Guard:
         verdict = acl.decide(rtype, name, action, principal.source) if acl else Verdict(False, "")
         if verdict.allowed:
             return None
-        retry = acl is not None and not verdict.rule and action == A.ACTION_SUB and rtype == R.RESOURCE_TYPE_TOPIC
-        if retry and name.startswith(RETRY_PREFIX):
+        retry = not verdict.rule and action == A.ACTION_SUB and rtype == R.RESOURCE_TYPE_TOPIC
+        if acl is not None and retry and name.startswith(RETRY_PREFIX):
             # A group's retry topic is consumed as the group (RocketMQ 5 checks it so);
             # a rule that names the topic itself decides first.
             group = name[len(RETRY_PREFIX) :]

@@ -40,7 +40,7 @@ class ConsumerControlServicer(store_pb2_grpc.ConsumerControlServicer):
         )
         r = outcome.result
         result = store_pb2.SendResult(
-            status=r.status,
+            status=store_pb2.SendStatus.ValueType(r.status),
             msg_id=r.msg_id,
             offset_msg_id=r.offset_msg_id,
             queue=common_pb2.MessageQueue(topic=r.topic, store_id=self._store.store_id, queue_id=r.queue_id),
