@@ -787,7 +787,10 @@ class PushConsumer:
         offset = self._client.fetch_offset(mq)
         if offset is None:
             low, high = self._client.queue_range(mq)
-            offset = low if self._consume_from is ConsumeFromWhere.FIRST_OFFSET else high
+            # A retry queue holds only this group's failed messages: all of them, always
+            # (RocketMQ's computePullFromWhere starts retry topics at 0 too).
+            first = self._consume_from is ConsumeFromWhere.FIRST_OFFSET or mq.topic == self._retry_topic
+            offset = low if first else high
             self._client.commit_offset(mq, offset)
         pq = ProcessQueue(mq, offset)
         pq.committed = offset
