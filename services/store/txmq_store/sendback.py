@@ -236,11 +236,15 @@ class SendBack:
         if dead:
             topic = dlq_topic(group)
             props[PROPERTY_DLQ_ORIGIN_TOPIC] = origin
-            self._ensure_topic(topic, DLQ_QUEUE_NUMS)
+            created = self._ensure_topic(topic, DLQ_QUEUE_NUMS)
         else:
             topic = retry_topic(group)
             props[PROPERTY_DELAY_LEVEL] = str(retry_level(delay_level, source.reconsume_times, self._levels))
-            self._ensure_topic(topic, max(1, cfg.retry_queue_nums))
+            created = self._ensure_topic(topic, max(1, cfg.retry_queue_nums))
+        if created:
+            # Routable (and, in a replicated group, held by the followers) before the
+            # first copy is stored, as an admin's CreateTopic answers.
+            await self._store.topics_propagated()
         copy = OutgoingMessage(
             topic, source.body, source.tags, tuple(source.keys), props, source.unique_id, source.flag, None,
             source.born_timestamp_ms,
@@ -254,18 +258,19 @@ class SendBack:
         )  # fmt: skip
         return SendBackOutcome(result, dead, times)
 
-    def _ensure_topic(self, topic: str, queue_nums: int) -> None:
-        """Create the group's retry / dead-letter topic on this store unless it exists
-        (synchronous: nothing runs between this and the send that follows)."""
+    def _ensure_topic(self, topic: str, queue_nums: int) -> bool:
+        """Create the group's retry / dead-letter topic on this store unless it exists;
+        whether it was created now."""
         store = self._store
         try:
             store.get_topic(topic)
-            return
+            return False
         except TxmqError as err:
             if err.code != errors_pb2.CODE_TOPIC_NOT_FOUND:
                 raise
         store.create_topic(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
         log.info("created topic %s with %d queue(s) for send-backs", topic, queue_nums)
+        return True
 
 
 def _as_duplicate(outcome: SendBackOutcome) -> SendBackOutcome:
