@@ -249,3 +249,19 @@ async def test_servicer_send_back(grpc_store: GrpcStore) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as exc:
         await stub.SendBack(store_pb2.SendBackRequest(group=GROUP, commit_log_offset=offset + 3, unique_id=uid))
     assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_failed_send_back_fails_its_waiters_too_and_can_be_repeated(stores: StoreFactory) -> None:
+    store = await _open(stores)
+    offset, uid = await _sent(store)
+    store.create_topic(retry_topic(GROUP), read_queue_nums=1, write_queue_nums=1, perm=4)  # read only
+    core = SendBack(store)
+    outs = await asyncio.gather(
+        *(core.send_back(group=GROUP, commit_log_offset=offset, unique_id=uid) for _ in range(2)),
+        return_exceptions=True,
+    )
+    assert [getattr(o, "code", None) for o in outs] == [errors_pb2.CODE_TOPIC_NOT_WRITABLE] * 2
+    store.update_topic(retry_topic(GROUP), perm=6)
+    out = await core.send_back(group=GROUP, commit_log_offset=offset, unique_id=uid)
+    assert not out.duplicate and out.reconsume_times == 1
+    assert [q.max_offset for q in store.queue_offsets(retry_topic(GROUP))] == [1]

@@ -143,8 +143,11 @@ class SendBack:
         try:
             outcome = await self._copy(group, cfg, source, delay_level, limit, uncounted)
         except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: a lone waiter-less failure is not "never retrieved"
+            # Waiters for the same record get the failure (a cancelled first call: a
+            # retriable one); the future's exception counts as retrieved without waiters.
+            failure = exc if isinstance(exc, Exception) else _cancelled(commit_log_offset)
+            future.set_exception(failure)
+            future.exception()
             raise
         finally:
             del self._in_flight[key]
@@ -271,6 +274,14 @@ class SendBack:
         store.create_topic(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
         log.info("created topic %s with %d queue(s) for send-backs", topic, queue_nums)
         return True
+
+
+def _cancelled(commit_log_offset: int) -> Exception:
+    return error(
+        errors_pb2.CODE_SERVICE_NOT_READY,
+        f"the send-back of the record at commit-log offset {commit_log_offset} was cut off; send it back again",
+        commit_log_offset=str(commit_log_offset),
+    )
 
 
 def _as_duplicate(outcome: SendBackOutcome) -> SendBackOutcome:
