@@ -203,9 +203,8 @@ class SendBack:
         """The copy an earlier send-back of ``source`` by ``group`` stored, found through
         the unique-id index (the copy keeps the source's id)."""
         mark = sendback_key(group, source.commit_log_offset)
-        candidates = self._store.query_messages(
-            unique_id=source.unique_id, max_results=COPY_CANDIDATES_MAX, begin_timestamp_ms=source.store_timestamp_ms
-        )
+        # Not bounded by the source's store time: a wall clock stepped back would hide a copy.
+        candidates = self._store.query_messages(unique_id=source.unique_id, max_results=COPY_CANDIDATES_MAX)
         for msg in candidates:  # commit-log order: the first copy first
             if msg.commit_log_offset > source.commit_log_offset and msg.properties.get(PROPERTY_SENDBACK_OF) == mark:
                 return self._outcome_of(group, msg)
