@@ -31,7 +31,7 @@ from txmq import (
 from txmq.protocol import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, dlq_topic, retry_topic
 from txmq_cli.main import cli
 
-from .conftest import Cluster, Topics, unique, wait_until
+from .conftest import RETRY_DELAY_LEVELS, Cluster, Topics, unique, wait_until
 from .consumer_settings import FAST
 
 
@@ -206,3 +206,49 @@ def test_pull_consumer_send_back_stores_one_copy_per_record(env) -> None:  # typ
         assert (dead.topic, dead.dead_lettered, dead.reconsume_times) == (dlq_topic(group), True, 2)
     (letter,) = admin.list_dead_letters(group)
     assert (letter.origin_topic, letter.msg_id) == (topic, sent.msg_id)
+
+
+@pytest.mark.slow
+def test_a_send_back_to_a_store_that_is_down_falls_back_to_local_redelivery(service_factory) -> None:  # type: ignore[no-untyped-def]
+    store = service_factory.store("--message_delay_levels", RETRY_DELAY_LEVELS)
+    pull = service_factory.start("pull")
+    topic, group = unique("retry-down"), unique("retry-group")
+    with Admin(pull.address) as admin:
+        admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
+    with Producer("retry-test-producer", pull.address) as producer:
+        producer.send(Message(topic, b"m"))
+    first_running, store_down, store_back = threading.Event(), threading.Event(), threading.Event()
+    seen: list[tuple[str, int, bool]] = []
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        (m,) = msgs
+        seen.append((m.topic, m.reconsume_times, PROPERTY_RETRY_TOPIC in m.properties))
+        if len(seen) == 1:  # the store goes down while this runs: the send-back fails
+            first_running.set()
+            store_down.wait(60)
+            return ConsumeStatus.RECONSUME_LATER
+        if PROPERTY_RETRY_TOPIC not in m.properties:  # redelivered from memory
+            store_back.wait(60)  # until the store is back; its channel may still be reconnecting
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(
+        group, pull.address, consume_from=ConsumeFromWhere.FIRST_OFFSET, max_reconsume_times=16,
+        **{**FAST, "route_refresh_interval": 0.5, "retry_backoff": 0.5, "retry_backoff_max": 2.0},  # type: ignore[arg-type]
+    )  # fmt: skip
+    consumer.subscribe(topic)
+    consumer.register_message_listener(listener)
+    with consumer:
+        first_running.wait(60)
+        store.kill()
+        store_down.set()
+        wait_until(lambda: len(seen) >= 2, what="the local redelivery")
+        store.restart()
+        store_back.set()
+        wait_until(lambda: seen[-1][2], timeout_s=60, what="the retry copy from the store, back")
+        assert consumer.error is None
+    # delivered, redelivered from memory while the send-back failed (local counts 1, 2,
+    # ...), then once from %RETRY% with the store's count: the record's 0 + 1
+    local, (copy,) = seen[:-1], seen[-1:]
+    assert len(local) >= 2 and local == [(topic, n, False) for n in range(len(local))]
+    assert copy == (topic, 1, True)
