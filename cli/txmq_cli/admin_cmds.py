@@ -37,7 +37,7 @@ _DERIVED: dict[type, tuple[str, ...]] = {MessageExt: ("msg_id",), ConsumeOffset:
 
 
 def register(group: click.Group) -> None:
-    for command in (topic, subscription_group, send, message, offsets, store_group):
+    for command in (topic, subscription_group, send, message, offsets, store_group, dlq):
         group.add_command(command)
 
 
@@ -194,6 +194,73 @@ def store_group_status(store_id: str | None, endpoint: str, output: str) -> None
             ),
             output,
         )
+
+
+# -- dead letters ----------------------------------------------------------------------------
+
+
+@click.group()
+def dlq() -> None:
+    """A consumer group's dead letters (%DLQ%<group>; docs/consumers.md "Retries and dead letters")."""
+
+
+@dlq.command("list")
+@click.argument("group")
+@option("--store-id", help="Only this store (default: every store).")
+@option("--max", "max_results", type=click.IntRange(min=1), default=1000, show_default=True)
+@_admin_command
+def dlq_list(group: str, store_id: str | None, max_results: int, endpoint: str, output: str) -> None:
+    """The dead letters of GROUP: origin topic, unique id, reconsume times, when."""
+    with Admin(endpoint, **client_options()) as admin:
+        letters = admin.list_dead_letters(group, store_id=store_id, max_results=max_results)
+    if output == "text" and not letters:
+        click.echo(f"group {group} has no dead letters")
+        return
+    _emit_table(
+        letters,
+        [
+            ("STORE", lambda d: d.store_id),
+            ("ORIGIN_TOPIC", lambda d: d.origin_topic),
+            ("MSG_ID", lambda d: d.msg_id),
+            ("RECONSUME_TIMES", lambda d: d.reconsume_times),
+            ("DEAD_LETTERED", lambda d: _time(d.store_timestamp_ms)),
+            ("BODY", lambda d: _short(d.message.body)),
+        ],
+        output,
+    )
+
+
+@dlq.command("resend")
+@click.argument("group")
+@option("--id", "ids", multiple=True, help="A dead letter's unique id (repeatable).")
+@option("--all", "resend_all", is_flag=True, help="Every dead letter of GROUP.")
+@option("--store-id", help="Only this store's dead letters (default: every store).")
+@_admin_command
+def dlq_resend(
+    group: str, ids: tuple[str, ...], resend_all: bool, store_id: str | None, endpoint: str, output: str
+) -> None:
+    """Send dead letters of GROUP again to their origin topic, as new messages (fresh
+    unique ids; ORIGIN_MESSAGE_ID names the dead letter). They stay in the dead-letter
+    topic. Needs a super user when auth is on."""
+    if bool(ids) == resend_all:
+        raise click.UsageError("give --id ID (one or more) or --all")
+    with Admin(endpoint, **client_options()) as admin:
+        resent = admin.resend_dead_letters(group, list(ids) if ids else None, store_id=store_id)
+    if output == "text" and not resent:
+        click.echo(f"group {group} has no dead letters")
+        return
+    _emit_table(
+        resent,
+        [
+            ("DEAD_LETTER", lambda r: r.dead_letter_id),
+            ("NEW_MSG_ID", lambda r: r.msg_id),
+            ("TOPIC", lambda r: r.topic),
+            ("STORE", lambda r: r.store_id),
+            ("QUEUE", lambda r: r.queue_id),
+            ("OFFSET", lambda r: r.queue_offset),
+        ],
+        output,
+    )
 
 
 # -- topics --------------------------------------------------------------------------------

@@ -98,3 +98,21 @@ def assert_no_concurrent_consumption(deliveries: list[Delivery], *, now: float) 
                     continue
                 a_end, b_end = a.end or now, b.end or now
                 assert a_end <= b.start or b_end <= a.start, f"{msg_id} consumed by {a} and {b} at once"
+
+
+#: The retry cluster's delay levels: every level short, so a retry's delay (once the
+#: store's timer holds delayed messages) is short whichever level a count picks.
+RETRY_DELAY_LEVELS = " ".join(["300ms"] * 18)
+
+
+@pytest.fixture(scope="session")
+def retry_cluster(etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:  # type: ignore[no-untyped-def]
+    """A store with short delay levels (``RETRY_DELAY_LEVELS``) and a pull service, for
+    the retry and dead-letter tests. Started once, on first use."""
+    factory = ServiceFactory(etcd_endpoints=etcd.endpoint, base_dir=tmp_path_factory.mktemp("retry-cluster"))
+    try:
+        factory.store("--message_delay_levels", RETRY_DELAY_LEVELS)
+        pull = factory.start("pull", "--consumer_expiry_ms", str(CONSUMER_EXPIRY_MS))
+        yield Cluster(pull.address, pull.address)
+    finally:
+        factory.close()

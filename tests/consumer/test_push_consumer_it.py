@@ -180,10 +180,18 @@ def test_survivor_takes_over_from_a_killed_consumer(fast: tuple[Cluster, Topics,
     assert_no_concurrent_consumption(log.deliveries + child_deliveries, now=killed_at)
 
 
-def test_failed_message_is_retried_later_without_blocking_the_queue(
-    session_cluster: Cluster, new_topic: Topics, producer: Producer
-) -> None:
-    topic, group = new_topic(queues=1), unique("push-group")
+def test_failed_message_is_retried_later_without_blocking_the_queue(retry_cluster: Cluster) -> None:
+    # retry_cluster: short delay levels, so the retries' delays are short with a timer too
+    with Admin(retry_cluster.bootstrap) as admin, Producer("consumer-test-producer", retry_cluster.bootstrap) as p:
+        topics = Topics(admin)
+        try:
+            _retried_later_without_blocking_the_queue(retry_cluster, topics(queues=1), p)
+        finally:
+            topics.delete_all()
+
+
+def _retried_later_without_blocking_the_queue(session_cluster: Cluster, topic: str, producer: Producer) -> None:
+    group = unique("push-group")
     seen: list[tuple[bytes, int]] = []
     lock = threading.Lock()
     failed_once: set[bytes] = set()
@@ -214,7 +222,8 @@ def test_failed_message_is_retried_later_without_blocking_the_queue(
         wait_until(lambda: (b"flaky", 1) in seen and (b"poison", 2) in seen and (b"ok-2", 0) in seen)
         with PullConsumer(group, session_cluster.bootstrap) as pc:
             (mq,) = pc.fetch_message_queues(topic)
-            # poison is skipped after its last retry; then every offset is done.
+            # poison goes to the dead-letter topic after its last retry (failed messages
+            # are sent back to the store): every offset is done.
             wait_until(lambda: pc.fetch_offset(mq) == 4, what="the offset committed past every message")
     assert [r for b, r in seen if b == b"flaky"] == [0, 1]
     assert [r for b, r in seen if b == b"poison"] == [0, 1, 2]  # 1 delivery + max_reconsume_times

@@ -37,6 +37,7 @@ from prometheus_client import Counter
 
 from txmq import signing
 from txmq.errors import TxmqError, error
+from txmq.protocol import RETRY_GROUP_TOPIC_PREFIX as RETRY_PREFIX
 from txmq.protocol import is_system_topic
 from txmq.v1 import auth_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2, txcheck_pb2
 from txmq_runtime.clock import Clock, SystemClock
@@ -522,6 +523,13 @@ class Guard:
         verdict = acl.decide(rtype, name, action, principal.source) if acl else Verdict(False, "")
         if verdict.allowed:
             return None
+        retry = not verdict.rule and action == A.ACTION_SUB and rtype == R.RESOURCE_TYPE_TOPIC
+        if acl is not None and retry and name.startswith(RETRY_PREFIX):
+            # A group's retry topic is consumed as the group (RocketMQ 5 checks it so);
+            # a rule that names the topic itself decides first.
+            group = name[len(RETRY_PREFIX) :]
+            if group and acl.decide(R.RESOURCE_TYPE_GROUP, group, action, principal.source).allowed:
+                return None
         return f"denied by {verdict.rule!r}" if verdict.rule else "no rule allows it"
 
 

@@ -5,7 +5,7 @@ txmq service), from which they learn where the stores are.
 """
 
 from txmq.access import Policy, User
-from txmq.admin import Admin
+from txmq.admin import Admin, DeadLetter, ResentDeadLetter
 from txmq.consumer import (
     ConsumeFromWhere,
     ConsumeStatus,
@@ -15,6 +15,7 @@ from txmq.consumer import (
     PullResult,
     PullStatus,
     PushConsumer,
+    SendBackResult,
 )
 from txmq.errors import (
     BadRequestError,
@@ -64,6 +65,7 @@ __all__ = [
     "ConsumeOffset",
     "ConsumeStatus",
     "Credentials",
+    "DeadLetter",
     "Endpoint",
     "ExpressionType",
     "ForbiddenError",
@@ -86,6 +88,8 @@ __all__ = [
     "QueueData",
     "QueueOffsets",
     "ReplicaState",
+    "ResentDeadLetter",
+    "SendBackResult",
     "SendResult",
     "SendStatus",
     "ServiceKind",

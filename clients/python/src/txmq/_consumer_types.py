@@ -40,7 +40,12 @@ class ConsumeStatus(enum.Enum):
 
     CONSUME_SUCCESS = "CONSUME_SUCCESS"
     # Deliver the message(s) again later; an exception in the listener means the same.
+    # Each such delivery counts towards max_reconsume_times (then: the dead-letter topic).
     RECONSUME_LATER = "RECONSUME_LATER"
+    # Deliver the message(s) again later without counting the attempt (RocketMQ #10050):
+    # for "not now" rather than "failed" (a dependency down, a rate limit); such a
+    # message never reaches the dead-letter topic because of it.
+    RECONSUME_LATER_UNCOUNTED = "RECONSUME_LATER_UNCOUNTED"
 
 
 class ConsumeFromWhere(enum.Enum):
@@ -63,3 +68,22 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackResult:
+    """Where a message sent back went (``PullConsumer.send_back``): ``%RETRY%<group>``
+    (redelivered after a delay) or, past the retry limit, ``%DLQ%<group>``
+    (``dead_lettered``). ``reconsume_times`` is the copy's count, ``msg_id`` its unique id
+    (the message's own); ``duplicate``: the store had this record sent back by the group
+    before and answered with that first copy."""
+
+    topic: str
+    dead_lettered: bool
+    reconsume_times: int
+    msg_id: str
+    offset_msg_id: str
+    store_id: str
+    queue_id: int
+    queue_offset: int
+    duplicate: bool = False

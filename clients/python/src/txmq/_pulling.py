@@ -18,12 +18,12 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from txmq._client import ClientCore, call
-from txmq._consumer_types import PullResult, PullStatus
+from txmq._consumer_types import PullResult, PullStatus, SendBackResult
 from txmq._convert import message_ext_from_proto, message_queue_to_proto
 from txmq._failures import FailureLog, retriable
 from txmq._subscription import Subscription
 from txmq.errors import InternalError, NotFoundError, TxmqError, UnavailableError
-from txmq.message import MessageQueue
+from txmq.message import MessageExt, MessageQueue
 from txmq.models import ServiceKind, TopicRoute
 from txmq.records import decode_messages
 from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
@@ -170,6 +170,63 @@ class PullClient:
         raise NotFoundError(
             f"store {mq.store_id!r} has no queue {mq.queue_id} of topic {mq.topic!r}",
             code=errors_pb2.CODE_ILLEGAL_QUEUE_ID,
+        )
+
+    # -- send-back (docs/consumers.md "Retries and dead letters") -------------------------
+
+    def store_stub(self, topic: str, store_id: str) -> store_pb2_grpc.ConsumerControlStub:
+        """The ConsumerControl of the store ``store_id``, found through the route of
+        ``topic`` (a topic it serves), else through the live stores."""
+        try:
+            address = self.route(topic).store_address(store_id)
+        except NotFoundError:
+            stores = self.core.routes.endpoints(ServiceKind.STORE, timeout=self.timeout)
+            address = next((e.address for e in stores if e.instance_id == store_id), "")
+            if not address:
+                raise NotFoundError(f"store {store_id!r} is not live", code=errors_pb2.CODE_STORE_NOT_FOUND) from None
+        if self.closed:
+            raise RuntimeError("the consumer is shut down")
+        return self.core.stub(address, store_pb2_grpc.ConsumerControlStub)
+
+    def send_back(
+        self,
+        topic: str,
+        message: MessageExt,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int | None = None,
+        uncounted: bool = False,
+        client_id: str = "",
+    ) -> SendBackResult:
+        """Have the store holding ``message`` (pulled from ``topic``) copy it to the
+        group's retry topic, or its dead-letter topic past the limit."""
+        request = store_pb2.SendBackRequest(
+            group=self.group,
+            commit_log_offset=message.commit_log_offset,
+            unique_id=message.unique_id or "",
+            delay_level=delay_level,
+            uncounted=uncounted,
+            client_id=client_id,
+        )
+        if max_reconsume_times is not None:
+            request.max_reconsume_times = max_reconsume_times
+        stub = self.store_stub(topic, message.store_id)
+        try:
+            response = call(stub.SendBack, request, timeout=self.timeout)
+        except UnavailableError:
+            self.core.routes.mark_stale(topic)
+            raise
+        r = response.result
+        return SendBackResult(
+            topic=r.queue.topic,
+            dead_lettered=response.dead_lettered,
+            reconsume_times=response.reconsume_times,
+            msg_id=r.msg_id,
+            offset_msg_id=r.offset_msg_id,
+            store_id=r.queue.store_id,
+            queue_id=r.queue.queue_id,
+            queue_offset=r.queue_offset,
+            duplicate=r.duplicate,
         )
 
     # -- membership ----------------------------------------------------------------------

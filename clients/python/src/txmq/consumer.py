@@ -23,7 +23,14 @@ import grpc
 
 from txmq._backoff import delay as backoff_delay
 from txmq._client import ClientCore, parse_endpoints
-from txmq._consumer_types import ConsumeFromWhere, ConsumeStatus, ExpressionType, PullResult, PullStatus
+from txmq._consumer_types import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    ExpressionType,
+    PullResult,
+    PullStatus,
+    SendBackResult,
+)
 from txmq._failures import FailureLog, retriable
 from txmq._orderly import OrderlyService, StoreLockCalls
 from txmq._process_queue import ProcessQueue, Timer
@@ -33,6 +40,7 @@ from txmq._subscription import Subscription, build_subscription
 from txmq.errors import BadRequestError, NotFoundError, TxmqError
 from txmq.message import MessageExt, MessageQueue
 from txmq.models import ServiceKind
+from txmq.protocol import PROPERTY_RETRY_TOPIC, RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from txmq.signing import Credentials
 from txmq.tls import TlsConfig
 from txmq.v1 import errors_pb2
@@ -47,6 +55,7 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "SendBackResult",
 ]
 
 log = logging.getLogger("txmq.consumer")
@@ -214,6 +223,45 @@ class PullConsumer:
         """The offset the queue's next message will get."""
         return self._run(lambda c: c.queue_range(mq))[1]
 
+    # -- retries -----------------------------------------------------------------------
+
+    def send_back(
+        self,
+        message: MessageExt,
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int | None = None,
+        uncounted: bool = False,
+    ) -> SendBackResult:
+        """Send a message this group failed to consume back to its store (RocketMQ's
+        consumerSendMsgBack): the store copies it to ``%RETRY%<group>``, due after a
+        delay level (0: by its count, 3 + count; 1..N: that level of the store's
+        ``message_delay_levels``), with its reconsume count one higher; once the count
+        would exceed ``max_reconsume_times`` (default: the group's ``retry_max_times``,
+        16), or with ``delay_level=-1``, to ``%DLQ%<group>`` instead. ``uncounted``: put
+        it back without counting (never dead-lettered because of this). The count is the
+        stored record's; sending the same record back again answers the first copy
+        (``duplicate``). Consume ``%RETRY%<group>`` to get the copies (their
+        ``RETRY_TOPIC`` property names the original topic). docs/consumers.md "Retries
+        and dead letters"."""
+        if delay_level < -1:
+            raise BadRequestError(
+                f"delay_level must be >= -1, not {delay_level}", code=errors_pb2.CODE_ILLEGAL_ARGUMENT
+            )
+        if max_reconsume_times is not None and max_reconsume_times < 0:
+            raise BadRequestError(
+                f"max_reconsume_times must be >= 0, not {max_reconsume_times}", code=errors_pb2.CODE_ILLEGAL_ARGUMENT
+            )
+        return self._run(
+            lambda c: c.send_back(
+                message.topic,
+                message,
+                delay_level=delay_level,
+                max_reconsume_times=max_reconsume_times,
+                uncounted=uncounted,
+            )
+        )
+
 
 class PushConsumer:
     """Consumes subscribed topics with a listener (RocketMQ's DefaultMQPushConsumer in
@@ -227,13 +275,16 @@ class PushConsumer:
     ``commit_interval`` seconds, when a queue is released and on shutdown; the
     committed offset is the lowest message not yet done.
 
-    A message whose listener returns ``RECONSUME_LATER`` (or raises) is delivered
-    again by this consumer after ``retry_backoff`` seconds (doubling up to
-    ``retry_backoff_max``), with ``reconsume_times`` counting up; while it waits, the
-    queue goes on but its commit point stays at that message, so a consumer that takes
-    the queue over delivers it again. After ``max_reconsume_times`` redeliveries it is
-    logged and skipped. (RocketMQ sends it back to a ``%RETRY%group`` topic and finally
-    to a dead-letter queue; txmq has neither yet.)
+    A message whose listener returns ``RECONSUME_LATER`` (or raises) is sent back to
+    the store that holds it, which copies it to ``%RETRY%<group>`` (subscribed by the
+    consumer itself), due after a delay level, with ``reconsume_times`` one higher; after
+    ``max_reconsume_times`` redeliveries it goes to ``%DLQ%<group>`` instead. A message
+    from the retry topic reaches the listener with its original topic.
+    ``RECONSUME_LATER_UNCOUNTED`` sends it back without counting. When the send-back
+    fails (the store down), the message is delivered again from memory after
+    ``retry_backoff`` seconds (doubling up to ``retry_backoff_max``) and skipped after
+    ``max_reconsume_times``; meanwhile the queue's commit point stays at it.
+    docs/consumers.md "Retries and dead letters".
 
     Errors: ``start()`` checks every subscription against the cluster (the topic's
     route, then one pull that answers at once, which the pull service validates as any
@@ -388,6 +439,8 @@ class PushConsumer:
         self._orderly_mode = bool(orderly)
         self._suspend_time = suspend_current_queue_time
         self._orderly: OrderlyService | None = None
+        # Failed messages go back to their store, to this topic (subscribed by start()).
+        self._retry_topic = retry_topic(group)
 
     # -- configuration -----------------------------------------------------------------
 
@@ -460,6 +513,9 @@ class PushConsumer:
             if self._state != "starting":  # shut down meanwhile
                 client.close()
                 return
+            # The group's retry topic, as RocketMQ's clustering mode subscribes it: every
+            # member the same way (it exists once a first message was sent back).
+            self._subs.setdefault(self._retry_topic, build_subscription(self._retry_topic, "*", ExpressionType.TAG))
             self._client = client
             self._timer = Timer(f"txmq-consumer-timer-{self.group}")
             self._dispatcher = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="txmq-consumer-pull")
@@ -697,7 +753,8 @@ class PushConsumer:
             try:
                 addresses.update(self._client.pull_addresses(topic))
             except TxmqError as err:
-                self._handle(("pull-addresses", topic), what, err)
+                if not self._retry_topic_absent(topic, err):
+                    self._handle(("pull-addresses", topic), what, err)
             else:
                 self._failures.recovered(("pull-addresses", topic), f"consumer {self.client_id}: {what}")
         return sorted(addresses)
@@ -748,7 +805,8 @@ class PushConsumer:
             try:
                 queues = sorted(self._client.route(topic).read_queues())
             except TxmqError as err:
-                self._handle(("route", topic), what, err)
+                if not self._retry_topic_absent(topic, err):
+                    self._handle(("route", topic), what, err)
                 continue
             self._failures.recovered(("route", topic), f"consumer {self.client_id}: {what}")
             mine = set(allocate_averagely(queues, list(view.members), self.client_id))
@@ -789,7 +847,10 @@ class PushConsumer:
         offset = self._client.fetch_offset(mq)
         if offset is None:
             low, high = self._client.queue_range(mq)
-            offset = low if self._consume_from is ConsumeFromWhere.FIRST_OFFSET else high
+            # A retry queue holds only this group's failed messages: all of them, always
+            # (RocketMQ's computePullFromWhere starts retry topics at 0 too).
+            first = self._consume_from is ConsumeFromWhere.FIRST_OFFSET or mq.topic == self._retry_topic
+            offset = low if first else high
             self._client.commit_offset(mq, offset)
         pq = ProcessQueue(mq, offset)
         pq.committed = offset
@@ -1075,6 +1136,8 @@ class PushConsumer:
             if pq.dropped:
                 return  # the queue moved on; whoever has it now delivers these
             pq.running += 1
+        if pq.mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            _restore_topics(messages)
         status = ConsumeStatus.RECONSUME_LATER
         try:
             answer = self._listener(list(messages))
@@ -1084,24 +1147,83 @@ class PushConsumer:
                 log.warning("consumer %s: the listener returned %r; taken as RECONSUME_LATER", self.client_id, answer)
         except Exception:  # a failing listener means "later", as in RocketMQ
             log.exception("consumer %s: the listener failed on %s; reconsuming later", self.client_id, pq.mq)
+        uncounted = status is ConsumeStatus.RECONSUME_LATER_UNCOUNTED
+        sent_back: list[MessageExt] = []
+        if status is not ConsumeStatus.CONSUME_SUCCESS and not pq.dropped:
+            sent_back = self._send_back(pq, messages, uncounted=uncounted)
         retry: list[MessageExt] = []
         with pq.lock:
             pq.running -= 1
             if status is ConsumeStatus.CONSUME_SUCCESS:
                 for m in messages:
                     pq.pending.pop(m.queue_offset, None)
-            elif not pq.dropped:
-                for m in messages:
-                    if m.reconsume_times >= self._max_reconsume_times:
-                        log.error(
-                            "consumer %s: message %s (%s offset %d) failed %d times; skipped",
-                            self.client_id, m.msg_id, pq.mq, m.queue_offset, m.reconsume_times + 1,
-                        )  # fmt: skip
-                        pq.pending.pop(m.queue_offset, None)
-                    else:
-                        m.reconsume_times += 1
-                        retry.append(m)
+            else:
+                for m in sent_back:  # the store holds a copy now: done here
+                    pq.pending.pop(m.queue_offset, None)
+                if not pq.dropped:
+                    taken = {id(m) for m in sent_back}
+                    retry = self._retry_locally(pq, [m for m in messages if id(m) not in taken], uncounted)
             pq.lock.notify_all()
         for m in retry:
-            delay = backoff_delay(m.reconsume_times, first=self._retry_backoff, maximum=self._retry_backoff_max)
+            delay = backoff_delay(max(1, m.reconsume_times), first=self._retry_backoff, maximum=self._retry_backoff_max)
             self._timer.call_later(delay, self._submit, pq, [m])
+
+    def _send_back(self, pq: ProcessQueue, messages: list[MessageExt], *, uncounted: bool) -> list[MessageExt]:
+        """Send failed messages back to the store that holds them (RocketMQ's
+        sendMessageBack): the store copies each to %RETRY%<group> (or past
+        max_reconsume_times to %DLQ%<group>). Returns the ones it took; the others (the
+        store down, any error) are retried locally, as RocketMQ does."""
+        assert self._client is not None
+        sent: list[MessageExt] = []
+        for m in messages:
+            what = f"sending back a failed message of {pq.mq}"
+            try:
+                result = self._client.send_back(
+                    pq.mq.topic, m, max_reconsume_times=self._max_reconsume_times, uncounted=uncounted,
+                    client_id=self.client_id,
+                )  # fmt: skip
+            except (TxmqError, RuntimeError, ValueError) as err:  # RuntimeError/ValueError: closed meanwhile
+                self._failures.failed(
+                    ("send-back", pq.mq.store_id), f"consumer {self.client_id}: {what} (retrying it locally)",
+                    err if isinstance(err, TxmqError) else TxmqError(str(err), retriable=True),
+                )  # fmt: skip
+                continue
+            self._failures.recovered(("send-back", pq.mq.store_id), f"consumer {self.client_id}: {what}")
+            if result.dead_lettered:
+                log.error(
+                    "consumer %s: message %s (%s offset %d) failed %d times; moved to %s",
+                    self.client_id, m.msg_id, pq.mq, m.queue_offset, result.reconsume_times, result.topic,
+                )  # fmt: skip
+            sent.append(m)
+        return sent
+
+    def _retry_locally(self, pq: ProcessQueue, messages: list[MessageExt], uncounted: bool) -> list[MessageExt]:
+        """Under ``pq.lock``: the messages to deliver again from memory (their send-back
+        failed); one that failed ``max_reconsume_times`` times is logged and skipped."""
+        retry: list[MessageExt] = []
+        for m in messages:
+            if uncounted:
+                retry.append(m)
+            elif m.reconsume_times >= self._max_reconsume_times:
+                log.error(
+                    "consumer %s: message %s (%s offset %d) failed %d times; skipped",
+                    self.client_id, m.msg_id, pq.mq, m.queue_offset, m.reconsume_times + 1,
+                )  # fmt: skip
+                pq.pending.pop(m.queue_offset, None)
+            else:
+                m.reconsume_times += 1
+                retry.append(m)
+        return retry
+
+    def _retry_topic_absent(self, topic: str, err: TxmqError) -> bool:
+        """The group's retry topic before its first send-back: not an error."""
+        return topic == self._retry_topic and err.code == errors_pb2.CODE_TOPIC_NOT_FOUND
+
+
+def _restore_topics(messages: list[MessageExt]) -> None:
+    """Messages of a retry topic get back the topic they were first consumed from (the
+    listener sees the original topic; reconsume_times is the record's)."""
+    for m in messages:
+        origin = m.properties.get(PROPERTY_RETRY_TOPIC)
+        if origin:
+            m.topic = origin

@@ -42,6 +42,9 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 #: On a retry or dead-letter copy, and on a message re-sent from a dead-letter topic: the
 #: unique id of the message it copies.
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+#: txmq: on a retry or dead-letter copy, ``<group>@<commit-log offset>`` of the record the
+#: group sent back (the store answers a repeated send-back of that record with this copy).
+PROPERTY_SENDBACK_OF = "TXMQ_SENDBACK_OF"
 
 # -- delayed messages (RocketMQ 5's timer properties, RocketMQ 4's delay levels) ----------
 
