@@ -18,11 +18,12 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
+from txmq.protocol import DELAY_PROPERTIES, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OFFSET, TIMER_TOPIC
 from txmq.records import ANY_QUEUE, BLANK_MAGIC, PHYSICAL_OFFSET_AT
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
@@ -87,6 +88,7 @@ from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
 from .replication import CONFIG, FENCES, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
 from .settings import StoreSettings
+from .timer import TICK_MS, Timer, delivery_time
 from .transactions import Fences, Transactions
 from .validation import (
     MessageEncoder,
@@ -118,8 +120,10 @@ def _not_found(code: int, what: str, **metadata: str) -> TxmqError:
 @dataclass(slots=True)
 class Appended:
     """A batch ``MessageStore.append_records`` wrote: the records, their commit-log and
-    queue offsets, for half messages the queue each is meant for, the commit log's end
-    after the batch and the store time given to them."""
+    queue offsets, for half messages (and for every record of a batch with delayed ones)
+    the queue each is meant for, the commit log's end after the batch and the store time
+    given to them. ``deliver_at``: per record, when a delayed one becomes visible (0: not
+    delayed); empty when none is delayed."""
 
     records: list[PreparedRecord]
     offsets: list[int]
@@ -127,6 +131,14 @@ class Appended:
     real_queues: list[tuple[str, int]]
     end: int
     store_timestamp_ms: int
+    deliver_at: list[int] = field(default_factory=list)
+
+    def reported_queue_offsets(self) -> list[int]:
+        """Queue offsets as answered: -1 for a delayed record (it has none until it is
+        delivered; its offset here is the timer queue's)."""
+        if not self.deliver_at:
+            return self.queue_offsets
+        return [-1 if at else q for q, at in zip(self.queue_offsets, self.deliver_at, strict=True)]
 
 
 class MessageStore:
@@ -211,6 +223,8 @@ class MessageStore:
         self._writes_ready = not self.replicated
         self.config_version = 0  # bumped by every topic / subscription-group change
         self.needs_resync = False
+        # Delayed messages (timer.py): delivered by the writable store only.
+        self.timer = Timer(self, path=paths.root / "timer" / "checkpoint", clock=clock)
 
     def _new_transactions(self) -> Transactions:
         return Transactions(
@@ -320,6 +334,7 @@ class MessageStore:
             (s.clean_files_interval_ms, self.clean_expired_files),
         ):
             self._tasks.append(loop.create_task(self._every(interval_ms, job)))
+        self._tasks.append(loop.create_task(self._run_timer()))
 
     async def _every(self, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
         while True:
@@ -345,6 +360,7 @@ class MessageStore:
         self._closed = True
         self._stop.set()
         await asyncio.gather(*self._tasks)
+        await self._timer_checkpoint()
         self._hub.close()
         if self._group_commit is not None:
             await self._group_commit.stop()
@@ -420,14 +436,28 @@ class MessageStore:
         may write system topics and set sysflag, reconsume times and the
         prepared-transaction offset. A half message's result names its real queue and
         carries the half record's queue offset (RocketMQ tranStateTableOffset)."""
-        status, records, offsets, queue_offsets, real_queues = await self.send_records(
+        appended = self.append_records(
             messages,
             producer_group=producer_group,
             transaction_prepared=transaction_prepared,
             born_host=born_host,
             system=system,
         )
+        status = await self.settle(appended)
+        records, offsets, queue_offsets, real_queues = (
+            appended.records,
+            appended.offsets,
+            appended.queue_offsets,
+            appended.real_queues,
+        )
         prefix = self._offset_msg_id_prefix
+        if appended.deliver_at:  # delayed messages among them: answered with their real queues
+            return [
+                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, "", at)
+                for rec, offset, qoff, (topic, qid), at in zip(
+                    records, offsets, appended.reported_queue_offsets(), real_queues, appended.deliver_at, strict=True
+                )
+            ]
         if transaction_prepared:
             return [
                 SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, rec.unique_id)
@@ -493,7 +523,8 @@ class MessageStore:
         prepare = encoder.prepare
         new_topics: dict[str, TopicConfig] = {}
         records: list[PreparedRecord] = []
-        real_queues: list[tuple[str, int]] = []  # half messages: the queue it is meant for
+        real_queues: list[tuple[str, int]] = []  # half and delayed messages: the queue it is meant for
+        deliver_at: list[int] = []  # filled once a delayed message is met
         cfg: TopicConfig | None = None
         for i, msg in enumerate(messages):
             if cfg is None or cfg.name != msg.topic:  # batches mostly share one topic
@@ -502,6 +533,37 @@ class MessageStore:
             if queue_id is None or not 0 <= queue_id < cfg.write_queue_nums:  # else: as _queue_for_send
                 queue_id = self._queue_for_send(cfg, queue_id, i)
             sys_flag = msg.sys_flag if system else 0
+            props = msg.properties
+            if props and not DELAY_PROPERTIES.isdisjoint(props):
+                if transaction_prepared:
+                    raise error(
+                        errors_pb2.CODE_MESSAGE_TYPE_CONFLICT,
+                        "a transactional message cannot be delayed (RocketMQ #10260): send it without "
+                        f"{'/'.join(sorted(DELAY_PROPERTIES & props.keys()))}, or not as a transaction",
+                        index=str(i),
+                    )  # fmt: skip
+                at = delivery_time(
+                    props, now_ms=now, levels_ms=s.delay_levels_ms, max_delay_ms=s.timer_max_delay_ms, index=i
+                )
+                if at:
+                    if not deliver_at:
+                        deliver_at = [0] * len(records)
+                        real_queues = [(r.topic, r.queue_id) for r in records]
+                    deliver_at.append(at)
+                    real_queues.append((cfg.name, queue_id))
+                    extra = {
+                        PROPERTY_REAL_TOPIC: cfg.name,
+                        PROPERTY_REAL_QUEUE_ID: str(queue_id),
+                        PROPERTY_TIMER_DELIVER_MS: str(at),
+                    }
+                    user = {k: v for k, v in props.items() if k not in DELAY_PROPERTIES}
+                    rec = prepare(replace(msg, properties=user), i, TIMER_TOPIC, 0, extra, 0)
+                    rec.tag_code = at  # the timer queue's unit holds the delivery time
+                    records.append(rec)
+                    continue
+            if deliver_at:
+                deliver_at.append(0)
+                real_queues.append((cfg.name, queue_id))
             if transaction_prepared:
                 real_queues.append((cfg.name, queue_id))
                 extra = {
@@ -513,7 +575,7 @@ class MessageStore:
                 records.append(prepare(msg, i, TRANS_HALF_TOPIC, 0, extra, sys_flag & ~TRANSACTION_TYPE_MASK))
             else:
                 records.append(prepare(msg, i, cfg.name, queue_id, None, sys_flag))
-        return self._append_prepared(records, new_topics, real_queues, now)
+        return self._append_prepared(records, new_topics, real_queues, now, deliver_at)
 
     def append_packed(
         self,
@@ -560,6 +622,9 @@ class MessageStore:
         cfg: TopicConfig | None = None
         total_body = 0
         for i, pos, rec in self._sent_records(frame, _born_host(born_host), now):
+            if rec.user_properties and not DELAY_PROPERTIES.isdisjoint(rec.user_properties):
+                # A delayed record is rewritten to the timer topic, as a half message is.
+                return self._append_delayed_packed(blob, born_host=born_host, may_publish=may_publish, now=now)
             total_body += len(rec.body)
             if cfg is None or cfg.name != rec.topic:
                 if may_publish is not None:
@@ -572,6 +637,30 @@ class MessageStore:
             records.append(rec)
         self._check_batch_size(len(records), total_body)
         return self._append_prepared(records, new_topics, [], now)
+
+    def _append_delayed_packed(
+        self, blob: bytes, *, born_host: str, may_publish: Callable[[str], None] | None, now: int
+    ) -> Appended:
+        """A frame with delayed records: each record taken as a message and stored as
+        ``append_records`` stores it (delayed ones go to the timer topic)."""
+        messages = [
+            OutgoingMessage(
+                rec.topic,
+                bytes(rec.body),
+                rec.tags,
+                rec.keys,
+                dict(rec.user_properties),
+                rec.unique_id,
+                rec.flag,
+                None if rec.queue_id == ANY_QUEUE else rec.queue_id,
+                rec.born_timestamp_ms,
+            )
+            for _, _, rec in self._sent_records(bytearray(blob), UNKNOWN_HOST, now)
+        ]
+        if may_publish is not None:
+            for topic in {m.topic for m in messages}:
+                may_publish(topic)
+        return self.append_records(messages, born_host=born_host)
 
     def _sent_records(self, frame: bytearray, born_host: bytes, now: int) -> Iterator[tuple[int, int, PreparedRecord]]:
         """(index, position, record) of each record of a sent frame, checked; at most
@@ -623,6 +712,7 @@ class MessageStore:
         new_topics: dict[str, TopicConfig],
         real_queues: list[tuple[str, int]],
         now: int,
+        deliver_at: list[int] | None = None,
     ) -> Appended:
         """Append validated records (topics to create in ``new_topics``)."""
         # Valid. Room on disk for the records and their queue and index entries?
@@ -658,7 +748,7 @@ class MessageStore:
         else:
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
         store_metrics.count_in(records)
-        return Appended(records, offsets, queue_offsets, real_queues, end, now)
+        return Appended(records, offsets, queue_offsets, real_queues, end, now, deliver_at or [])
 
     async def settle(self, appended: Appended) -> SendStatus:
         """Acknowledge an append per the flush mode: async, at once; sync, once the
@@ -772,6 +862,134 @@ class MessageStore:
         while pending and pending[0][0] <= durable_offset:
             end, records, offsets, queue_offsets, now = pending.popleft()
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
+
+    # -- delayed messages (timer.py) ------------------------------------------------------
+
+    def _timer_may_run(self) -> bool:
+        """Timers are delivered by the writable store only: a replicated group's leader
+        once it took writes; never by a follower."""
+        if self._closed or not self._writable or self.commitlog.broken:
+            return False
+        return not self.replicated or (self.leadership is not None and self._writes_ready)
+
+    async def _run_timer(self) -> None:
+        """Every TICK_MS: (de)activate the timer as the store becomes (un)writable,
+        deliver what is due; write the timer checkpoint every
+        flush_consume_queue_interval_ms."""
+        timer = self.timer
+        loop = asyncio.get_running_loop()
+        next_checkpoint = loop.time() + self.settings.flush_consume_queue_interval_ms / 1000
+        while not self._stop.is_set():
+            try:
+                if self._timer_may_run():
+                    if not timer.active:
+                        timer.activate()
+                    await timer.tick()
+                    if loop.time() >= next_checkpoint:
+                        next_checkpoint = loop.time() + self.settings.flush_consume_queue_interval_ms / 1000
+                        await timer.checkpoint()
+                elif timer.active:
+                    timer.deactivate()
+            except Exception:
+                log.exception("the timer's delivery failed; it starts again from its checkpoint")
+                timer.deactivate()
+            try:
+                await asyncio.wait_for(self._stop.wait(), TICK_MS / 1000)
+            except TimeoutError:
+                pass
+
+    async def _timer_checkpoint(self) -> None:
+        try:
+            await self.timer.checkpoint()
+        except Exception:
+            log.exception("writing the timer checkpoint failed")
+
+    def timer_queue_bounds(self) -> tuple[int, int]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        return (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
+
+    def timer_units(self, offset: int, max_units: int) -> list[tuple[int, int, int]]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        if cq is None:
+            return []
+        out: list[tuple[int, int, int]] = []
+        while len(out) < max_units and offset < cq.max_offset:
+            units = cq.read_units(offset, max_units - len(out))
+            if units is None:  # expired: its file is gone
+                return out
+            got = list(UNIT.iter_unpack(units))
+            if not got:
+                break
+            out.extend(got)
+            offset += len(got)
+        return out
+
+    def timer_record(self, commit_log_offset: int) -> StoredMessage | None:
+        return self._read_record(commit_log_offset, boundary=True)
+
+    def timer_copy_exists(self, record: StoredMessage, timer_offset: int) -> bool:
+        """Whether the real topic holds a delivered copy of this timer record: a record
+        after it with its unique id, in its real topic, carrying its timer-queue offset
+        (TXMQ_TIMER_OFFSET) and its body."""
+        real = record.properties.get(PROPERTY_REAL_TOPIC)
+        want = str(timer_offset)
+        dispatched = self._dispatcher.dispatched_offset
+        for offset in self._dispatcher.index.lookup(
+            unique_id_hash(record.unique_id), begin_ms=0, end_ms=END_OF_TIME_MS
+        ):
+            if not record.commit_log_offset < offset < dispatched:
+                continue
+            try:
+                msg = self._read_record(offset, boundary=True)
+            except TxmqError:
+                continue
+            if (
+                msg is not None
+                and msg.topic == real
+                and msg.properties.get(PROPERTY_TIMER_OFFSET) == want
+                and msg.body_crc == record.body_crc
+            ):
+                return True
+        return False
+
+    def timer_append(self, messages: list[OutgoingMessage]) -> Appended:
+        return self.append_records(messages, system=True)
+
+    async def timer_settle(self, appended: Appended) -> SendStatus:
+        return await self.settle(appended)
+
+    async def timer_flush(self, upto: int) -> None:
+        if upto > self.commitlog.flushed_offset:
+            await asyncio.to_thread(self.commitlog.flush, upto)
+
+    def timer_batch_limits(self) -> tuple[int, int]:
+        return self.settings.max_batch_messages, self.settings.max_batch_bytes
+
+    def timer_queue_writable(self, topic: str, queue_id: int) -> int | None:
+        cfg = self._topics.get(topic)
+        if cfg is None:
+            raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {topic}", topic=topic)
+        return queue_id if 0 <= queue_id < cfg.write_queue_nums else None
+
+    def _timer_keep_from(self) -> int | None:
+        """The commit-log offset of the oldest pending timer record (retention keeps it)."""
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        if cq is None or cq.max_offset == cq.min_offset:
+            return None
+        low = self.timer.keep_from()
+        low = cq.min_offset if low is None else max(low, cq.min_offset)
+        if not self.timer.active:
+            # A follower (or a store whose timer has not started): keep from the first
+            # timer not yet due, for a leader to come.
+            now = self._clock()
+            stop = min(cq.max_offset, low + 100_000)  # bounded: at worst it keeps more
+            while low < stop:
+                unit = cq.unit(low)
+                if unit is None or (unit[1] and unit[2] > now):
+                    break
+                low += 1
+        unit = cq.unit(low)
+        return None if unit is None else unit[0]
 
     # -- replicated store groups (docs/replication.md) -------------------------------------
 
@@ -1580,6 +1798,9 @@ class MessageStore:
         if reserved == 0:
             return 0
         keep_from = min(self._dispatcher.dispatched_offset, self.commitlog.flushed_offset)
+        timers_from = self._timer_keep_from()
+        if timers_from is not None:
+            keep_from = min(keep_from, timers_from)
         deleted = self.commitlog.delete_segments(expired_before_ms=self._clock() - reserved, keep_from=keep_from)
         if deleted:
             lo = self.commitlog.min_offset

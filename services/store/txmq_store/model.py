@@ -91,6 +91,8 @@ class SendResult:
     queue_offset: int
     commit_log_offset: int
     transaction_id: str = ""
+    # A delayed message: when it becomes visible (queue_offset is -1 until then).
+    deliver_at_ms: int = 0
 
 
 @dataclass(slots=True)
