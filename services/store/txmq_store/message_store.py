@@ -334,6 +334,8 @@ class MessageStore:
             (s.clean_files_interval_ms, self.clean_expired_files),
         ):
             self._tasks.append(loop.create_task(self._every(interval_ms, job)))
+        if self._timer_may_run():
+            self.timer.activate()  # a store that is writable at once: pending timers filed now
         self._tasks.append(loop.create_task(self._run_timer()))
 
     async def _every(self, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
