@@ -46,6 +46,7 @@ from txmq.protocol import (
 )
 from txmq.v1 import errors_pb2
 
+from . import metrics as store_metrics
 from .fileio import read_json, write_json_atomically
 from .model import OutgoingMessage, SendStatus, StoredMessage
 
@@ -398,6 +399,7 @@ class Timer:
             if batch:
                 sent = await self._append(batch)
                 self.delivered_total += sent
+                store_metrics.TIMER_DELIVERED.inc(sent)
                 self.last_lag_ms = max(0, self._clock() - min(deliver_ms))
             self._progress = i
 
