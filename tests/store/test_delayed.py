@@ -128,9 +128,8 @@ async def test_a_delayed_transactional_message_is_a_type_conflict(store: Message
 
 
 async def test_a_batch_mixing_delayed_and_immediate(store: MessageStore, clock: ManualClock) -> None:
-    results = await store.send(
-        [msg(b"now1", queue_id=2), msg(b"later", queue_id=2, properties={"TIMER_DELAY_SEC": "5"}), msg(b"now2", queue_id=2)]
-    )
+    later = msg(b"later", queue_id=2, properties={"TIMER_DELAY_SEC": "5"})
+    results = await store.send([msg(b"now1", queue_id=2), later, msg(b"now2", queue_id=2)])
     assert [(r.queue_id, r.queue_offset, r.deliver_at_ms) for r in results] == [
         (2, 0, 0), (2, -1, T0_MS + 5_000), (2, 1, 0),
     ]  # fmt: skip

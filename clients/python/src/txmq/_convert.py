@@ -107,6 +107,7 @@ def send_result_from_proto(pb: store_pb2.SendResult) -> SendResult:
         queue_offset=pb.queue_offset,
         commit_log_offset=pb.commit_log_offset,
         transaction_id=pb.transaction_id or None,
+        deliver_at_ms=pb.deliver_at_ms,
     )
 
 
@@ -133,6 +134,7 @@ def send_results_from_proto(pbs: Iterable[store_pb2.SendResult]) -> list[SendRes
                 pb.queue_offset,
                 pb.commit_log_offset,
                 pb.transaction_id or None,
+                pb.deliver_at_ms,
             )
         )
     return out
