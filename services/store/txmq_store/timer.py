@@ -283,6 +283,7 @@ class Timer:
         self._delivered_end = 0  # commit-log end after the last settled delivery
         self.delivered_total = 0
         self.duplicates_skipped = 0
+        self._duplicates_logged = 0
         self.dropped_total = 0
         self.last_lag_ms = 0
 
@@ -369,6 +370,12 @@ class Timer:
             if paused:
                 break
             self._through = max(self._through, second)
+        if self.duplicates_skipped > self._duplicates_logged:
+            log.info(
+                "timer: %d timers were delivered before the last restart or failover; not delivered again",
+                self.duplicates_skipped - self._duplicates_logged,
+            )
+            self._duplicates_logged = self.duplicates_skipped
         return delivered
 
     async def _deliver(self, offsets: array) -> None:
