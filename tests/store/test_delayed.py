@@ -153,14 +153,14 @@ async def test_many_timers_of_one_second_go_out_in_few_appends(stores: StoreFact
     clock.advance(3_000)
     end_before = store.commitlog.write_offset
     appends = 0
-    real = store.append_records
+    real = store.timer_append
 
     def counting(*args: Any, **kw: Any) -> Any:
         nonlocal appends
         appends += 1
         return real(*args, **kw)
 
-    store.append_records = counting  # type: ignore[method-assign]
+    store.timer_append = counting  # type: ignore[method-assign]
     assert await deliver(store) == 500
     assert appends == 5 and store.commitlog.write_offset > end_before
     assert len({m.unique_id for m in visible(store)}) == 500
@@ -221,3 +221,35 @@ async def test_send_batch_over_grpc_answers_the_real_queue(grpc_store: GrpcStore
         )
     )
     assert one.result.queue_offset == -1 and one.result.deliver_at_ms == T0_MS + 4_000
+
+
+async def test_a_restart_without_the_timer_checkpoint_finds_what_was_delivered(
+    stores: StoreFactory, clock: ManualClock
+) -> None:
+    store = await stores.open()
+    store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
+    await store.send([msg(b"%d" % i, keys=(f"k{i}",), properties={"TIMER_DELAY_SEC": "5"}) for i in range(10)])
+    await store.send([msg(b"late", properties={"TIMER_DELAY_SEC": "50"})])
+    clock.advance(5_000)
+    assert await deliver(store) == 10
+    await store.close()
+    stores.opened.remove(store)
+    (store.timer.path).unlink()  # as if the process died before its first timer checkpoint
+    again = await stores.open()
+    assert again.timer.wheel.pending == 11  # filed again, each checked before delivery
+    clock.advance(45_000)
+    await deliver(again)
+    assert again.timer.duplicates_skipped == 10
+    assert sorted(m.body for m in visible(again)) == sorted([b"%d" % i for i in range(10)] + [b"late"])
+
+
+async def test_a_delayed_message_to_a_deleted_topic_is_dropped_the_others_delivered(
+    store: MessageStore, clock: ManualClock
+) -> None:
+    store.create_topic("Other", read_queue_nums=1, write_queue_nums=1)
+    await store.send([msg(b"gone", topic="Other", properties={"TIMER_DELAY_SEC": "5"})])
+    await store.send([msg(b"kept", properties={"TIMER_DELAY_SEC": "5"})])
+    store.delete_topic("Other")
+    clock.advance(5_000)
+    await deliver(store)
+    assert [m.body for m in visible(store)] == [b"kept"] and store.timer.dropped_total == 1

@@ -4,8 +4,10 @@ clock is a ManualClock: nothing sleeps."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.clock import ManualClock
@@ -14,7 +16,7 @@ from txmq.errors import TxmqError, error
 from txmq.protocol import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OFFSET
 from txmq.v1 import errors_pb2 as E
 from txmq_store.model import OutgoingMessage, SendStatus, StoredMessage
-from txmq_store.timer import Timer, TimerCheckpoint, TimerWheel, delivery_time, due_second
+from txmq_store.timer import DROPPED, DUPLICATE, Timer, TimerCheckpoint, TimerWheel, delivery_time, due_second
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 
@@ -118,6 +120,7 @@ class FakeHost:
         self.fail_next: TxmqError | None = None
         self.flushed = 0
         self.topics = {"T": 4}
+        self.copy_checks = 0
 
     def schedule(self, deliver_ms: int, *, topic: str = "T", queue_id: int = 1) -> int:
         offset = len(self.timers)
@@ -138,13 +141,32 @@ class FakeHost:
     def timer_units(self, offset: int, max_units: int) -> list[tuple[int, int, int]]:
         return [(1000 + o, 100, self.timers[o][0]) for o in range(offset, min(offset + max_units, len(self.timers)))]
 
-    def timer_record(self, commit_log_offset: int) -> StoredMessage | None:
-        return self.timers[commit_log_offset - 1000][1]
+    def timer_units_at(self, offsets: Sequence[int]) -> list[tuple[int, int, int] | None]:
+        return [(1000 + o, 100, self.timers[o][0]) if o < len(self.timers) else None for o in offsets]
 
-    def timer_copy_exists(self, record: StoredMessage, timer_offset: int) -> bool:
+    def timer_copies(self, entries: Sequence[tuple[int, int, int]], check_below: int) -> list[Any]:
+        out: list[Any] = []
+        for offset, phys, _ in entries:
+            record = self.timers[phys - 1000][1]
+            props = dict(record.properties)
+            topic = props.pop(PROPERTY_REAL_TOPIC)
+            queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID))
+            if topic not in self.topics:
+                out.append(DROPPED)
+            elif offset < check_below and self.copy_exists(record.unique_id, offset):
+                out.append(DUPLICATE)
+            else:
+                props[PROPERTY_TIMER_OFFSET] = str(offset)
+                queue = queue_id if queue_id < self.topics[topic] else None
+                copy = OutgoingMessage(topic, record.body, record.tags, record.keys, props, record.unique_id)
+                copy.queue_id, copy.born_timestamp_ms = queue, record.born_timestamp_ms
+                out.append(copy)
+        return out
+
+    def copy_exists(self, unique_id: str, offset: int) -> bool:
+        self.copy_checks += 1
         return any(
-            m.unique_id == record.unique_id and m.properties[PROPERTY_TIMER_OFFSET] == str(timer_offset)
-            for m in self.delivered
+            m.unique_id == unique_id and m.properties[PROPERTY_TIMER_OFFSET] == str(offset) for m in self.delivered
         )
 
     def timer_append(self, messages: list[OutgoingMessage]) -> Appended:
@@ -163,11 +185,6 @@ class FakeHost:
 
     def timer_batch_limits(self) -> tuple[int, int]:
         return 3, 1 << 20
-
-    def timer_queue_writable(self, topic: str, queue_id: int) -> int | None:
-        if topic not in self.topics:
-            raise error(E.CODE_TOPIC_NOT_FOUND, f"topic {topic} not found")
-        return queue_id if queue_id < self.topics[topic] else None
 
 
 @pytest.fixture
@@ -297,17 +314,9 @@ async def test_timers_filed_after_the_rebuild_are_not_checked(tmp_path: Path, cl
     host = FakeHost()
     timer = new_timer(host, tmp_path, clock)
     host.schedule(NOW + 2_000)
-    copies = 0
-
-    def counting(record: StoredMessage, offset: int) -> bool:
-        nonlocal copies
-        copies += 1
-        return False
-
-    host.timer_copy_exists = counting  # type: ignore[method-assign]
     clock.advance(2_000)
     await timer.tick()
-    assert copies == 0  # ingested by this run: it cannot have been delivered before
+    assert host.copy_checks == 0  # ingested by this run: it cannot have been delivered before
 
 
 @ASYNC

@@ -21,10 +21,11 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from txmq.codec_native import fields as record_fields
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
 from txmq.protocol import DELAY_PROPERTIES, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OFFSET, TIMER_TOPIC
-from txmq.records import ANY_QUEUE, BLANK_MAGIC, PHYSICAL_OFFSET_AT
+from txmq.records import ANY_QUEUE, BLANK_MAGIC, NAME_VALUE_SEPARATOR, PHYSICAL_OFFSET_AT, PROPERTY_SEPARATOR
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
 from txmq_runtime.clock import Clock as MonotonicClock
@@ -42,6 +43,7 @@ from .codec import (
     PreparedRecord,
     decode_record,
     encode_host,
+    encode_tail,
     read_size_and_magic,
     read_store_timestamp,
     set_queue_id,
@@ -67,10 +69,14 @@ from .flush import GroupCommit, PeriodicFlusher
 from .index import message_key_hash, unique_id_hash
 from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, corrupted, disk_full, is_disk_full
 from .model import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
     TRANSACTION_TYPE_MASK,
     ConsumeOffsetView,
     GetMessageResult,
@@ -88,11 +94,14 @@ from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
 from .replication import CONFIG, FENCES, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
 from .settings import StoreSettings
+from .timer import DROPPED as TIMER_DROPPED
+from .timer import DUPLICATE as TIMER_DUPLICATE
 from .timer import TICK_MS, Timer, delivery_time
 from .transactions import Fences, Transactions
 from .validation import (
     MessageEncoder,
     MessageLimits,
+    cached_tag_code,
     check_config_size,
     check_group_name,
     check_topic_attributes,
@@ -111,6 +120,8 @@ END_OF_TIME_MS = 2**63 - 1
 #: Decisions read into the decision book at start at most (it is a cache: the index
 #: answers the rest), so a long op queue does not slow a restart down.
 WARM_DECISIONS_MAX = 20_000
+#: The timer reads the records of due timers that lie back to back up to this many bytes at once.
+TIMER_READ_BYTES = 4 * 1024 * 1024
 
 
 def _not_found(code: int, what: str, **metadata: str) -> TxmqError:
@@ -224,6 +235,7 @@ class MessageStore:
         self.config_version = 0  # bumped by every topic / subscription-group change
         self.needs_resync = False
         # Delayed messages (timer.py): delivered by the writable store only.
+        self._delay_levels_ms = settings.delay_levels_ms
         self.timer = Timer(self, path=paths.root / "timer" / "checkpoint", clock=clock)
 
     def _new_transactions(self) -> Transactions:
@@ -536,7 +548,7 @@ class MessageStore:
                 queue_id = self._queue_for_send(cfg, queue_id, i)
             sys_flag = msg.sys_flag if system else 0
             props = msg.properties
-            if props and not DELAY_PROPERTIES.isdisjoint(props):
+            if props and not DELAY_PROPERTIES.isdisjoint(props) and not (system and PROPERTY_TIMER_OFFSET in props):
                 if transaction_prepared:
                     raise error(
                         errors_pb2.CODE_MESSAGE_TYPE_CONFLICT,
@@ -545,7 +557,7 @@ class MessageStore:
                         index=str(i),
                     )  # fmt: skip
                 at = delivery_time(
-                    props, now_ms=now, levels_ms=s.delay_levels_ms, max_delay_ms=s.timer_max_delay_ms, index=i
+                    props, now_ms=now, levels_ms=self._delay_levels_ms, max_delay_ms=s.timer_max_delay_ms, index=i
                 )
                 if at:
                     if not deliver_at:
@@ -895,8 +907,12 @@ class MessageStore:
             except Exception:
                 log.exception("the timer's delivery failed; it starts again from its checkpoint")
                 timer.deactivate()
+            delay = TICK_MS / 1000
+            first = timer.wheel.first_second() if timer.active else None
+            if first is not None:  # wake at the second a timer is due, not up to a tick later
+                delay = min(delay, max(0.0, (first * 1000 - self._clock()) / 1000))
             try:
-                await asyncio.wait_for(self._stop.wait(), TICK_MS / 1000)
+                await asyncio.wait_for(self._stop.wait(), delay)
             except TimeoutError:
                 pass
 
@@ -926,20 +942,108 @@ class MessageStore:
             offset += len(got)
         return out
 
-    def timer_record(self, commit_log_offset: int) -> StoredMessage | None:
-        return self._read_record(commit_log_offset, boundary=True)
+    def timer_units_at(self, offsets: Sequence[int]) -> list[tuple[int, int, int] | None]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        if cq is None:
+            return [None] * len(offsets)
+        out: list[tuple[int, int, int] | None] = []
+        i, n = 0, len(offsets)
+        while i < n:
+            j = i + 1
+            while j < n and offsets[j] == offsets[j - 1] + 1:
+                j += 1  # a run of consecutive offsets: one read
+            units = cq.read_units(offsets[i], j - i)
+            got = list(UNIT.iter_unpack(units)) if units else []
+            out.extend(got)
+            out.extend(cq.unit(offsets[k]) for k in range(i + len(got), j))  # past a file's end
+            i = j
+        return out
 
-    def timer_copy_exists(self, record: StoredMessage, timer_offset: int) -> bool:
-        """Whether the real topic holds a delivered copy of this timer record: a record
-        after it with its unique id, in its real topic, carrying its timer-queue offset
+    def timer_copies(self, entries: Sequence[tuple[int, int, int]], check_below: int) -> list[PreparedRecord | str]:
+        """The real messages of timer records (timer-queue offset, commit-log offset,
+        size), built from the records' bytes: records that lie back to back are read
+        with one pread, each is CRC-checked, and its copy keeps body (and body CRC),
+        flag, born time and host, reconsume times, unique id, tags, keys and user
+        properties; REAL_TOPIC / REAL_QID go, TXMQ_TIMER_OFFSET comes. An entry below
+        ``check_below`` whose copy the real topic already holds is DUPLICATE."""
+        out: list[PreparedRecord | str] = []
+        cl = self.commitlog
+        i, n = 0, len(entries)
+        while i < n:
+            start = entries[i][1]
+            j, end = i + 1, start + entries[i][2]
+            while j < n and entries[j][1] == end and end - start < TIMER_READ_BYTES:
+                end += entries[j][2]  # records back to back: one read
+                j += 1
+            span = cl.read(start, end - start)
+            for timer_offset, phys, size in entries[i:j]:
+                try:
+                    if span is None:
+                        buf, pos = cl.read(phys, size), 0
+                        if buf is None:
+                            raise CorruptRecord(f"no record of {size} bytes at {phys} (its segment expired?)")
+                    else:
+                        buf, pos = span, phys - start
+                    verify_record(buf, pos, phys)
+                    out.append(self._timer_copy(buf, pos, timer_offset, check_below))
+                except CorruptRecord as exc:
+                    self._corruption.report(phys, str(exc))
+                    log.error("timer %d: its record at %d cannot be read (%s); not delivered", timer_offset, phys, exc)
+                    out.append(TIMER_DROPPED)
+            i = j
+        return out
+
+    def _timer_copy(self, buf: bytes, pos: int, timer_offset: int, check_below: int) -> PreparedRecord | str:
+        (_, body_crc, _, flag, _, phys, _, born_ts, born_host, _, _, reconsume, _, body, _, text) = record_fields(
+            buf, pos
+        )
+        props: dict[str, str] = {}
+        unique_id = tags = ""
+        keys: tuple[str, ...] = ()
+        for item in text[:-1].split(PROPERTY_SEPARATOR):
+            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+            if name == PROPERTY_UNIQ_KEY:
+                unique_id = value
+            elif name == PROPERTY_TAGS:
+                tags = value
+            elif name == PROPERTY_KEYS:
+                keys = tuple(value.split(KEY_SEPARATOR))
+            else:
+                props[name] = value
+        topic = props.pop(PROPERTY_REAL_TOPIC, "")
+        real_queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
+        cfg = self._topics.get(topic)
+        if cfg is None:
+            log.warning("timer %d: topic %r is gone; its delayed message %s is not delivered", timer_offset, topic,
+                        unique_id)  # fmt: skip
+            return TIMER_DROPPED
+        if timer_offset < check_below and self._timer_copy_exists(topic, unique_id, timer_offset, phys, body_crc):
+            return TIMER_DUPLICATE
+        queue_id = int(real_queue) if real_queue.isdigit() else -1
+        if not 0 <= queue_id < cfg.write_queue_nums:
+            queue_id = self._queue_for_send(cfg, None, 0) if cfg.write_queue_nums else 0
+        props[PROPERTY_TIMER_OFFSET] = str(timer_offset)
+        encoded = "".join(
+            [f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}{unique_id}{PROPERTY_SEPARATOR}"]
+            + ([f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{tags}{PROPERTY_SEPARATOR}"] if tags else [])
+            + ([f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{KEY_SEPARATOR.join(keys)}{PROPERTY_SEPARATOR}"] if keys else [])
+            + [f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items()]
+        ).encode()
+        tail = encode_tail(topic, encoded)
+        return PreparedRecord(
+            topic, queue_id, flag, 0, born_ts, born_host, reconsume, 0, body, body_crc, tail,
+            HEADER_SIZE + len(body) + len(tail), cached_tag_code(tags) if tags else 0, tags, keys, unique_id,
+            props, None, True, True,
+        )  # fmt: skip
+
+    def _timer_copy_exists(self, topic: str, unique_id: str, timer_offset: int, after: int, body_crc: int) -> bool:
+        """Whether ``topic`` holds a delivered copy of a timer record (at ``after``): a
+        record after it with its unique id, carrying its timer-queue offset
         (TXMQ_TIMER_OFFSET) and its body."""
-        real = record.properties.get(PROPERTY_REAL_TOPIC)
         want = str(timer_offset)
         dispatched = self._dispatcher.dispatched_offset
-        for offset in self._dispatcher.index.lookup(
-            unique_id_hash(record.unique_id), begin_ms=0, end_ms=END_OF_TIME_MS
-        ):
-            if not record.commit_log_offset < offset < dispatched:
+        for offset in self._dispatcher.index.lookup(unique_id_hash(unique_id), begin_ms=0, end_ms=END_OF_TIME_MS):
+            if not after < offset < dispatched:
                 continue
             try:
                 msg = self._read_record(offset, boundary=True)
@@ -947,15 +1051,16 @@ class MessageStore:
                 continue
             if (
                 msg is not None
-                and msg.topic == real
+                and msg.topic == topic
                 and msg.properties.get(PROPERTY_TIMER_OFFSET) == want
-                and msg.body_crc == record.body_crc
+                and msg.body_crc == body_crc
             ):
                 return True
         return False
 
-    def timer_append(self, messages: list[OutgoingMessage]) -> Appended:
-        return self.append_records(messages, system=True)
+    def timer_append(self, copies: list[PreparedRecord]) -> Appended:
+        self._check_writable()
+        return self._append_prepared(copies, {}, [], self._clock())
 
     async def timer_settle(self, appended: Appended) -> SendStatus:
         return await self.settle(appended)
@@ -966,12 +1071,6 @@ class MessageStore:
 
     def timer_batch_limits(self) -> tuple[int, int]:
         return self.settings.max_batch_messages, self.settings.max_batch_bytes
-
-    def timer_queue_writable(self, topic: str, queue_id: int) -> int | None:
-        cfg = self._topics.get(topic)
-        if cfg is None:
-            raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {topic}", topic=topic)
-        return queue_id if 0 <= queue_id < cfg.write_queue_nums else None
 
     def _timer_keep_from(self) -> int | None:
         """The commit-log offset of the oldest pending timer record (retention keeps it)."""

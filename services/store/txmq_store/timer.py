@@ -37,18 +37,15 @@ from txmq.errors import TxmqError, error
 from txmq.protocol import (
     DELAY_PROPERTIES,
     PROPERTY_DELAY_LEVEL,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
-    PROPERTY_TIMER_OFFSET,
 )
 from txmq.v1 import errors_pb2
 
 from . import metrics as store_metrics
 from .fileio import read_json, write_json_atomically
-from .model import OutgoingMessage, SendStatus, StoredMessage
+from .model import SendStatus
 
 log = logging.getLogger("txmq.store.timer")
 
@@ -61,18 +58,6 @@ TICK_MS = 100
 INGEST_CHUNK = 4_096
 #: Delay values have at most this many digits (ms since the epoch need 13).
 MAX_DIGITS = 18
-#: A store error that means "not now" (leadership lost, storage refusing writes): the
-#: batch goes back into the wheel and the timer stops until the store is writable.
-_TRANSIENT = frozenset(
-    {
-        errors_pb2.CODE_NOT_LEADER,
-        errors_pb2.CODE_SERVICE_NOT_READY,
-        errors_pb2.CODE_SERVICE_NOT_WRITABLE,
-        errors_pb2.CODE_DISK_FULL,
-        errors_pb2.CODE_STORAGE_ERROR,
-        errors_pb2.CODE_UPSTREAM_TIMEOUT,
-    }
-)
 
 
 def delivery_time(
@@ -217,12 +202,19 @@ class TimerHost(Protocol):
         """(commit-log offset, size, delivery ms) of the units from ``offset``."""
         ...
 
-    def timer_record(self, commit_log_offset: int) -> StoredMessage | None: ...
+    def timer_units_at(self, offsets: Sequence[int]) -> list[tuple[int, int, int] | None]:
+        """The unit at each of ``offsets`` (ascending), None where there is none."""
+        ...
 
-    def timer_copy_exists(self, record: StoredMessage, timer_offset: int) -> bool: ...
+    def timer_copies(self, entries: Sequence[tuple[int, int, int]], check_below: int) -> list[Any]:
+        """For each (timer-queue offset, commit-log offset, size): the real message to
+        append (an object with ``body``), or ``DUPLICATE`` (an entry below
+        ``check_below`` whose copy the real topic already holds) or ``DROPPED``
+        (unreadable, no such topic any more: logged)."""
+        ...
 
-    def timer_append(self, messages: list[OutgoingMessage]) -> Any:
-        """Append (all or nothing); the result has ``end``, the log's end after it."""
+    def timer_append(self, copies: list[Any]) -> Any:
+        """Append copies (all or nothing); the result has ``end``, the log's end after it."""
         ...
 
     async def timer_settle(self, appended: Any) -> SendStatus: ...
@@ -233,32 +225,10 @@ class TimerHost(Protocol):
         """(messages, body bytes) one append may take."""
         ...
 
-    def timer_queue_writable(self, topic: str, queue_id: int) -> int | None:
-        """The queue to deliver to: ``queue_id`` when writable, None for any queue of
-        the topic; raises when the topic is gone."""
-        ...
 
-
-def restore(record: StoredMessage, timer_offset: int, queue_id: int | None) -> OutgoingMessage:
-    """The real message of a timer record: topic and queue restored, REAL_* removed,
-    TXMQ_TIMER_OFFSET added (the duplicate check looks for it); unique id, tags, keys,
-    user properties, flag and born time kept."""
-    props = dict(record.properties)
-    topic = props.pop(PROPERTY_REAL_TOPIC)
-    props.pop(PROPERTY_REAL_QUEUE_ID, None)
-    props[PROPERTY_TIMER_OFFSET] = str(timer_offset)
-    return OutgoingMessage(
-        topic,
-        record.body,
-        record.tags,
-        record.keys,
-        props,
-        record.unique_id,
-        record.flag,
-        queue_id,
-        record.born_timestamp_ms,
-        reconsume_times=record.reconsume_times,
-    )
+#: ``TimerHost.timer_copies`` outcomes that deliver nothing.
+DUPLICATE = "duplicate"
+DROPPED = "dropped"
 
 
 class Timer:
@@ -381,88 +351,55 @@ class Timer:
     async def _deliver(self, offsets: array) -> None:
         """Deliver the offsets of one second in batches, in order; ``_progress`` says
         how many are done (delivered, or found to need no delivery). A refusal by the
-        store propagates; the caller puts back the offsets from ``_progress`` on."""
+        store propagates; the caller puts back the offsets from ``_progress`` on. Units
+        and records are read in bulk (the records of one send lie back to back)."""
         host = self._host
         max_messages, max_bytes = host.timer_batch_limits()
         n = len(offsets)
         i = 0
         while i < n:
-            batch: list[OutgoingMessage] = []
-            deliver_ms: list[int] = []
+            chunk = offsets[i : i + max_messages]
+            units = host.timer_units_at(chunk)
+            at = [k for k, u in enumerate(units) if u is not None and u[1]]
+            entries = [(chunk[k], units[k][0], units[k][1]) for k in at]  # type: ignore[index]
+            found: list[Any] = [None] * len(chunk)
+            for k, copy in zip(at, host.timer_copies(entries, self._check_below), strict=True):
+                if copy is DUPLICATE:
+                    self.duplicates_skipped += 1
+                elif copy is DROPPED:
+                    self.dropped_total += 1
+                else:
+                    found[k] = copy
+            batch: list[Any] = []
+            first_due: int | None = None
             body_bytes = 0
-            while i < n and len(batch) < max_messages:
-                offset = offsets[i]
-                unit = host.timer_units(offset, 1)
-                message = self._message(offset, unit[0][0]) if unit and unit[0][1] else None
-                if message is not None:
-                    if batch and body_bytes + len(message.body) > max_bytes:
+            taken = 0
+            for k, copy in enumerate(found):
+                if copy is not None:
+                    if batch and body_bytes + len(copy.body) > max_bytes:
                         break
-                    batch.append(message)
-                    deliver_ms.append(unit[0][2])
-                    body_bytes += len(message.body)
-                i += 1
-                if not batch:
-                    self._progress = i  # nothing to deliver for these
+                    batch.append(copy)
+                    due = units[k][2]  # type: ignore[index]
+                    first_due = due if first_due is None else min(first_due, due)
+                    body_bytes += len(copy.body)
+                taken = k + 1
             if batch:
-                sent = await self._append(batch)
-                self.delivered_total += sent
-                store_metrics.TIMER_DELIVERED.inc(sent)
-                self.last_lag_ms = max(0, self._clock() - min(deliver_ms))
+                await self._append(batch)
+                self.delivered_total += len(batch)
+                store_metrics.TIMER_DELIVERED.inc(len(batch))
+                self.last_lag_ms = max(0, self._clock() - (first_due or 0))
+            i += taken
             self._progress = i
 
-    def _message(self, offset: int, phys: int) -> OutgoingMessage | None:
-        """The real message of the timer unit at ``offset``; None when there is nothing
-        to deliver (already delivered, unreadable, topic gone: logged)."""
-        host = self._host
-        try:
-            record = host.timer_record(phys)
-        except TxmqError as exc:
-            self.dropped_total += 1
-            log.error("timer %d: its record at %d cannot be read (%s); it is not delivered", offset, phys, exc.message)
-            return None
-        if record is None or PROPERTY_REAL_TOPIC not in record.properties:
-            self.dropped_total += 1
-            log.error("timer %d: no timer record at %d; nothing delivered", offset, phys)
-            return None
-        if offset < self._check_below and host.timer_copy_exists(record, offset):
-            self.duplicates_skipped += 1
-            return None
-        topic = record.properties[PROPERTY_REAL_TOPIC]
-        try:
-            queue = int(record.properties.get(PROPERTY_REAL_QUEUE_ID, ""))
-        except ValueError:
-            queue = -1
-        try:
-            queue_id = host.timer_queue_writable(topic, queue)
-        except TxmqError as exc:
-            self.dropped_total += 1
-            log.warning("timer %d: not delivered to %s: %s", offset, topic, exc.message)
-            return None
-        return restore(record, offset, queue_id)
-
-    async def _append(self, batch: list[OutgoingMessage]) -> int:
+    async def _append(self, batch: list[Any]) -> None:
         """Append a batch and wait until it is settled (durable per the flush mode, held
-        by the in-sync replicas); a message the store refuses (its own fault: metadata
-        ``index``) is dropped, logged, and the rest sent again."""
+        by the in-sync replicas of a replicated group)."""
         host = self._host
-        while batch:
-            try:
-                appended = host.timer_append(batch)
-            except TxmqError as exc:
-                index = exc.metadata.get("index", "")
-                if exc.code in _TRANSIENT or not index.isdigit() or int(index) >= len(batch):
-                    raise
-                dropped = batch.pop(int(index))
-                self.dropped_total += 1
-                log.error("timer message %s to %s refused, not delivered: %s", dropped.unique_id, dropped.topic,
-                          exc.message)  # fmt: skip
-                continue
-            while (status := await host.timer_settle(appended)) != SendStatus.OK:
-                log.warning("timer delivery waits for its batch to settle (%s)", status.name)
-                await asyncio.sleep(TICK_MS / 1000)
-            self._delivered_end = max(self._delivered_end, appended.end)
-            return len(batch)
-        return 0
+        appended = host.timer_append(batch)
+        while (status := await host.timer_settle(appended)) != SendStatus.OK:
+            log.warning("timer delivery waits for its batch to settle (%s)", status.name)
+            await asyncio.sleep(TICK_MS / 1000)
+        self._delivered_end = max(self._delivered_end, appended.end)
 
     # -- persistence -----------------------------------------------------------------
 
