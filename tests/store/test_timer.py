@@ -361,3 +361,32 @@ async def test_an_unreadable_checkpoint_is_a_missing_one(tmp_path: Path, clock: 
     host.schedule(NOW + 2_000)
     timer = new_timer(host, tmp_path, clock)
     assert timer.wheel.pending == 1
+
+
+@ASYNC
+async def test_the_next_seconds_copies_are_built_ahead_and_late_ones_still_go(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    host = FakeHost()
+    timer = new_timer(host, tmp_path, clock)
+    for _ in range(4):
+        host.schedule(NOW + 3_000)
+    built = 0
+    real = host.timer_copies
+
+    def counting(entries: Sequence[tuple[int, int, int]], check_below: int) -> list[Any]:
+        nonlocal built
+        built += len(entries)
+        return real(entries, check_below)
+
+    host.timer_copies = counting  # type: ignore[method-assign]
+    clock.advance(500)
+    await timer.tick()
+    assert built == 0  # 2.5 s ahead: not yet
+    clock.advance(1_000)
+    await timer.tick()
+    assert built == 4 and host.delivered == []  # built, not delivered: 1.5 s early
+    host.schedule(NOW + 3_000)  # a late one for the same second
+    clock.advance(1_500)
+    await timer.tick()
+    assert uids(host) == ["U0", "U1", "U2", "U3", "U4"] and built == 5

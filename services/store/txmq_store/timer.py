@@ -54,6 +54,12 @@ log = logging.getLogger("txmq.store.timer")
 PRECISION_MS = 1_000
 #: How often the delivery task looks for due timers.
 TICK_MS = 100
+#: The copies of the next second's timers are built ahead (read, checked, encoded), at
+#: most PREPARE_PER_TICK per tick and PREPARE_MAX in all, once it is this close: at
+#: the second itself only the appends remain.
+PREPARE_AHEAD_MS = 2_000
+PREPARE_PER_TICK = 8_192
+PREPARE_MAX = 200_000
 #: Units read per ingest step (the timer queue is read in chunks of this many).
 INGEST_CHUNK = 4_096
 #: Delay values have at most this many digits (ms since the epoch need 13).
@@ -139,6 +145,9 @@ class TimerWheel:
 
     def first_second(self) -> int | None:
         return self._seconds[0] if self._seconds else None
+
+    def peek(self, second: int) -> array | None:
+        return self._slots.get(second)
 
     def pop_due(self, now_ms: int) -> tuple[int, array] | None:
         """The earliest second that is due at ``now_ms`` and its offsets, taken out."""
@@ -248,6 +257,10 @@ class Timer:
         self._busy: tuple[int, array] | None = None  # the second being delivered
         self._progress = 0  # offsets of ``_busy`` done
         self._lock = asyncio.Lock()  # one tick at a time
+        # Copies built ahead for ``_ready_second``: offset -> (unit, copy or outcome).
+        self._ready: dict[int, tuple[tuple[int, int, int], Any]] = {}
+        self._ready_second: int | None = None
+        self._ready_from = 0
         self._check_below = 0  # units below this are re-filed: check for a copy first
         self._skip: TimerCheckpoint | None = None  # the checkpoint a rebuild honours
         self._delivered_end = 0  # commit-log end after the last settled delivery
@@ -282,6 +295,12 @@ class Timer:
         self.active = False
         self.wheel.clear()
         self._busy = None
+        self._forget_ready()
+
+    def _forget_ready(self) -> None:
+        self._ready.clear()
+        self._ready_second = None
+        self._ready_from = 0
 
     # -- ingest and delivery ---------------------------------------------------------
 
@@ -346,7 +365,30 @@ class Timer:
                 self.duplicates_skipped - self._duplicates_logged,
             )
             self._duplicates_logged = self.duplicates_skipped
+        if self.active:
+            self._prepare_ahead()
         return delivered
+
+    def _prepare_ahead(self) -> None:
+        """Build some copies of the next due second's timers ahead of it."""
+        first = self.wheel.first_second()
+        if first is None or first * 1000 - self._clock() > PREPARE_AHEAD_MS:
+            return
+        if self._ready_second != first:
+            self._forget_ready()
+            self._ready_second = first
+        slot = self.wheel.peek(first)
+        if slot is None or self._ready_from >= min(len(slot), PREPARE_MAX):
+            return
+        part = slot[self._ready_from : self._ready_from + PREPARE_PER_TICK]
+        self._ready_from += len(part)
+        host = self._host
+        units = host.timer_units_at(part)
+        entries = [(o, u) for o, u in zip(part, units, strict=True) if u is not None and u[1]]
+        copies = host.timer_copies([(o, u[0], u[1]) for o, u in entries], self._check_below)
+        ready = self._ready
+        for (offset, unit), copy in zip(entries, copies, strict=True):
+            ready[offset] = (unit, copy)
 
     async def _deliver(self, offsets: array) -> None:
         """Deliver the offsets of one second in batches, in order; ``_progress`` says
@@ -359,11 +401,30 @@ class Timer:
         i = 0
         while i < n:
             chunk = offsets[i : i + max_messages]
-            units = host.timer_units_at(chunk)
-            at = [k for k, u in enumerate(units) if u is not None and u[1]]
-            entries = [(chunk[k], units[k][0], units[k][1]) for k in at]  # type: ignore[index]
+            units: list[tuple[int, int, int] | None] = [None] * len(chunk)
+            built: list[Any] = [None] * len(chunk)
+            ready = self._ready
+            missing = list(range(len(chunk)))
+            if ready:  # built ahead
+                missing = []
+                for k, offset in enumerate(chunk):
+                    got = ready.pop(offset, None)
+                    if got is None:
+                        missing.append(k)
+                    else:
+                        units[k], built[k] = got
+            if missing:
+                looked_up = host.timer_units_at([chunk[k] for k in missing])
+                at = [k for k, u in zip(missing, looked_up, strict=True) if u is not None and u[1]]
+                for k, u in zip(missing, looked_up, strict=True):
+                    units[k] = u
+                entries = [(chunk[k], units[k][0], units[k][1]) for k in at]  # type: ignore[index]
+                for k, copy in zip(at, host.timer_copies(entries, self._check_below), strict=True):
+                    built[k] = copy
             found: list[Any] = [None] * len(chunk)
-            for k, copy in zip(at, host.timer_copies(entries, self._check_below), strict=True):
+            for k, copy in enumerate(built):
+                if copy is None:
+                    continue
                 if copy is DUPLICATE:
                     self.duplicates_skipped += 1
                 elif copy is DROPPED:
