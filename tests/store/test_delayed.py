@@ -253,3 +253,19 @@ async def test_a_delayed_message_to_a_deleted_topic_is_dropped_the_others_delive
     clock.advance(5_000)
     await deliver(store)
     assert [m.body for m in visible(store)] == [b"kept"] and store.timer.dropped_total == 1
+
+
+async def test_retention_keeps_the_segment_of_a_pending_timer(stores: StoreFactory, clock: ManualClock) -> None:
+    store = await stores.open(file_reserved_time_ms=1000)
+    store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
+    await store.send([msg(b"later", properties={"TIMER_DELAY_SEC": "60"})])
+    for _ in range(4):  # ~4 segments of 64 KiB after it
+        await store.send([msg(b"z" * 1000) for _ in range(60)])
+    await store.flush()
+    clock.advance(5_000)
+    assert await store.clean_expired_files() == 0  # all expired, but the first holds a pending timer
+    clock.advance(55_000)
+    assert await deliver(store) == 1
+    await store.flush()
+    assert await store.clean_expired_files() > 0  # delivered: nothing holds them back
+    assert [m.body for m in visible(store) if m.body == b"later"] == [b"later"]
