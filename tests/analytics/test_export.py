@@ -355,11 +355,12 @@ async def test_cli_export_over_grpc(env: Env, tmp_path: Path) -> None:
     res = await asyncio.to_thread(CliRunner().invoke, cli, args)
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
+    # 8 queues: the topics' and the system ones (half, op, and the timer's: rmq_sys_wheel_timer).
     assert lines[0] == (
-        "store-0: 4 consume offsets, 7 queues, 11 transaction events "
+        "store-0: 4 consume offsets, 8 queues, 11 transaction events "
         "(check_sent 3, committed 2, discarded 1, half_stored 4, rolled_back 1)"
     )
-    assert lines[1] == "store-0: 4 consume offsets, 7 queues, 0 transaction events (none)"
+    assert lines[1] == "store-0: 4 consume offsets, 8 queues, 0 transaction events (none)"
     assert lines[2] == f"exported to {out}"
     assert len(files_of(out, "offsets")) == 2 and len(files_of(out, "tx_events")) == 1
 

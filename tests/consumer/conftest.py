@@ -100,9 +100,11 @@ def assert_no_concurrent_consumption(deliveries: list[Delivery], *, now: float) 
                 assert a_end <= b.start or b_end <= a.start, f"{msg_id} consumed by {a} and {b} at once"
 
 
-#: The retry cluster's delay levels: every level short, so a retry's delay (once the
-#: store's timer holds delayed messages) is short whichever level a count picks.
-RETRY_DELAY_LEVELS = " ".join(["300ms"] * 18)
+#: The retry cluster's delay levels: short, but longer than the timer's 1 s precision,
+#: so every retry waits in the store's timer for 2 s whichever level its count picks.
+RETRY_DELAY_LEVELS = " ".join(["2s"] * 18)
+#: How long each retry of the retry cluster waits at least.
+RETRY_DELAY_S = 2.0
 
 
 @pytest.fixture(scope="session")

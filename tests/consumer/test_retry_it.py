@@ -7,6 +7,7 @@ Every wait is for a condition, never for a duration; no assertion is about time.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -31,7 +32,7 @@ from txmq import (
 from txmq.protocol import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, dlq_topic, retry_topic
 from txmq_cli.main import cli
 
-from .conftest import RETRY_DELAY_LEVELS, Cluster, Topics, unique, wait_until
+from .conftest import RETRY_DELAY_LEVELS, RETRY_DELAY_S, Cluster, Topics, unique, wait_until
 from .consumer_settings import FAST
 
 
@@ -42,6 +43,7 @@ class Seen:
     msg_id: str
     reconsume_times: int
     origin_id: str | None
+    at: float = 0.0  # time.time() when the listener got it
 
 
 class Recorder:
@@ -58,7 +60,14 @@ class Recorder:
         for m in msgs:
             with self.lock:
                 self.seen.append(
-                    Seen(m.topic, m.body, m.msg_id, m.reconsume_times, m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID))
+                    Seen(
+                        m.topic,
+                        m.body,
+                        m.msg_id,
+                        m.reconsume_times,
+                        m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID),
+                        time.time(),
+                    )
                 )
             if self.pause:
                 time.sleep(self.pause)
@@ -109,6 +118,9 @@ def test_failing_message_goes_through_every_level_to_the_dead_letter_topic_and_b
         letters = wait_until(lambda: admin.list_dead_letters(group), what="the poison message dead-lettered")
         # every retry level went by: the listener saw counts 0..3, always on the original topic
         assert [s.reconsume_times for s in rec.of(b"poison")] == [0, 1, 2, 3]
+        # each retry waited for its level in the store's timer (never delivered early)
+        times = [s.at for s in rec.of(b"poison")]
+        assert all(b - a >= RETRY_DELAY_S - 0.1 for a, b in itertools.pairwise(times)), times
         assert {s.topic for s in rec.of(b"poison")} == {topic}
         assert {s.msg_id for s in rec.of(b"poison")} == {poison}
         assert [s.reconsume_times for s in rec.of(b"ok")] == [0]
@@ -192,13 +204,13 @@ def test_pull_consumer_send_back_stores_one_copy_per_record(env) -> None:  # typ
         again = pc.send_back(m)  # a retry after a lost answer, or another consumer
         assert again.duplicate and again.offset_msg_id == first.offset_msg_id
         rq = _retry_queue(pc, group)
-        assert pc.max_offset(rq) == 1  # one copy
 
         def pulled_copy() -> list[MessageExt]:
             r = pc.pull(rq, "*", 0, 8, suspend=False)
             return r.messages if r.status is PullStatus.FOUND else []
 
-        (copy,) = wait_until(pulled_copy, what="the retry copy visible")
+        (copy,) = wait_until(pulled_copy, what="the retry copy visible (after its delay in the timer)")
+        assert pc.max_offset(rq) == 1  # one copy
         assert (copy.body, copy.tags, copy.keys, copy.msg_id) == (b"pulled", "T", ("k1",), sent.msg_id)
         assert copy.properties["color"] == "red" and copy.properties[PROPERTY_RETRY_TOPIC] == topic
         assert copy.reconsume_times == 1

@@ -12,7 +12,7 @@ from txmq._convert import (
     topic_route_from_proto,
 )
 from txmq.models import TopicConfig
-from txmq.protocol import RESERVED_PROPERTIES
+from txmq.protocol import DELAY_PROPERTIES, RESERVED_PROPERTIES
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, store_pb2
 from txmq.validation import check_message, check_topic
 
@@ -148,7 +148,7 @@ def _check(**overrides: object) -> None:
     check_message(**fields)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", sorted(RESERVED_PROPERTIES))
+@pytest.mark.parametrize("name", sorted(RESERVED_PROPERTIES - DELAY_PROPERTIES))
 def test_reserved_property_names_are_rejected(name: str) -> None:
     with pytest.raises(BadRequestError) as info:
         _check(properties={name: "v"})
@@ -183,3 +183,50 @@ def test_system_topics_are_refused(topic: str) -> None:
     with pytest.raises(ForbiddenError) as info:
         _check(topic=topic)
     assert info.value.code == errors_pb2.CODE_SYSTEM_TOPIC and not info.value.retriable
+
+
+# -- delayed messages ---------------------------------------------------------------------
+
+
+def test_a_delay_is_a_property() -> None:
+    at = Message("T", b"x", delivery_timestamp_ms=1_700_000_005_000)
+    assert at.properties == {"TIMER_DELIVER_MS": "1700000005000"} and at.is_delayed
+    level = Message("T", b"x", delay_level=3)
+    assert level.properties == {"DELAY": "3"} and level.is_delayed
+    relative = Message("T", b"x", properties={"TIMER_DELAY_SEC": "30"})
+    assert relative.is_delayed and not Message("T", b"x").is_delayed
+    with pytest.raises(ValueError):
+        Message("T", b"x", delivery_timestamp_ms=-1)
+    with pytest.raises(ValueError):
+        Message("T", b"x", delay_level="3")  # type: ignore[arg-type]
+    for name in sorted(DELAY_PROPERTIES):
+        _check(properties={name: "5"})  # producers may set them (the store checks the value)
+    with pytest.raises(BadRequestError):
+        _check(properties={"TIMER_OUT_MS": "5"})
+
+
+def test_send_result_carries_the_delivery_time() -> None:
+    pb = store_pb2.SendResult(
+        status=store_pb2.SEND_STATUS_OK, msg_id="U", offset_msg_id="O",
+        queue=common_pb2.MessageQueue(topic="T", store_id="s", queue_id=2), queue_offset=-1,
+        commit_log_offset=7, deliver_at_ms=123,
+    )  # fmt: skip
+    r = send_result_from_proto(pb)
+    assert (r.queue_offset, r.deliver_at_ms, r.message_queue.queue_id) == (-1, 123, 2)
+    assert send_result_from_proto(store_pb2.SendResult(status=store_pb2.SEND_STATUS_OK)).deliver_at_ms == 0
+
+
+def test_the_transactional_producer_refuses_a_delayed_message_before_sending() -> None:
+    from txmq.transaction import TransactionListener, TransactionProducer
+
+    class Listener(TransactionListener):
+        def execute_local_transaction(self, msg, arg):  # type: ignore[no-untyped-def]
+            raise AssertionError("not reached")
+
+        def check_local_transaction(self, msg):  # type: ignore[no-untyped-def]
+            raise AssertionError("not reached")
+
+    producer = TransactionProducer("PG", "127.0.0.1:1", listener=Listener())  # never started: nothing is sent
+    with pytest.raises(BadRequestError) as info:
+        producer.send_message_in_transaction(Message("T", b"x", delay_level=2))
+    assert info.value.code == errors_pb2.CODE_MESSAGE_TYPE_CONFLICT

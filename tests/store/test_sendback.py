@@ -25,12 +25,14 @@ from txmq_store.configs import SubscriptionGroupConfig
 from txmq_store.message_store import MessageStore
 from txmq_store.sendback import SendBack, retry_level
 
-from .conftest import GrpcStore, StoreFactory, msg
+from .conftest import GrpcStore, StoreFactory, grpc_server_for, msg
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 GROUP = "CG_RETRY"
-LEVELS = "1s 2s 3s 4s 5s 6s"  # 6 levels
+# 6 levels, each within the timer's 1 s precision: the copies are stored at once (the timer,
+# which holds longer ones, is tested in test_timer.py / test_delayed.py).
+LEVELS = "1s 1s 1s 1s 1s 1s"
 
 
 async def _open(stores: StoreFactory, **overrides: object) -> MessageStore:
@@ -229,8 +231,13 @@ async def test_refusals_store_nothing(stores: StoreFactory, case: str, code: int
     assert not any(t.name == retry_topic(GROUP) for t in store.topic_configs())
 
 
-async def test_servicer_send_back(grpc_store: GrpcStore) -> None:
-    store = grpc_store.store
+async def test_servicer_send_back(stores: StoreFactory) -> None:
+    store = await _open(stores)  # short levels: the copies are stored at once (not via the timer)
+    async with grpc_server_for(store) as grpc_store:
+        await _servicer_send_back(store, grpc_store)
+
+
+async def _servicer_send_back(store: MessageStore, grpc_store: GrpcStore) -> None:
     offset, uid = await _sent(store)
     stub = store_pb2_grpc.ConsumerControlStub(grpc_store.channel)
     request = store_pb2.SendBackRequest(group=GROUP, commit_log_offset=offset, unique_id=uid, max_reconsume_times=1)

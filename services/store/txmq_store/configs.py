@@ -17,6 +17,7 @@ from txmq.protocol import (  # noqa: F401
     PERM_READ,
     PERM_WRITE,
     SYSTEM_TOPIC_PREFIX,
+    TIMER_TOPIC,
     TRANS_CHECK_GROUP,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
@@ -61,7 +62,7 @@ class SubscriptionGroupConfig:
 
 
 def _system_topics() -> dict[str, TopicConfig]:
-    names = (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)
+    names = (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TIMER_TOPIC)
     return {n: TopicConfig(n, read_queue_nums=1, write_queue_nums=1) for n in names}
 
 

@@ -11,6 +11,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from txmq.protocol import PROPERTY_TIMER_DELIVER_MS, TIMER_TOPIC
 from txmq.records import PHYSICAL_OFFSET_AT
 
 from .arrivals import Arrival, ArrivalHub
@@ -157,7 +158,7 @@ class Dispatcher:
             return
         if to_queue and takes_queue_slot(msg.sys_flag):
             cq = self.queues.get((msg.topic, msg.queue_id)) or self._new_queue(msg.topic, msg.queue_id)
-            tag_code = cached_tag_code(msg.tags) if msg.tags else 0
+            tag_code = unit_tag_code(msg)
             cq.put(msg.queue_offset, msg.commit_log_offset, msg.store_size, tag_code)
         if to_index and is_indexed(msg.sys_flag):
             entries = [(unique_id_hash(msg.unique_id), msg.commit_log_offset, msg.store_timestamp_ms)]
@@ -182,7 +183,7 @@ class Dispatcher:
                 continue  # a deleted topic's, or a deleted namesake's
             if takes_queue_slot(msg.sys_flag):
                 cq = queues.get((msg.topic, msg.queue_id)) or self._new_queue(msg.topic, msg.queue_id)
-                tag_code = cached_tag_code(msg.tags) if msg.tags else 0
+                tag_code = unit_tag_code(msg)
                 cq.put(msg.queue_offset, offset, msg.store_size, tag_code)
                 if arrivals is not None:
                     arrivals.append(
@@ -205,6 +206,17 @@ class Dispatcher:
         self.dispatched_offset = max(self.dispatched_offset, end_offset)
         if arrivals:
             self.hub.publish(arrivals)
+
+
+def unit_tag_code(msg: StoredMessage) -> int:
+    """The tag-hash field of a record's consume-queue unit: its tags' hash code; for a
+    timer record (TIMER_TOPIC) its delivery time, so the timer reads only its queue."""
+    if msg.topic == TIMER_TOPIC:
+        try:
+            return int(msg.properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
+        except ValueError:
+            return 0
+    return cached_tag_code(msg.tags) if msg.tags else 0
 
 
 def add_key_entries(entries: list[Entry], topic: str, keys: tuple[str, ...], offset: int, store_ms: int) -> None:

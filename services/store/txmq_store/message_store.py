@@ -18,13 +18,14 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from txmq.codec_native import fields as record_fields
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
-from txmq.protocol import TIMER_TOPIC
-from txmq.records import ANY_QUEUE, BLANK_MAGIC, PHYSICAL_OFFSET_AT
+from txmq.protocol import DELAY_PROPERTIES, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OFFSET, TIMER_TOPIC
+from txmq.records import ANY_QUEUE, BLANK_MAGIC, NAME_VALUE_SEPARATOR, PHYSICAL_OFFSET_AT, PROPERTY_SEPARATOR
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
 from txmq_runtime.clock import Clock as MonotonicClock
@@ -42,6 +43,7 @@ from .codec import (
     PreparedRecord,
     decode_record,
     encode_host,
+    encode_tail,
     read_size_and_magic,
     read_store_timestamp,
     set_queue_id,
@@ -68,10 +70,14 @@ from .idempotence import FirstSend, SendWindow
 from .index import message_key_hash, unique_id_hash
 from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, corrupted, disk_full, is_disk_full
 from .model import (
+    KEY_SEPARATOR,
+    PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
     TRANSACTION_TYPE_MASK,
     ConsumeOffsetView,
     GetMessageResult,
@@ -89,10 +95,14 @@ from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
 from .replication import CONFIG, FENCES, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
 from .settings import StoreSettings
+from .timer import DROPPED as TIMER_DROPPED
+from .timer import DUPLICATE as TIMER_DUPLICATE
+from .timer import TICK_MS, Timer, delivery_time
 from .transactions import Fences, Transactions
 from .validation import (
     MessageEncoder,
     MessageLimits,
+    cached_tag_code,
     check_config_size,
     check_group_name,
     check_topic_attributes,
@@ -111,6 +121,8 @@ END_OF_TIME_MS = 2**63 - 1
 #: Decisions read into the decision book at start at most (it is a cache: the index
 #: answers the rest), so a long op queue does not slow a restart down.
 WARM_DECISIONS_MAX = 20_000
+#: The timer reads the records of due timers that lie back to back up to this many bytes at once.
+TIMER_READ_BYTES = 4 * 1024 * 1024
 
 
 def _not_found(code: int, what: str, **metadata: str) -> TxmqError:
@@ -120,8 +132,10 @@ def _not_found(code: int, what: str, **metadata: str) -> TxmqError:
 @dataclass(slots=True)
 class Appended:
     """A batch ``MessageStore.append_records`` wrote: the records, their commit-log and
-    queue offsets, for half messages the queue each is meant for, the commit log's end
-    after the batch and the store time given to them."""
+    queue offsets, for half messages (and for every record of a batch with delayed ones)
+    the queue each is meant for, the commit log's end after the batch and the store time
+    given to them. ``deliver_at``: per record, when a delayed one becomes visible (0: not
+    delayed); empty when none is delayed."""
 
     records: list[PreparedRecord]
     offsets: list[int]
@@ -129,9 +143,17 @@ class Appended:
     real_queues: list[tuple[str, int]]
     end: int
     store_timestamp_ms: int
+    deliver_at: list[int] = field(default_factory=list)
     # Idempotent sends: messages of the batch answered with an earlier send's record
     # instead of being stored (``records`` and the lists above hold the others).
     duplicates: list[FirstSend] = field(default_factory=list)
+
+    def reported_queue_offsets(self) -> list[int]:
+        """Queue offsets as answered: -1 for a delayed record (it has none until it is
+        delivered; its offset here is the timer queue's)."""
+        if not self.deliver_at:
+            return self.queue_offsets
+        return [-1 if at else q for q, at in zip(self.queue_offsets, self.deliver_at, strict=True)]
 
 
 class MessageStore:
@@ -218,6 +240,9 @@ class MessageStore:
         self._writes_ready = not self.replicated
         self.config_version = 0  # bumped by every topic / subscription-group change
         self.needs_resync = False
+        # Delayed messages (timer.py): delivered by the writable store only.
+        self._delay_levels_ms = settings.delay_levels_ms
+        self.timer = Timer(self, path=paths.root / "timer" / "checkpoint", clock=clock)
 
     def _new_transactions(self) -> Transactions:
         return Transactions(
@@ -327,6 +352,9 @@ class MessageStore:
             (s.clean_files_interval_ms, self.clean_expired_files),
         ):
             self._tasks.append(loop.create_task(self._every(interval_ms, job)))
+        if self._timer_may_run():
+            self.timer.activate()  # a store that is writable at once: pending timers filed now
+        self._tasks.append(loop.create_task(self._run_timer()))
 
     async def _every(self, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
         while True:
@@ -352,6 +380,7 @@ class MessageStore:
         self._closed = True
         self._stop.set()
         await asyncio.gather(*self._tasks)
+        await self._timer_checkpoint()
         self._hub.close()
         if self._group_commit is not None:
             await self._group_commit.stop()
@@ -438,10 +467,19 @@ class MessageStore:
 
     def results(self, appended: Appended, status: SendStatus, *, transaction_prepared: bool) -> list[SendResult]:
         """The SendResult of every message of a settled batch, in batch order (earlier
-        sends' results where the window answered: ``SendResult.duplicate``)."""
+        sends' results where the window answered: ``SendResult.duplicate``; delayed
+        messages with their real queue, queue offset -1 and ``deliver_at_ms``)."""
         prefix = self._offset_msg_id_prefix
         records, offsets, queue_offsets = appended.records, appended.offsets, appended.queue_offsets
-        if transaction_prepared:
+        if appended.deliver_at:  # delayed messages among them: answered with their real queues
+            reported = appended.reported_queue_offsets()
+            out = [
+                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, deliver_at_ms=at)
+                for rec, offset, qoff, (topic, qid), at in zip(
+                    records, offsets, reported, appended.real_queues, appended.deliver_at, strict=True
+                )
+            ]
+        elif transaction_prepared:
             out = [
                 SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, rec.unique_id)
                 for rec, offset, qoff, (topic, qid) in zip(records, offsets, queue_offsets, appended.real_queues)
@@ -457,9 +495,10 @@ class MessageStore:
 
     def _first_result(self, first: FirstSend, status: SendStatus) -> SendResult:
         offset = first.commit_log_offset
-        queue_offset = first.queue_offset
-        if first.record_topic == TIMER_TOPIC:
-            queue_offset = -1  # a delayed message gets its queue offset on delivery
+        queue_offset, deliver_at_ms = first.queue_offset, 0
+        if first.record_topic == TIMER_TOPIC:  # still waiting: no queue offset until its delivery
+            queue_offset = -1
+            deliver_at_ms = int(first.properties.get(PROPERTY_TIMER_DELIVER_MS, "0") or 0)
         return SendResult(
             status,
             first.unique_id,
@@ -470,6 +509,7 @@ class MessageStore:
             offset,
             first.unique_id if first.prepared else "",
             duplicate=True,
+            deliver_at_ms=deliver_at_ms,
         )
 
     def _read_first(self, offset: int) -> StoredMessage | None:
@@ -535,7 +575,8 @@ class MessageStore:
         prepare = encoder.prepare
         new_topics: dict[str, TopicConfig] = {}
         records: list[PreparedRecord] = []
-        real_queues: list[tuple[str, int]] = []  # half messages: the queue it is meant for
+        real_queues: list[tuple[str, int]] = []  # half and delayed messages: the queue it is meant for
+        deliver_at: list[int] = []  # filled once a delayed message is met
         cfg: TopicConfig | None = None
         window = self._window
         duplicates: list[FirstSend] = []
@@ -551,6 +592,37 @@ class MessageStore:
             if queue_id is None or not 0 <= queue_id < cfg.write_queue_nums:  # else: as _queue_for_send
                 queue_id = self._queue_for_send(cfg, queue_id, i)
             sys_flag = msg.sys_flag if system else 0
+            props = msg.properties
+            if props and not DELAY_PROPERTIES.isdisjoint(props) and not (system and PROPERTY_TIMER_OFFSET in props):
+                if transaction_prepared:
+                    raise error(
+                        errors_pb2.CODE_MESSAGE_TYPE_CONFLICT,
+                        "a transactional message cannot be delayed (RocketMQ #10260): send it without "
+                        f"{'/'.join(sorted(DELAY_PROPERTIES & props.keys()))}, or not as a transaction",
+                        index=str(i),
+                    )  # fmt: skip
+                at = delivery_time(
+                    props, now_ms=now, levels_ms=self._delay_levels_ms, max_delay_ms=s.timer_max_delay_ms, index=i
+                )
+                if at:
+                    if not deliver_at:
+                        deliver_at = [0] * len(records)
+                        real_queues = [(r.topic, r.queue_id) for r in records]
+                    deliver_at.append(at)
+                    real_queues.append((cfg.name, queue_id))
+                    extra = {
+                        PROPERTY_REAL_TOPIC: cfg.name,
+                        PROPERTY_REAL_QUEUE_ID: str(queue_id),
+                        PROPERTY_TIMER_DELIVER_MS: str(at),
+                    }
+                    user = {k: v for k, v in props.items() if k not in DELAY_PROPERTIES}
+                    rec = prepare(replace(msg, properties=user), i, TIMER_TOPIC, 0, extra, 0)
+                    rec.tag_code = at  # the timer queue's unit holds the delivery time
+                    records.append(rec)
+                    continue
+            if deliver_at:
+                deliver_at.append(0)
+                real_queues.append((cfg.name, queue_id))
             if transaction_prepared:
                 real_queues.append((cfg.name, queue_id))
                 extra = {
@@ -562,7 +634,7 @@ class MessageStore:
                 records.append(prepare(msg, i, TRANS_HALF_TOPIC, 0, extra, sys_flag & ~TRANSACTION_TYPE_MASK))
             else:
                 records.append(prepare(msg, i, cfg.name, queue_id, None, sys_flag))
-        return self._append_prepared(records, new_topics, real_queues, now, duplicates)
+        return self._append_prepared(records, new_topics, real_queues, now, deliver_at, duplicates)
 
     def append_packed(
         self,
@@ -618,6 +690,9 @@ class MessageStore:
                         may_publish(rec.topic)  # answering reveals the first send
                     duplicates.append(first)
                     continue
+            if rec.user_properties and not DELAY_PROPERTIES.isdisjoint(rec.user_properties):
+                # A delayed record is rewritten to the timer topic, as a half message is.
+                return self._append_delayed_packed(blob, born_host=born_host, may_publish=may_publish, now=now)
             total_body += len(rec.body)
             if cfg is None or cfg.name != rec.topic:
                 if may_publish is not None:
@@ -629,7 +704,31 @@ class MessageStore:
                 set_queue_id(frame, pos, rec.queue_id)
             records.append(rec)
         self._check_batch_size(len(records), total_body)
-        return self._append_prepared(records, new_topics, [], now, duplicates)
+        return self._append_prepared(records, new_topics, [], now, duplicates=duplicates)
+
+    def _append_delayed_packed(
+        self, blob: bytes, *, born_host: str, may_publish: Callable[[str], None] | None, now: int
+    ) -> Appended:
+        """A frame with delayed records: each record taken as a message and stored as
+        ``append_records`` stores it (delayed ones go to the timer topic)."""
+        messages = [
+            OutgoingMessage(
+                rec.topic,
+                bytes(rec.body),
+                rec.tags,
+                rec.keys,
+                dict(rec.user_properties),
+                rec.unique_id,
+                rec.flag,
+                None if rec.queue_id == ANY_QUEUE else rec.queue_id,
+                rec.born_timestamp_ms,
+            )
+            for _, _, rec in self._sent_records(bytearray(blob), UNKNOWN_HOST, now)
+        ]
+        if may_publish is not None:
+            for topic in {m.topic for m in messages}:
+                may_publish(topic)
+        return self.append_records(messages, born_host=born_host)
 
     def _sent_records(self, frame: bytearray, born_host: bytes, now: int) -> Iterator[tuple[int, int, PreparedRecord]]:
         """(index, position, record) of each record of a sent frame, checked; at most
@@ -681,12 +780,13 @@ class MessageStore:
         new_topics: dict[str, TopicConfig],
         real_queues: list[tuple[str, int]],
         now: int,
+        deliver_at: list[int] | None = None,
         duplicates: list[FirstSend] | None = None,
     ) -> Appended:
         """Append validated records (topics to create in ``new_topics``); ``duplicates``:
         messages of the batch the idempotence window answered (nothing to write)."""
         if not records:  # every message was sent before: nothing to write
-            return Appended([], [], [], [], self.commitlog.write_offset, now, duplicates or [])
+            return Appended([], [], [], [], self.commitlog.write_offset, now, [], duplicates or [])
         # Valid. Room on disk for the records and their queue and index entries?
         self._free_space.check(sum(rec.size for rec in records) + 64 * len(records))
         # From here on the request changes the store.
@@ -722,7 +822,7 @@ class MessageStore:
         else:
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
         store_metrics.count_in(records)
-        return Appended(records, offsets, queue_offsets, real_queues, end, now, duplicates or [])
+        return Appended(records, offsets, queue_offsets, real_queues, end, now, deliver_at or [], duplicates or [])
 
     async def settle(self, appended: Appended) -> SendStatus:
         """Acknowledge an append per the flush mode: async, at once; sync, once the
@@ -837,6 +937,220 @@ class MessageStore:
             end, records, offsets, queue_offsets, now = pending.popleft()
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
             self._window.dispatched(records)
+
+    # -- delayed messages (timer.py) ------------------------------------------------------
+
+    def _timer_may_run(self) -> bool:
+        """Timers are delivered by the writable store only: a replicated group's leader
+        once it took writes; never by a follower."""
+        if self._closed or not self._writable or self.commitlog.broken:
+            return False
+        return not self.replicated or (self.leadership is not None and self._writes_ready)
+
+    async def _run_timer(self) -> None:
+        """Every TICK_MS: (de)activate the timer as the store becomes (un)writable,
+        deliver what is due; write the timer checkpoint every
+        flush_consume_queue_interval_ms."""
+        timer = self.timer
+        loop = asyncio.get_running_loop()
+        next_checkpoint = loop.time() + self.settings.flush_consume_queue_interval_ms / 1000
+        while not self._stop.is_set():
+            try:
+                if self._timer_may_run():
+                    if not timer.active:
+                        timer.activate()
+                    await timer.tick()
+                    if loop.time() >= next_checkpoint:
+                        next_checkpoint = loop.time() + self.settings.flush_consume_queue_interval_ms / 1000
+                        await timer.checkpoint()
+                elif timer.active:
+                    timer.deactivate()
+            except Exception:
+                log.exception("the timer's delivery failed; it starts again from its checkpoint")
+                timer.deactivate()
+            delay = TICK_MS / 1000
+            first = timer.wheel.first_second() if timer.active else None
+            if first is not None:  # wake at the second a timer is due, not up to a tick later
+                delay = min(delay, max(0.0, (first * 1000 - self._clock()) / 1000))
+            try:
+                await asyncio.wait_for(self._stop.wait(), delay)
+            except TimeoutError:
+                pass
+
+    async def _timer_checkpoint(self) -> None:
+        try:
+            await self.timer.checkpoint()
+        except Exception:
+            log.exception("writing the timer checkpoint failed")
+
+    def timer_queue_bounds(self) -> tuple[int, int]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        return (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
+
+    def timer_units(self, offset: int, max_units: int) -> list[tuple[int, int, int]]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        if cq is None:
+            return []
+        out: list[tuple[int, int, int]] = []
+        while len(out) < max_units and offset < cq.max_offset:
+            units = cq.read_units(offset, max_units - len(out))
+            if units is None:  # expired: its file is gone
+                return out
+            got = list(UNIT.iter_unpack(units))
+            if not got:
+                break
+            out.extend(got)
+            offset += len(got)
+        return out
+
+    def timer_units_at(self, offsets: Sequence[int]) -> list[tuple[int, int, int] | None]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        if cq is None:
+            return [None] * len(offsets)
+        out: list[tuple[int, int, int] | None] = []
+        i, n = 0, len(offsets)
+        while i < n:
+            j = i + 1
+            while j < n and offsets[j] == offsets[j - 1] + 1:
+                j += 1  # a run of consecutive offsets: one read
+            units = cq.read_units(offsets[i], j - i)
+            got = list(UNIT.iter_unpack(units)) if units else []
+            out.extend(got)
+            out.extend(cq.unit(offsets[k]) for k in range(i + len(got), j))  # past a file's end
+            i = j
+        return out
+
+    def timer_copies(self, entries: Sequence[tuple[int, int, int]], check_below: int) -> list[PreparedRecord | str]:
+        """The real messages of timer records (timer-queue offset, commit-log offset,
+        size), built from the records' bytes: records that lie back to back are read
+        with one pread, each is CRC-checked, and its copy keeps body (and body CRC),
+        flag, born time and host, reconsume times, unique id, tags, keys and user
+        properties; REAL_TOPIC / REAL_QID go, TXMQ_TIMER_OFFSET comes. An entry below
+        ``check_below`` whose copy the real topic already holds is DUPLICATE."""
+        out: list[PreparedRecord | str] = []
+        cl = self.commitlog
+        i, n = 0, len(entries)
+        while i < n:
+            start = entries[i][1]
+            j, end = i + 1, start + entries[i][2]
+            while j < n and entries[j][1] == end and end - start < TIMER_READ_BYTES:
+                end += entries[j][2]  # records back to back: one read
+                j += 1
+            span = cl.read(start, end - start)
+            for timer_offset, phys, size in entries[i:j]:
+                buf, pos = (cl.read(phys, size), 0) if span is None else (span, phys - start)
+                if buf is None:  # its segment is gone (retention keeps pending timers' segments)
+                    log.error("timer %d: no record at %d any more; not delivered", timer_offset, phys)
+                    out.append(TIMER_DROPPED)
+                    continue
+                try:
+                    verify_record(buf, pos, phys)
+                    out.append(self._timer_copy(buf, pos, timer_offset, check_below))
+                except CorruptRecord as exc:
+                    self._corruption.report(phys, str(exc))
+                    log.error("timer %d: its record at %d cannot be read (%s); not delivered", timer_offset, phys, exc)
+                    out.append(TIMER_DROPPED)
+            i = j
+        return out
+
+    def _timer_copy(self, buf: bytes, pos: int, timer_offset: int, check_below: int) -> PreparedRecord | str:
+        (_, body_crc, _, flag, _, phys, _, born_ts, born_host, _, _, reconsume, _, body, _, text) = record_fields(
+            buf, pos
+        )
+        props: dict[str, str] = {}
+        unique_id = tags = ""
+        keys: tuple[str, ...] = ()
+        for item in text[:-1].split(PROPERTY_SEPARATOR):
+            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+            if name == PROPERTY_UNIQ_KEY:
+                unique_id = value
+            elif name == PROPERTY_TAGS:
+                tags = value
+            elif name == PROPERTY_KEYS:
+                keys = tuple(value.split(KEY_SEPARATOR))
+            else:
+                props[name] = value
+        topic = props.pop(PROPERTY_REAL_TOPIC, "")
+        real_queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
+        cfg = self._topics.get(topic)
+        if cfg is None:
+            log.warning("timer %d: topic %r is gone; its delayed message %s is not delivered", timer_offset, topic,
+                        unique_id)  # fmt: skip
+            return TIMER_DROPPED
+        if timer_offset < check_below and self._timer_copy_exists(topic, unique_id, timer_offset, phys, body_crc):
+            return TIMER_DUPLICATE
+        queue_id = int(real_queue) if real_queue.isdigit() else -1
+        if not 0 <= queue_id < cfg.write_queue_nums:
+            queue_id = self._queue_for_send(cfg, None, 0) if cfg.write_queue_nums else 0
+        props[PROPERTY_TIMER_OFFSET] = str(timer_offset)
+        encoded = "".join(
+            [f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}{unique_id}{PROPERTY_SEPARATOR}"]
+            + ([f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{tags}{PROPERTY_SEPARATOR}"] if tags else [])
+            + ([f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{KEY_SEPARATOR.join(keys)}{PROPERTY_SEPARATOR}"] if keys else [])
+            + [f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items()]
+        ).encode()
+        tail = encode_tail(topic, encoded)
+        return PreparedRecord(
+            topic, queue_id, flag, 0, born_ts, born_host, reconsume, 0, body, body_crc, tail,
+            HEADER_SIZE + len(body) + len(tail), cached_tag_code(tags) if tags else 0, tags, keys, unique_id,
+            props, None, True, True,
+        )  # fmt: skip
+
+    def _timer_copy_exists(self, topic: str, unique_id: str, timer_offset: int, after: int, body_crc: int) -> bool:
+        """Whether ``topic`` holds a delivered copy of a timer record (at ``after``): a
+        record after it with its unique id, carrying its timer-queue offset
+        (TXMQ_TIMER_OFFSET) and its body."""
+        want = str(timer_offset)
+        dispatched = self._dispatcher.dispatched_offset
+        for offset in self._dispatcher.index.lookup(unique_id_hash(unique_id), begin_ms=0, end_ms=END_OF_TIME_MS):
+            if not after < offset < dispatched:
+                continue
+            try:
+                msg = self._read_record(offset, boundary=True)
+            except TxmqError:
+                continue
+            if (
+                msg is not None
+                and msg.topic == topic
+                and msg.properties.get(PROPERTY_TIMER_OFFSET) == want
+                and msg.body_crc == body_crc
+            ):
+                return True
+        return False
+
+    def timer_append(self, copies: list[PreparedRecord]) -> Appended:
+        self._check_writable()
+        return self._append_prepared(copies, {}, [], self._clock())
+
+    async def timer_settle(self, appended: Appended) -> SendStatus:
+        return await self.settle(appended)
+
+    async def timer_flush(self, upto: int) -> None:
+        if upto > self.commitlog.flushed_offset:
+            await asyncio.to_thread(self.commitlog.flush, upto)
+
+    def timer_batch_limits(self) -> tuple[int, int]:
+        return self.settings.max_batch_messages, self.settings.max_batch_bytes
+
+    def _timer_keep_from(self) -> int | None:
+        """The commit-log offset of the oldest pending timer record (retention keeps it)."""
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        if cq is None or cq.max_offset == cq.min_offset:
+            return None
+        low = self.timer.keep_from()
+        low = cq.min_offset if low is None else max(low, cq.min_offset)
+        if not self.timer.active:
+            # A follower (or a store whose timer has not started): keep from the first
+            # timer not yet due, for a leader to come.
+            now = self._clock()
+            stop = min(cq.max_offset, low + 100_000)  # bounded: at worst it keeps more
+            while low < stop:
+                unit = cq.unit(low)
+                if unit is None or (unit[1] and unit[2] > now):
+                    break
+                low += 1
+        unit = cq.unit(low)
+        return None if unit is None else unit[0]
 
     # -- replicated store groups (docs/replication.md) -------------------------------------
 
@@ -1647,6 +1961,9 @@ class MessageStore:
         if reserved == 0:
             return 0
         keep_from = min(self._dispatcher.dispatched_offset, self.commitlog.flushed_offset)
+        timers_from = self._timer_keep_from()
+        if timers_from is not None:
+            keep_from = min(keep_from, timers_from)
         deleted = self.commitlog.delete_segments(expired_before_ms=self._clock() - reserved, keep_from=keep_from)
         if deleted:
             lo = self.commitlog.min_offset

@@ -12,7 +12,8 @@ Counted as it happens (a cached child per topic, one ``inc`` each):
 - ``txmq_store_flush_seconds``: each commit-log fsync that had something to write;
 - ``txmq_store_transaction_decisions_total`` {decision, outcome}: DecideTransactions and
   RequeueHalves items (outcome first | repeat | settled | refused);
-- ``txmq_store_fenced_writes_total``: check-loop writes refused under an old epoch.
+- ``txmq_store_fenced_writes_total``: check-loop writes refused under an old epoch;
+- ``txmq_store_timer_delivered_total``: delayed messages delivered to their topic.
 
 Read on scrape (``COLLECTOR``, on the store's event loop):
 
@@ -22,7 +23,10 @@ Read on scrape (``COLLECTOR``, on the store's event loop):
 - ``rocketmq_half_messages`` {store_id}: half messages the check loop has not passed yet;
 - ``rocketmq_storage_size``, ``rocketmq_storage_flush_behind_bytes``,
   ``rocketmq_storage_dispatch_behind_bytes``, ``txmq_store_commitlog_bytes``,
-  ``txmq_store_disk_free_bytes``, ``txmq_store_disk_size_bytes`` {store_id}.
+  ``txmq_store_disk_free_bytes``, ``txmq_store_disk_size_bytes`` {store_id};
+- ``txmq_store_timer_pending`` {store_id}: delayed messages waiting in the timer wheel
+  (the writable store only); ``txmq_store_timer_delivery_lag_ms`` {store_id}: how late
+  the last delivered batch was (its earliest delivery time to its append).
 
 Replicated store groups: ``txmq_store_replica_leader``, ``txmq_store_replica_epoch``,
 ``txmq_store_replica_unreplicated_bytes`` {store_id, replica}; on the leader
@@ -66,6 +70,7 @@ DECISIONS = Counter(
     "before), settled (the same as before, and an op entry added for this half record), refused.",
     ["decision", "outcome"],
 )
+TIMER_DELIVERED = Counter("txmq_store_timer_delivered", "Delayed messages delivered to their topic by the timer.")
 FENCED_WRITES = Counter(
     "txmq_store_fenced_writes", "Check-loop writes refused because a newer leader epoch was seen (CODE_FENCED)."
 )
@@ -213,6 +218,16 @@ def _families() -> dict[str, Metric]:
         "disk": GaugeMetricFamily(
             "txmq_store_disk_size_bytes", "Size of the data directory's file system.", labels=store
         ),
+        "timer_pending": GaugeMetricFamily(
+            "txmq_store_timer_pending",
+            "Delayed messages waiting in the timer wheel (writable store only).",
+            labels=store,
+        ),
+        "timer_lag": GaugeMetricFamily(
+            "txmq_store_timer_delivery_lag_ms",
+            "How late the timer's last delivered batch was: its append time - its earliest delivery time.",
+            labels=store,
+        ),
         # Replicated store groups (docs/replication.md): every replica reports these.
         "leader": GaugeMetricFamily(
             "txmq_store_replica_leader", "1 while this replica leads its store group.", labels=["store_id", "replica"]
@@ -259,6 +274,8 @@ def read_store(store: MessageStore) -> Iterator[Sample]:
     if not half:
         half = _unchecked_halves(store)
     yield "half", [sid], half
+    yield "timer_pending", [sid], store.timer.wheel.pending
+    yield "timer_lag", [sid], store.timer.last_lag_ms
     if store.replicated:
         yield from _replication(store, top)
 

@@ -93,6 +93,8 @@ class SendResult:
     transaction_id: str = ""
     # Idempotent sends: an earlier send's result; nothing was stored now.
     duplicate: bool = False
+    # A delayed message: when it becomes visible (queue_offset is -1 until then).
+    deliver_at_ms: int = 0
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@
       consumequeue/<topic>/<queue id>/<20 digits>   (consumequeue.py)
       index/<20 digits>         (index.py)
       config/topics.json, subscription_groups.json, consumer_offsets.json
+      timer/checkpoint          JSON: the delayed-message timer's progress (timer.py)
 
 Recovery: validate the commit log from the start of the segment holding the
 checkpoint (below it everything was fsynced before the checkpoint was written; reads

@@ -85,6 +85,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 commit_log_offset=r.commit_log_offset,
                 transaction_id=r.transaction_id,
                 duplicate=r.duplicate,
+                deliver_at_ms=r.deliver_at_ms,
             )
 
     def _view(self, m: StoredMessage) -> common_pb2.MessageView:
@@ -124,7 +125,16 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             return store_pb2.SendBatchResponse(
                 results=[store_pb2.SendResult(**fields) for fields in self._result_fields(results)]
             )
-        return self._records_response(status, appended.records, appended.offsets, appended.queue_offsets)
+        response = self._records_response(status, appended.records, appended.offsets, appended.queue_offsets)
+        if appended.deliver_at:  # delayed messages: their real queues, queue offset -1
+            for r, (topic, queue_id), at in zip(
+                response.results, appended.real_queues, appended.deliver_at, strict=True
+            ):
+                if at:
+                    r.queue.CopyFrom(common_pb2.MessageQueue(topic=topic, store_id=r.queue.store_id, queue_id=queue_id))
+                    r.queue_offset = -1
+                    r.deliver_at_ms = at
+        return response
 
     @rpc
     async def SendStream(
@@ -208,13 +218,17 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             ack.queue_offsets.extend([r.queue_offset for r in results])
             ack.queue_ids.extend([r.queue_id for r in results])
             ack.duplicate_indexes.extend([first.index for first in appended.duplicates])
+            if any(r.deliver_at_ms for r in results):
+                ack.deliver_at_ms.extend([r.deliver_at_ms for r in results])
             return ack
         ack.commit_log_offsets.extend(appended.offsets)
-        ack.queue_offsets.extend(appended.queue_offsets)
-        if appended.real_queues:  # half messages: the queue each is meant for
+        ack.queue_offsets.extend(appended.reported_queue_offsets())
+        if appended.real_queues:  # half and delayed messages: the queue each is meant for
             ack.queue_ids.extend([queue_id for _, queue_id in appended.real_queues])
         else:
             ack.queue_ids.extend([rec.queue_id for rec in appended.records])
+        if appended.deliver_at:
+            ack.deliver_at_ms.extend(appended.deliver_at)
         return ack
 
     def _records_response(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from txmq.codec_native import fields as _fields
 from txmq.errors import TxmqError, error
 from txmq.ids import new_unique_id
-from txmq.protocol import RESERVED_PROPERTIES
+from txmq.protocol import DELAY_PROPERTIES, RESERVED_PROPERTIES
 from txmq.v1 import errors_pb2
 from txmq.validation import check_group as check_group_name  # noqa: F401 - one naming rule: SDK, store, pull, txcheck
 from txmq_runtime.tags import tag_hash_code
@@ -49,6 +49,9 @@ _crc32 = zlib.crc32
 _TRAITS = {t: (takes_queue_slot(t), is_indexed(t)) for t in range(0, TRANSACTION_TYPE_MASK + 1, 4)}
 
 _tag_codes: dict[str, int] = {}
+#: What producers may not set: the reserved names but the delay properties (one per
+#: message, checked by ``timer.delivery_time``).
+PRODUCER_RESERVED = RESERVED_PROPERTIES - DELAY_PROPERTIES
 
 
 def cached_tag_code(tag: str) -> int:
@@ -190,7 +193,7 @@ class MessageEncoder:
         self._system = system
         # Producers may not set what the system sets or obeys (e.g. the check counter of
         # a half message); system sends carry such properties on purpose.
-        self._reserved = FIELD_PROPERTIES if system else RESERVED_PROPERTIES
+        self._reserved = FIELD_PROPERTIES if system else PRODUCER_RESERVED
 
     def prepare(
         self,

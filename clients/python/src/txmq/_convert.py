@@ -108,6 +108,7 @@ def send_result_from_proto(pb: store_pb2.SendResult) -> SendResult:
         commit_log_offset=pb.commit_log_offset,
         transaction_id=pb.transaction_id or None,
         duplicate=pb.duplicate,
+        deliver_at_ms=pb.deliver_at_ms,
     )
 
 
@@ -135,6 +136,7 @@ def send_results_from_proto(pbs: Iterable[store_pb2.SendResult]) -> list[SendRes
                 pb.commit_log_offset,
                 pb.transaction_id or None,
                 pb.duplicate,
+                pb.deliver_at_ms,
             )
         )
     return out

@@ -6,6 +6,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import KW_ONLY, dataclass, field
 
+from txmq.protocol import DELAY_PROPERTIES, PROPERTY_DELAY_LEVEL, PROPERTY_TIMER_DELIVER_MS
 from txmq.v1 import store_pb2
 
 
@@ -29,6 +30,13 @@ class Message:
     single string is one key. ``unique_id`` (RocketMQ msgId / UNIQ_KEY) is filled in by
     the producer before the first attempt unless set, so retries carry the same id.
     ``queue_id`` pins the queue; the producer then picks only among stores that have it.
+
+    Delayed messages (docs/store.md, "Delayed messages"): ``delivery_timestamp_ms``
+    (ms since the epoch, store clock) or ``delay_level`` (1-based index into the store's
+    ``message_delay_levels``, RocketMQ's levels by default) sets the matching property
+    (TIMER_DELIVER_MS / DELAY); a relative delay is the property TIMER_DELAY_MS or
+    TIMER_DELAY_SEC in ``properties``. At most one per message; a time within 1 s of the
+    store's receipt is delivered at once. Transactional messages cannot be delayed.
     """
 
     topic: str
@@ -40,6 +48,8 @@ class Message:
     unique_id: str | None = None
     flag: int = 0
     queue_id: int | None = None
+    delivery_timestamp_ms: int | None = None
+    delay_level: int | None = None
 
     def __post_init__(self) -> None:
         # Exact-type fast paths first: this runs once per message sent.
@@ -54,6 +64,25 @@ class Message:
         # A copy: the caller's dict must not change the message after validation.
         props = self.properties
         self.properties = dict(props) if props else {}
+        if self.delivery_timestamp_ms is not None or self.delay_level is not None:
+            self._set_delay()
+
+    def _set_delay(self) -> None:
+        for name, value in (
+            (PROPERTY_TIMER_DELIVER_MS, self.delivery_timestamp_ms),
+            (PROPERTY_DELAY_LEVEL, self.delay_level),
+        ):
+            if value is None:
+                continue
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, not {value!r}")
+            self.properties[name] = str(value)
+
+    @property
+    def is_delayed(self) -> bool:
+        """Whether the message carries a delay property (the store decides whether it
+        is really delayed: a time within 1 s is not)."""
+        return bool(self.properties) and not DELAY_PROPERTIES.isdisjoint(self.properties)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -108,3 +137,6 @@ class SendResult:
     # The store had accepted this message (same topic and unique id) within its
     # idempotence window: this is that first send's result; nothing was stored again.
     duplicate: bool = False
+    # For a delayed message: when it becomes visible (ms since the epoch, store clock);
+    # ``message_queue`` is where it will appear and ``queue_offset`` is -1 until then.
+    deliver_at_ms: int = 0

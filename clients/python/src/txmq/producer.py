@@ -385,6 +385,7 @@ def _results_from_ack(
     status = SEND_STATUSES[ack.status]
     prefix, store_id = ack.offset_msg_id_prefix, ack.store_id
     offsets, queue_offsets, queue_ids = ack.commit_log_offsets, ack.queue_offsets, ack.queue_ids
+    deliver_at = ack.deliver_at_ms  # empty unless a record of the frame is delayed
     queues: dict[int, MessageQueue] = {}
     out: list[SendResult] = []
     duplicates = {j - start for j in ack.duplicate_indexes} if ack.duplicate_indexes else ()
@@ -406,6 +407,7 @@ def _results_from_ack(
                 offset,
                 uid if prepared else None,
                 i in duplicates,
+                deliver_at[j] if deliver_at else 0,
             )
         )
     return out

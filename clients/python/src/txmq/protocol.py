@@ -55,6 +55,9 @@ PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 #: A delay level: 1-based index into the store's message_delay_levels.
 PROPERTY_DELAY_LEVEL = "DELAY"
+#: A message the timer delivered: the timer-queue offset of its timer record (the store's
+#: duplicate check after a restart or a failover looks for it).
+PROPERTY_TIMER_OFFSET = "TXMQ_TIMER_OFFSET"
 #: The delay properties a producer may set (at most one per message); reserved otherwise.
 DELAY_PROPERTIES: frozenset[str] = frozenset(
     {PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_DELAY_LEVEL}

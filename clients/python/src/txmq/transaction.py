@@ -42,7 +42,7 @@ from txmq._backoff import Backoff
 from txmq._channel import ProducerChannel
 from txmq._client import ClientCore, call
 from txmq._convert import message_ext_from_proto, send_result_from_proto
-from txmq.errors import TxmqError, UnavailableError
+from txmq.errors import BadRequestError, TxmqError, UnavailableError
 from txmq.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from txmq.models import ServiceKind
 from txmq.producer import Producer
@@ -189,6 +189,13 @@ class TransactionProducer(Producer):
         """Store ``msg`` as a half message, run the local transaction, end it."""
         if self.listener is None:
             raise TxmqError("a TransactionListener is required", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
+        if msg.is_delayed:
+            # RocketMQ #10260: a delayed half message is mishandled there; the store refuses it too.
+            raise BadRequestError(
+                "a transactional message cannot be delayed: send it without a delivery time or delay level, "
+                "or not in a transaction",
+                code=errors_pb2.CODE_MESSAGE_TYPE_CONFLICT,
+            )
         pb = self._prepare(msg)
 
         def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float, address: str) -> SendResult:

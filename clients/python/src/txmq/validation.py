@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from txmq.errors import BadRequestError, ForbiddenError, PayloadTooLargeError
 from txmq.protocol import (
+    DELAY_PROPERTIES,
     KEY_SEPARATOR,
     MAX_CLIENT_ID_BYTES,
     MAX_FILTER_EXPRESSION_BYTES,
@@ -19,6 +20,9 @@ from txmq.protocol import (
     is_system_topic,
 )
 from txmq.v1 import errors_pb2
+
+#: Reserved names a producer may not set: all but the delay properties (the store checks those).
+_PRODUCER_RESERVED = RESERVED_PROPERTIES - DELAY_PROPERTIES
 
 # RocketMQ's TopicValidator / Validators rules; groups share the character set.
 _NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
@@ -137,7 +141,7 @@ def check_message_content(
         for name, value in properties.items():
             if not name:
                 raise BadRequestError("a property name is empty", code=errors_pb2.CODE_ILLEGAL_MESSAGE)
-            if name in RESERVED_PROPERTIES:
+            if name in _PRODUCER_RESERVED:
                 raise BadRequestError(
                     f"the property name {name!r} is reserved for the system; choose another",
                     code=errors_pb2.CODE_ILLEGAL_MESSAGE,

@@ -1,0 +1,68 @@
+"""Delayed messages in a replicated store group, in one process (docs/store.md,
+"Delayed messages", replication and failover): the follower holds the timer records and
+the delivered copies but never delivers; promoted, it delivers what is left, once."""
+
+from __future__ import annotations
+
+import pytest
+from support.clock import ManualClock
+
+from txmq_store.message_store import MessageStore
+from txmq_store.replication import Leadership, ship_span
+
+from .conftest import T0_MS, StoreFactory, msg
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def ship(leader: MessageStore, follower: MessageStore, lead: Leadership) -> None:
+    """What Follow does, in-process: ship everything, report, pass the high watermark."""
+    view = lead.followers.get("b") or lead.attach("b")
+    pos = follower.commitlog.write_offset
+    while pos < leader.commitlog.write_offset:
+        seg_end = leader.commitlog.roll_next_file(pos)
+        data = leader.commitlog.read(pos, min(seg_end, leader.commitlog.write_offset) - pos)
+        assert data is not None
+        n = ship_span(data, pos, seg_end)
+        follower.copy_shipment(pos, data[:n])
+        pos += n
+    assert follower.epochs is not None and leader.epochs is not None
+    follower.epochs.adopt(leader.epochs.entries, follower.commitlog.write_offset)
+    lead.reported(view, follower.local_log_end)
+    follower.set_follower_high_watermark(lead.high_watermark)
+
+
+def bodies(store: MessageStore) -> list[bytes]:
+    got = store.get_message(topic="T", queue_id=0, offset=0, max_messages=100)
+    return sorted(m.body for m in got.messages)
+
+
+async def test_only_the_leader_delivers_and_a_promoted_follower_delivers_the_rest_once(
+    stores: StoreFactory, clock: ManualClock
+) -> None:
+    leader = await stores.open("leader", replica_id="a")
+    follower = await stores.open("follower", replica_id="b")
+    lead = leader.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
+    leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
+    follower.adopt_configs(topics=leader.config_documents()[0])
+    early = [msg(b"e%d" % i, topic="T", properties={"TIMER_DELAY_SEC": "5"}) for i in range(3)]
+    results = await leader.send([*early, msg(b"late", topic="T", properties={"TIMER_DELAY_SEC": "50"})])
+    assert [r.deliver_at_ms for r in results] == [T0_MS + 5_000] * 3 + [T0_MS + 50_000]
+    await ship(leader, follower, lead)
+    if not leader.timer.active:
+        leader.timer.activate()
+    clock.advance(5_000)
+    assert await follower.timer.tick() == 0 and not follower.timer.active  # a follower never delivers
+    await leader.timer.tick()
+    assert bodies(leader) == [b"e0", b"e1", b"e2"]
+    await ship(leader, follower, lead)
+    assert bodies(follower) == [b"e0", b"e1", b"e2"]  # the copies are replicated like any message
+    leader.end_leadership("handing over")
+    follower.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
+    if not follower.timer.active:
+        follower.timer.activate()  # no checkpoint of its own: every timer filed, each checked
+    await follower.timer.tick()
+    assert bodies(follower) == [b"e0", b"e1", b"e2"]  # the delivered ones are not delivered again
+    clock.advance(45_000)
+    await follower.timer.tick()
+    assert bodies(follower) == [b"e0", b"e1", b"e2", b"late"]
