@@ -319,7 +319,7 @@ def test_route_has_one_queue_per_txmq_queue_with_permissions() -> None:
     queues = queues_of("T", data, endpoints_of("10.1.2.3:8081"))
     assert [(q.id, q.permission) for q in queues] == [(0, pb.READ_WRITE), (1, pb.READ_WRITE), (2, pb.WRITE)]
     assert all(q.broker.name == "s1" and q.broker.id == 0 for q in queues)
-    assert pb.TRANSACTION in queues[0].accept_message_types
+    assert pb.TRANSACTION in queues[0].accept_message_types and pb.DELAY in queues[0].accept_message_types
     assert queues[0].broker.endpoints.scheme == pb.IPv4
     assert endpoints_of("gateway.txmq.svc:8081").scheme == pb.DOMAIN_NAME
     assert endpoints_of("[::1]:8081").addresses[0].host == "::1"

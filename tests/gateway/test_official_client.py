@@ -499,7 +499,7 @@ def test_delay_messages_are_delivered_at_their_time(scenarios: Scenarios, gatewa
     got = [(r["t_ms"], m) for r in received for m in r["messages"]]
     assert sorted(m["message_id"] for _, m in got) == sorted(receipts), scenarios.explain("received ids differ")
     for t_ms, m in got:
-        due = receipts[m["message_id"]]["delivery_timestamp"]
+        due = receipts[m["message_id"]]["delivery_timestamp_ms"]
         assert m["delivery_timestamp"] == due, scenarios.explain(
             f"delivery timestamp {m['delivery_timestamp']} != {due}"
         )

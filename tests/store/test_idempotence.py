@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from txmq.protocol import PROPERTY_TIMER_DELIVER_MS, TIMER_TOPIC
 from txmq.records import encode_for_send
 from txmq.v1 import common_pb2, store_pb2
 from txmq_store.message_store import MessageStore
@@ -161,3 +162,20 @@ async def test_packed_frames_answer_duplicates_by_index(grpc_store: GrpcStore) -
     )  # fmt: skip
     assert [r.duplicate for r in batch.results] == [False, True]
     assert batch.results[1].commit_log_offset == ack.commit_log_offsets[2]
+
+
+async def test_a_resent_delayed_message_is_answered_and_delivered_once(
+    store: MessageStore, stores: StoreFactory
+) -> None:
+    """A delayed message waits in the timer topic; its retry is answered from the window
+    (queue offset -1, the delivery time) and the timer holds one record of it."""
+    due = stores.clock() + 30_000
+    props = {PROPERTY_TIMER_DELIVER_MS: str(due)}
+    [first] = await store.send([msg(b"later", unique_id="D1", queue_id=2, properties=props)])
+    [again] = await store.send([msg(b"later", unique_id="D1", queue_id=2, properties=props)])
+    assert first.deliver_at_ms == due and first.queue_offset == -1 and not first.duplicate
+    assert again.duplicate and again.deliver_at_ms == due and again.queue_offset == -1
+    assert (again.topic, again.queue_id, again.commit_log_offset) == ("TopicA", 2, first.commit_log_offset)
+    assert bodies(store) == []  # not visible before its time
+    [timer_queue] = store.queue_offsets(TIMER_TOPIC)
+    assert timer_queue.max_offset == 1

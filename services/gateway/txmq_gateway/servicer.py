@@ -89,7 +89,7 @@ def queues_of(topic: str, queue_data: list, endpoints: pb.Endpoints) -> list[pb.
                     id=queue_id,
                     permission=permission,
                     broker=broker,
-                    accept_message_types=[pb.NORMAL, pb.FIFO, pb.TRANSACTION],
+                    accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
                 )
             )
     return out

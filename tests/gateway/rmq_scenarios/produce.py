@@ -2,7 +2,8 @@
 
 Message i (0-based) has body ``<body-prefix>-<i>``, tag ``--tag``, keys
 ``<key-prefix>-<i>`` and ``<key-prefix>-all``, the ``--property`` user properties plus
-``index=<i>``; with ``--delay-ms`` each is a DELAY message due that long after its send.
+``index=<i>``; with ``--delay-ms`` each is a DELAY message due that long after its send
+(rounded up to a second: the client's Producer takes seconds).
 Prints ``started``, then per message ``sent`` (message_id, offset,
 the queue the client picked, body) or ``error``, then ``done``.
 """
@@ -49,7 +50,9 @@ def main() -> None:
             if args.message_groups:
                 msg.message_group = f"g{i % args.message_groups}"
             if args.delay_ms:
-                msg.delivery_timestamp = int(time.time() * 1000) + args.delay_ms
+                # The client's Producer writes delivery_timestamp into Timestamp.seconds
+                # (its consumer side reads milliseconds): give it seconds, rounded up.
+                msg.delivery_timestamp = -(-(int(time.time() * 1000) + args.delay_ms) // 1000)
             with reported("send", index=i, body=body):
                 receipt = producer.send(msg)
                 emit(
@@ -61,7 +64,7 @@ def main() -> None:
                     transaction_id=receipt.transaction_id,
                     offset=receipt.offset,
                     queue=str(receipt.message_queue),
-                    delivery_timestamp=msg.delivery_timestamp,
+                    delivery_timestamp_ms=msg.delivery_timestamp * 1000 if msg.delivery_timestamp else None,
                 )
     finally:
         producer.shutdown()
