@@ -241,6 +241,48 @@ def test_a_failing_message_suspends_its_queue_and_is_retried_before_the_next(
         assert prev[3] <= nxt[2]
 
 
+def test_a_message_failing_past_the_limit_goes_to_the_dead_letter_topic_and_the_queue_goes_on(
+    env: tuple[Cluster, Topics, Producer],
+) -> None:
+    """Orderly: after max_reconsume_times failures the message is sent to %DLQ%<group>
+    through the store's SendBack (delay level -1), and the messages after it follow in order."""
+    cluster, topics, producer = env
+    topic, group = topics(queues=1), unique("orderly-group")
+    poison = None
+    for n in range(4):
+        sent = producer.send(Message(topic, f"m{n}".encode(), queue_id=0))
+        poison = sent.msg_id if n == 1 else poison
+    seen: list[tuple[int, int]] = []  # (offset, reconsume_times)
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        (m,) = msgs
+        with lock:
+            seen.append((m.queue_offset, m.reconsume_times))
+        return ConsumeStatus.RECONSUME_LATER if m.queue_offset == 1 else ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(
+        group,
+        cluster.bootstrap,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        orderly=True,
+        suspend_current_queue_time=0.1,
+        max_reconsume_times=2,
+        **FAST,  # type: ignore[arg-type]
+    )
+    consumer.subscribe(topic, "*")
+    consumer.register_message_listener(listener)
+    consumer.start()
+    try:
+        wait_until(lambda: any(o == 3 for o, _ in seen), timeout_s=30, what="every message consumed")
+    finally:
+        consumer.shutdown()
+    assert seen == [(0, 0), (1, 0), (1, 1), (1, 2), (2, 0), (3, 0)]
+    with Admin(cluster.bootstrap) as admin:
+        (letter,) = wait_until(lambda: admin.list_dead_letters(group), what="the dead letter")
+    assert (letter.msg_id, letter.origin_topic) == (poison, topic)
+
+
 @pytest.mark.slow
 def test_a_restarted_store_grants_no_lock_for_half_a_lease_and_the_consumer_goes_on(
     etcd,  # type: ignore[no-untyped-def]
