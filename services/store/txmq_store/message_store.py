@@ -655,23 +655,7 @@ class MessageStore:
         self._check_writable()
         now = self._clock()
         if transaction_prepared:
-            halves = [
-                OutgoingMessage(
-                    rec.topic,
-                    bytes(rec.body),
-                    rec.tags,
-                    rec.keys,
-                    dict(rec.user_properties),
-                    rec.unique_id,
-                    rec.flag,
-                    None if rec.queue_id == ANY_QUEUE else rec.queue_id,
-                    rec.born_timestamp_ms,
-                )
-                for _, _, rec in self._sent_records(bytearray(blob), UNKNOWN_HOST, now)
-            ]
-            if may_publish is not None:
-                for topic in {m.topic for m in halves}:
-                    may_publish(topic)
+            halves = self._unpacked_messages(blob, may_publish, now)
             return self.append_records(
                 halves, producer_group=producer_group, transaction_prepared=True, born_host=born_host
             )
@@ -692,7 +676,7 @@ class MessageStore:
                     continue
             if rec.user_properties and not DELAY_PROPERTIES.isdisjoint(rec.user_properties):
                 # A delayed record is rewritten to the timer topic, as a half message is.
-                return self._append_delayed_packed(blob, born_host=born_host, may_publish=may_publish, now=now)
+                return self.append_records(self._unpacked_messages(blob, may_publish, now), born_host=born_host)
             total_body += len(rec.body)
             if cfg is None or cfg.name != rec.topic:
                 if may_publish is not None:
@@ -706,11 +690,11 @@ class MessageStore:
         self._check_batch_size(len(records), total_body)
         return self._append_prepared(records, new_topics, [], now, duplicates=duplicates)
 
-    def _append_delayed_packed(
-        self, blob: bytes, *, born_host: str, may_publish: Callable[[str], None] | None, now: int
-    ) -> Appended:
-        """A frame with delayed records: each record taken as a message and stored as
-        ``append_records`` stores it (delayed ones go to the timer topic)."""
+    def _unpacked_messages(
+        self, blob: bytes, may_publish: Callable[[str], None] | None, now: int
+    ) -> list[OutgoingMessage]:
+        """A sent frame's records as messages, for the paths that rewrite them (half and
+        delayed messages: ``append_records``), once the caller may publish to each topic."""
         messages = [
             OutgoingMessage(
                 rec.topic,
@@ -728,7 +712,7 @@ class MessageStore:
         if may_publish is not None:
             for topic in {m.topic for m in messages}:
                 may_publish(topic)
-        return self.append_records(messages, born_host=born_host)
+        return messages
 
     def _sent_records(self, frame: bytearray, born_host: bytes, now: int) -> Iterator[tuple[int, int, PreparedRecord]]:
         """(index, position, record) of each record of a sent frame, checked; at most
