@@ -98,8 +98,8 @@ class SendWindow:
         self.window_ms = window_ms
         self._index = index  # the store's current index (it is replaced on a resync)
         self._read = read
-        # Unique id -> commit-log offsets of producer records appended, not dispatched.
-        self._pending: dict[str, list[int]] = {}
+        # Unique id -> commit-log offset of the last record appended, not dispatched.
+        self._pending: dict[str, int] = {}
 
     @property
     def enabled(self) -> bool:
@@ -111,8 +111,8 @@ class SendWindow:
             return None
         candidates = self._index().recent(unique_id_hash(unique_id), now_ms - self.window_ms)
         pending = self._pending.get(unique_id) if self._pending else None
-        if pending:
-            candidates = [*reversed(pending), *candidates]
+        if pending is not None:
+            candidates = [pending, *candidates]
         for offset in candidates:
             msg = self._read(offset)
             if msg is None or msg.unique_id != unique_id or not _producer_written(msg):
@@ -136,23 +136,19 @@ class SendWindow:
     # -- records between their append and their dispatch ----------------------------------
 
     def appended(self, records: list[PreparedRecord], offsets: list[int]) -> None:
-        """Producer records appended whose dispatch (indexing) comes later."""
-        pending = self._pending
-        for rec, offset in zip(records, offsets, strict=True):
-            if rec.unique_id:
-                pending.setdefault(rec.unique_id, []).append(offset)
+        """Records appended whose dispatch (indexing) comes later."""
+        if self.window_ms > 0:
+            self._pending.update(zip([rec.unique_id for rec in records], offsets, strict=True))
 
     def dispatched(self, records: list[PreparedRecord]) -> None:
-        """Those records are in the index now (or were given up)."""
+        """Those records are in the index now (or were given up). A unique id appended
+        twice before its dispatch is forgotten with its first record, which the index
+        answers for from then on."""
         pending = self._pending
-        if not pending:
-            return
-        for rec in records:
-            offsets = pending.get(rec.unique_id)
-            if offsets:
-                offsets.pop(0)
-                if not offsets:
-                    del pending[rec.unique_id]
+        if pending:
+            pop = pending.pop
+            for rec in records:
+                pop(rec.unique_id, None)
 
     def forget_pending(self) -> None:
         self._pending.clear()

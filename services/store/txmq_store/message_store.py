@@ -920,7 +920,10 @@ class MessageStore:
         while pending and pending[0][0] <= durable_offset:
             end, records, offsets, queue_offsets, now = pending.popleft()
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
-            self._window.dispatched(records)
+            if pending:
+                self._window.dispatched(records)
+        if not pending:
+            self._window.forget_pending()  # everything appended is in the index now
 
     # -- delayed messages (timer.py) ------------------------------------------------------
 
@@ -1175,7 +1178,10 @@ class MessageStore:
         while not held and pending and pending[0][0] <= bound:
             end, records, offsets, queue_offsets, now = pending.popleft()
             self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
-            self._window.dispatched(records)
+            if pending:
+                self._window.dispatched(records)
+            else:
+                self._window.forget_pending()  # everything appended is in the index now
         if not held and not pending:
             # Past a segment's closing blank marker, which has no record to dispatch.
             reach = min(bound, self.commitlog.write_offset)
