@@ -142,6 +142,7 @@ def demo(bootstrap: str, gateway: str) -> None:
         transactions(bootstrap, admin)
         long_polling(bootstrap, admin)
         push_consumers(bootstrap, admin)
+        delays_retries_and_resends(bootstrap, admin)
         rocketmq_client(gateway, admin)
 
         status = admin.store_status()[0]
@@ -259,6 +260,58 @@ def push_consumers(bootstrap: str, admin: Admin) -> None:
         print(f"   {group}: total lag {lag}")
 
 
+def delays_retries_and_resends(bootstrap: str, admin: Admin) -> None:
+    """Issue 17: a delayed message, a send retried with the same unique id, and a message
+    that keeps failing: retried through the store's timer, then dead-lettered."""
+    admin.create_topic("DemoReminders", read_queue_nums=1, write_queue_nums=1)
+    seen: list[tuple[str, int, float]] = []  # (body, reconsume times, when)
+    lock = threading.Lock()
+
+    def listener(messages) -> ConsumeStatus:
+        with lock:
+            seen.extend((m.body.decode(), m.reconsume_times, time.time()) for m in messages)
+        return ConsumeStatus.RECONSUME_LATER if messages[0].body == b"poison" else ConsumeStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(
+        "demo-reminders", bootstrap, consume_from=ConsumeFromWhere.FIRST_OFFSET, max_reconsume_times=1
+    )
+    consumer.subscribe("DemoReminders", "*")
+    consumer.register_message_listener(listener)
+    consumer.start()
+    with Producer(group="demo-producer", endpoint=bootstrap) as producer:
+        banner("a delayed message: due in 3 s (the store's timer holds it until then)")
+        sent_at = time.time()
+        due_ms = int(sent_at * 1000) + 3000
+        later = producer.send(Message("DemoReminders", b"call the customer", delivery_timestamp_ms=due_ms))
+        print(f"   sent; deliver_at_ms={later.deliver_at_ms} queue={later.message_queue}")
+        print(f"   queue_offset={later.queue_offset} (it gets one when it is delivered)")
+
+        banner("the same message sent twice (a retry after a lost answer): stored once")
+        once = Message("DemoReminders", b"invoice 7", keys=("invoice-7",))
+        first, again = producer.send(once), producer.send(once)
+        print(f"   first duplicate={first.duplicate}, again duplicate={again.duplicate}, same offset: "
+              f"{first.commit_log_offset == again.commit_log_offset}; "
+              f"stored copies: {len(admin.query_messages_by_key('DemoReminders', 'invoice-7'))}")  # fmt: skip
+
+        banner("a message that keeps failing: retried by the store (levels of 1 s, 2 s), then dead-lettered")
+        producer.send(Message("DemoReminders", b"poison"))
+    deadline = time.monotonic() + 40
+    letters = []
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        letters = admin.list_dead_letters("demo-reminders")
+        with lock:
+            reminded = any(body == "call the customer" for body, _, _ in seen)
+        if letters and reminded:
+            break
+    consumer.shutdown()
+    for body, times, at in seen:
+        print(f"   +{at - sent_at:5.1f} s  {body!r} (reconsume times {times})")
+    for letter in letters:
+        failed = letter.reconsume_times
+        print(f"   dead letter {letter.msg_id} from {letter.origin_topic}, after {failed} failed deliveries")
+
+
 def rocketmq_client(gateway: str, admin: Admin) -> None:
     banner(f"the official RocketMQ 5 Python client, unchanged, through the gateway at {gateway}")
     admin.create_topic("DemoRocketMQ", read_queue_nums=4, write_queue_nums=4)
@@ -289,7 +342,8 @@ def main() -> None:
     if data_dir.exists() and not args.keep_data:
         shutil.rmtree(data_dir)
     # The store exports offset snapshots and transaction events every second (analytics).
-    store_args = ["--export-interval-ms", "1000"]
+    # Short delay levels, so the demo's retries go through the timer in seconds.
+    store_args = ["--export-interval-ms", "1000", "--message-delay-levels", "1s 1s 2s 2s 2s 2s 2s 2s"]
     with LocalCluster(data_dir=data_dir, txcheck_args=TXCHECK_ARGS, store_args=store_args) as cluster:
         print(f"txmq cluster up; bootstrap address {cluster.bootstrap}; logs in {cluster.log_dir}")
         demo(cluster.bootstrap, cluster.gateway_address)

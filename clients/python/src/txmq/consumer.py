@@ -441,6 +441,7 @@ class PushConsumer:
         self._orderly: OrderlyService | None = None
         # Failed messages go back to their store, to this topic (subscribed by start()).
         self._retry_topic = retry_topic(group)
+        self._sent_back_to: set[str] = set()  # stores this consumer sent a retry copy to
 
     # -- configuration -----------------------------------------------------------------
 
@@ -1189,6 +1190,12 @@ class PushConsumer:
                 )  # fmt: skip
                 continue
             self._failures.recovered(("send-back", pq.mq.store_id), f"consumer {self.client_id}: {what}")
+            if not result.dead_lettered and pq.mq.store_id not in self._sent_back_to:
+                # The store may have just created the retry topic: pick its queue up now,
+                # not at the next periodic rebalance.
+                self._sent_back_to.add(pq.mq.store_id)
+                self._client.core.routes.mark_stale(self._retry_topic)
+                self._request_rebalance()
             if result.dead_lettered:
                 log.error(
                     "consumer %s: message %s (%s offset %d) failed %d times; moved to %s",
