@@ -31,6 +31,10 @@ class _Client:
         self.calls: list[dict[str, Any]] = []
         self.fail = fail
         self.dead = dead
+        self.stale: list[str] = []
+
+    def mark_route_stale(self, topic: str) -> None:
+        self.stale.append(topic)
 
     def send_back(self, topic: str, message: MessageExt, **kw: Any) -> SendBackResult:
         self.calls.append(dict(topic=topic, offset=message.commit_log_offset, **kw))
@@ -83,6 +87,9 @@ def test_failed_messages_are_sent_back_and_done_locally() -> None:
     assert all(c["max_reconsume_times"] == 3 and c["uncounted"] is False and c["topic"] == "T" for c in client.calls)
     assert pq.pending == {} and pq.commit_point() == 2  # the offset passes them
     assert timer.calls == []  # nothing redelivered from memory
+    # The first copy on store s1 may have created the retry topic: its route is looked up
+    # again and a rebalance asked for, once per store.
+    assert client.stale == [retry_topic(GROUP)] and consumer._rebalance_now
 
 
 def test_an_exception_means_the_same() -> None:

@@ -54,6 +54,10 @@ class PullClient:
         check_topic(topic)
         return self.core.routes.get(topic, timeout=self.timeout)
 
+    def mark_route_stale(self, topic: str) -> None:
+        """Look the topic's route up again before its next use."""
+        self.core.routes.mark_stale(topic)
+
     def message_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's readable queues on every store, ordered (store id, queue id)."""
         route = self.route(topic)

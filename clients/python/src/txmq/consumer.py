@@ -1194,7 +1194,7 @@ class PushConsumer:
                 # The store may have just created the retry topic: pick its queue up now,
                 # not at the next periodic rebalance.
                 self._sent_back_to.add(pq.mq.store_id)
-                self._client.core.routes.mark_stale(self._retry_topic)
+                self._client.mark_route_stale(self._retry_topic)
                 self._request_rebalance()
             if result.dead_lettered:
                 log.error(
