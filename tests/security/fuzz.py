@@ -38,7 +38,8 @@ What it does:
   ``open`` (a stream still open when we hung up: expected for streams);
   a client stream whose status grpc.aio replaced by INTERNAL 'Internal error from Core'
   because one of our request writes raced the call's end is judged on the status the
-  server sent, recovered from the call (``CLIENT_WRITE_FAILED``; counted apart);
+  server sent, recovered from the call (``CLIENT_WRITE_FAILED``; counted apart); a v2
+  call whose OK answer was lost that way (nothing to judge) is sent once more;
   ``auth_bypass`` (the gateway did not answer UNAUTHORIZED to a well-formed request with
   hostile credentials).
 - **After the run:** "Traceback" and ERROR lines in every service log (written since the
@@ -1080,17 +1081,25 @@ class Caller:
         channels = self.raw_channels if case.raw_headers and target.process in self.raw_channels else self.channels
         channel = channels[target.process]
         metadata = tuple(case.metadata) or None
-        try:
-            verdict = await self._call(channel, case, metadata, rng)
-        except grpc.aio.AioRpcError as exc:
-            verdict = classify_status(
-                exc.code(), exc.details() or "", exc.trailing_metadata(), v2=target.v2, stream=target.streaming
-            )
-        except Exception as exc:  # noqa: BLE001 - our side refused (bad metadata): not the service's fault
-            verdict = Verdict("client_error", type(exc).__name__, str(exc)[:200])
+        verdict = await self._judged_call(channel, case, metadata, rng)
+        if verdict.verdict == "client_error" and verdict.raced:
+            # A v2 answer lost to our own write racing the call's end cannot be judged:
+            # send the same case once more (the race rarely repeats).
+            verdict = await self._judged_call(channel, case, metadata, rng)
         if case.expect_unauthorized and not target.v2:
             verdict = refused_unauthenticated(verdict)
         return Result(case, verdict, time.monotonic() - start)
+
+    async def _judged_call(self, channel: grpc.aio.Channel, case: Case, metadata: Any, rng: random.Random) -> Verdict:
+        target = case.target
+        try:
+            return await self._call(channel, case, metadata, rng)
+        except grpc.aio.AioRpcError as exc:
+            return classify_status(
+                exc.code(), exc.details() or "", exc.trailing_metadata(), v2=target.v2, stream=target.streaming
+            )
+        except Exception as exc:  # noqa: BLE001 - our side refused (bad metadata): not the service's fault
+            return Verdict("client_error", type(exc).__name__, str(exc)[:200])
 
     async def _call(self, channel: grpc.aio.Channel, case: Case, metadata: Any, rng: random.Random) -> Verdict:
         target = case.target
