@@ -177,6 +177,22 @@ async def test_cluster_view_reads_etcd_for_a_topic_it_has_not_seen(client: aetcd
         await client.delete_prefix(keys.root.encode())
 
 
+async def test_cluster_view_reads_etcd_for_a_kind_of_service_it_has_none_of(client: aetcd.Client) -> None:
+    """Route.ListEndpoints: a store that registered before the watch told the copy (a
+    cluster that just started) is listed all the same."""
+    keys = EtcdKeys(private_prefix())
+    view = ClusterView(client, keys)
+    await view.start(timeout_s=10)
+    try:
+        await view.close()  # no watch any more: only a direct read can find the store
+        await client.put(keys.service(STORE, "s1").encode(), encode(endpoint(STORE, "s1", "h1:1")))
+        assert view.endpoints(STORE) == []  # the copy has not seen it
+        assert [e.address for e in await view.listed_endpoints(STORE)] == ["h1:1"]
+        assert await view.listed_endpoints(PULL) == []  # none in etcd either
+    finally:
+        await client.delete_prefix(keys.root.encode())
+
+
 async def test_several_endpoints_fail_over_to_a_live_member(etcd: EtcdServer) -> None:
     dead = f"127.0.0.1:{free_port()}"
     c = etcd_client(f"http://{dead},{etcd.endpoint}")

@@ -382,8 +382,9 @@ class ClusterState:
 
 class ClusterView:
     """The cluster as a service sees it: a watched copy of etcd, so look-ups cost no
-    etcd round trip. A topic the copy does not know is read from etcd directly before
-    being called unknown, so a topic created a moment ago is found at once."""
+    etcd round trip. A topic the copy does not know, and a kind of service the copy has
+    none of (``listed_endpoints``), are read from etcd directly before being called
+    unknown, so a topic created or a service registered a moment ago is found at once."""
 
     def __init__(self, client: aetcd.Client, keys: EtcdKeys) -> None:
         self._client = client
@@ -400,16 +401,31 @@ class ClusterView:
     def endpoints(self, kind: int = common_pb2.SERVICE_KIND_UNSPECIFIED) -> list[common_pb2.Endpoint]:
         return self._state.endpoints(kind)
 
+    async def listed_endpoints(self, kind: int = common_pb2.SERVICE_KIND_UNSPECIFIED) -> list[common_pb2.Endpoint]:
+        """``endpoints``, for clients (Route.ListEndpoints): none in the copy is checked
+        in etcd itself (a service that registered a moment ago, before the watch said so)."""
+        found = self._state.endpoints(kind)
+        if found:
+            return found
+        fresh = await self._fresh(f"{common_pb2.ServiceKind.Name(kind)} endpoints")
+        return found if fresh is None else fresh.endpoints(kind)
+
     async def route(self, topic: str) -> tuple[list[route_pb2.QueueData], ClusterState]:
         """The topic's queues, and the state they were read from (for its endpoints)."""
         queues = self._state.queues(topic)
         if queues:
             return queues, self._state
+        fresh = await self._fresh(f"topic {topic}")
+        return (queues, self._state) if fresh is None else (fresh.queues(topic), fresh)
+
+    async def _fresh(self, what: str) -> ClusterState | None:
+        """The cluster as etcd holds it now; None when etcd does not answer (the caller
+        answers from the copy)."""
         fresh = ClusterState(self._keys)
         try:
             snapshot = await self._client.get_prefix(self._keys.root.encode())
         except RETRYABLE as exc:
-            log.warning("etcd read for topic %s failed, answering from the cached view: %s", topic, exc)
-            return queues, self._state
+            log.warning("etcd read for %s failed, answering from the cached view: %s", what, exc)
+            return None
         fresh.reset((kv.key.decode(), kv.value) for kv in snapshot)
-        return fresh.queues(topic), fresh
+        return fresh

@@ -41,7 +41,7 @@ class RouteServicer(route_pb2_grpc.RouteServicer):
     async def ListEndpoints(
         self, request: route_pb2.ListEndpointsRequest, context: grpc.aio.ServicerContext
     ) -> route_pb2.ListEndpointsResponse:
-        return route_pb2.ListEndpointsResponse(endpoints=self._cluster.endpoints(request.kind))
+        return route_pb2.ListEndpointsResponse(endpoints=await self._cluster.listed_endpoints(request.kind))
 
 
 def add_route_servicer(server: grpc.aio.Server, cluster: ClusterView) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import socket
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -646,15 +645,7 @@ class Admin:
         return self._core.stub(store.address, store_pb2_grpc.StoreStub)
 
     def _stores(self, store_id: str | None) -> list[_Store]:
-        # A cluster that just started: the service answering look-ups reads registrations
-        # from its watched copy of etcd, which may trail a store's by a moment. Look again
-        # (within the call's timeout) before saying there is none.
-        deadline = time.monotonic() + self._timeout
-        while True:
-            stores = sorted(_Store(e.instance_id, e.address) for e in self.endpoints(ServiceKind.STORE))
-            if stores or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
+        stores = sorted(_Store(e.instance_id, e.address) for e in self.endpoints(ServiceKind.STORE))
         if store_id is not None:
             stores = [s for s in stores if s.store_id == store_id]
             if not stores:
