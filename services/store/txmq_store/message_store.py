@@ -25,7 +25,14 @@ from txmq.codec_native import fields as record_fields
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
 from txmq.protocol import DELAY_PROPERTIES, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OFFSET, TIMER_TOPIC
-from txmq.records import ANY_QUEUE, BLANK_MAGIC, NAME_VALUE_SEPARATOR, PHYSICAL_OFFSET_AT, PROPERTY_SEPARATOR
+from txmq.records import (
+    ANY_QUEUE,
+    BLANK_MAGIC,
+    PHYSICAL_OFFSET_AT,
+    decode_properties,
+    encode_properties_text,
+    pop_field_properties,
+)
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
 from txmq_runtime.clock import Clock as MonotonicClock
@@ -70,14 +77,10 @@ from .idempotence import FirstSend, SendWindow
 from .index import message_key_hash, unique_id_hash
 from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, corrupted, disk_full, is_disk_full
 from .model import (
-    KEY_SEPARATOR,
-    PROPERTY_KEYS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
-    PROPERTY_UNIQ_KEY,
     TRANSACTION_TYPE_MASK,
     ConsumeOffsetView,
     GetMessageResult,
@@ -1044,19 +1047,8 @@ class MessageStore:
         (_, body_crc, _, flag, _, phys, _, born_ts, born_host, _, _, reconsume, _, body, _, text) = record_fields(
             buf, pos
         )
-        props: dict[str, str] = {}
-        unique_id = tags = ""
-        keys: tuple[str, ...] = ()
-        for item in text[:-1].split(PROPERTY_SEPARATOR):
-            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
-            if name == PROPERTY_UNIQ_KEY:
-                unique_id = value
-            elif name == PROPERTY_TAGS:
-                tags = value
-            elif name == PROPERTY_KEYS:
-                keys = tuple(value.split(KEY_SEPARATOR))
-            else:
-                props[name] = value
+        props = decode_properties(text)
+        tags, keys, unique_id = pop_field_properties(props)
         topic = props.pop(PROPERTY_REAL_TOPIC, "")
         real_queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
         cfg = self._topics.get(topic)
@@ -1070,13 +1062,7 @@ class MessageStore:
         if not 0 <= queue_id < cfg.write_queue_nums:
             queue_id = self._queue_for_send(cfg, None, 0) if cfg.write_queue_nums else 0
         props[PROPERTY_TIMER_OFFSET] = str(timer_offset)
-        encoded = "".join(
-            [f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}{unique_id}{PROPERTY_SEPARATOR}"]
-            + ([f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{tags}{PROPERTY_SEPARATOR}"] if tags else [])
-            + ([f"{PROPERTY_KEYS}{NAME_VALUE_SEPARATOR}{KEY_SEPARATOR.join(keys)}{PROPERTY_SEPARATOR}"] if keys else [])
-            + [f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items()]
-        ).encode()
-        tail = encode_tail(topic, encoded)
+        tail = encode_tail(topic, encode_properties_text(unique_id, tags, keys, props))
         return PreparedRecord(
             topic, queue_id, flag, 0, born_ts, born_host, reconsume, 0, body, body_crc, tail,
             HEADER_SIZE + len(body) + len(tail), cached_tag_code(tags) if tags else 0, tags, keys, unique_id,
