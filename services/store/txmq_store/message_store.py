@@ -1737,14 +1737,26 @@ class MessageStore:
             raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no readable queue {queue_id}")
         if offset < 0:
             raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
-        if self._groups.get(group) is None:
+        self.group_in_use(group)
+        self._offsets.commit(group, topic, queue_id, offset, now_ms=self._clock())
+
+    def group_in_use(self, group: str) -> SubscriptionGroupConfig:
+        """The config of a group a consumer uses (commits an offset, sends a message
+        back); a group no config names yet is created with the defaults when
+        ``auto_create_subscription_group``, else SUBSCRIPTION_GROUP_NOT_FOUND. The caller
+        checked the name."""
+        cfg = self._groups.get(group)
+        if cfg is None:
+            self._check_admin_write()
             if not self.settings.auto_create_subscription_group:
                 raise _not_found(
                     errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {group}", group=group
                 )
-            self._groups.put(SubscriptionGroupConfig(group))
+            cfg = SubscriptionGroupConfig(group)
+            self._groups.put(cfg)
             self.config_version += 1
-        self._offsets.commit(group, topic, queue_id, offset, now_ms=self._clock())
+            log.info("created subscription group %s (auto_create_subscription_group)", group)
+        return cfg
 
     def query_consume_offset(self, *, group: str, topic: str, queue_id: int) -> int | None:
         """The committed offset, or None when the group never committed one."""

@@ -125,7 +125,7 @@ class SendBack:
             )  # fmt: skip
         if may_consume is not None:
             may_consume(source.topic)
-        cfg = self._group(group)
+        cfg = self._store.group_in_use(group)  # created on first use, as for committed offsets
         key = (group, commit_log_offset)
         known = self._recent.get(key)
         if known is not None:
@@ -177,21 +177,6 @@ class SendBack:
                 f"max_reconsume_times {max_times} is negative",
                 max_reconsume_times=str(max_times),
             )  # fmt: skip
-
-    def _group(self, group: str) -> SubscriptionGroupConfig:
-        """The group's config; an unknown group is created when the store creates groups
-        on first use (as for committed offsets), else SUBSCRIPTION_GROUP_NOT_FOUND."""
-        store = self._store
-        try:
-            return store.get_subscription_group(group)
-        except TxmqError as err:
-            if (
-                err.code != errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND
-                or not store.settings.auto_create_subscription_group
-            ):
-                raise
-        log.info("created subscription group %s (auto_create_subscription_group) for a send-back", group)
-        return store.create_subscription_group(SubscriptionGroupConfig(group))
 
     def _remember(self, key: tuple[str, int], outcome: SendBackOutcome) -> None:
         self._recent[key] = outcome
