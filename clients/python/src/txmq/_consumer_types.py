@@ -7,6 +7,8 @@ importing ``txmq.consumer``.
 from __future__ import annotations
 
 import enum
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from txmq.message import MessageExt
@@ -46,6 +48,29 @@ class ConsumeStatus(enum.Enum):
     # for "not now" rather than "failed" (a dependency down, a rate limit); such a
     # message never reaches the dead-letter topic because of it.
     RECONSUME_LATER_UNCOUNTED = "RECONSUME_LATER_UNCOUNTED"
+
+
+def listener_status(
+    listener: Callable[[list[MessageExt]], object],
+    messages: list[MessageExt],
+    log: logging.Logger,
+    *,
+    client_id: str,
+    where: object,
+    then: str,
+) -> ConsumeStatus:
+    """Call a push consumer's listener: its ConsumeStatus; anything else it returns, or
+    an exception it raises, is RECONSUME_LATER (as in RocketMQ), logged with what
+    happens ``then``."""
+    try:
+        answer = listener(list(messages))
+    except Exception:
+        log.exception("consumer %s: the listener failed on %s; %s", client_id, where, then)
+        return ConsumeStatus.RECONSUME_LATER
+    if isinstance(answer, ConsumeStatus):
+        return answer
+    log.warning("consumer %s: the listener returned %r; taken as RECONSUME_LATER", client_id, answer)
+    return ConsumeStatus.RECONSUME_LATER
 
 
 class ConsumeFromWhere(enum.Enum):

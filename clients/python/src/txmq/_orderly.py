@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from txmq._client import call
-from txmq._consumer_types import ConsumeStatus
+from txmq._consumer_types import ConsumeStatus, listener_status
 from txmq._convert import message_queue_to_proto
 from txmq._failures import FailureLog
 from txmq._process_queue import ProcessQueue
@@ -372,15 +372,9 @@ class OrderlyService:
 
     def _consume(self, q: _Queue, batch: list[MessageExt]) -> None:
         pq = q.pq
-        status = ConsumeStatus.RECONSUME_LATER
-        try:
-            answer = self._listener(list(batch))
-            if isinstance(answer, ConsumeStatus):
-                status = answer
-            else:
-                log.warning("consumer %s: the listener returned %r; taken as RECONSUME_LATER", self.client_id, answer)
-        except Exception:
-            log.exception("consumer %s: the listener failed on %s; suspending the queue", self.client_id, pq.mq)
+        status = listener_status(
+            self._listener, batch, log, client_id=self.client_id, where=pq.mq, then="suspending the queue"
+        )
         done: list[MessageExt] = list(batch) if status is ConsumeStatus.CONSUME_SUCCESS else []
         if not done:
             done = self._dead_letter(q, batch)

@@ -30,6 +30,7 @@ from txmq._consumer_types import (
     PullResult,
     PullStatus,
     SendBackResult,
+    listener_status,
 )
 from txmq._failures import FailureLog, retriable
 from txmq._orderly import OrderlyService, StoreLockCalls
@@ -1139,15 +1140,9 @@ class PushConsumer:
             pq.running += 1
         if pq.mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             _restore_topics(messages)
-        status = ConsumeStatus.RECONSUME_LATER
-        try:
-            answer = self._listener(list(messages))
-            if isinstance(answer, ConsumeStatus):
-                status = answer
-            else:
-                log.warning("consumer %s: the listener returned %r; taken as RECONSUME_LATER", self.client_id, answer)
-        except Exception:  # a failing listener means "later", as in RocketMQ
-            log.exception("consumer %s: the listener failed on %s; reconsuming later", self.client_id, pq.mq)
+        status = listener_status(
+            self._listener, messages, log, client_id=self.client_id, where=pq.mq, then="reconsuming later"
+        )
         uncounted = status is ConsumeStatus.RECONSUME_LATER_UNCOUNTED
         sent_back: list[MessageExt] = []
         if status is not ConsumeStatus.CONSUME_SUCCESS and not pq.dropped:
