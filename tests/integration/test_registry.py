@@ -189,6 +189,7 @@ async def test_cluster_view_reads_etcd_for_a_kind_of_service_it_has_none_of(clie
         assert view.endpoints(STORE) == []  # the copy has not seen it
         assert [e.address for e in await view.listed_endpoints(STORE)] == ["h1:1"]
         assert await view.listed_endpoints(PULL) == []  # none in etcd either
+        assert await view.listed_endpoints(999) == []  # no such kind (a hostile request): no read
     finally:
         await client.delete_prefix(keys.root.encode())
 

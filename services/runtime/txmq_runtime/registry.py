@@ -380,6 +380,9 @@ class ClusterState:
             return None
 
 
+_SERVICE_KINDS = frozenset(common_pb2.ServiceKind.values())
+
+
 class ClusterView:
     """The cluster as a service sees it: a watched copy of etcd, so look-ups cost no
     etcd round trip. A topic the copy does not know, and a kind of service the copy has
@@ -405,9 +408,9 @@ class ClusterView:
         """``endpoints``, for clients (Route.ListEndpoints): none in the copy is checked
         in etcd itself (a service that registered a moment ago, before the watch said so)."""
         found = self._state.endpoints(kind)
-        if found:
+        if found or kind not in _SERVICE_KINDS:  # a kind no service has: nothing to read
             return found
-        fresh = await self._fresh(f"{common_pb2.ServiceKind.Name(kind)} endpoints")
+        fresh = await self._fresh(f"endpoints of kind {kind}")
         return found if fresh is None else fresh.endpoints(kind)
 
     async def route(self, topic: str) -> tuple[list[route_pb2.QueueData], ClusterState]:
