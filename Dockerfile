@@ -33,8 +33,10 @@ COPY cli/ cli/
 COPY analytics/ analytics/
 # Regular (not editable) installs: the venv must not refer back to /src. The gateway's
 # apache.rocketmq.v2 modules come from the pinned rocketmq-python-client (a dependency).
-RUN python -m pip --python /opt/txmq/bin/python install ./clients/python . \
-    && /opt/txmq/bin/python -c "import txmq.v1.store_pb2_grpc, txmq_store.__main__, txmq_pull.__main__, txmq_txcheck.__main__, txmq_gateway.__main__, txmq_cli.main"
+# The export extra (pyarrow) lets the stores write the Parquet exports the chart's
+# analytics CronJob reads (store.settings.export_interval_ms is on in the chart).
+RUN python -m pip --python /opt/txmq/bin/python install ./clients/python ".[export]" \
+    && /opt/txmq/bin/python -c "import txmq.v1.store_pb2_grpc, txmq_store.__main__, txmq_pull.__main__, txmq_txcheck.__main__, txmq_gateway.__main__, txmq_gateway.service, txmq_cli.main, pyarrow.parquet"
 
 # ---- build-analytics: the same venv plus the analytics extra (PySpark, pyarrow, ...) ----
 FROM build AS build-analytics
@@ -53,7 +55,14 @@ RUN groupadd --system --gid 10001 txmq \
     && mkdir -p /var/lib/txmq \
     && chown 10001:10001 /var/lib/txmq
 # Nothing installs packages at run time: no pip, setuptools or wheel in the final images.
-RUN python -m pip uninstall --yes --quiet pip setuptools wheel
+# A Python that marks itself externally managed (Debian's python3, PYTHON_IMAGE built from
+# Debian packages) refuses `pip uninstall`: its package manager removes them instead.
+RUN if ls /usr/lib/python3*/EXTERNALLY-MANAGED >/dev/null 2>&1; then \
+        apt-get purge -y --auto-remove python3-pip python3-setuptools python3-wheel \
+        && rm -rf /var/lib/apt/lists/*; \
+    else \
+        python -m pip uninstall --yes --quiet pip setuptools wheel; \
+    fi
 ENV PATH=/opt/txmq/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1

@@ -133,8 +133,19 @@ def test_the_build_installs_the_sdk_with_its_committed_stubs() -> None:
     for stub in stubs:
         assert not is_ignored(stub.relative_to(ROOT).as_posix(), ignored), stub
     run = " ".join(build.all("RUN"))
-    assert "install ./clients/python ." in run
+    assert 'install ./clients/python ".[export]"' in run
     assert "import txmq.v1." in run  # the build fails if the stubs did not make it
+
+
+def test_the_runtime_image_can_write_the_export_the_chart_turns_on() -> None:
+    # The chart sets store.settings.export_interval_ms; the store refuses that setting
+    # without pyarrow, so the runtime image installs the export extra and checks it imports.
+    assert VALUES["store"]["settings"]["export_interval_ms"] > 0
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith("pyarrow") for dep in extras["export"])
+    run = " ".join(BY_NAME["build"].all("RUN"))
+    assert '".[export]"' in run and "pyarrow.parquet" in run
+    assert BY_NAME["runtime"].all("COPY") == ["--from=build /opt/txmq /opt/txmq"]
 
 
 def test_every_copied_path_is_in_the_repository_and_the_context() -> None:

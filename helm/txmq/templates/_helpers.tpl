@@ -101,6 +101,10 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{/* The downward-API variables the computed settings refer to ($(POD_NAME) ...); they come
      first, since an env var can only refer to those before it. */}}
 {{- define "txmq.podEnv" -}}
+# The root filesystem is read-only: HOME is the /tmp emptyDir, for anything that writes
+# under it (the RocketMQ client package the gateway imports creates ~/logs at import).
+- name: HOME
+  value: /tmp
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: POD_NAMESPACE

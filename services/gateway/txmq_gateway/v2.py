@@ -9,9 +9,28 @@ tests run the official client in a separate process.
 
 from __future__ import annotations
 
-from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as svc
-from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc  # noqa: F401
+import os
+
+
+def _client_package_home() -> None:
+    """Importing the client package creates ``~/logs/rocketmq_python`` (and opens a log
+    file there): on a read-only HOME that import fails with an OSError deep inside it.
+    Say so in one line instead, as an ImportError the entry point reports."""
+    path = os.path.expanduser("~/logs/rocketmq_python")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ImportError(
+            f"the RocketMQ client package (rocketmq-python-client) creates {path} when it is imported: "
+            f"{exc.strerror}; set HOME to a writable directory (HOME={os.environ.get('HOME', '')!r})"
+        ) from None
+
+
+_client_package_home()
+
+from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
+from rocketmq.grpc_protocol import service_pb2 as svc  # noqa: E402
+from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc  # noqa: E402, F401
 
 Code = pb.Code
 SERVICE_NAME = svc.DESCRIPTOR.services_by_name["MessagingService"].full_name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Literal
 
@@ -162,6 +163,18 @@ class StoreSettings(ServiceSettings):
     replica_shipment_max_bytes: int = Field(
         1 * MIB, ge=64 * KIB, description="Replicated group: most log bytes the leader ships in one message."
     )
+
+    @field_validator("export_interval_ms")
+    @classmethod
+    def _export_writable(cls, value: int) -> int:
+        # Checked with the settings, before anything starts: a store asked for an export it
+        # cannot write fails its start with one line instead of failing once it serves.
+        if value > 0 and importlib.util.find_spec("pyarrow") is None:
+            raise ValueError(
+                f"{value} asks for the analytics export, which writes Parquet with pyarrow, and this "
+                "installation has no pyarrow: install txmq-server[export] (the txmq image has it) or set 0 (off)"
+            )
+        return value
 
     @field_validator("message_delay_levels")
     @classmethod
