@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from jsonschema import Draft7Validator, ValidationError
 
 from helm import chart
 from helm.chart import Doc, find, one
@@ -226,13 +227,23 @@ def test_external_trigger_needs_the_scaler_on() -> None:
         {**ORDERS, "name": "Order_Workers"},
         {**ORDERS, "targetRef": {}},
         {**ORDERS, "minReplicas": 1},  # KEDA's name is minReplicaCount
-        {**ORDERS, "minReplicaCount": 5, "maxReplicaCount": 2},
     ],
 )
-def test_bad_entries_are_refused(bad: dict[str, Any]) -> None:
-    result = chart.template(keda(bad), check=False)
+def test_the_schema_refuses_bad_entries(bad: dict[str, Any]) -> None:
+    """values.schema.json, which helm applies before rendering (checked here directly:
+    one helm run per case would cost the fast loop seconds)."""
+    Draft7Validator(SCHEMA).validate({**VALUES, **keda(ORDERS)})
+    with pytest.raises(ValidationError) as exc:
+        Draft7Validator(SCHEMA).validate({**VALUES, **keda(bad)})
+    assert list(exc.value.absolute_path)[:2] == ["keda", "scaledObjects"]
+
+
+def test_helm_refuses_bad_entries() -> None:
+    result = chart.template(keda({k: v for k, v in ORDERS.items() if k != "topic"}), check=False)
+    assert result.returncode != 0 and "keda" in result.stderr  # the schema, through helm
+    result = chart.template(keda({**ORDERS, "minReplicaCount": 5, "maxReplicaCount": 2}), check=False)
     assert result.returncode != 0
-    assert "keda" in result.stderr
+    assert "maxReplicaCount 2 is below minReplicaCount 5" in result.stderr
 
 
 def test_schema_names_are_the_services_rules() -> None:
