@@ -23,6 +23,9 @@ system topics (`RMQ_SYS_*`, `TRANS_CHECK_MAX_TIME_TOPIC`) are for super users on
 `UNAUTHENTICATED` (`CODE_UNAUTHENTICATED`, `CODE_INVALID_CREDENTIALS`, `CODE_REQUEST_EXPIRED`)
 and `PERMISSION_DENIED` (`CODE_ACCESS_DENIED`, metadata `user`, `resource`, `action`).
 The gateway (apache.rocketmq.v2) maps its calls to the same users and rules: docs/gateway.md.
+KEDA's ExternalScaler (served by the pull service, protos/externalscaler) is KEDA's contract,
+not txmq's: its access is declared in `txmq_runtime.auth.FOREIGN_ACCESS` instead; KEDA
+authenticates with a client certificate (docs/kubernetes.md).
 
 | service | RPC | who | permissions | also checked by the handler |
 |---|---|---|---|---|

@@ -38,6 +38,8 @@ SERVED_BY = {
     "txmq.v1.TransactionPeer": "txcheck",
     "txmq.v1.Route": "pull",
     "txmq.v1.Auth": "txcheck",
+    # KEDA's contract, its access declared in txmq_runtime.auth.FOREIGN_ACCESS.
+    "externalscaler.ExternalScaler": "pull",
 }
 
 

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ROOT / "clients/python/src/txmq/v1"
+SRC = ROOT / "clients/python/src"
+#: The generated packages: txmq's contract, and KEDA's external scaler contract.
+PACKAGES = ("txmq/v1", "txmq/keda")
 
 
 def test_generated_stubs_are_fresh(tmp_path: Path) -> None:
@@ -17,11 +19,13 @@ def test_generated_stubs_are_fresh(tmp_path: Path) -> None:
         check=True,
         env={**os.environ, "PYTHON": sys.executable},
     )
-    fresh = sorted(p.name for p in (tmp_path / "txmq/v1").iterdir() if p.suffix in (".py", ".pyi"))
-    committed = sorted(p.name for p in GENERATED.iterdir() if p.suffix in (".py", ".pyi"))
-    assert fresh == committed, "stub file set differs: run scripts/gen_protos.sh"
-    stale = [n for n in fresh if not filecmp.cmp(tmp_path / "txmq/v1" / n, GENERATED / n, shallow=False)]
-    assert not stale, f"stale generated stubs {stale}: run scripts/gen_protos.sh"
+    for package in PACKAGES:
+        generated = SRC / package
+        fresh = sorted(p.name for p in (tmp_path / package).iterdir() if p.suffix in (".py", ".pyi"))
+        committed = sorted(p.name for p in generated.iterdir() if p.suffix in (".py", ".pyi"))
+        assert fresh == committed, f"{package}: stub file set differs: run scripts/gen_protos.sh"
+        stale = [n for n in fresh if not filecmp.cmp(tmp_path / package / n, generated / n, shallow=False)]
+        assert not stale, f"{package}: stale generated stubs {stale}: run scripts/gen_protos.sh"
 
 
 def test_every_enum_starts_unspecified() -> None:

@@ -1,5 +1,6 @@
 """The pull process: the Pull service (validation, filters, long polling) over the stores
-it finds in the cluster view, besides Route, health and reflection."""
+it finds in the cluster view, and KEDA's external scaler (``keda_scaler_enabled``),
+besides Route, health and reflection."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 
 from txmq_pull.arrivals import ArrivalFeed
 from txmq_pull.hold import HoldService
+from txmq_pull.keda import Scaler, StoreLag
+from txmq_pull.keda_servicer import ExternalScalerServicer, add_external_scaler_servicer
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.metrics import HELD_PULLS
 from txmq_pull.processor import PullProcessor, store_max_offsets
@@ -33,6 +36,8 @@ class PullCore:
     processor: PullProcessor
     groups: ConsumerGroups
     servicer: PullServicer
+    #: KEDA's external scaler (``keda_scaler_enabled``), else None.
+    scaler: Scaler | None = None
     _expiry: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def start(self) -> None:
@@ -45,7 +50,10 @@ class PullCore:
             self.feed.ensure_all()
 
     async def stopping(self) -> None:
-        """Stop watching arrivals and answer held pulls (new ones are refused)."""
+        """Stop watching arrivals, answer held pulls (new ones are refused) and end KEDA's
+        StreamIsActive calls."""
+        if self.scaler is not None:
+            self.scaler.close()
         if self._expiry is not None:
             self._expiry.cancel()
             await asyncio.gather(self._expiry, return_exceptions=True)
@@ -84,18 +92,26 @@ def build_core(settings: PullSettings, locator: StoreLocator, *, clock: Clock | 
     processor = PullProcessor(settings, clients=clients, hold=hold, clock=clock, feed=feed)
     groups = ConsumerGroups(clock, expiry_ms=settings.consumer_expiry_ms)
     servicer = PullServicer(processor, groups, clock=clock, deadline_margin_ms=settings.deadline_margin_ms)
-    return PullCore(settings, clock, clients, hold, feed, processor, groups, servicer)
+    scaler = (
+        Scaler(StoreLag(clients), clock=clock, stream_interval_ms=settings.keda_stream_interval_ms)
+        if settings.keda_scaler_enabled
+        else None
+    )
+    return PullCore(settings, clock, clients, hold, feed, processor, groups, servicer, scaler)
 
 
 async def setup(ctx: ServiceContext[PullSettings]) -> ServiceParts:
     core = build_core(ctx.settings, ClusterLocator(ctx.cluster))
-    name = add_pull_servicer(ctx.server, core.servicer)
+    names = [add_pull_servicer(ctx.server, core.servicer)]
+    if core.scaler is not None:
+        names.append(add_external_scaler_servicer(ctx.server, ExternalScalerServicer(core.scaler)))
     core.start()
     HELD_PULLS.set_function(lambda: core.hold.held_count)
     log.info(
-        "pull service: long polling %s, hold check every %d ms, at most %d held pulls",
+        "pull service: long polling %s, hold check every %d ms, at most %d held pulls, KEDA external scaler %s",
         "on" if ctx.settings.long_polling_enable else "off (short polling)",
         ctx.settings.effective_hold_check_interval_ms,
         ctx.settings.max_held_requests,
+        "on" if core.scaler is not None else "off",
     )
-    return ServiceParts(service_names=[name], close=core.close, stopping=core.stopping)
+    return ServiceParts(service_names=names, close=core.close, stopping=core.stopping)

@@ -57,6 +57,17 @@ class PullSettings(ServiceSettings):
     arrival_reconnect_backoff_ms: int = Field(
         500, ge=1, description="First wait before re-opening a store's arrival stream; doubles up to 10x."
     )
+    keda_scaler_enabled: bool = Field(
+        True,
+        description="Serve KEDA's external scaler (externalscaler.ExternalScaler: a consumer group's lag "
+        "on a topic) on this port; false: its calls are UNIMPLEMENTED.",
+    )
+    keda_stream_interval_ms: int = Field(
+        5_000,
+        ge=100,
+        description="KEDA's StreamIsActive (the external-push trigger): how often the group's lag is read "
+        "and IsActive pushed.",
+    )
 
     @property
     def effective_hold_check_interval_ms(self) -> int:

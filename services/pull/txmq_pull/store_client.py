@@ -95,6 +95,12 @@ class StoreClient:
         request = store_pb2.QueryConsumeOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id)
         return await _call(lambda: self._store.QueryConsumeOffset(request, timeout=self._timeout_s))
 
+    async def list_consume_offsets(self, *, group: str, topic: str) -> list[store_pb2.ConsumeOffset]:
+        """The group's committed offsets on the topic's queues, each with its queue's range."""
+        request = store_pb2.ListConsumeOffsetsRequest(consumer_group=group, topic=topic)
+        reply = await _call(lambda: self._store.ListConsumeOffsets(request, timeout=self._timeout_s))
+        return list(reply.offsets)
+
     async def queue_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         """queue id -> (min offset, max offset) of every queue of ``topic`` (GetQueueOffsets)."""
         request = store_pb2.GetQueueOffsetsRequest(topic=topic)

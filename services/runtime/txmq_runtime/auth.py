@@ -37,6 +37,7 @@ from prometheus_client import Counter
 
 from txmq import signing
 from txmq.errors import TxmqError, error
+from txmq.keda import externalscaler_pb2
 from txmq.protocol import RETRY_GROUP_TOPIC_PREFIX as RETRY_PREFIX
 from txmq.protocol import is_system_topic
 from txmq.v1 import auth_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2, txcheck_pb2
@@ -77,19 +78,35 @@ _FILES: tuple[FileDescriptor, ...] = (
     route_pb2.DESCRIPTOR,
     auth_pb2.DESCRIPTOR,
 )
+#: Services txmq serves whose contract is someone else's, so no ``(txmq.v1.access)``
+#: option can be written into it: KEDA's external scaler (its proto must stay KEDA's).
+#: The access declared here holds for every method of the service; the handler checks
+#: the resources named inside the request.
+FOREIGN_ACCESS: Mapping[str, auth_pb2.Access] = {
+    "externalscaler.ExternalScaler": auth_pb2.Access(
+        scope=auth_pb2.ACCESS_SCOPE_USER,
+        handler_checks="Get on Topic `scalerMetadata.topic` and Group `scalerMetadata.consumerGroup` "
+        "(as ListConsumeOffsets)",
+    ),
+}
+_FOREIGN_FILES: tuple[FileDescriptor, ...] = (externalscaler_pb2.DESCRIPTOR,)
 
 
 # -- the access table ----------------------------------------------------------------
 
 
 def txmq_methods() -> Iterator[MethodDescriptor]:
-    """Every RPC of every txmq.v1 service."""
-    for file in _FILES:
+    """Every RPC of every service txmq serves: the txmq.v1 services, then the foreign
+    ones (``FOREIGN_ACCESS``)."""
+    for file in (*_FILES, *_FOREIGN_FILES):
         for service in file.services_by_name.values():
             yield from service.methods
 
 
 def access_of(method: MethodDescriptor) -> auth_pb2.Access | None:
+    foreign = FOREIGN_ACCESS.get(method.containing_service.full_name)
+    if foreign is not None:
+        return foreign
     options = method.GetOptions()
     return options.Extensions[auth_pb2.access] if options.HasExtension(auth_pb2.access) else None
 
