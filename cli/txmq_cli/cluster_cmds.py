@@ -17,6 +17,7 @@ import click
 from txmq_cli.cluster import DEFAULT_PORTS, SERVICES, LocalCluster, PortsInUse, ProcessExited
 from txmq_cli.options import option
 from txmq_cli.supervise import CannotStart, Died, RestartPolicy, Supervisor, describe_exit
+from txmq_runtime.backoff import BackoffPolicy
 
 if TYPE_CHECKING:
     from txmq_cli.certs import TlsFiles
@@ -73,6 +74,13 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     help="How long each process may take to report SERVING (on its first start and on each restart).",
 )
 @option(
+    "--restart-backoff-max-ms",
+    default=30_000,
+    show_default=True,
+    type=click.IntRange(min=1_000),
+    help="A process that dies is started again after 1 s, doubling per death up to this.",
+)
+@option(
     "--tls",
     is_flag=True,
     help="Mutual TLS on every service: a throwaway CA and certificate (new on every start) in <data-dir>/tls; "
@@ -85,12 +93,12 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     f"{LOCAL_ADMIN!r} with a secret kept in <data-dir>/auth/secret; other users need `txmq user create`.",
 )
 @click.pass_context
-def up(ctx: click.Context, tls: bool, auth: bool, **options: object) -> None:
+def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, **options: object) -> None:
     """Run etcd, store, txcheck, pull and the RocketMQ gateway locally until Ctrl-C or SIGTERM.
 
     A process that dies is started again (same flags, ports and data) after a back-off of
-    1 s doubling to 30 s; `txmq up` stops with exit code 1 only when one cannot start
-    (not ready on its first start, or dead before it is ready 5 times in a row).
+    1 s doubling to --restart-backoff-max-ms; `txmq up` stops with exit code 1 only when one
+    cannot start (not ready on its first start, or dead before it is ready 5 times in a row).
     Other options go to the store, e.g. `txmq up --flush-mode sync`.
     """
     files = None
@@ -106,6 +114,9 @@ def up(ctx: click.Context, tls: bool, auth: bool, **options: object) -> None:
         service_args = _auth_args(secret_file)
     cluster = LocalCluster(**options, store_args=ctx.args, tls=files, service_args=service_args)  # type: ignore[arg-type]
     signal.signal(signal.SIGTERM, _raise_stop)
+    # Ctrl-C stops the cluster even when started where SIGINT is ignored (a background
+    # job of a script): its services stop on it, and must not be restarted instead.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     code = 0
     try:
         cluster.start()
@@ -121,14 +132,17 @@ def up(ctx: click.Context, tls: bool, auth: bool, **options: object) -> None:
             click.echo(f"  SDK: txmq.Credentials({LOCAL_ADMIN!r}, <secret>)")
         click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
         # A restart may take as long as the first start.
-        policy = RestartPolicy(ready_timeout_ms=int(cluster.start_timeout_s * 1000))
+        policy = RestartPolicy(
+            backoff=BackoffPolicy(first_ms=1_000, max_ms=restart_backoff_max_ms),
+            ready_timeout_ms=int(cluster.start_timeout_s * 1000),
+        )
         supervisor = Supervisor(cluster.members(), policy=policy)
         while True:
             for event in supervisor.tick():
                 click.echo(str(event), err=isinstance(event, Died))
             time.sleep(_SUPERVISE_INTERVAL_S)
     except CannotStart as exc:
-        click.echo(f"txmq up: {exc}; stopping everything", err=True)
+        click.echo(f"stopping the cluster: {exc}", err=True)
         code = 1
     except PortsInUse as exc:
         click.echo(f"not started: {exc}", err=True)

@@ -90,6 +90,10 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+def _failed_starts(n: int) -> str:
+    return f"{n} failed start{'' if n == 1 else 's'}"
+
+
 def _seconds(ms: float) -> str:
     return f"{ms / 1000:g} s"
 
@@ -109,7 +113,7 @@ class Died:
     failed_starts: int
 
     def __str__(self) -> str:
-        count = "" if self.failed_starts == 0 else f" ({self.failed_starts} failed starts in a row)"
+        count = "" if self.failed_starts == 0 else f" ({_failed_starts(self.failed_starts)} in a row)"
         return (
             f"{self.name} (pid {self.pid}) {self.reason}{count}; "
             f"restarting it in {_seconds(self.restart_in_ms)}; log {self.log_path}"

@@ -128,12 +128,12 @@ def test_a_crash_loop_before_the_ready_line_ends_the_supervision_with_one_line()
     r2 = kids["store-r2"]
     r2.die(-signal.SIGKILL)
     [died] = sup.tick()  # after it was ready: not a failed start
-    for n, wait in ((1, 2000), (2, 4000)):
+    for n, wait, count in ((1, 2000, "1 failed start"), (2, 4000, "2 failed starts")):
         restart_after(clock, sup, r2, int(died.restart_in_ms))  # type: ignore[union-attr]
         r2.die(1)
         [died] = sup.tick()
         assert died == Died("store-r2", 100 + n, "exited with code 1 before it was ready", r2.log_path, wait, n)
-        assert f"exited with code 1 before it was ready ({n} failed starts in a row); restarting it in" in str(died)
+        assert f"exited with code 1 before it was ready ({count} in a row); restarting it in" in str(died)
     restart_after(clock, sup, r2, 4000)
     r2.die(1)
     with pytest.raises(CannotStart) as info:
