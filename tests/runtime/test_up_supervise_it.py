@@ -26,8 +26,9 @@ TOPIC = "UpSuperviseTopic"
 PORTS = ["--store-port", "0", "--pull-port", "0", "--txcheck-port", "0", "--gateway-port", "0"]
 
 
-def start_up(tmp_path: Path, *extra: str) -> ChildProcess:
-    """`txmq up` on free ports, once it has said the cluster is up."""
+def start_up(tmp_path: Path, *extra: str, sigint_ignored: bool = False) -> ChildProcess:
+    """`txmq up` on free ports, once it has said the cluster is up. ``sigint_ignored``:
+    started with SIGINT ignored, as a script's background job is."""
     up = ChildProcess(
         name="txmq up",
         argv=[
@@ -37,7 +38,12 @@ def start_up(tmp_path: Path, *extra: str) -> ChildProcess:
         log_path=tmp_path / "up.out",
         own_session=True,
     )  # fmt: skip
-    up.spawn()
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN) if sigint_ignored else None
+    try:
+        up.spawn()  # inherits SIG_IGN
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
     try:
         wait_output(up, "(Ctrl-C to stop)", timeout_s=120)
     except BaseException:
@@ -93,7 +99,7 @@ def group_status(admin: Admin) -> StoreGroupStatus | None:
 def test_up_restarts_a_killed_leader_replica_and_the_pull_service_then_stops_on_ctrl_c(tmp_path: Path) -> None:
     up = start_up(
         tmp_path, "--store-replicas", "3", "--flush_mode", "sync", "--replica_lease_ms", "2000",
-        "--replica_lag_max_ms", "2000",
+        "--replica_lag_max_ms", "2000", sigint_ignored=True,
     )  # fmt: skip
     children: list[int] = []
     try:
@@ -175,7 +181,9 @@ def test_up_restarts_a_killed_leader_replica_and_the_pull_service_then_stops_on_
         assert up.running()
 
         children = sorted(set(children) | set(child_pids(up.pid)))  # type: ignore[arg-type]
-        os.killpg(up.pid, signal.SIGINT)  # type: ignore[arg-type]  # Ctrl-C: up and its group
+        # Ctrl-C: up and its group. It stops even though it was started with SIGINT
+        # ignored (its services stop on SIGINT anyway: they must not be restarted).
+        os.killpg(up.pid, signal.SIGINT)  # type: ignore[arg-type]
         assert up.wait(timeout_s=90) == 0, output(up)
     finally:
         up.terminate(timeout_s=30)
