@@ -12,7 +12,11 @@ port it bound, so a service may be given port 0 (the tests do: no bind-close-reu
 etcd is ready when its log says it serves clients on our address and it answers the
 gRPC health check. Before anything starts, every fixed port is checked: a taken one is
 reported with the flag that chooses another. Each process writes its output to
-``<data_dir>/logs/<name>.log``.
+``<data_dir>/logs/<name>.log`` (appended across restarts).
+
+Once started, ``txmq up`` keeps the processes running: ``members()`` are what
+``txmq_cli.supervise.Supervisor`` restarts when one dies (``respawn``: same flags, same
+port, same data; ``ready_now``: its ready line, without waiting).
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ class ChildProcess:
         self._log: IO[bytes] | None = None
         #: Where this run's output starts in the log (the log is appended across runs).
         self.log_offset = 0
+        # logged(): per pattern, where this run's lines without a match end.
+        self._scanned: dict[re.Pattern[str], int] = {}
 
     @property
     def pid(self) -> int | None:
@@ -129,10 +135,13 @@ class ChildProcess:
         if self.running():
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self._log is not None:  # the last run ended by itself (nobody waited for it)
+            self._log.close()
         self._log = open(self.log_path, "ab")
         self._log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
         self._log.flush()
         self.log_offset = self._log.tell()
+        self._scanned = {}
         self._proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
@@ -171,29 +180,39 @@ class ChildProcess:
             self._log = None
         return self._proc.returncode
 
+    def logged(self, pattern: re.Pattern[str]) -> re.Match[str] | None:
+        """The first match of ``pattern`` in a whole line this run logged so far; None if
+        there is none yet (does not wait). Each call reads only what is new."""
+        start = self._scanned.get(pattern, self.log_offset)
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(start)
+                chunk = log.read()
+        except FileNotFoundError:
+            return None
+        position = start
+        for line in chunk.split(b"\n")[:-1]:  # the last piece is an unfinished line (or empty)
+            if found := pattern.search(line.decode(errors="replace")):
+                self._scanned[pattern] = position  # found again by the next call
+                return found
+            position += len(line) + 1
+        self._scanned[pattern] = position
+        return None
+
     def wait_log_line(self, pattern: re.Pattern[str], *, timeout_s: float) -> re.Match[str]:
         """The first match of ``pattern`` in a line this run logged, once it is there.
 
         Raises ProcessExited if the process ends first, TimeoutError after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        with open(self.log_path, "rb") as log:
-            log.seek(self.log_offset)
-            pending = b""
-            while True:
-                running = self.running()  # before reading: a line logged before the exit is seen
-                chunk = log.read()
-                lines = (pending + chunk).split(b"\n")
-                pending = lines.pop()
-                for line in lines:
-                    if found := pattern.search(line.decode(errors="replace")):
-                        return found
-                if not running:
-                    raise ProcessExited(self)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"{self.name} (pid {self.pid}) not ready after {timeout_s} s; log {self.log_path}"
-                    )
-                time.sleep(0.02)
+        while True:
+            running = self.running()  # before reading: a line logged before the exit is seen
+            if found := self.logged(pattern):
+                return found
+            if not running:
+                raise ProcessExited(self)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} (pid {self.pid}) not ready after {timeout_s} s; log {self.log_path}")
+            time.sleep(0.02)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -321,6 +340,14 @@ class EtcdServer:
         self.process.wait_log_line(etcd_serving_line(self.endpoint), timeout_s=timeout_s)
         wait_serving(self.endpoint, process=self.process, timeout_s=max(0.1, deadline - time.monotonic()))
 
+    def ready_now(self) -> bool:
+        """Whether this run has said it serves clients (does not wait)."""
+        return self.process.logged(etcd_serving_line(self.endpoint)) is not None
+
+    def respawn(self) -> None:
+        """Start again with the same flags and data (after it died); ``ready_now`` tells when it serves."""
+        self.process.spawn()
+
     def stop(self) -> int | None:
         return self.process.terminate(timeout_s=_STOP_MARGIN_S)
 
@@ -331,7 +358,7 @@ class EtcdServer:
 class ServiceProcess:
     """One txmq service (``python -m txmq_<service>``) with its flags. ``port`` 0: the
     service picks a free one; ``address`` names the bound port once it is ready, and a
-    restart reuses that port."""
+    restart reuses that port. ``name``: of its process (in messages), the service's by default."""
 
     def __init__(
         self,
@@ -343,6 +370,7 @@ class ServiceProcess:
         host: str = "127.0.0.1",
         etcd_prefix: str = "/txmq",
         args: Sequence[str] = (),
+        name: str | None = None,
     ) -> None:
         if service not in SERVICES:
             raise ValueError(f"unknown service {service!r}; one of {SERVICES}")
@@ -353,7 +381,7 @@ class ServiceProcess:
         self.bound_port: int | None = None
         self.args = list(args)
         self.process = ChildProcess(
-            name=service,
+            name=name or service,
             argv=[
                 sys.executable,
                 "-m",
@@ -390,6 +418,14 @@ class ServiceProcess:
         self.spawn()
         self.wait_serving(timeout_s=timeout_s)
 
+    def ready_now(self) -> bool:
+        """Whether this run has logged its ready line (does not wait); learns the bound port."""
+        ready = self.process.logged(READY_LINE)
+        if ready is None:
+            return False
+        self.bound_port = int(ready["port"])
+        return True
+
     def stop(self, *, timeout_s: float = _STOP_MARGIN_S) -> int | None:
         """Graceful stop (SIGTERM); SIGKILL after ``timeout_s``."""
         return self.process.terminate(timeout_s=timeout_s)
@@ -397,13 +433,52 @@ class ServiceProcess:
     def kill(self) -> int | None:
         return self.process.kill()
 
-    def restart(self, *, timeout_s: float = 60.0) -> None:
-        """Start again with the same flags (same port, same data), e.g. after ``kill``."""
+    def respawn(self) -> None:
+        """Start again with the same flags (same port, same data), e.g. after it died;
+        ``ready_now`` or ``wait_serving`` tells when it is ready."""
         if self.process.running():
-            raise RuntimeError(f"{self.service} is still running")
+            raise RuntimeError(f"{self.process.name} is still running")
         if self.bound_port is not None:
             self.process.argv[self.process.argv.index("--port") + 1] = str(self.bound_port)  # same address
-        self.start(timeout_s=timeout_s)
+        self.spawn()
+
+    def restart(self, *, timeout_s: float = 60.0) -> None:
+        """``respawn`` and wait until it is ready."""
+        self.respawn()
+        self.wait_serving(timeout_s=timeout_s)
+
+
+class ClusterMember:
+    """One process of a LocalCluster (etcd or a service) under the name the cluster
+    knows it by (``store-r1``): the ``txmq_cli.supervise.Child`` the supervisor restarts."""
+
+    def __init__(self, name: str, member: EtcdServer | ServiceProcess) -> None:
+        self.name = name
+        self.member = member
+
+    @property
+    def pid(self) -> int | None:
+        return self.member.process.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.member.process.log_path
+
+    @property
+    def returncode(self) -> int | None:
+        return self.member.process.returncode
+
+    def ready(self) -> bool:
+        return self.member.ready_now()
+
+    def respawn(self) -> None:
+        self.member.respawn()
+
+    def kill(self) -> None:
+        self.member.process.kill()
+
+    def last_log_line(self) -> str:
+        return self.member.process.log_tail(1)
 
 
 def tls_args(files: TlsFiles, *, mode: str = "enforcing", client_auth: str = "require") -> list[str]:
@@ -524,6 +599,7 @@ class LocalCluster:
                     etcd_endpoints=endpoints,
                     etcd_prefix=etcd_prefix,
                     log_path=self.log_dir / ("store.log" if i == 0 else f"store-r{i}.log"),
+                    name="store" if i == 0 else f"store-r{i}",
                     args=[
                         *service_args,
                         "--data_dir",
@@ -536,7 +612,7 @@ class LocalCluster:
                 )
             others = {k: v for k, v in self.services.items() if k != "store"}
             self.services = {**replicas, **others}
-        self._start_timeout_s = start_timeout_s
+        self.start_timeout_s = start_timeout_s
 
     @property
     def store_address(self) -> str:
@@ -587,37 +663,38 @@ class LocalCluster:
         head = [] if self.etcd is None else [self.etcd.process]
         return head + [s.process for s in self.services.values()]
 
+    def members(self) -> list[ClusterMember]:
+        """Every process of the cluster as ``txmq_cli.supervise`` watches it."""
+        head = [] if self.etcd is None else [ClusterMember("etcd", self.etcd)]
+        return head + [ClusterMember(name, service) for name, service in self.services.items()]
+
     def start(self) -> None:
         """Check the ports, start everything and wait until each of our processes is
         ready; on failure stop what started. PortsInUse: nothing was started."""
         self.check_ports()
         try:
             if self.etcd is not None:
-                self.etcd.start(timeout_s=self._start_timeout_s)
+                self.etcd.start(timeout_s=self.start_timeout_s)
             for service in self.services.values():  # concurrent start-up, then wait for each
                 service.spawn()
             for service in self.services.values():
-                service.wait_serving(timeout_s=self._start_timeout_s)
+                service.wait_serving(timeout_s=self.start_timeout_s)
         except BaseException:
             self.stop()
             raise
-
-    def exited(self) -> ChildProcess | None:
-        """A process of the cluster that is no longer running, if any."""
-        return next((p for p in self.processes() if p.pid is not None and not p.running()), None)
 
     def stop(self) -> dict[str, int | None]:
         """Services first (SIGTERM): the store's clients at once, then the store (the
         gateway commits its consumer groups' offsets on the way out, and the store's last
         export must see them); then etcd. Returns the exit codes of the processes that
         were still running, by name."""
-        services = list(self.services.values())
-        running = {s.service for s in services if s.process.running()}
+        running = {name for name, s in self.services.items() if s.process.running()}
         codes: dict[str, int | None] = {}
-        for wave in ([s for s in services if s.service != "store"], [s for s in services if s.service == "store"]):
-            for service in wave:
+        for stores in (False, True):
+            wave = {name: s for name, s in self.services.items() if (s.service == "store") == stores}
+            for service in wave.values():
                 service.process.signal(signal.SIGTERM)
-            codes.update({s.service: s.process.wait(timeout_s=_STOP_MARGIN_S) for s in wave})
+            codes.update({name: s.process.wait(timeout_s=_STOP_MARGIN_S) for name, s in wave.items()})
         if self.etcd is not None:
             if self.etcd.process.running():
                 running.add("etcd")

@@ -16,11 +16,14 @@ import click
 
 from txmq_cli.cluster import DEFAULT_PORTS, SERVICES, LocalCluster, PortsInUse, ProcessExited
 from txmq_cli.options import option
+from txmq_cli.supervise import CannotStart, Died, RestartPolicy, Supervisor, describe_exit
+from txmq_runtime.backoff import BackoffPolicy
 
 if TYPE_CHECKING:
     from txmq_cli.certs import TlsFiles
 
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
+_SUPERVISE_INTERVAL_S = 0.2  # how often `txmq up` looks at its children
 
 #: The services' own identity in a local cluster with --auth (also the operator's super user).
 LOCAL_ADMIN = "txmq-admin"
@@ -68,7 +71,14 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     default=60.0,
     show_default=True,
     type=float,
-    help="How long each process may take to report SERVING.",
+    help="How long each process may take to report SERVING (on its first start and on each restart).",
+)
+@option(
+    "--restart-backoff-max-ms",
+    default=30_000,
+    show_default=True,
+    type=click.IntRange(min=1_000),
+    help="A process that dies is started again after 1 s, doubling per death up to this.",
 )
 @option(
     "--tls",
@@ -83,9 +93,12 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     f"{LOCAL_ADMIN!r} with a secret kept in <data-dir>/auth/secret; other users need `txmq user create`.",
 )
 @click.pass_context
-def up(ctx: click.Context, tls: bool, auth: bool, **options: object) -> None:
+def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, **options: object) -> None:
     """Run etcd, store, txcheck, pull and the RocketMQ gateway locally until Ctrl-C or SIGTERM.
 
+    A process that dies is started again (same flags, ports and data) after a back-off of
+    1 s doubling to --restart-backoff-max-ms; `txmq up` stops with exit code 1 only when one
+    cannot start (not ready on its first start, or dead before it is ready 5 times in a row).
     Other options go to the store, e.g. `txmq up --flush-mode sync`.
     """
     files = None
@@ -101,6 +114,9 @@ def up(ctx: click.Context, tls: bool, auth: bool, **options: object) -> None:
         service_args = _auth_args(secret_file)
     cluster = LocalCluster(**options, store_args=ctx.args, tls=files, service_args=service_args)  # type: ignore[arg-type]
     signal.signal(signal.SIGTERM, _raise_stop)
+    # Ctrl-C stops the cluster even when started where SIGINT is ignored (a background
+    # job of a script): its services stop on it, and must not be restarted instead.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     code = 0
     try:
         cluster.start()
@@ -115,19 +131,30 @@ def up(ctx: click.Context, tls: bool, auth: bool, **options: object) -> None:
             click.echo(f"  CLI: export TXMQ_ACCESS_KEY={LOCAL_ADMIN} TXMQ_SECRET_KEY=$(cat {secret_file})")
             click.echo(f"  SDK: txmq.Credentials({LOCAL_ADMIN!r}, <secret>)")
         click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
-        while (dead := cluster.exited()) is None:
-            time.sleep(0.2)
-        click.echo(
-            f"{dead.name} exited with code {dead.returncode}; stopping the rest. Its log ({dead.log_path}):",
-            err=True,
+        # A restart may take as long as the first start.
+        policy = RestartPolicy(
+            backoff=BackoffPolicy(first_ms=1_000, max_ms=restart_backoff_max_ms),
+            ready_timeout_ms=int(cluster.start_timeout_s * 1000),
         )
-        click.echo(dead.log_tail(), err=True)
+        supervisor = Supervisor(cluster.members(), policy=policy)
+        while True:
+            for event in supervisor.tick():
+                click.echo(str(event), err=isinstance(event, Died))
+            time.sleep(_SUPERVISE_INTERVAL_S)
+    except CannotStart as exc:
+        click.echo(f"stopping the cluster: {exc}", err=True)
         code = 1
     except PortsInUse as exc:
         click.echo(f"not started: {exc}", err=True)
         code = 1
     except ProcessExited as exc:
-        click.echo(f"start-up failed: {exc}", err=True)
+        dead = exc.process
+        last = dead.log_tail(1).strip()
+        click.echo(
+            f"start-up failed: {dead.name} (pid {dead.pid}) {describe_exit(dead.returncode)} before it was ready; "
+            f"log {dead.log_path}" + (f"; its last line: {last}" if last else ""),
+            err=True,
+        )
         code = 1
     except TimeoutError as exc:
         click.echo(f"start-up failed: {exc}; logs in {cluster.log_dir}", err=True)

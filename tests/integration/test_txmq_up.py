@@ -88,20 +88,6 @@ def test_up_runs_everything_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None
         assert (tmp_path / "up" / "data" / "logs" / f"{name}.log").stat().st_size > 0
 
 
-def test_up_stops_the_rest_when_a_child_dies(tmp_path: Path) -> None:
-    up, _ = start_up(tmp_path)
-    try:
-        children = child_pids(up.pid)
-        pull = next(pid for pid in children if "txmq_pull" in cmdline(pid))
-        os.kill(pull, signal.SIGKILL)
-        assert up.wait(timeout_s=60) == 1
-    finally:
-        up.terminate(timeout_s=30)
-    assert "pull exited with code -9; stopping the rest" in up.log_tail(100)
-    for pid in children:
-        assert not os.path.exists(f"/proc/{pid}"), f"stray process {pid}"
-
-
 def test_a_second_up_on_the_same_ports_starts_nothing_and_says_which_port_to_change(tmp_path: Path) -> None:
     """The first cluster answers on every port the second would use: the second must not
     take it for its own ("txmq is up"), nor start etcd (which dies with a Go stack trace)."""
