@@ -123,7 +123,10 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
         view = leadership.attach(first.replica_id)
         view.in_flight.clear()
         leadership.reported(view, cut)
-        log.info("replica %s follows from offset %d (reported %d)", first.replica_id, cut, first.log_end)
+        log.info(
+            "replica %s follows from offset %d (reported %d%s)", first.replica_id, position, first.log_end,
+            f", cut to {cut}" if cut < first.log_end else "",
+        )  # fmt: skip
         reader = asyncio.create_task(self._read_reports(reports, leadership, view))
         sent = {OFFSETS: -1, CONFIG: -1, FENCES: -1}  # state versions this stream has shipped
 
