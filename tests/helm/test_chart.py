@@ -1076,7 +1076,7 @@ def test_gateway_serves_tls_from_the_mounted_secret(mount_path: str) -> None:
         {"name": "probe", "containerPort": 9091, "protocol": "TCP"},
     ]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["grpc"] == {"port": 9091}
+        assert c[probe]["grpc"]["port"] == 9091
     svc = one(docs, "Service", "txmq-gateway")
     assert svc["spec"]["ports"] == [
         {"name": "grpc", "port": 8081, "targetPort": "grpc", "protocol": "TCP"},

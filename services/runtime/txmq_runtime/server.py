@@ -223,8 +223,8 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     keys = EtcdKeys(settings.etcd_prefix)
     etcd = etcd_client(settings.etcd_endpoints)
     health_servicer = health.aio.HealthServicer()
-    for name in ("", READY_HEALTH_SERVICE):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    for health_name in ("", READY_HEALTH_SERVICE):
+        await health_servicer.set(health_name, health_pb2.HealthCheckResponse.NOT_SERVING)
     probe_server = None
     probe_port = None
     if settings.probe_port >= 0:
