@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import click
 
 from txmq import Admin, ConsumeOffset, Message, MessageExt, NotFoundError, Perm, Producer, TxmqError
-from txmq.models import READ_WRITE
+from txmq.models import READ_WRITE, ReplicaState, StoreGroupStatus
 from txmq.v1 import errors_pb2
 from txmq_cli.credentials import client_options
 from txmq_cli.failures import fail
@@ -191,9 +191,67 @@ def store_group_status(store_id: str | None, endpoint: str, output: str) -> None
                 ("LAG_BYTES", lambda r: "-" if r.lag_bytes < 0 else r.lag_bytes),
                 ("IN_SYNC", lambda r: "-" if r.in_sync is None else ("yes" if r.in_sync else "no")),
                 ("CAUGHT_UP_MS_AGO", lambda r: "-" if r.caught_up_ms_ago < 0 else r.caught_up_ms_ago),
+                ("NEEDS_RESYNC", lambda r: "yes" if r.needs_resync else "no"),
             ),
             output,
         )
+
+
+@store_group.command("elect")
+@click.argument("store_id")
+@option("--replica", "replica_id", required=True, help="The replica to lead (its id, e.g. r1 or a pod name).")
+@option("--force", is_flag=True, help="Do it: accept that records beyond the replica's log are lost.")
+@_admin_command
+def store_group_elect(store_id: str, replica_id: str, force: bool, endpoint: str, output: str) -> None:
+    """Pick the leader of STORE_ID when the group cannot elect one (every replica needs a
+    resync, or every in-sync replica is gone): REPLICA becomes its only in-sync member and
+    leads at its next tick. Says first what may be lost; does it only with --force."""
+    with Admin(endpoint, **client_options()) as admin:
+        groups = admin.store_group_status(store_id=store_id)
+        replicas = {r.replica_id: r for g in groups for r in g.replicas}
+        chosen = replicas.get(replica_id)
+        if chosen is None or chosen.role == "unreachable":
+            raise NotFoundError(
+                f"store group {store_id} has no live replica {replica_id!r} "
+                f"(registered: {', '.join(sorted(replicas))})",
+                code=errors_pb2.CODE_REPLICA_NOT_FOUND,
+                metadata={"store_id": store_id, "replica_id": replica_id},
+            )
+        click.echo(_election_statement(groups[0], chosen), err=output == "json")
+        if not force:
+            click.echo("nothing done: run it again with --force to elect it", err=True)
+            raise click.exceptions.Exit(1)
+        elected = admin.elect_store_replica(store_id, replica_id, force=True)
+    if output == "json":
+        _emit_table([elected], (), output)
+        return
+    click.echo(
+        f"store group {store_id}: {replica_id} is its only in-sync replica from log end {elected.log_end}; "
+        f"it leads at its next tick (epoch {elected.epoch + 1}), the others follow it and copy its log"
+    )
+
+
+def _election_statement(group: StoreGroupStatus, chosen: ReplicaState) -> str:
+    """What electing ``chosen`` by hand costs, in plain words, from the replicas' status."""
+    lines = [
+        f"Electing {chosen.replica_id} to lead store group {group.store_id} by hand. Its log (ending at "
+        f"{chosen.log_end}) becomes the group's: whatever another replica holds beyond that offset is cut from it "
+        "when it follows, and records the group acknowledged there are lost."
+    ]
+    for r in group.replicas:
+        if r.replica_id == chosen.replica_id:
+            continue
+        if r.role == "unreachable":
+            lines.append(f"  {r.replica_id}: did not answer; what it holds is unknown (it is cut when it returns)")
+            continue
+        beyond = r.log_end - chosen.log_end
+        what = f"{beyond} bytes beyond {chosen.replica_id}'s log, lost" if beyond > 0 else "nothing beyond it"
+        resync = ", needs a resync" if r.needs_resync else ""
+        lines.append(f"  {r.replica_id}: log end {r.log_end} ({what}{resync})")
+    if chosen.needs_resync:
+        lines.append(f"  {chosen.replica_id} itself needs a resync: its log was cut where damage was found")
+    lines.append(f"  in sync before: {','.join(group.in_sync) or '-'}")
+    return "\n".join(lines)
 
 
 # -- dead letters ----------------------------------------------------------------------------

@@ -383,7 +383,7 @@ def test_each_store_group_is_a_statefulset_of_its_own(which: str) -> None:
         c = container(sts, "store")
         probed = port if which == "groups" else VALUES["store"]["settings"]["probe_port"]
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert c[probe]["grpc"] == {"port": probed}
+            assert c[probe]["grpc"]["port"] == probed
         assert c["resources"] == VALUES["store"]["resources"]
         assert c["args"] == ["store"]
         mounts = [m["name"] for m in c["volumeMounts"]]
@@ -683,7 +683,7 @@ def test_probes_ask_the_grpc_health_service_on_the_service_port(
     assert env[f"TXMQ_{service.upper()}_TLS_MODE"] == ("disabled" if which == "default" else "enforcing")
     probed = port if which == "default" else probe_port
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["grpc"] == {"port": probed}, probe
+        assert c[probe]["grpc"]["port"] == probed, probe
         assert not {"httpGet", "tcpSocket", "exec"} & c[probe].keys()
     # Every Service in front of the pods reaches that same port (the gateway's also its
     # TLS port, which the probes do not use).
@@ -693,6 +693,30 @@ def test_probes_ask_the_grpc_health_service_on_the_service_port(
     for svc in find(docs, "Service"):
         if matches({"matchLabels": svc["spec"]["selector"]}, pod_labels(w)):
             assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["grpc"] + ["grpc-tls"] * len(tls_port)
+
+
+@pytest.mark.parametrize("which", ["default", "groups", "groups-nondefault"])
+def test_store_readiness_probe_asks_the_in_sync_health_service(which: str, default_docs: list[Doc]) -> None:
+    """A store is ready only while it is an in-sync copy of its group: its readiness
+    probe names txmq.protocol.READY_HEALTH_SERVICE; startup and liveness ask "" (serving
+    at all, so a long catch-up does not get the pod killed); the other services ask "".
+    The stores' headless Service publishes pods that are not ready (a follower copying
+    the log, a new leader, are dialled by their pod names)."""
+    from txmq.protocol import READY_HEALTH_SERVICE
+
+    docs = default_docs if which == "default" else chart.render(GROUPS if which == "groups" else GROUPS_NONDEFAULT)
+    sets = store_sets(docs)
+    assert sets
+    for sts in sets:
+        c = container(sts, "store")
+        assert c["readinessProbe"]["grpc"]["service"] == READY_HEALTH_SERVICE
+        for probe in ("startupProbe", "livenessProbe"):
+            assert "service" not in c[probe]["grpc"], probe
+    for service in ("pull", "txcheck", "gateway"):
+        c = container(workload(docs, service), service)
+        assert all("service" not in c[p]["grpc"] for p in ("startupProbe", "readinessProbe", "livenessProbe"))
+    full = "mq" if which == "groups-nondefault" else "txmq"
+    assert one(docs, "Service", f"{full}-store-headless")["spec"]["publishNotReadyAddresses"] is True
 
 
 def test_store_start_up_allows_a_long_recovery(default_docs: list[Doc]) -> None:
@@ -1052,7 +1076,7 @@ def test_gateway_serves_tls_from_the_mounted_secret(mount_path: str) -> None:
         {"name": "probe", "containerPort": 9091, "protocol": "TCP"},
     ]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["grpc"] == {"port": 9091}
+        assert c[probe]["grpc"]["port"] == 9091
     svc = one(docs, "Service", "txmq-gateway")
     assert svc["spec"]["ports"] == [
         {"name": "grpc", "port": 8081, "targetPort": "grpc", "protocol": "TCP"},

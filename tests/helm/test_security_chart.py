@@ -96,7 +96,7 @@ def test_one_value_turns_on_mutual_tls_and_auth_in_every_service(service: str, d
     assert volumes["tls"]["secret"]["secretName"] == "txmq-tls"
     assert {"name": "tls", "mountPath": "/etc/txmq/tls", "readOnly": True} in c["volumeMounts"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["grpc"] == {"port": int(str(env[p + "PROBE_PORT"]))}
+        assert c[probe]["grpc"]["port"] == int(str(env[p + "PROBE_PORT"]))
 
 
 def test_the_rendered_env_is_what_the_services_accept(docs: list[Doc], monkeypatch: pytest.MonkeyPatch) -> None:

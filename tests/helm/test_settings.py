@@ -342,6 +342,7 @@ def _health(
     proc: subprocess.Popen[bytes],
     log: Path,
     credentials: grpc.ChannelCredentials | None = None,
+    service: str = "",
 ) -> None:
     deadline = time.monotonic() + timeout_s
     with _channel(address, credentials) as channel:
@@ -350,7 +351,7 @@ def _health(
             if proc.poll() is not None:
                 raise AssertionError(f"{address} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
             try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5, wait_for_ready=True)
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=0.5, wait_for_ready=True)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
                     return
             except grpc.RpcError:
@@ -523,8 +524,10 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
         pods.append((service, proc))
         # Where the probes ask: the probe port, plaintext (the service port is mutual TLS).
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert c[probe]["grpc"] == {"port": probes[service]}
+            assert c[probe]["grpc"]["port"] == probes[service]
         _health(f"127.0.0.1:{probes[service]}", 60, proc, log)
+        # The readiness probe's service name (the store's txmq.ready) is answered too.
+        _health(f"127.0.0.1:{probes[service]}", 30, proc, log, service=c["readinessProbe"]["grpc"].get("service", ""))
 
     files = {name: (tls_dir / name).read_bytes() for name in ("ca.crt", "tls.crt", "tls.key")}
     mutual = grpc.ssl_channel_credentials(files["ca.crt"], files["tls.key"], files["tls.crt"])

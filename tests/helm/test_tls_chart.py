@@ -68,7 +68,7 @@ def test_every_service_serves_mutual_tls_from_the_mounted_secret(values: dict[st
         probe_port = int(env[prefix + "PROBE_PORT"])
         assert {"name": "probe", "containerPort": probe_port, "protocol": "TCP"} in c["ports"]
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert c[probe]["grpc"] == {"port": probe_port}
+            assert c[probe]["grpc"]["port"] == probe_port
 
 
 def test_cert_manager_issues_one_certificate_for_every_name(cert_manager_docs: list[Doc]) -> None:
@@ -136,7 +136,7 @@ def test_tls_off_changes_nothing() -> None:
         assert (env[prefix + "TLS_MODE"], env[prefix + "TLS_CLIENT_AUTH"]) == ("disabled", "none")
         assert not [k for k in env if k.startswith("TXMQ_TLS_")]
         port = int(env[prefix + "PORT"])
-        assert c["readinessProbe"]["grpc"] == {"port": port}
+        assert c["readinessProbe"]["grpc"]["port"] == port
     assert "secure_channel" in one(docs, "Pod", "txmq-health-check")["spec"]["containers"][0]["args"][0]
 
 
@@ -146,7 +146,7 @@ def test_permissive_serves_a_plaintext_port_too() -> None:
     c = container(workload(docs, "store"), "store")
     assert env_values(c)["TXMQ_STORE_TLS_MODE"] == "permissive"
     assert {"name": "grpc-plain", "containerPort": 10921, "protocol": "TCP"} in c["ports"]
-    assert c["readinessProbe"]["grpc"] == {"port": 9091}
+    assert c["readinessProbe"]["grpc"]["port"] == 9091
     svc = one(docs, "Service", "txmq-store")
     assert {"name": "grpc-plain", "port": 10921, "targetPort": "grpc-plain", "protocol": "TCP"} in svc["spec"]["ports"]
 

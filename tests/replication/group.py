@@ -3,12 +3,15 @@ remembers what was acknowledged (the checker's input)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support import ServiceFactory, ServiceProcess
 from support.proxy import PartitionProxy
 from support.waiting import wait_until
@@ -136,6 +139,39 @@ class StoreGroupProcesses:
     def in_sync(self, rid: str) -> list[str]:
         st = self.status(rid)
         return list(st.in_sync) if st else []
+
+    def store_status(self, rid: str) -> store_pb2.GetStoreStatusResponse:
+        return store_pb2_grpc.StoreAdminStub(self.channel(rid)).GetStoreStatus(
+            store_pb2.GetStoreStatusRequest(), timeout=5
+        )
+
+    def health(self, rid: str, service: str) -> int:
+        """The health status ``rid`` reports for ``service`` (grpc.health.v1 Check)."""
+        return (
+            health_pb2_grpc.HealthStub(self.channel(rid))
+            .Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            .status
+        )
+
+
+def damage_log(data_dir: Path, round_no: int) -> str:
+    """Flip a byte in the middle of the replica's log (even rounds) or cut its newest
+    segment file to half (odd rounds)."""
+    segments = sorted(p for p in (data_dir / "commitlog").iterdir() if p.name.isdigit())
+    if round_no % 2 == 0:
+        seg = segments[0]
+        with open(seg, "r+b") as f:
+            size = len(f.read().rstrip(b"\0"))
+            at = size // 2
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return f"flipped byte {at} of {seg.name}"
+    seg = segments[-1]
+    used = len(seg.read_bytes().rstrip(b"\0"))
+    os.truncate(seg, used // 2)
+    return f"cut {seg.name} from {used} to {used // 2} bytes"
 
 
 @dataclass(slots=True)

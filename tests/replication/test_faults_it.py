@@ -17,7 +17,7 @@ from support import ServiceFactory
 from support.waiting import wait_until
 
 from .etcd_cluster import EtcdCluster
-from .group import StoreGroupProcesses, Workload, check, committed_offset, read_all
+from .group import StoreGroupProcesses, Workload, check, committed_offset, damage_log, read_all
 
 ROUNDS = int(os.environ.get("TXMQ_FAULT_ROUNDS", "10"))
 LEASE_S = 2.0  # --replica_lease_ms of StoreGroupProcesses
@@ -196,26 +196,6 @@ def test_the_in_sync_set_changing_during_writes(service_factory, tmp_path):
     run.rounds(fault)
 
 
-def _damage(data_dir, round_no: int) -> str:
-    """Flip a byte in the middle of the replica's log (even rounds) or cut its newest
-    segment file to half (odd rounds)."""
-    segments = sorted(p for p in (data_dir / "commitlog").iterdir() if p.name.isdigit())
-    if round_no % 2 == 0:
-        seg = segments[0]
-        with open(seg, "r+b") as f:
-            size = len(f.read().rstrip(b"\0"))
-            at = size // 2
-            f.seek(at)
-            byte = f.read(1)
-            f.seek(at)
-            f.write(bytes([byte[0] ^ 0xFF]))
-        return f"flipped byte {at} of {seg.name}"
-    seg = segments[-1]
-    used = len(seg.read_bytes().rstrip(b"\0"))
-    os.truncate(seg, used // 2)
-    return f"cut {seg.name} from {used} to {used // 2} bytes"
-
-
 def test_a_minority_replica_with_a_damaged_or_cut_log(service_factory, tmp_path):
     run = Run(StoreGroupProcesses(service_factory, tmp_path), "a follower's segment bit-flipped or cut")
     n = 0
@@ -225,7 +205,7 @@ def test_a_minority_replica_with_a_damaged_or_cut_log(service_factory, tmp_path)
         group = run.group
         follower = next(r for r in group.replicas if r != run.leader)
         group.replicas[follower].kill()
-        print(f"round {n}: {follower}: {_damage(group.data_dirs[follower], n)}")
+        print(f"round {n}: {follower}: {damage_log(group.data_dirs[follower], n)}")
         n += 1
         group.replicas[follower].restart()
         run.all_in_sync()

@@ -389,3 +389,130 @@ async def test_a_retry_reaching_the_new_leader_is_answered_from_the_window(store
     [again] = await follower.send([msg(b"once", topic="T", unique_id="U1")])
     assert again.duplicate and again.commit_log_offset == first.offsets[0] and again.queue_offset == 0
     assert [m.body for m in follower.get_message(topic="T", queue_id=0, offset=0).messages] == [b"once"]
+
+
+# -- readiness: an in-sync copy of the group, or not ------------------------------------------
+
+
+def test_a_replica_is_ready_only_while_it_is_an_in_sync_copy_of_its_group():
+    from txmq.v1 import store_pb2
+    from txmq_store.group import replica_ready
+
+    state = store_pb2.StoreGroupState(epoch=4, leader="a", in_sync=["a", "b"])
+    fresh = dict(state_age_ms=100, max_state_age_ms=6000)
+    follower = dict(leading=False, takes_writes=False, needs_resync=False, **fresh)
+    assert replica_ready("b", state, **follower)  # a follower in the in-sync set
+    assert not replica_ready("c", state, **follower)  # copying the log: not in the set
+    assert not replica_ready("b", state, **{**follower, "needs_resync": True})  # its log was cut
+    assert not replica_ready("b", state, **{**follower, "state_age_ms": 6001})  # etcd not read for a lease
+    assert not replica_ready("b", state, **{**follower, "state_age_ms": None})  # never read
+    assert not replica_ready("b", None, **follower)  # no group state yet
+    assert not replica_ready("a", state, **follower)  # named leader, but no longer leads
+    # The leader: once it takes writes (held what it took over), whatever etcd said last.
+    assert replica_ready("a", state, leading=True, takes_writes=True, needs_resync=False, state_age_ms=None,
+                         max_state_age_ms=6000)  # fmt: skip
+    assert not replica_ready("a", state, leading=True, takes_writes=False, needs_resync=False, **fresh)
+
+
+async def test_a_replica_reports_its_readiness_when_it_changes(stores: StoreFactory):
+    """StoreGroup tells the readiness health status what ``replica_ready`` says, once per
+    change: out of the in-sync set, a stale read of etcd (a paused process) and a resync
+    each make the replica not ready."""
+    from txmq.v1 import store_pb2
+    from txmq_runtime.registry import EtcdKeys
+    from txmq_store.group import StoreGroup
+
+    clock = ManualClock()
+    store = await stores.open("b", replica_id="b")
+    group = StoreGroup(
+        store, etcd=object(), keys=EtcdKeys("/t"), settings=store.settings, address="b:1", published=None,
+        clock=clock,
+    )  # fmt: skip
+    said: list[bool] = []
+    group.watch_ready(said.append)
+    assert said == [False]  # nothing read yet
+
+    def read(in_sync: list[str]) -> None:  # what _step does with each read of etcd
+        group.state = store_pb2.StoreGroupState(epoch=1, leader="a", in_sync=in_sync)
+        group._read_at_ms = clock.now_ms()
+        group._report_ready()
+
+    read(["a"])
+    read(["a", "b"])
+    read(["a", "b"])
+    assert said == [False, True]  # reported once per change
+    clock.advance(store.settings.replica_lease_ms + 1)  # e.g. SIGSTOP: etcd not read since
+    group._report_ready()
+    read(["a"])  # the leader dropped it meanwhile
+    assert said == [False, True, False]
+    read(["a", "b"])
+    store.needs_resync = True
+    group._report_ready()
+    assert said == [False, True, False, True, False]
+
+
+# -- reseeding: behind the leader's oldest segment -------------------------------------------
+
+
+async def test_needs_resync_is_kept_across_a_restart(stores: StoreFactory):
+    store = await stores.open("r", replica_id="b")
+    store.needs_resync = True
+    await store.close()
+    store = await stores.open("r", replica_id="b")
+    assert store.needs_resync
+    store.needs_resync = False
+    await store.close()
+    assert not (await stores.open("r", replica_id="b")).needs_resync
+
+
+async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_and_copies_again(
+    stores: StoreFactory, clock: ManualClock, tmp_path
+):
+    leader, follower = await _pair(stores, file_reserved_time_ms=1000)
+    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
+    lead.reported(lead.attach("b"), 0)
+    leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
+    follower.adopt_configs(topics=leader.config_documents()[0])
+    early = asyncio.ensure_future(leader.settle(leader.append_records([msg(b"e%d" % i, topic="T") for i in range(5)])))
+    await asyncio.sleep(0)
+    await _ship(leader, follower, lead)
+    assert await early == SendStatus.OK
+    old_end = follower.commitlog.write_offset
+    old_bytes = follower.commitlog.read(0, old_end)
+    lead.set_in_sync(frozenset("a"))  # b is away while the leader writes on
+    for i in range(40):  # ~120 KB: two 64 KiB segments and more
+        await leader.settle(leader.append_records([msg(b"%d-" % i + b"x" * 3000, topic="T")]))
+    await leader.flush()
+    clock.advance(2000)
+    assert await leader.clean_expired_files() > 0
+    start = leader.commitlog.min_offset
+    assert start > old_end
+    # The leader answers CODE_REPLICA_BEHIND_LOG_START (Follow); the follower reseeds.
+    assert divergence(leader.epochs.entries, leader.commitlog.write_offset, follower.epochs.entries, old_end) > 0
+    aside = tmp_path / "aside"
+    follower.reseed(aside)
+    assert follower.needs_resync and follower.commitlog.write_offset == 0
+    assert follower.get_message(topic="T", queue_id=0, offset=0).messages == []
+    # Its old log is kept aside, byte for byte (hard links), until it is in sync.
+    [kept] = sorted((aside / "commitlog").iterdir())
+    assert kept.read_bytes()[:old_end] == old_bytes and (aside / "epochs.json").exists()
+
+    view = lead.attach("b")
+    pos = start
+    while pos < leader.commitlog.write_offset:  # what Follow ships: from the oldest segment on
+        seg_end = leader.commitlog.roll_next_file(pos)
+        data = leader.commitlog.read(pos, min(seg_end, leader.commitlog.write_offset) - pos)
+        n = ship_span(data, pos, seg_end)
+        follower.copy_shipment(pos, data[:n])
+        pos += n
+    follower.epochs.adopt(leader.epochs.entries, follower.commitlog.write_offset)
+    lead.reported(view, follower.local_log_end)
+    follower.set_follower_high_watermark(lead.high_watermark)
+    end = leader.commitlog.write_offset
+    assert not follower.needs_resync and follower.commitlog.min_offset == start
+    assert follower.commitlog.read(start, end - start) == leader.commitlog.read(start, end - start)
+    lo = leader.queue_offsets("T")[0].min_offset
+    bodies = [m.body for m in leader.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages]
+    assert bodies and bodies == [
+        m.body for m in follower.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages
+    ]

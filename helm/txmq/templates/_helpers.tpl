@@ -270,17 +270,30 @@ key: auth-secret-key
 {{- add (int .ctx.Values.lifecycle.preStopSleepSeconds) (div (add $graceMs 999) 1000) (int .ctx.Values.lifecycle.stopMarginSeconds) }}
 {{- end }}
 
-{{/* The three gRPC probes on port N (txmq.probePort). Call with (dict "probes" .probes "port" N). */}}
+{{/* The three gRPC probes on port N (txmq.probePort). Call with (dict "probes" .probes "port" N),
+     and "readinessService" "<name>" for a readiness probe that asks that health service name
+     instead of "" (startup and liveness always ask "": serving at all). */}}
 {{- define "txmq.grpcProbes" -}}
 startupProbe:
   grpc: {port: {{ .port }}}
   {{- toYaml .probes.startup | nindent 2 }}
 readinessProbe:
+  {{- if .readinessService }}
+  grpc: {port: {{ .port }}, service: {{ .readinessService | quote }}}
+  {{- else }}
   grpc: {port: {{ .port }}}
+  {{- end }}
   {{- toYaml .probes.readiness | nindent 2 }}
 livenessProbe:
   grpc: {port: {{ .port }}}
   {{- toYaml .probes.liveness | nindent 2 }}
+{{- end }}
+
+{{/* The health service name a store reports SERVING on only while it is an in-sync copy of
+     its group (a store alone: as soon as it serves); txmq.protocol.READY_HEALTH_SERVICE,
+     which a chart test holds this to. */}}
+{{- define "txmq.store.readyService" -}}
+txmq.ready
 {{- end }}
 
 {{/* Soft anti-affinity: spread a component's pods over nodes unless affinity is given. */}}

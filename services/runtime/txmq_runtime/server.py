@@ -10,7 +10,10 @@
 3. calls the service's ``setup``, which adds its servicers and may record extra keys to
    keep under the instance's lease (the store's topics);
 4. adds Route, health and reflection, starts serving, registers the instance in etcd,
-   then reports SERVING through the health service and logs one "ready" line;
+   then reports SERVING through the health service and logs one "ready" line; the
+   readiness name (``txmq.protocol.READY_HEALTH_SERVICE``) follows the service's own
+   readiness when its setup gives one (``ServiceParts.readiness``: a store replica is
+   ready only while in sync), else it is SERVING from then on;
 5. on SIGTERM/SIGINT: NOT_SERVING, revoke the registration (so routes stop naming this
    instance), let in-flight RPCs finish for ``shutdown_grace_ms``, close the service,
    close etcd.
@@ -37,6 +40,7 @@ from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
 
 from txmq import signing
+from txmq.protocol import READY_HEALTH_SERVICE
 from txmq.v1 import auth_pb2, auth_pb2_grpc, common_pb2
 from txmq_runtime import keepalive, metrics, tls
 from txmq_runtime.auth_service import AuthServicer, AuthStartupError, Security
@@ -103,6 +107,10 @@ class ServiceParts:
     #: Overrides the kind the instance registers as (a replica of a store group registers
     #: as SERVICE_KIND_STORE_REPLICA; its group's leader publishes the store endpoint).
     kind: int | None = None
+    #: Readiness beyond "serving" (READY_HEALTH_SERVICE): called once the service is
+    #: up with a function that the service calls with True / False whenever its
+    #: readiness changes. None: ready as soon as it serves.
+    readiness: Callable[[Callable[[bool], None]], None] | None = None
 
 
 Setup = Callable[[ServiceContext[S]], Awaitable[ServiceParts]]
@@ -215,7 +223,8 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     keys = EtcdKeys(settings.etcd_prefix)
     etcd = etcd_client(settings.etcd_endpoints)
     health_servicer = health.aio.HealthServicer()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    for health_name in ("", READY_HEALTH_SERVICE):
+        await health_servicer.set(health_name, health_pb2.HealthCheckResponse.NOT_SERVING)
     probe_server = None
     probe_port = None
     if settings.probe_port >= 0:
@@ -302,6 +311,12 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         for service in ["", *served]:
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         stack.push_async_callback(health_servicer.enter_graceful_shutdown)
+        readiness = _Readiness(health_servicer)
+        stack.push_async_callback(readiness.close)  # LIFO: before the graceful shutdown
+        if parts.readiness is None:
+            readiness.set(True)
+        else:
+            parts.readiness(readiness.set)
         signals.starting = False
         lifecycle.info(
             "%s %s ready on %s (bound port %d, etcd lease %x%s)",
@@ -316,6 +331,39 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         await signals.stop.wait()
         lifecycle.info("%s %s stopping", name, instance_id)
     lifecycle.info("%s %s stopped", name, instance_id)
+
+
+class _Readiness:
+    """The READY_HEALTH_SERVICE status: ``set`` may be called at any time on the event
+    loop; one task applies the latest value, in order (setting a health status may wait
+    for its watchers)."""
+
+    def __init__(self, health_servicer: health.aio.HealthServicer) -> None:
+        self._health = health_servicer
+        self._wanted: bool | None = None
+        self._changed = asyncio.Event()
+        self._task = asyncio.create_task(self._apply(), name="readiness")
+
+    def set(self, ready: bool) -> None:
+        self._wanted = ready
+        self._changed.set()
+
+    async def _apply(self) -> None:
+        applied: bool | None = None
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            wanted = self._wanted
+            if wanted is not None and wanted != applied:
+                applied = wanted
+                status = (
+                    health_pb2.HealthCheckResponse.SERVING if wanted else health_pb2.HealthCheckResponse.NOT_SERVING
+                )
+                await self._health.set(READY_HEALTH_SERVICE, status)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
 
 
 def _bind(

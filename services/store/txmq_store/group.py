@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from google.protobuf import json_format
@@ -41,6 +43,8 @@ log = logging.getLogger("txmq.store.group")
 
 #: A leader sends a heartbeat (the high watermark) at least this often.
 HEARTBEAT_S = 0.5
+#: A reseeding replica sets its log aside in <data_dir>/reseeded-<UTC time>.
+RESEEDED = "reseeded-"
 
 
 def group_prefix(keys: EtcdKeys, store_id: str) -> str:
@@ -107,16 +111,22 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
         position = cut
         if cut < store.commitlog.min_offset:
             if cut > 0:
+                start = store.commitlog.min_offset
                 raise error(
-                    errors_pb2.CODE_ILLEGAL_ARGUMENT,
-                    f"the follower's log ends at {cut}, before the leader's oldest segment "
-                    f"({store.commitlog.min_offset}): empty its data directory to copy the log again",
+                    errors_pb2.CODE_REPLICA_BEHIND_LOG_START,
+                    f"the follower's log ends at {cut}, before the leader's oldest segment ({start}): retention "
+                    "deleted what it would copy next; it copies the log again from there",
+                    log_start=str(start),
+                    log_end=str(cut),
                 )
             position = store.commitlog.min_offset
         view = leadership.attach(first.replica_id)
         view.in_flight.clear()
         leadership.reported(view, cut)
-        log.info("replica %s follows from offset %d (reported %d)", first.replica_id, cut, first.log_end)
+        log.info(
+            "replica %s follows from offset %d (reported %d%s)", first.replica_id, position, first.log_end,
+            f", cut to {cut}" if cut < first.log_end else "",
+        )  # fmt: skip
         reader = asyncio.create_task(self._read_reports(reports, leadership, view))
         sent = {OFFSETS: -1, CONFIG: -1, FENCES: -1}  # state versions this stream has shipped
 
@@ -205,6 +215,32 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
     ) -> store_pb2.ReplicaStatus:
         return replica_status(self._store, self.group)
 
+    @rpc
+    async def ElectReplica(
+        self, request: store_pb2.ElectReplicaRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ElectReplicaResponse:
+        store, group = self._store, self.group
+        if not store.replicated or group is None or request.store_id != store.store_id:
+            raise error(
+                errors_pb2.CODE_STORE_NOT_FOUND,
+                f"this store is not a replica of store group {request.store_id!r}",
+                store_id=request.store_id,
+            )
+        if request.replica_id != store.replica_id:
+            raise error(
+                errors_pb2.CODE_REPLICA_NOT_FOUND,
+                f"this is replica {store.replica_id} of store group {store.store_id}, not {request.replica_id!r}",
+                store_id=request.store_id,
+                replica_id=request.replica_id,
+            )
+        if not request.force:
+            raise error(
+                errors_pb2.CODE_ILLEGAL_ARGUMENT,
+                "electing a replica needs force: what other replicas hold beyond its log may be lost",
+            )
+        state = await group.elect_self()
+        return store_pb2.ElectReplicaResponse(state=state, log_end=store.commitlog.write_offset)
+
 
 def replica_status(store: MessageStore, group: StoreGroup | None) -> store_pb2.ReplicaStatus:
     if not store.replicated:
@@ -223,6 +259,7 @@ def replica_status(store: MessageStore, group: StoreGroup | None) -> store_pb2.R
         in_sync=sorted(leadership.in_sync) if leadership else (list(state.in_sync) if state else []),
         min_in_sync=store.settings.min_in_sync,
         epochs=_epochs(store.epochs.entries if store.epochs else []),
+        needs_resync=store.needs_resync,
     )
     if leadership is not None:
         now = leadership.clock.now_ms()
@@ -248,11 +285,22 @@ class Follower:
     """Copies the leader's log while this replica follows it: one Follow stream,
     re-opened after a failure until ``stop``."""
 
-    def __init__(self, store: MessageStore, *, leader: str, address: str, epoch: int) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        leader: str,
+        address: str,
+        epoch: int,
+        on_behind: Callable[[str, TxmqError], bool] | None = None,
+    ) -> None:
         self._store = store
         self.leader = leader
         self.address = address
         self.epoch = epoch
+        #: Called when the leader answers CODE_REPLICA_BEHIND_LOG_START: whether this
+        #: replica reseeded (then it copies again at once).
+        self._on_behind = on_behind
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -273,7 +321,11 @@ class Follower:
                     raise
                 except grpc.aio.AioRpcError as exc:
                     err = TxmqError.from_rpc_error(exc)
-                    log.info("following %s at %s: %s", self.leader, self.address, err)
+                    if err.code == errors_pb2.CODE_REPLICA_BEHIND_LOG_START and self._on_behind is not None:
+                        if self._on_behind(self.leader, err):
+                            continue  # copy from the leader's oldest segment now
+                    else:
+                        log.info("following %s at %s: %s", self.leader, self.address, err)
                 except TxmqError as exc:
                     log.warning("following %s at %s stopped: %s", self.leader, self.address, exc)
                 except Exception:
@@ -384,6 +436,31 @@ def may_campaign(
     if me in state.in_sync and not needs_resync:
         return True
     return unclean and not set(state.in_sync) & live
+
+
+def replica_ready(
+    me: str,
+    state: store_pb2.StoreGroupState | None,
+    *,
+    leading: bool,
+    takes_writes: bool,
+    needs_resync: bool,
+    state_age_ms: int | None,
+    max_state_age_ms: int,
+) -> bool:
+    """Whether replica ``me`` counts as an in-sync copy of its group: what it reports on
+    the readiness health service (``txmq.protocol.READY_HEALTH_SERVICE``), which
+    Kubernetes' readiness probe, and so a PodDisruptionBudget and a rolling update, go
+    by. The leader once it takes writes (it holds what it took over); a follower that
+    the group's state in etcd, read no longer than ``max_state_age_ms`` ago
+    (``state_age_ms``; None: never read), lists in the in-sync set and that does not
+    wait for a resync. A replica the state names as leader but that does not lead (a
+    deposed leader, before the next one takes over) is not ready."""
+    if leading:
+        return takes_writes
+    if needs_resync or state is None or state_age_ms is None or state_age_ms > max_state_age_ms:
+        return False
+    return me in state.in_sync and state.leader != me
 
 
 class LeaderKeys:
@@ -502,9 +579,16 @@ class StoreGroup:
         self._leader_key = leader_key(keys, store.store_id)
         self._lease = self._new_lease()
         self.state: store_pb2.StoreGroupState | None = None
+        self._read_at_ms: int | None = None  # when (clock) ``state`` was read
         self._follower: Follower | None = None
         self._task: asyncio.Task[None] | None = None
         self._holding: Holding | None = None
+        self._on_ready: Callable[[bool], None] | None = None
+        self._ready: bool | None = None  # as last reported
+        #: Logs set aside by a reseed (``reseeded-*`` in the data dir): deleted once in sync.
+        self._set_aside = sorted(Path(settings.data_dir).glob(f"{RESEEDED}*"))
+        self._cleanup: asyncio.Task[None] | None = None
+        self._reseed_refused = False
 
     def _new_lease(self) -> FencedLease:
         return FencedLease(
@@ -524,6 +608,8 @@ class StoreGroup:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._cleanup is not None:
+            await asyncio.gather(self._cleanup, return_exceptions=True)
         await self._stop_following()
         self._store.end_leadership("the store is stopping")
         await self._lease.close()
@@ -539,6 +625,7 @@ class StoreGroup:
                 log.info("store group %s: %s", self._store.store_id, exc)
             except Exception:
                 log.exception("store group %s step failed", self._store.store_id)
+            self._report_ready()
             await asyncio.sleep(tick)
 
     async def _read(self) -> _Read:
@@ -547,10 +634,146 @@ class StoreGroup:
             return _Read(None, 0)
         return _Read(decode_state(got.value), got.mod_revision)
 
+    # -- readiness ---------------------------------------------------------------------
+
+    def watch_ready(self, on_ready: Callable[[bool], None]) -> None:
+        """Call ``on_ready`` with this replica's readiness (``replica_ready``) now and
+        whenever it changes (checked every ``replica_tick_ms``)."""
+        self._on_ready, self._ready = on_ready, None
+        self._report_ready()
+
+    @property
+    def ready(self) -> bool:
+        store = self._store
+        age = None if self._read_at_ms is None else self._clock.now_ms() - self._read_at_ms
+        return replica_ready(
+            store.replica_id,
+            self.state,
+            leading=store.leadership is not None,
+            takes_writes=store.takes_writes,
+            needs_resync=store.needs_resync,
+            state_age_ms=age,
+            max_state_age_ms=self._settings.replica_lease_ms,
+        )
+
+    def _report_ready(self) -> None:
+        ready = self.ready
+        if ready != self._ready:
+            self._ready = ready
+            log.info(
+                "store group %s: replica %s is %s", self._store.store_id, self._store.replica_id,
+                "in sync: ready" if ready else "not in sync: not ready",
+            )  # fmt: skip
+            if self._on_ready is not None:
+                self._on_ready(ready)
+        if ready and self._set_aside and (self._cleanup is None or self._cleanup.done()):
+            # In sync again: the log a reseed set aside is no longer anyone's only copy.
+            aside, self._set_aside = self._set_aside, []
+            self._cleanup = asyncio.create_task(self._delete_set_aside(aside), name="reseed-cleanup")
+
+    async def _delete_set_aside(self, paths: list[Path]) -> None:
+        for path in paths:
+            await asyncio.to_thread(shutil.rmtree, path, True)
+            log.info("store group %s: deleted %s (the log set aside by a reseed)", self._store.store_id, path)
+
+    # -- reseeding ---------------------------------------------------------------------
+
+    def _reseed(self, leader: str, err: TxmqError) -> bool:
+        """The leader says this replica's log ends before its oldest segment
+        (CODE_REPLICA_BEHIND_LOG_START): set the log aside and copy the leader's again
+        from there — only while etcd shows that leader holding the group's log without
+        this replica (it leads and is in the in-sync set, and this replica is not), so
+        this replica is not the last in-sync copy of anything. Whether it reseeded."""
+        store = self._store
+        me, state = store.replica_id, self.state
+        if state is None or state.leader != leader or leader not in state.in_sync or me in state.in_sync:
+            if not self._reseed_refused:
+                self._reseed_refused = True
+                log.error(
+                    "store group %s: replica %s cannot continue from its leader %s (%s) and does not reseed: etcd "
+                    "does not show %s holding the group's log without it (leader %s, in sync %s)",
+                    store.store_id, me, leader, err, leader, state.leader if state else "-",
+                    ",".join(state.in_sync) if state else "-",
+                )  # fmt: skip
+            return False
+        self._reseed_refused = False
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = Path(self._settings.data_dir) / f"{RESEEDED}{stamp}"
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = Path(self._settings.data_dir) / f"{RESEEDED}{stamp}-{n}"
+        log.warning(
+            "store group %s: replica %s reseeds: its log ends at %s, before the oldest segment of its leader %s "
+            "(offset %s; retention deleted what it would copy next); its log is set aside in %s (deleted once it "
+            "is in sync again) and copied again from the leader's oldest segment",
+            store.store_id, me, err.metadata.get("log_end", "?"), leader, err.metadata.get("log_start", "?"), aside,
+        )  # fmt: skip
+        store.reseed(aside)
+        self._set_aside.append(aside)
+        return True
+
+    # -- an operator's pick --------------------------------------------------------------
+
+    async def elect_self(self) -> store_pb2.StoreGroupState:
+        """ElectReplica: make this replica the group's only in-sync member with no
+        leader (compare-and-swap on the state, only while no one holds the leader key)
+        and stop waiting for a resync, so it campaigns at its next tick. What the other
+        replicas hold beyond its log is cut from them when they follow it."""
+        store = self._store
+        me = store.replica_id
+        tx = self._etcd.transactions
+        leader_key_ = self._leader_key.encode()
+        try:
+            read = await self._read()
+            holder = await self._etcd.get(leader_key_)
+        except RETRYABLE as exc:
+            raise error(errors_pb2.CODE_UNAVAILABLE, f"etcd: {exc}") from None
+        if holder is not None:
+            leader = holder.value.decode(errors="replace")
+            raise error(
+                errors_pb2.CODE_GROUP_HAS_LEADER,
+                f"replica {leader} leads store group {store.store_id}: a leader is picked only for a group that "
+                "cannot elect one",
+                leader=leader,
+            )
+        old = read.state
+        new = store_pb2.StoreGroupState()
+        if old is not None:
+            new.CopyFrom(old)
+        new.leader = new.leader_address = ""
+        del new.in_sync[:]
+        new.in_sync.append(me)
+        new.min_in_sync = self._settings.min_in_sync
+        new.changed_at_ms = int(time.time() * 1000)
+        k = self._state_key.encode()
+        compare = [tx.version(leader_key_) == 0]
+        compare.append(tx.version(k) == 0 if read.revision == 0 else tx.mod(k) == read.revision)
+        try:
+            won, _ = await self._etcd.transaction(compare=compare, success=[tx.put(k, encode(new))], failure=[])
+        except RETRYABLE as exc:
+            raise error(errors_pb2.CODE_UNAVAILABLE, f"etcd: {exc}") from None
+        if not won:
+            raise error(
+                errors_pb2.CODE_CONFLICT,
+                f"store group {store.store_id} changed meanwhile (a leader or a new state): nothing was written",
+            )
+        log.error(
+            "store group %s: replica %s was picked to lead by an operator (ElectReplica) from its log end %d; "
+            "it was %s, the in-sync set was %s: records acknowledged beyond its log end are lost",
+            store.store_id, me, store.commitlog.write_offset,
+            "waiting for a resync" if store.needs_resync else "whole",
+            ",".join(old.in_sync) if old is not None and old.in_sync else "-",
+        )  # fmt: skip
+        self.state = new
+        store.needs_resync = False
+        return new
+
     async def _step(self) -> None:
         store = self._store
         read = await self._read()
         state = self.state = read.state
+        self._read_at_ms = self._clock.now_ms()
         me = store.replica_id
         if store.leadership is not None:
             if (
@@ -660,7 +883,10 @@ class StoreGroup:
             "store group %s: replica %s follows %s at %s (epoch %d)",
             self._store.store_id, self._store.replica_id, state.leader, state.leader_address, state.epoch,
         )  # fmt: skip
-        self._follower = Follower(self._store, leader=state.leader, address=state.leader_address, epoch=state.epoch)
+        self._follower = Follower(
+            self._store, leader=state.leader, address=state.leader_address, epoch=state.epoch,
+            on_behind=self._reseed,
+        )  # fmt: skip
         self._follower.start()
 
     async def _stop_following(self) -> None:
@@ -695,4 +921,4 @@ def replica_endpoint(store: MessageStore, settings: StoreSettings, address: str)
     )
 
 
-__all__ = ["Follower", "ReplicationServicer", "StoreGroup", "replica_endpoint"]
+__all__ = ["Follower", "ReplicationServicer", "StoreGroup", "replica_endpoint", "replica_ready"]

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import logging
 import os
+import shutil
 import socket
 import struct
 from collections import deque
@@ -70,7 +71,7 @@ from .configs import (
 )
 from .consumequeue import UNIT
 from .dispatch import Dispatcher
-from .fileio import fsync_path
+from .fileio import fsync_path, write_json_atomically
 from .filters import MessageFilter
 from .flush import GroupCommit, PeriodicFlusher
 from .idempotence import FirstSend, SendWindow
@@ -242,7 +243,9 @@ class MessageStore:
         self._local_durable = commitlog.flushed_offset if self._sync else commitlog.write_offset
         self._writes_ready = not self.replicated
         self.config_version = 0  # bumped by every topic / subscription-group change
-        self.needs_resync = False
+        # Kept on disk (a marker file) so that a restart does not forget it.
+        self._resync_marker = paths.root / "replication" / "needs_resync"
+        self._needs_resync = self.replicated and self._resync_marker.exists()
         # Delayed messages (timer.py): delivered by the writable store only.
         self._delay_levels_ms = settings.delay_levels_ms
         self.timer = Timer(self, path=paths.root / "timer" / "checkpoint", clock=clock)
@@ -326,7 +329,8 @@ class MessageStore:
             )  # fmt: skip
             # A replica whose log was cut at damage may lack acknowledged records: it
             # does not stand for leader until it has copied its leader's log again.
-            store.needs_resync = bool(damaged)
+            if damaged:
+                store.needs_resync = True
             # Make the recovered state the new baseline before accepting writes.
             store._sync_paths(store._take_dirty())
             write_checkpoint(paths, dispatcher.dispatched_offset, now_ms=clock())
@@ -1134,6 +1138,11 @@ class MessageStore:
         return self._local_durable
 
     @property
+    def takes_writes(self) -> bool:
+        """A replicated group's leader that took over what it inherited and opened writes."""
+        return self.leadership is not None and self._writes_ready
+
+    @property
     def high_watermark(self) -> int:
         if self.leadership is not None:
             return self.leadership.high_watermark
@@ -1246,6 +1255,24 @@ class MessageStore:
             pos += msg.store_size
         return found
 
+    @property
+    def needs_resync(self) -> bool:
+        """This replica's log lacks what its group acknowledged (cut at damage, or set
+        aside for a reseed): it does not stand for leader until it holds its leader's
+        high watermark again. Kept in ``replication/needs_resync`` across restarts."""
+        return self._needs_resync
+
+    @needs_resync.setter
+    def needs_resync(self, value: bool) -> None:
+        if value == self._needs_resync:
+            return
+        self._needs_resync = value
+        if value:
+            self._resync_marker.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomically(self._resync_marker, {"since_ms": self._clock()})
+        else:
+            self._resync_marker.unlink(missing_ok=True)
+
     def cut_log(self, end: int) -> None:
         """A follower cuts its log where it diverges from its leader's. What it cuts was
         never dispatched (the high watermark never passes a point of divergence)."""
@@ -1256,14 +1283,43 @@ class MessageStore:
                 "store %s replica %s cuts its log to %d, below what it dispatched (%d): consume queues and "
                 "index are cut too", self.store_id, self.replica_id, end, self._dispatcher.dispatched_offset,
             )  # fmt: skip
-            for cq in self._dispatcher.queues.values():
-                cq.truncate_from_commit_log_offset(end)
-            self._dispatcher.index.repair(end)
-            self._dispatcher.dispatched_offset = end
         log.warning(
             "store %s replica %s cuts its log from %d to %d (where it diverges from its leader's)",
             self.store_id, self.replica_id, self.commitlog.write_offset, end,
         )  # fmt: skip
+        self._cut(end)
+
+    def reseed(self, aside: Path) -> None:
+        """A follower whose log ends before its leader's oldest segment starts over
+        (docs/replication.md "Reseeding"): its commit-log segments go to ``aside``
+        (hard links: nothing is copied), with its epoch history, tables and timer
+        checkpoint; then the log is emptied (consume queues and index with it) and it
+        needs a resync. Copying then starts at the leader's oldest segment, as for an
+        empty data directory. The caller deletes ``aside`` once the replica is in sync."""
+        try:
+            (aside / "commitlog").mkdir(parents=True)
+            for seg in self.commitlog.segments():
+                os.link(seg.path, aside / "commitlog" / seg.path.name)
+            for path in (self.epochs.path if self.epochs else None, *sorted(self._paths.config.glob("*.json"))):
+                if path is not None and path.exists():
+                    shutil.copy2(path, aside / path.name)
+            fsync_path(aside / "commitlog")
+            fsync_path(aside)
+        except OSError:
+            shutil.rmtree(aside, ignore_errors=True)  # nothing was cut: the log stays as it was
+            raise
+        if self.timer.path.exists():  # its offsets point into the log set aside
+            os.replace(self.timer.path, aside / "timer-checkpoint")
+        self.needs_resync = True
+        self._cut(0)
+        self.follower_high_watermark = 0
+
+    def _cut(self, end: int) -> None:
+        if end < self._dispatcher.dispatched_offset:
+            for cq in self._dispatcher.queues.values():
+                cq.truncate_from_commit_log_offset(end)
+            self._dispatcher.index.repair(end)
+            self._dispatcher.dispatched_offset = end
         self.commitlog.truncate(end)
         assert self.epochs is not None
         self.epochs.cut(end)

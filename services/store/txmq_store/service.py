@@ -141,12 +141,13 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
     async def stopping() -> None:
         store.end_arrival_streams()
 
-    if store.replicated:
+    if group is not None:
         return ServiceParts(
             service_names=service_names,
             close=close,
             stopping=stopping,
             instance_id=replica_instance_id(store.store_id, store.replica_id),
             kind=common_pb2.SERVICE_KIND_STORE_REPLICA,
+            readiness=group.watch_ready,  # ready only while an in-sync copy of its group
         )
     return ServiceParts(service_names=service_names, close=close, stopping=stopping, instance_id=store.store_id)

@@ -34,6 +34,7 @@ from txmq.errors import (
 from txmq.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from txmq.models import (
     ConsumeOffset,
+    ElectedReplica,
     Endpoint,
     Perm,
     QueueData,
@@ -66,6 +67,7 @@ __all__ = [
     "ConsumeStatus",
     "Credentials",
     "DeadLetter",
+    "ElectedReplica",
     "Endpoint",
     "ExpressionType",
     "ForbiddenError",

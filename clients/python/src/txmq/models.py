@@ -151,6 +151,9 @@ class ReplicaState:
     lag_bytes: int = -1
     in_sync: bool | None = None
     caught_up_ms_ago: int = -1
+    #: Its log was found damaged or set aside for a reseed: it does not stand for leader
+    #: until it has copied its leader's log again.
+    needs_resync: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,18 @@ class StoreGroupStatus:
     in_sync: tuple[str, ...]
     min_in_sync: int
     replicas: tuple[ReplicaState, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ElectedReplica:
+    """``Admin.elect_store_replica``: the replica picked to lead its group, the only
+    in-sync member now (it leads at its next tick, epoch ``epoch + 1``), and where its log
+    ends: the group's log from there on."""
+
+    store_id: str
+    replica_id: str
+    epoch: int
+    log_end: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,6 +170,14 @@ def dlq_topic(group: str) -> str:
 
 # -- replicated store groups ---------------------------------------------------------------
 
+#: The grpc.health.v1 service name whose status says a process counts as available: what
+#: Kubernetes' readiness probes ask (the chart's ``service:``), while ``""`` (serving at
+#: all) stays the liveness and startup status. A store replica reports SERVING on it only
+#: while it is an in-sync copy of its group: the leader taking writes, or a follower in
+#: the group's in-sync set not waiting for a resync; a store alone, and every other
+#: service, as soon as it serves (docs/replication.md "Readiness").
+READY_HEALTH_SERVICE = "txmq.ready"
+
 
 def replica_instance_id(store_id: str, replica_id: str) -> str:
     """The instance id a replica of store group ``store_id`` registers under

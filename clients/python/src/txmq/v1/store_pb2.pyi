@@ -705,6 +705,24 @@ class GetStoreStatusResponse(_message.Message):
     replica: ReplicaStatus
     def __init__(self, store_id: _Optional[str] = ..., flush_mode: _Optional[str] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., commit_log_flushed_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., segment_count: _Optional[int] = ..., recovered_from_crash: _Optional[bool] = ..., started_at_ms: _Optional[int] = ..., settings: _Optional[_Mapping[str, str]] = ..., replica: _Optional[_Union[ReplicaStatus, _Mapping]] = ...) -> None: ...
 
+class ElectReplicaRequest(_message.Message):
+    __slots__ = ("store_id", "replica_id", "force")
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    store_id: str
+    replica_id: str
+    force: bool
+    def __init__(self, store_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class ElectReplicaResponse(_message.Message):
+    __slots__ = ("state", "log_end")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_FIELD_NUMBER: _ClassVar[int]
+    state: StoreGroupState
+    log_end: int
+    def __init__(self, state: _Optional[_Union[StoreGroupState, _Mapping]] = ..., log_end: _Optional[int] = ...) -> None: ...
+
 class EpochEntry(_message.Message):
     __slots__ = ("epoch", "start_offset")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -804,7 +822,7 @@ class ReplicaProgress(_message.Message):
     def __init__(self, replica_id: _Optional[str] = ..., log_end: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., in_sync: _Optional[bool] = ..., caught_up_ms_ago: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
 
 class ReplicaStatus(_message.Message):
-    __slots__ = ("store_id", "replica_id", "role", "epoch", "log_end", "high_watermark", "leader", "in_sync", "min_in_sync", "epochs", "followers")
+    __slots__ = ("store_id", "replica_id", "role", "epoch", "log_end", "high_watermark", "leader", "in_sync", "min_in_sync", "epochs", "followers", "needs_resync")
     STORE_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -816,6 +834,7 @@ class ReplicaStatus(_message.Message):
     MIN_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_RESYNC_FIELD_NUMBER: _ClassVar[int]
     store_id: str
     replica_id: str
     role: str
@@ -827,4 +846,5 @@ class ReplicaStatus(_message.Message):
     min_in_sync: int
     epochs: _containers.RepeatedCompositeFieldContainer[EpochEntry]
     followers: _containers.RepeatedCompositeFieldContainer[ReplicaProgress]
-    def __init__(self, store_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., log_end: _Optional[int] = ..., high_watermark: _Optional[int] = ..., leader: _Optional[str] = ..., in_sync: _Optional[_Iterable[str]] = ..., min_in_sync: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., followers: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ...) -> None: ...
+    needs_resync: bool
+    def __init__(self, store_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., log_end: _Optional[int] = ..., high_watermark: _Optional[int] = ..., leader: _Optional[str] = ..., in_sync: _Optional[_Iterable[str]] = ..., min_in_sync: _Optional[int] = ..., epochs: _Optional[_Iterable[_Union[EpochEntry, _Mapping]]] = ..., followers: _Optional[_Iterable[_Union[ReplicaProgress, _Mapping]]] = ..., needs_resync: _Optional[bool] = ...) -> None: ...

@@ -1494,6 +1494,11 @@ class StoreReplicationStub:
                 request_serializer=txmq_dot_v1_dot_store__pb2.GetReplicaStatusRequest.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_store__pb2.ReplicaStatus.FromString,
                 _registered_method=True)
+        self.ElectReplica = channel.unary_unary(
+                '/txmq.v1.StoreReplication/ElectReplica',
+                request_serializer=txmq_dot_v1_dot_store__pb2.ElectReplicaRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.ElectReplicaResponse.FromString,
+                _registered_method=True)
 
 
 class StoreReplicationServicer:
@@ -1522,6 +1527,18 @@ class StoreReplicationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ElectReplica(self, request, context):
+        """An operator picks the leader of a group that cannot elect one (every replica needs
+        a resync, or every in-sync replica is gone): asked of the chosen replica, which makes
+        itself the group's only in-sync member in etcd (compare-and-swap, only while no
+        leader holds the leader key), stops waiting for a resync and then stands for leader
+        as usual. Whatever other replicas hold beyond its log is cut from them when they
+        follow it: acknowledged records may be lost (docs/replication.md "Picking a leader").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StoreReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1534,6 +1551,11 @@ def add_StoreReplicationServicer_to_server(servicer, server):
                     servicer.GetReplicaStatus,
                     request_deserializer=txmq_dot_v1_dot_store__pb2.GetReplicaStatusRequest.FromString,
                     response_serializer=txmq_dot_v1_dot_store__pb2.ReplicaStatus.SerializeToString,
+            ),
+            'ElectReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectReplica,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.ElectReplicaRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.ElectReplicaResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1595,6 +1617,33 @@ class StoreReplication:
             '/txmq.v1.StoreReplication/GetReplicaStatus',
             txmq_dot_v1_dot_store__pb2.GetReplicaStatusRequest.SerializeToString,
             txmq_dot_v1_dot_store__pb2.ReplicaStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectReplica(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.StoreReplication/ElectReplica',
+            txmq_dot_v1_dot_store__pb2.ElectReplicaRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.ElectReplicaResponse.FromString,
             options,
             channel_credentials,
             insecure,
