@@ -13,7 +13,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 from helm import chart
-from helm.chart import Doc, container, find, matches, pod_labels, pod_spec
+from helm.chart import Doc, container, find, matches, pod_labels, pod_spec, service_workloads
 
 pytestmark = chart.needs_helm
 
@@ -53,16 +53,6 @@ def exported_names() -> set[str]:
     return names
 
 
-def workload(docs: list[Doc], service: str) -> Doc:
-    (found,) = [
-        d
-        for d in docs
-        if d["kind"] in ("Deployment", "StatefulSet")
-        and d["metadata"]["labels"].get("app.kubernetes.io/component") == service
-    ]
-    return found
-
-
 @pytest.fixture(scope="module")
 def metrics_docs() -> list[Doc]:
     return chart.render(METRICS_ON)
@@ -70,13 +60,13 @@ def metrics_docs() -> list[Doc]:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_each_service_pod_is_annotated_and_names_its_metrics_port(default_docs: list[Doc], service: str) -> None:
-    w = workload(default_docs, service)
     port = int(VALUES[service]["settings"]["metrics_port"])
-    annotations = w["spec"]["template"]["metadata"]["annotations"]
-    assert annotations["prometheus.io/scrape"] == "true"
-    assert annotations["prometheus.io/port"] == str(port)
-    assert annotations["prometheus.io/path"] == "/metrics"
-    assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container(w, service)["ports"]
+    for w in service_workloads(default_docs, service):
+        annotations = w["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == str(port)
+        assert annotations["prometheus.io/path"] == "/metrics"
+        assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container(w, service)["ports"]
 
 
 def test_no_service_monitor_or_dashboard_by_default(default_docs: list[Doc]) -> None:
@@ -101,10 +91,11 @@ def test_service_monitor_selects_a_metrics_service_per_service(metrics_docs: lis
         (port,) = svc["spec"]["ports"]
         assert port["name"] == "metrics" and port["targetPort"] == "metrics"
         assert port["port"] == int(VALUES[service]["settings"]["metrics_port"])
-        # The Service reaches the service's pods, whose containerPort is named "metrics".
-        w = workload(metrics_docs, service)
-        assert matches({"matchLabels": svc["spec"]["selector"]}, pod_labels(w))
-        assert "metrics" in {p["name"] for c in pod_spec(w)["containers"] for p in c.get("ports", [])}
+        # The Service reaches the service's pods (every store group's), whose containerPort
+        # is named "metrics".
+        for w in service_workloads(metrics_docs, service):
+            assert matches({"matchLabels": svc["spec"]["selector"]}, pod_labels(w))
+            assert "metrics" in {p["name"] for c in pod_spec(w)["containers"] for p in c.get("ports", [])}
 
 
 def test_a_service_with_metrics_off_gets_no_metrics_service() -> None:
