@@ -83,16 +83,20 @@ def template(
     *files: Path,
     release: str = RELEASE,
     check: bool = True,
+    chart: Path = CHART,
 ) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory() as tmp:
         return helm(
-            "template", release, str(CHART), "--namespace", NAMESPACE, *_values_args(values, files, tmp), check=check
+            "template", release, str(chart), "--namespace", NAMESPACE, *_values_args(values, files, tmp), check=check
         )
 
 
-def render(values: Mapping[str, Any] | None = None, *files: Path, release: str = RELEASE) -> list[Doc]:
-    """Every manifest `helm template` produces (helm test hooks included)."""
-    result = template(values, *files, release=release, check=False)
+def render(
+    values: Mapping[str, Any] | None = None, *files: Path, release: str = RELEASE, chart: Path = CHART
+) -> list[Doc]:
+    """Every manifest `helm template` produces (helm test hooks included); ``chart``: another
+    copy of the chart (an earlier version's)."""
+    result = template(values, *files, release=release, check=False, chart=chart)
     if result.returncode != 0:
         raise AssertionError(f"helm template failed:\n{result.stderr}")
     out = result.stdout
