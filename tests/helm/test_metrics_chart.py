@@ -5,6 +5,7 @@ metric docs/operations.md names) is a metric the services really export."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -54,7 +55,8 @@ _SUFFIXES = {
 }
 
 
-def exported_names() -> set[str]:
+@functools.cache
+def exported_names() -> frozenset[str]:
     """Every sample name the services' processes can export: the metrics every module of
     their packages registers in the default registry. Each module, not only those a
     service imports at import time: a metric may be defined in a module the service
@@ -69,7 +71,7 @@ def exported_names() -> set[str]:
     names = set()
     for name, kind in json.loads(result.stdout):
         names.update(name + s for s in _SUFFIXES.get(kind, ("",)))
-    return names
+    return frozenset(names)
 
 
 @pytest.fixture(scope="module")
