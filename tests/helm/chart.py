@@ -23,6 +23,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "txmq"
 EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
+#: The store layout of releases installed before replicated store groups became the
+#: chart's default: store.groups.replicas 1 (one StatefulSet <release>-store of
+#: independent stores), store.settings.min_in_sync 1, analytics.exports.source store.
+UNREPLICATED_STORES = CHART / "examples" / "unreplicated-stores.yaml"
 RELEASE = "txmq"
 NAMESPACE = "mq"
 
@@ -79,16 +83,20 @@ def template(
     *files: Path,
     release: str = RELEASE,
     check: bool = True,
+    chart: Path = CHART,
 ) -> subprocess.CompletedProcess[str]:
     with tempfile.TemporaryDirectory() as tmp:
         return helm(
-            "template", release, str(CHART), "--namespace", NAMESPACE, *_values_args(values, files, tmp), check=check
+            "template", release, str(chart), "--namespace", NAMESPACE, *_values_args(values, files, tmp), check=check
         )
 
 
-def render(values: Mapping[str, Any] | None = None, *files: Path, release: str = RELEASE) -> list[Doc]:
-    """Every manifest `helm template` produces (helm test hooks included)."""
-    result = template(values, *files, release=release, check=False)
+def render(
+    values: Mapping[str, Any] | None = None, *files: Path, release: str = RELEASE, chart: Path = CHART
+) -> list[Doc]:
+    """Every manifest `helm template` produces (helm test hooks included); ``chart``: another
+    copy of the chart (an earlier version's)."""
+    result = template(values, *files, release=release, check=False, chart=chart)
     if result.returncode != 0:
         raise AssertionError(f"helm template failed:\n{result.stderr}")
     out = result.stdout
@@ -163,6 +171,25 @@ def pod_labels(doc: Doc) -> dict[str, str]:
 
 def workloads(docs: list[Doc]) -> Iterator[Doc]:
     return (d for d in docs if d["kind"] in WORKLOAD_KINDS)
+
+
+def component_of(doc: Doc) -> str | None:
+    return doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+
+
+def store_statefulsets(docs: list[Doc]) -> list[Doc]:
+    """The stores' StatefulSets, in render order: <release>-store in the unreplicated
+    layout (store.groups.replicas 1), else one <release>-store-g<i> per replicated group."""
+    return [d for d in find(docs, "StatefulSet") if component_of(d) == "store"]
+
+
+def service_workloads(docs: list[Doc], service: str) -> list[Doc]:
+    """The workloads that run a service: its one Deployment, or every store StatefulSet
+    (store_statefulsets). Fails the test when there is none."""
+    found = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet") and component_of(d) == service]
+    assert found, f"no workload of {service}"
+    assert service == "store" or len(found) == 1, [d["metadata"]["name"] for d in found]
+    return found
 
 
 def container(doc: Doc, name: str | None = None) -> dict[str, Any]:

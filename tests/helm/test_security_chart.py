@@ -30,7 +30,18 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from helm import chart
-from helm.chart import Doc, container, env_list, env_values, find, one, pod_labels, pod_spec, workloads
+from helm.chart import (
+    Doc,
+    container,
+    env_list,
+    env_values,
+    find,
+    one,
+    pod_labels,
+    pod_spec,
+    service_workloads,
+    workloads,
+)
 
 pytestmark = chart.needs_helm
 
@@ -49,6 +60,8 @@ def docs() -> list[Doc]:
 
 
 def workload(docs: list[Doc], service: str) -> Doc:
+    """The one workload of a service (etcd, pull, txcheck, gateway; the stores may have
+    several: service_workloads)."""
     (found,) = [
         d
         for d in docs
@@ -72,7 +85,11 @@ def secret_data(doc: Doc) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_one_value_turns_on_mutual_tls_and_auth_in_every_service(service: str, docs: list[Doc]) -> None:
-    w = workload(docs, service)
+    for w in service_workloads(docs, service):
+        check_mutual_tls_and_auth(w, service)
+
+
+def check_mutual_tls_and_auth(w: Doc, service: str) -> None:
     c = container(w, service)
     env = env_values(c)
     p = f"TXMQ_{service.upper()}_"
@@ -116,15 +133,15 @@ def test_the_rendered_env_is_what_the_services_accept(docs: list[Doc], monkeypat
         if name.startswith("TXMQ_"):
             monkeypatch.delenv(name)
     for service, cls in CLASSES.items():
-        with monkeypatch.context() as m:
-            for name, value in resolve_env(
-                container(workload(docs, service), service), pod_name=f"txmq-{service}-0", secrets=secrets
-            ).items():
-                m.setenv(name, value)
-            settings = load_settings(cls, [])
-        assert settings.auth_enabled and settings.auth_access_key == "txmq-service"
-        assert settings.auth_secret_key.get_secret_value() == secrets[("txmq-auth", "auth-secret-key")]
-        assert (settings.tls_mode, settings.tls_client_auth) == ("enforcing", "require")
+        for w in service_workloads(docs, service):
+            with monkeypatch.context() as m:
+                pod_name = f"{w['metadata']['name']}-0"
+                for name, value in resolve_env(container(w, service), pod_name=pod_name, secrets=secrets).items():
+                    m.setenv(name, value)
+                settings = load_settings(cls, [])
+            assert settings.auth_enabled and settings.auth_access_key == "txmq-service"
+            assert settings.auth_secret_key.get_secret_value() == secrets[("txmq-auth", "auth-secret-key")]
+            assert (settings.tls_mode, settings.tls_client_auth) == ("enforcing", "require")
 
 
 # ---- the generated TLS Secret -------------------------------------------------------------
@@ -228,10 +245,15 @@ def test_tls_alone_generates_a_certificate_and_leaves_auth_off() -> None:
     assert one(docs, "Secret", "txmq-tls")
     assert not find(docs, "Secret", "txmq-auth") and not find(docs, "NetworkPolicy", "txmq-store")
     for service in SERVICES:
-        env = env_values(container(workload(docs, service), service))
-        p = f"TXMQ_{service.upper()}_"
-        assert (env[p + "TLS_MODE"], env[p + "AUTH_ENABLED"], env[p + "AUTH_ACCESS_KEY"]) == ("enforcing", "false", "")
-        assert p + "AUTH_SECRET_KEY" not in env and "TXMQ_ACCESS_KEY" not in env
+        for w in service_workloads(docs, service):
+            env = env_values(container(w, service))
+            p = f"TXMQ_{service.upper()}_"
+            assert (env[p + "TLS_MODE"], env[p + "AUTH_ENABLED"], env[p + "AUTH_ACCESS_KEY"]) == (
+                "enforcing",
+                "false",
+                "",
+            )
+            assert p + "AUTH_SECRET_KEY" not in env and "TXMQ_ACCESS_KEY" not in env
 
 
 def test_auth_alone_signs_without_tls() -> None:
@@ -240,11 +262,16 @@ def test_auth_alone_signs_without_tls() -> None:
     docs = chart.render(values)
     assert one(docs, "Secret", "txmq-auth") and not find(docs, "Secret", "txmq-tls")
     for service in SERVICES:
-        c = container(workload(docs, service), service)
-        env = env_values(c)
-        p = f"TXMQ_{service.upper()}_"
-        assert (env[p + "TLS_MODE"], env[p + "AUTH_ENABLED"], env[p + "AUTH_ACCESS_KEY"]) == ("disabled", "true", "svc")
-        assert env_var(c, p + "AUTH_SECRET_KEY")["valueFrom"]["secretKeyRef"]["name"] == "txmq-auth"
+        for w in service_workloads(docs, service):
+            c = container(w, service)
+            env = env_values(c)
+            p = f"TXMQ_{service.upper()}_"
+            assert (env[p + "TLS_MODE"], env[p + "AUTH_ENABLED"], env[p + "AUTH_ACCESS_KEY"]) == (
+                "disabled",
+                "true",
+                "svc",
+            )
+            assert env_var(c, p + "AUTH_SECRET_KEY")["valueFrom"]["secretKeyRef"]["name"] == "txmq-auth"
     assert "WITHOUT TLS" in chart.notes(values)
 
 
@@ -257,11 +284,11 @@ def test_your_own_certificate_and_secret_win() -> None:
     docs = chart.render(values)
     assert not find(docs, "Secret")
     for service in SERVICES:
-        w = workload(docs, service)
-        c = container(w, service)
-        assert {v["name"]: v for v in pod_spec(w)["volumes"]}["tls"]["secret"]["secretName"] == "my-tls"
-        ref = env_var(c, f"TXMQ_{service.upper()}_AUTH_SECRET_KEY")["valueFrom"]["secretKeyRef"]
-        assert ref == {"name": "my-auth", "key": "key"}
+        for w in service_workloads(docs, service):
+            c = container(w, service)
+            assert {v["name"]: v for v in pod_spec(w)["volumes"]}["tls"]["secret"]["secretName"] == "my-tls"
+            ref = env_var(c, f"TXMQ_{service.upper()}_AUTH_SECRET_KEY")["valueFrom"]["secretKeyRef"]
+            assert ref == {"name": "my-auth", "key": "key"}
     notes = chart.notes(values)
     assert "get secret my-auth -o jsonpath='{.data.key}' | base64 -d" in notes
     assert "KEEPS" not in notes  # the user's own Secret: the chart neither made nor keeps it
@@ -272,7 +299,8 @@ def test_your_own_certificate_and_secret_win() -> None:
 
 def test_a_service_keeps_its_own_access_key() -> None:
     docs = chart.render({**SECURITY, "store": {"settings": {"auth_access_key": "store-id"}}})
-    assert env_values(container(workload(docs, "store"), "store"))["TXMQ_STORE_AUTH_ACCESS_KEY"] == "store-id"
+    for sts in service_workloads(docs, "store"):
+        assert env_values(container(sts, "store"))["TXMQ_STORE_AUTH_ACCESS_KEY"] == "store-id"
     assert env_values(container(workload(docs, "pull"), "pull"))["TXMQ_PULL_AUTH_ACCESS_KEY"] == "txmq-service"
 
 
@@ -283,7 +311,8 @@ def test_a_service_with_auth_on_gets_the_generated_secret_too() -> None:
     assert one(docs, "Secret", "txmq-auth")
     env = env_values(container(workload(docs, "pull"), "pull"))
     assert (env["TXMQ_PULL_AUTH_ENABLED"], env["TXMQ_PULL_AUTH_ACCESS_KEY"]) == ("true", "txmq-service")
-    assert env_values(container(workload(docs, "store"), "store"))["TXMQ_STORE_AUTH_ENABLED"] == "false"
+    for sts in service_workloads(docs, "store"):
+        assert env_values(container(sts, "store"))["TXMQ_STORE_AUTH_ENABLED"] == "false"
 
 
 def test_analytics_remote_export_signs_its_calls() -> None:
@@ -342,10 +371,12 @@ def test_network_policy_admits_the_grpc_port_only_from_the_release(service: str,
     policy = one(docs, "NetworkPolicy", f"txmq-{service}")
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress"]
-    assert chart.matches(spec["podSelector"], pod_labels(workload(docs, service)))
+    for w in service_workloads(docs, service):  # every store group's pods
+        assert chart.matches(spec["podSelector"], pod_labels(w))
     for other in ("store", "pull", "txcheck", "gateway", "etcd"):
         if other != service:
-            assert not chart.matches(spec["podSelector"], pod_labels(workload(docs, other))), other
+            for w in service_workloads(docs, other):
+                assert not chart.matches(spec["podSelector"], pod_labels(w)), other
     grpc_rule, open_rule = spec["ingress"]
     assert grpc_rule["ports"] == [{"port": PORTS[service], "protocol": "TCP"}]
     # Every pod of the release reaches it: the other services, the gateway, `helm test`.
@@ -461,7 +492,11 @@ def test_notes_tell_how_to_get_the_credentials_and_the_ca() -> None:
     assert "helm.sh/resource-policy: keep" in notes and "KEEPS" in notes
     for needed in ("TXMQ_ACCESS_KEY", "TXMQ_SECRET_KEY", "TXMQ_TLS_CA_FILE", "txmq whoami", "txmq user create alice"):
         assert needed in notes, needed
-    assert "kubectl -n mq exec txmq-store-0 -- txmq whoami --endpoint 127.0.0.1:10911" in notes
+    # The first pod of the first store group (store.groups.replicas 3 by default).
+    assert "kubectl -n mq exec txmq-store-g0-0 -- txmq whoami --endpoint 127.0.0.1:10911" in notes
+    assert "exec txmq-store-0 " not in notes
+    unreplicated = chart.notes(SECURITY, chart.UNREPLICATED_STORES)
+    assert "kubectl -n mq exec txmq-store-0 -- txmq whoami --endpoint 127.0.0.1:10911" in unreplicated
     assert "networkPolicy.clients" in notes
     assert "WITHOUT TLS" not in notes
 
@@ -483,11 +518,12 @@ def started() -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
 def test_rendered_pods_start_on_the_generated_certificate_and_secret(etcd: Any, tmp_path: Path, started: list) -> None:
     """store, pull, txcheck and the gateway started as their pods start them (`txmq` with
     the container's args and only the rendered env, on a test etcd and loopback ports) with
-    security.enabled: the generated Secret's files written where tls.mountPath says it is
-    mounted, the secret key resolved from the generated auth Secret. They serve mutual TLS
-    only, the first one creates the services' super user, and a client with the Secret's
-    certificate and the generated credentials is that super user; without credentials it
-    is anonymous and refused."""
+    security.enabled (and examples/unreplicated-stores.yaml, a store of one pod): the
+    generated Secret's files written where tls.mountPath says it is mounted, the secret
+    key resolved from the generated auth Secret. They serve mutual TLS only, the first one
+    creates the services' super user, and a client with the Secret's certificate and the
+    generated credentials is that super user; without credentials it is anonymous and
+    refused."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from support import free_port
@@ -526,7 +562,9 @@ def test_rendered_pods_start_on_the_generated_certificate_and_secret(etcd: Any, 
         },
         **per_service,
     }
-    docs = chart.render(values)
+    # One pod of each service: one store pod is a whole store in the unreplicated layout
+    # (a replica of a group alone would refuse writes below min_in_sync).
+    docs = chart.render(values, chart.UNREPLICATED_STORES)
     # What kubelet would mount and resolve from the generated Secrets.
     tls_dir.mkdir()
     for name, content in secret_data(one(docs, "Secret", "txmq-tls")).items():

@@ -23,7 +23,7 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from helm import chart, settings_schema
-from helm.chart import Doc, container, env_list, pod_spec
+from helm.chart import Doc, container, env_list, pod_spec, service_workloads
 from txmq_runtime.settings import load_settings
 
 SERVICES = settings_schema.SERVICES
@@ -36,6 +36,9 @@ CHART_DEFAULTS: dict[str, dict[str, object]] = {
         "port": 10911,  # a fixed port for containerPort, probes and Services
         "data_dir": "/var/lib/txmq/data/store",  # on the PVC
         "metrics_port": 9090,  # Prometheus metrics on, on a port the pod declares
+        # Store groups of 3 replicas (store.groups.replicas) acknowledge a write once 2 have
+        # it: one replica may be down without refusing writes.
+        "min_in_sync": 2,
     },
     "pull": {"host": "0.0.0.0", "port": 10912, "metrics_port": 9090},
     "txcheck": {"host": "0.0.0.0", "port": 10913, "metrics_port": 9090},
@@ -130,24 +133,26 @@ def test_schema_bounds_are_the_settings_bounds(service: str) -> None:
 
 
 def service_container(docs: list[Doc], service: str) -> dict[str, Any]:
-    (w,) = [
-        d
-        for d in docs
-        if d["kind"] in ("Deployment", "StatefulSet")
-        and d["metadata"]["labels"]["app.kubernetes.io/component"] == service
-    ]
+    """The container of a service's one workload (the stores: the one StatefulSet of the
+    unreplicated layout; replicated groups have one each, service_containers)."""
+    (w,) = service_workloads(docs, service)
     return container(w, service)
+
+
+def service_containers(docs: list[Doc], service: str) -> list[dict[str, Any]]:
+    """The service's container in each of its workloads (each store group's)."""
+    return [container(w, service) for w in service_workloads(docs, service)]
 
 
 @chart.needs_helm
 @pytest.mark.parametrize("service", SERVICES)
 def test_rendered_env_names_are_the_settings_fields(service: str, default_docs: list[Doc]) -> None:
-    c = service_container(default_docs, service)
-    names = [e["name"] for e in env_list(c)]
-    txmq_names = [n for n in names if n.startswith("TXMQ_")]
-    prefix = f"TXMQ_{service.upper()}_"
-    assert sorted(txmq_names) == sorted(prefix + f.upper() for f in fields(service))
-    assert len(txmq_names) == len(set(txmq_names))
+    for c in service_containers(default_docs, service):
+        names = [e["name"] for e in env_list(c)]
+        txmq_names = [n for n in names if n.startswith("TXMQ_")]
+        prefix = f"TXMQ_{service.upper()}_"
+        assert sorted(txmq_names) == sorted(prefix + f.upper() for f in fields(service))
+        assert len(txmq_names) == len(set(txmq_names))
 
 
 @chart.needs_helm
@@ -156,16 +161,16 @@ def test_secret_settings_are_rendered_from_the_secret_only() -> None:
     var, the secret ones from a secretKeyRef (never a literal value)."""
     docs = chart.render({"auth": SERVICES_AUTH, "gateway": {"auth": GATEWAY_AUTH, "settings": {"access_key": "ak"}}})
     for service in SERVICES:
-        c = service_container(docs, service)
-        prefix = f"TXMQ_{service.upper()}_"
-        names = [e["name"] for e in env_list(c) if e["name"].startswith("TXMQ_")]
-        assert sorted(names) == sorted(prefix + f.upper() for f in SERVICES[service].model_fields)
-        for name in settings_schema.secret_settings(service):
-            (var,) = [e for e in env_list(c) if e["name"] == prefix + name.upper()]
-            assert "value" not in var
-            ref = var["valueFrom"]["secretKeyRef"]
-            source = secret_source(service, name)
-            assert (ref["name"], ref["key"]) == (source["existingSecret"], source["existingSecretKey"])
+        for c in service_containers(docs, service):
+            prefix = f"TXMQ_{service.upper()}_"
+            names = [e["name"] for e in env_list(c) if e["name"].startswith("TXMQ_")]
+            assert sorted(names) == sorted(prefix + f.upper() for f in SERVICES[service].model_fields)
+            for name in settings_schema.secret_settings(service):
+                (var,) = [e for e in env_list(c) if e["name"] == prefix + name.upper()]
+                assert "value" not in var
+                ref = var["valueFrom"]["secretKeyRef"]
+                source = secret_source(service, name)
+                assert (ref["name"], ref["key"]) == (source["existingSecret"], source["existingSecretKey"])
 
 
 def resolve_env(
@@ -214,31 +219,48 @@ def clean_txmq_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+UNREPLICATED = yaml.safe_load(chart.UNREPLICATED_STORES.read_text())
+
+
 @chart.needs_helm
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize(
+    ("service", "layout"),
+    [*((service, "default") for service in SERVICES), ("store", "unreplicated")],
+)
 def test_settings_classes_read_the_rendered_env(
-    service: str, default_docs: list[Doc], monkeypatch: pytest.MonkeyPatch, clean_txmq_env: None
+    service: str, layout: str, default_docs: list[Doc], monkeypatch: pytest.MonkeyPatch, clean_txmq_env: None
 ) -> None:
+    """Every setting as values.yaml has it, the computed ones per pod. The stores: by
+    default a replica of a group (store_id the group's StatefulSet, replica_id the pod);
+    in the unreplicated layout (examples/unreplicated-stores.yaml) a store of its own."""
     pod = {
-        "store": "txmq-store-1",
+        "store": "txmq-store-g1-2" if layout == "default" else "txmq-store-1",
         "pull": "txmq-pull-5d8f-x2x4z",
         "txcheck": "txmq-txcheck-77c9-k8m2p",
         "gateway": "txmq-gateway-6f4d-q9w7e",
     }[service]
-    c = service_container(default_docs, service)
-    for name, value in resolve_env(c, pod_name=pod).items():
+    docs = default_docs if layout == "default" else chart.render(None, chart.UNREPLICATED_STORES)
+    (w,) = [w for w in service_workloads(docs, service) if pod.startswith(w["metadata"]["name"] + "-")]
+    for name, value in resolve_env(container(w, service), pod_name=pod).items():
         monkeypatch.setenv(name, value)
     settings = load_settings(SERVICES[service], [])
-    values = VALUES[service]["settings"]
+    values = {**VALUES[service]["settings"], **(UNREPLICATED["store"]["settings"] if layout != "default" else {})}
+    # A group's replica_id: computed too (below).
+    computed = settings_schema.COMPUTED_WHEN_EMPTY[service] | ({"replica_id"} if service == "store" else set())
     for name in fields(service):
-        if name in settings_schema.COMPUTED_WHEN_EMPTY[service] or name == "physical_memory_bytes":
+        if name in computed or name == "physical_memory_bytes":
             continue
         assert getattr(settings, name) == values[name], name
     assert settings.instance_id == pod
     assert settings.etcd_prefix == VALUES["etcd"]["prefix"]
     assert settings.etcd_endpoints == f"txmq-etcd.{chart.NAMESPACE}.svc.cluster.local:2379"
     if service == "store":
-        assert settings.store_id == pod
+        if layout == "default":
+            assert (settings.store_id, settings.replica_id) == ("txmq-store-g1", pod)
+            assert settings.min_in_sync == 2
+        else:
+            assert (settings.store_id, settings.replica_id) == (pod, "")
+            assert settings.min_in_sync == 1
         assert settings.advertised_address == f"{pod}.txmq-store-headless.{chart.NAMESPACE}.svc.cluster.local:10911"
         assert settings.physical_memory_bytes == parse_quantity(VALUES["store"]["resources"]["limits"]["memory"])
     else:
@@ -278,6 +300,9 @@ def test_every_setting_reaches_the_service_when_changed(monkeypatch: pytest.Monk
             changed[service][name] = other_value(name, field, VALUES[service]["settings"][name])
     changed["store"]["data_dir"] = "/var/lib/txmq/data/elsewhere"  # still on the PVC
     values: dict[str, Any] = {service: {"settings": dict(s)} for service, s in changed.items()}
+    # store_id and replica_id can be values only in the unreplicated layout (replicated
+    # groups refuse them: the chart names each group and replica), so that layout here.
+    values["store"]["groups"] = {"replicas": 1}
     # A TLS port needs the TLS Secret mounted (the changed tls_* values are kept).
     values["tls"] = TLS
     # Secret settings are not values: they come from the Secrets gateway.auth (which a
@@ -433,7 +458,8 @@ def pods(tmp_path: Path) -> Iterator[list[tuple[str, subprocess.Popen[bytes]]]]:
 
 @chart.needs_helm
 @pytest.mark.slow
-def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Path, pods: list) -> None:
+@pytest.mark.parametrize("layout", ["groups", "unreplicated"])
+def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Path, pods: list, layout: str) -> None:
     """store, pull, txcheck and the gateway started the way the pods start them: the
     image's entrypoint (`txmq`) with the container's args and only the rendered env
     (pointed at a test etcd and loopback ports; the gateway with authentication on, its
@@ -441,7 +467,12 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
     with the tls.crt / tls.key / ca.crt written where tls.mountPath says the Secret is
     mounted, and the gateway also its v2 TLS port). Each reports SERVING on its probe port,
     registers under its pod name, and on SIGTERM stops within terminationGracePeriodSeconds
-    minus the preStop sleep."""
+    minus the preStop sleep.
+
+    The store: the first replica of the first replicated group (the chart's layout; it
+    registers the group's name once it leads it), or a store of one pod
+    (examples/unreplicated-stores.yaml). Every replica renders the same port, so only one
+    runs beside the others on loopback: with min_in_sync 1 it accepts writes alone."""
     from support import free_port
 
     from txmq import Admin, ServiceKind, TlsConfig
@@ -495,22 +526,24 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
             "auth": GATEWAY_AUTH,
         },
     }
-    docs = chart.render(values)
+    if layout == "groups":
+        values["store"]["settings"]["min_in_sync"] = 1
+        docs = chart.render(values)
+        store_pod, store_id = "txmq-store-g0-0", "txmq-store-g0"
+    else:
+        docs = chart.render(values, chart.UNREPLICATED_STORES)
+        store_pod = store_id = "txmq-store-0"
     entrypoint = str(Path(sys.executable).parent / "txmq")
     pod_names = {
-        "store": "txmq-store-0",
+        "store": store_pod,
         "pull": "txmq-pull-6b7c-abcde",
         "txcheck": "txmq-txcheck-6b7c-fghij",
         "gateway": "txmq-gateway-6b7c-klmno",
     }
     graces: dict[str, int] = {}
     for service in SERVICES:
-        (w,) = [
-            d
-            for d in docs
-            if d["kind"] in ("Deployment", "StatefulSet")
-            and d["metadata"]["labels"]["app.kubernetes.io/component"] == service
-        ]
+        w = service_workloads(docs, service)[0]
+        assert pod_names[service].startswith(w["metadata"]["name"] + "-")
         c = container(w, service)
         env = resolve_env(c, pod_name=pod_names[service], pod_ip="127.0.0.1")
         env.update(PATH=os.environ["PATH"], PYTHONUNBUFFERED="1")
@@ -541,7 +574,7 @@ def test_rendered_pods_start_and_stop_within_their_grace(etcd: Any, tmp_path: Pa
         while True:
             live = {(e.kind, e.instance_id, e.address) for e in admin.endpoints()}
             want = {
-                (ServiceKind.STORE, "txmq-store-0", f"127.0.0.1:{ports['store']}"),
+                (ServiceKind.STORE, store_id, f"127.0.0.1:{ports['store']}"),
                 (ServiceKind.PULL, pod_names["pull"], f"127.0.0.1:{ports['pull']}"),
                 (ServiceKind.TXCHECK, pod_names["txcheck"], f"127.0.0.1:{ports['txcheck']}"),
                 (ServiceKind.GATEWAY, pod_names["gateway"], f"127.0.0.1:{ports['gateway']}"),

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from helm import chart
-from helm.chart import Doc, container, env_values, find, one, pod_spec, workloads
+from helm.chart import Doc, container, env_values, find, one, pod_spec, service_workloads
 
 pytestmark = chart.needs_helm
 
@@ -32,43 +32,38 @@ def cert_manager_docs() -> list[Doc]:
     return chart.render(CERT_MANAGER)
 
 
-def workload(docs: list[Doc], service: str) -> Doc:
-    (found,) = [d for d in workloads(docs) if d["metadata"]["labels"].get("app.kubernetes.io/component") == service]
-    return found
-
-
 @pytest.mark.parametrize(("values", "secret"), [(SECRET, "my-tls"), (CERT_MANAGER, "txmq-tls")])
 def test_every_service_serves_mutual_tls_from_the_mounted_secret(values: dict[str, Any], secret: str) -> None:
     docs = chart.render(values)
     for service in SERVICES:
-        w = workload(docs, service)
-        c = container(w, service)
-        env = env_values(c)
-        prefix = f"TXMQ_{service.upper()}_"
-        tls_settings = {k.removeprefix(prefix): v for k, v in env.items() if k.startswith(prefix + "TLS_")}
-        tls_settings.pop("TLS_PORT", None)  # the gateway's v2 TLS port, off here
-        assert tls_settings == {
-            "TLS_MODE": "enforcing",
-            "TLS_CLIENT_AUTH": "require",
-            "TLS_CERT_FILE": "/etc/txmq/tls/tls.crt",
-            "TLS_KEY_FILE": "/etc/txmq/tls/tls.key",
-            "TLS_CA_FILE": "/etc/txmq/tls/ca.crt",
-            "TLS_SERVER_NAME": SERVER_NAME,
-        }
-        # `txmq` run in the pod (kubectl exec) dials with the same files.
-        assert {k: v for k, v in env.items() if k.startswith("TXMQ_TLS_")} == {
-            "TXMQ_TLS_CA_FILE": "/etc/txmq/tls/ca.crt",
-            "TXMQ_TLS_CERT_FILE": "/etc/txmq/tls/tls.crt",
-            "TXMQ_TLS_KEY_FILE": "/etc/txmq/tls/tls.key",
-            "TXMQ_TLS_SERVER_NAME": SERVER_NAME,
-        }
-        volumes = {v["name"]: v for v in pod_spec(w)["volumes"]}
-        assert volumes["tls"]["secret"]["secretName"] == secret
-        assert {"name": "tls", "mountPath": "/etc/txmq/tls", "readOnly": True} in c["volumeMounts"]
-        probe_port = int(env[prefix + "PROBE_PORT"])
-        assert {"name": "probe", "containerPort": probe_port, "protocol": "TCP"} in c["ports"]
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert c[probe]["grpc"]["port"] == probe_port
+        for w in service_workloads(docs, service):
+            c = container(w, service)
+            env = env_values(c)
+            prefix = f"TXMQ_{service.upper()}_"
+            tls_settings = {k.removeprefix(prefix): v for k, v in env.items() if k.startswith(prefix + "TLS_")}
+            tls_settings.pop("TLS_PORT", None)  # the gateway's v2 TLS port, off here
+            assert tls_settings == {
+                "TLS_MODE": "enforcing",
+                "TLS_CLIENT_AUTH": "require",
+                "TLS_CERT_FILE": "/etc/txmq/tls/tls.crt",
+                "TLS_KEY_FILE": "/etc/txmq/tls/tls.key",
+                "TLS_CA_FILE": "/etc/txmq/tls/ca.crt",
+                "TLS_SERVER_NAME": SERVER_NAME,
+            }
+            # `txmq` run in the pod (kubectl exec) dials with the same files.
+            assert {k: v for k, v in env.items() if k.startswith("TXMQ_TLS_")} == {
+                "TXMQ_TLS_CA_FILE": "/etc/txmq/tls/ca.crt",
+                "TXMQ_TLS_CERT_FILE": "/etc/txmq/tls/tls.crt",
+                "TXMQ_TLS_KEY_FILE": "/etc/txmq/tls/tls.key",
+                "TXMQ_TLS_SERVER_NAME": SERVER_NAME,
+            }
+            volumes = {v["name"]: v for v in pod_spec(w)["volumes"]}
+            assert volumes["tls"]["secret"]["secretName"] == secret
+            assert {"name": "tls", "mountPath": "/etc/txmq/tls", "readOnly": True} in c["volumeMounts"]
+            probe_port = int(env[prefix + "PROBE_PORT"])
+            assert {"name": "probe", "containerPort": probe_port, "protocol": "TCP"} in c["ports"]
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                assert c[probe]["grpc"]["port"] == probe_port
 
 
 def test_cert_manager_issues_one_certificate_for_every_name(cert_manager_docs: list[Doc]) -> None:
@@ -130,23 +125,25 @@ def test_helm_test_pod_and_analytics_export_dial_over_tls(cert_manager_docs: lis
 def test_tls_off_changes_nothing() -> None:
     docs = chart.render()
     for service in SERVICES:
-        c = container(workload(docs, service), service)
-        env = env_values(c)
-        prefix = f"TXMQ_{service.upper()}_"
-        assert (env[prefix + "TLS_MODE"], env[prefix + "TLS_CLIENT_AUTH"]) == ("disabled", "none")
-        assert not [k for k in env if k.startswith("TXMQ_TLS_")]
-        port = int(env[prefix + "PORT"])
-        assert c["readinessProbe"]["grpc"]["port"] == port
+        for w in service_workloads(docs, service):
+            c = container(w, service)
+            env = env_values(c)
+            prefix = f"TXMQ_{service.upper()}_"
+            assert (env[prefix + "TLS_MODE"], env[prefix + "TLS_CLIENT_AUTH"]) == ("disabled", "none")
+            assert not [k for k in env if k.startswith("TXMQ_TLS_")]
+            port = int(env[prefix + "PORT"])
+            assert c["readinessProbe"]["grpc"]["port"] == port
     assert "secure_channel" in one(docs, "Pod", "txmq-health-check")["spec"]["containers"][0]["args"][0]
 
 
 def test_permissive_serves_a_plaintext_port_too() -> None:
     settings = {"tls_mode": "permissive", "plaintext_port": 10921}
     docs = chart.render({**SECRET, "store": {"settings": settings}})
-    c = container(workload(docs, "store"), "store")
-    assert env_values(c)["TXMQ_STORE_TLS_MODE"] == "permissive"
-    assert {"name": "grpc-plain", "containerPort": 10921, "protocol": "TCP"} in c["ports"]
-    assert c["readinessProbe"]["grpc"]["port"] == 9091
+    for sts in service_workloads(docs, "store"):
+        c = container(sts, "store")
+        assert env_values(c)["TXMQ_STORE_TLS_MODE"] == "permissive"
+        assert {"name": "grpc-plain", "containerPort": 10921, "protocol": "TCP"} in c["ports"]
+        assert c["readinessProbe"]["grpc"]["port"] == 9091
     svc = one(docs, "Service", "txmq-store")
     assert {"name": "grpc-plain", "port": 10921, "targetPort": "grpc-plain", "protocol": "TCP"} in svc["spec"]["ports"]
 
