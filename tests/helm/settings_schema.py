@@ -51,7 +51,7 @@ AUTH_COMPUTED = frozenset({"auth_access_key"})
 #: export_dir: with analytics.exports.source=store, the shared volume's exports/.
 COMPUTED_WHEN_EMPTY: dict[str, frozenset[str]] = {
     "store": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix", "store_id"})
-    | ({"export_dir"} & set(StoreSettings.model_fields))
+    | ({"export_dir", "export_interval_ms"} & set(StoreSettings.model_fields))
     | TLS_COMPUTED
     | AUTH_COMPUTED,
     "pull": frozenset({"advertised_address", "instance_id", "etcd_endpoints", "etcd_prefix"})
@@ -73,6 +73,8 @@ _HOW = {
     "tls_ca_file": '"": <tls.mountPath>/ca.crt when tls.enabled or security.enabled.',
     "tls_server_name": '"": <release>-bootstrap.<namespace>.svc.<clusterDomain> when tls.enabled or security.enabled.',
     "auth_access_key": '"": auth.accessKey when auth is on (auth.enabled, security.enabled or auth_enabled).',
+    "export_interval_ms": '"": 60000 with analytics.exports.source store (the stores export into the volume the '
+    "analytics job reads), else 0.",
 }
 #: How the chart computes a COMPUTED_WHEN_EMPTY setting, when not simply per pod.
 COMPUTED_HOW: dict[tuple[str, str], str] = {(service, name): how for service in SERVICES for name, how in _HOW.items()}
@@ -150,6 +152,10 @@ def settings_schema(service: str) -> dict[str, Any]:
         if name in COMPUTED_WHEN_EMPTY[service]:
             if "enum" in field and "" not in field["enum"]:
                 field["enum"] = [*field["enum"], ""]
+            elif field.get("type") not in (None, "string"):
+                # A number the chart computes from "": either one is a valid value.
+                described = {"description": field.pop("description")} if "description" in field else {}
+                field = {**described, "anyOf": [field, {"const": ""}]}
             how = COMPUTED_HOW.get((service, name), '"": computed by the chart per pod.')
             field["description"] = field.get("description", "") + " " + how
         if name in CHART_NOTES:

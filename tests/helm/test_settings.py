@@ -48,11 +48,6 @@ CHART_DEFAULTS: dict[str, dict[str, object]] = {
 # the pod IP that clients outside the cluster cannot reach.
 if "route_client_endpoints" in SERVICES["gateway"].model_fields:
     CHART_DEFAULTS["gateway"]["route_client_endpoints"] = True
-# The analytics job reads the stores' exports (analytics.exports.source=store): when the
-# store's export is off by default, the chart turns it on (once a minute).
-_export = SERVICES["store"].model_fields.get("export_interval_ms")
-if _export is not None and _export.default == 0:
-    CHART_DEFAULTS["store"]["export_interval_ms"] = 60_000
 # The health-only plaintext port on (the service default is -1, off): the gRPC probes use
 # it when TLS is on, since they cannot speak TLS.
 for _service in CHART_DEFAULTS:
@@ -121,6 +116,8 @@ def test_schema_bounds_are_the_settings_bounds(service: str) -> None:
         if name in settings_schema.secret_settings(service):
             continue
         prop = schema["properties"][name]
+        # A number the chart computes from "": its bounds are on the number's branch.
+        prop = next((p for p in prop.get("anyOf", []) if p.get("type") == "integer"), prop)
         for meta in field.metadata:
             if hasattr(meta, "ge"):
                 want = 1 if name == "port" else meta.ge
@@ -335,6 +332,7 @@ def other_value(name: str, field: Any, current: Any) -> Any:
         low = next((m.ge for m in field.metadata if hasattr(m, "ge")), 0)
         high = next((m.le for m in field.metadata if hasattr(m, "le")), None)
         # Ports: one of their own (not 0, which the chart refuses for declared ports).
+        current = 0 if current == "" else current  # computed by the chart from ""
         value = max(current, low) + 1 if not name.endswith("port") else 20000 + sum(map(ord, name))
         return value if high is None or value <= high else high - 1
     if annotation is str:

@@ -150,6 +150,9 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- if include "txmq.exportsShared" $ctx }}
 {{- $_ := set $computed "export_dir" (include "txmq.exportsDir" $ctx) }}
 {{- end }}
+{{- /* The stores' own export feeds the analytics job only through the shared volume
+     (analytics.exports.source store); otherwise nothing would read it. */}}
+{{- $_ := set $computed "export_interval_ms" (ternary "60000" "0" (eq (include "txmq.exportsShared" $ctx) "true")) }}
 {{- $_ := set $computed "advertised_address" (printf "$(POD_NAME).%s-store-headless.$(POD_NAMESPACE).svc.%s:%s" $full $ctx.Values.clusterDomain (include "txmq.envValue" $settings.port)) }}
 {{- else }}
 {{- $_ := set $computed "advertised_address" (printf "$(POD_IP):%s" (include "txmq.envValue" $settings.port)) }}

@@ -44,7 +44,9 @@ YAML for fromYaml:
 {{- if $v.settings.replica_id }}
 {{- fail (printf "store.settings.replica_id must be empty with store.groups.replicas %d: each replica's id is its pod name (unique in its group, stable across restarts)" $replicas) }}
 {{- end }}
-{{- if and (include "txmq.exportsShared" .) (gt (int64 (include "txmq.envValue" $v.settings.export_interval_ms)) 0) }}
+{{- /* export_interval_ms "" is computed: on (60000) exactly when the exports are shared. */}}
+{{- $exportMs := ternary 60000 (int64 (include "txmq.envValue" $v.settings.export_interval_ms)) (eq (toString $v.settings.export_interval_ms) "") }}
+{{- if and (include "txmq.exportsShared" .) (gt $exportMs 0) }}
 {{- fail (printf "analytics.exports.source=store with store.groups.replicas %d: every replica of a group would export the group's data into the shared volume, so the analytics job would count it %d times; set analytics.exports.source=remote (the job snapshots each group's leader over gRPC), or none, or store.settings.export_interval_ms=0" $replicas $replicas) }}
 {{- end }}
 {{- range $i := until $count }}
