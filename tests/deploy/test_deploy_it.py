@@ -52,7 +52,8 @@ def say(text: str) -> None:
 def values(images: dict[str, str]) -> dict[str, Any]:
     """The chart's defaults, except: images built here (never pulled), one store group
     (of the default three replicas) and one pod of each stateless service, so that
-    stopping one is an outage the clients must ride out (and two cores can run it all)."""
+    stopping one is an outage the clients must ride out (and two cores can run it all),
+    and the analytics job's remote export taking 2 snapshots 5 s apart (not 6, 10 s)."""
     etcd_repo, etcd_tag = images["etcd"].rsplit(":", 1)
     repo, tag = images["txmq"].rsplit(":", 1)
     return {
@@ -62,6 +63,7 @@ def values(images: dict[str, str]) -> dict[str, Any]:
         "pull": {"replicas": 1},
         "txcheck": {"replicas": 1},
         "gateway": {"replicas": 1},
+        "analytics": {"exports": {"remote": {"count": 2, "intervalSeconds": 5}}},
     }
 
 
@@ -73,9 +75,17 @@ def release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         pytest.skip(f"deployment test: {reason}")
     if chart.helm_binary() is None:
         pytest.skip("deployment test: no helm (scripts/install_helm_tools.sh)")
+    # Each step is printed as it happens, past pytest's capture (the suite's output shows
+    # the deployment's progress and times).
+    capture = request.config.pluginmanager.getplugin("capturemanager")
     reporter = request.config.pluginmanager.getplugin("terminalreporter")
-    if reporter is not None:
-        _say = lambda text: reporter.write_line(text)  # noqa: E731
+    if capture is not None and reporter is not None:
+
+        def live(text: str) -> None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(text)
+
+        _say = live
     podman = engine.Podman(engine.cache_dir(), log=say)
     started = time.monotonic()
     base = podman.base_image()
