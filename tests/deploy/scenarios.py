@@ -145,8 +145,6 @@ def keep_transacting(args: argparse.Namespace) -> None:
             acked.write(body + "\n")
             done += 1
             time.sleep(args.interval_s)
-        # Stay up a while so that the check of a transaction whose END was lost finds this producer.
-        time.sleep(args.linger_s)
     report(True, acked=done, errors=errors)
 
 
@@ -206,7 +204,6 @@ def main() -> None:
         p.add_argument("--out")
         p.add_argument("--interval-s", type=float, default=0.02)
         p.add_argument("--send-timeout", type=float, default=30.0)
-        p.add_argument("--linger-s", type=float, default=0.0)
         p.add_argument("--timeout-s", type=float, default=120.0)
         p.add_argument("--allow-duplicates", action="store_true")
     args = parser.parse_args()

@@ -16,7 +16,7 @@ group CODE_TOPIC_NOT_FOUND / CODE_SUBSCRIPTION_GROUP_NOT_FOUND (NOT_FOUND): KEDA
 message in the ScaledObject's events.
 
 The lag is ``txmq lag``'s: the sum over every queue of the topic the group has committed
-on (on every store serving the topic) of ``ConsumeOffset.lag`` (the queue's max offset
+on (on every store serving the topic) of ``txmq.models.consume_lag`` (the queue's max offset
 minus the committed offset), read from the stores with ListConsumeOffsets. Queues the
 group never committed on do not count.
 """
@@ -29,8 +29,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from txmq._convert import consume_offset_from_proto
 from txmq.errors import TxmqError, error
+from txmq.models import consume_lag
 from txmq.v1 import auth_pb2, errors_pb2
 from txmq.validation import check_group, check_topic
 from txmq_pull.store_client import StoreClient, StoreClients
@@ -133,14 +133,10 @@ class StoreLag:
             raise error(errors_pb2.CODE_TOPIC_NOT_FOUND, f"no live store serves topic {topic!r}", topic=topic)
         stores = [(store_id, self._clients.client(store_id)) for store_id in dict.fromkeys(store_ids)]
         listed = await asyncio.gather(*(s.list_consume_offsets(group=group, topic=topic) for _, s in stores))
-        offsets = [
-            consume_offset_from_proto(store_id, o)
-            for (store_id, _), rows in zip(stores, listed, strict=True)
-            for o in rows
-        ]
+        offsets = [o for rows in listed for o in rows]
         if not offsets:
             await self._group_exists(group, stores)
-        return sum(o.lag for o in offsets)
+        return sum(consume_lag(offset=o.offset, min_offset=o.min_offset, max_offset=o.max_offset) for o in offsets)
 
     async def _group_exists(self, group: str, stores: list[tuple[str, StoreClient]]) -> None:
         """A group with no committed offset on the topic exists when any store serving the

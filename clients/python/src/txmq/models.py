@@ -119,6 +119,13 @@ class QueueOffsets:
     last_store_timestamp_ms: int
 
 
+def consume_lag(*, offset: int, min_offset: int, max_offset: int) -> int:
+    """A group's lag on one queue: messages stored past its committed offset (an offset
+    below the queue's first stored message counts from there). ``txmq lag``, Admin and the
+    pull service's KEDA scaler all count with this."""
+    return max(0, max_offset - max(offset, min_offset))
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumeOffset:
     """A group's committed offset on a queue, with the queue's range."""
@@ -133,7 +140,7 @@ class ConsumeOffset:
     @property
     def lag(self) -> int:
         """Messages stored but not yet consumed by the group."""
-        return max(0, self.max_offset - max(self.offset, self.min_offset))
+        return consume_lag(offset=self.offset, min_offset=self.min_offset, max_offset=self.max_offset)
 
 
 @dataclass(frozen=True, slots=True)
