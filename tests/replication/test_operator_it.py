@@ -116,8 +116,10 @@ def _messages_from(group: StoreGroupProcesses, rid: str, qid: int, offset: int) 
         resp = stub.GetMessage(
             store_pb2.GetMessageRequest(topic=TOPIC, queue_id=qid, offset=offset, max_messages=256), timeout=10
         )
-        if not resp.messages:
+        if not resp.messages and resp.next_begin_offset <= offset:
             return rows
+        # Below the queue's first offset (retention deleted it meanwhile) the answer has no
+        # messages and points at that first offset: read on from there.
         rows += [(m.queue_offset, m.message.body) for m in resp.messages]
         offset = resp.next_begin_offset
 
@@ -171,17 +173,16 @@ def test_a_follower_behind_the_leaders_oldest_segment_reseeds_itself(service_fac
         assert same, name
         compared += 1
     assert compared >= 1
-    # The same messages, where both still have them.
+    # The same messages at the same queue offsets, where both still have them (retention
+    # keeps running on both meanwhile, so each is read from its own first offset).
+    common = 0
     for qid in range(QUEUES):
-        lo = max(
-            store_pb2_grpc.StoreStub(group.channel(rid))
-            .GetQueueOffsets(store_pb2.GetQueueOffsetsRequest(topic=TOPIC, queue_id=qid), timeout=5)
-            .queues[0]
-            .min_offset
-            for rid in (leader, follower)
-        )
-        theirs = _messages_from(group, leader, qid, lo)
-        assert theirs and _messages_from(group, follower, qid, lo)[: len(theirs)] == theirs
+        theirs = dict(_messages_from(group, leader, qid, 0))
+        ours = dict(_messages_from(group, follower, qid, 0))
+        both = theirs.keys() & ours.keys()
+        assert all(theirs[o] == ours[o] for o in both), qid
+        common += len(both)
+    assert common > 0
 
 
 # -- an operator picks a leader --------------------------------------------------------------
