@@ -270,3 +270,15 @@ def is_ignored(path: str, patterns: list[tuple[bool, str]]) -> bool:
         if any(re.fullmatch(_glob_regex(pattern), p) for p in prefixes):
             ignored = not negate
     return ignored
+
+
+def test_the_build_compiles_the_native_record_codec() -> None:
+    # The codec's C extension is optional in setup.py: without a compiler the install goes
+    # on with the pure-Python codec, which the images shipped before anyone noticed. The
+    # build stages get a compiler (never the final ones) and fail without the native codec.
+    assert "gcc" in " ".join(BY_NAME["deps"].all("RUN"))
+    for stage in ("build", "build-analytics"):
+        assert "assert NATIVE" in " ".join(BY_NAME[stage].all("RUN")), stage
+    for stage in SHIPPED:
+        shipped_runs = [run for s in chain(stage) if s.name in ("base", stage.name) for run in s.all("RUN")]
+        assert shipped_runs and not any("gcc" in run for run in shipped_runs), stage.name
