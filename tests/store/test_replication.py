@@ -516,3 +516,26 @@ async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_a
     assert bodies and bodies == [
         m.body for m in follower.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages
     ]
+
+
+async def test_stopping_a_follower_ends_even_when_its_stream_swallows_the_cancellation(monkeypatch) -> None:
+    """A new leader stops following before it takes writes. A Follow stream to an old
+    leader cut off by a partition once swallowed the cancellation and went on waiting:
+    the take-over never finished. ``stop`` cancels again until the task ends."""
+    from txmq_store.group import Follower
+
+    swallowed = asyncio.Event()
+
+    async def stubborn_follow(self, stub) -> None:
+        try:
+            await asyncio.Event().wait()  # a stream that never answers
+        except asyncio.CancelledError:
+            swallowed.set()  # ... and a cancellation that never gets out of it
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(Follower, "_follow", stubborn_follow)
+    follower = Follower(None, leader="r0", address="127.0.0.1:9", epoch=1)  # type: ignore[arg-type]
+    follower.start()
+    await asyncio.sleep(0)
+    await asyncio.wait_for(follower.stop(), timeout=10)
+    assert swallowed.is_set()

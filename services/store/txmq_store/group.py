@@ -302,19 +302,27 @@ class Follower:
         #: replica reseeded (then it copies again at once).
         self._on_behind = on_behind
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"follow-{self.leader}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop copying; returns once the stream is closed. A new leader calls this before
+        it takes writes, so it must not hang: the task is cancelled again every 0.5 s until
+        it ends (a cancellation swallowed inside grpc's stream, while the old leader was
+        cut off and its connection hung, left a take-over waiting forever), and the loop
+        does not start another stream once stopping."""
+        self._stopping = True
+        task = self._task
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
 
     async def _run(self) -> None:
         async with internal_channel(self.address) as channel:
             stub = store_pb2_grpc.StoreReplicationStub(channel)
-            while True:
+            while not self._stopping:
                 try:
                     await self._follow(stub)
                 except asyncio.CancelledError:
