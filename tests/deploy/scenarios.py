@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from txmq import Message, Producer, PullConsumer
@@ -108,44 +109,36 @@ def transactions(args: argparse.Namespace) -> None:
            rollback_seen=seen.count(rollback))  # fmt: skip
 
 
-def keep_producing(args: argparse.Namespace) -> None:
-    sent = errors = 0
-    producer = Producer(group=f"{args.group}-producer", endpoint=args.bootstrap, send_timeout=args.send_timeout)
-    with producer, Path(args.acked).open("a", buffering=1) as acked:
+def _keep_sending(args: argparse.Namespace, prefix: str, send: Callable[[Message], object]) -> None:
+    """Send one message at a time until SIGTERM; each body ``send`` returned for goes to
+    the ``--acked`` file, a failure to stderr (and the loop goes on)."""
+    acked_count = errors = 0
+    with Path(args.acked).open("a", buffering=1) as acked:
         while not stopping.is_set():
-            body = f"{args.tag}-{sent}-{uuid.uuid4().hex}"
+            body = f"{prefix}-{acked_count}-{uuid.uuid4().hex}"
             try:
-                producer.send(Message(args.topic, body.encode(), tags=args.tag))
+                send(Message(args.topic, body.encode(), tags=args.tag))
             except TxmqError as exc:
                 errors += 1
-                print(f"send {body}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                print(f"{body}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
                 time.sleep(0.2)
                 continue
             acked.write(body + "\n")
-            sent += 1
+            acked_count += 1
             time.sleep(args.interval_s)
-    report(True, acked=sent, errors=errors)
+    report(True, acked=acked_count, errors=errors)
+
+
+def keep_producing(args: argparse.Namespace) -> None:
+    with Producer(group=f"{args.group}-producer", endpoint=args.bootstrap, send_timeout=args.send_timeout) as producer:
+        _keep_sending(args, args.tag, producer.send)
 
 
 def keep_transacting(args: argparse.Namespace) -> None:
-    done = errors = 0
+    # A returned transaction's half is stored: committed now, or by the check if the END was lost.
     with TransactionProducer(f"{args.group}-tx", args.bootstrap, listener=Decides(),
-                             end_transaction_timeout=args.send_timeout) as producer, \
-            Path(args.acked).open("a", buffering=1) as acked:  # fmt: skip
-        while not stopping.is_set():
-            body = f"commit-{args.tag}-{done}-{uuid.uuid4().hex}"
-            try:
-                producer.send_message_in_transaction(Message(args.topic, body.encode(), tags=args.tag))
-            except TxmqError as exc:
-                errors += 1
-                print(f"transaction {body}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-                time.sleep(0.2)
-                continue
-            # The half message is stored: committed now, or by the check if the END was lost.
-            acked.write(body + "\n")
-            done += 1
-            time.sleep(args.interval_s)
-    report(True, acked=done, errors=errors)
+                             end_transaction_timeout=args.send_timeout) as producer:  # fmt: skip
+        _keep_sending(args, f"commit-{args.tag}", producer.send_message_in_transaction)
 
 
 def drain(args: argparse.Namespace) -> None:
