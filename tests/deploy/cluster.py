@@ -117,15 +117,22 @@ class Network:
             stdout=subprocess.DEVNULL, stderr=self._dns_log,
         )  # fmt: skip
 
+    def client_argv(self, argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment that run ``argv`` in the client namespace (the
+        repository importable, for ``python -m tests.deploy...``)."""
+        return ["ip", "netns", "exec", self.client, *argv], {**os.environ, "PYTHONPATH": str(ROOT)}
+
     def client_run(
-        self, argv: Sequence[str], *, timeout: float, input: str | None = None, env: dict[str, str] | None = None
+        self, argv: Sequence[str], *, timeout: float, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Run a program in the client namespace (with the repository's .venv on PATH)."""
-        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-        return subprocess.run(
-            ["ip", "netns", "exec", self.client, *argv],
-            capture_output=True, text=True, timeout=timeout, input=input, env=full_env, cwd=ROOT,
-        )  # fmt: skip
+        """Run a program in the client namespace, to its end."""
+        command, env = self.client_argv(argv)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, input=input, env=env, cwd=ROOT)
+
+    def client_start(self, argv: Sequence[str]) -> subprocess.Popen[str]:
+        """Start a program in the client namespace, in the background."""
+        command, env = self.client_argv(argv)
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
     def close(self) -> None:
         if self._dns is not None:

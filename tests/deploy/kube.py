@@ -171,8 +171,7 @@ def workload(manifests: Iterable[Manifest | None]) -> Workload:
             pod.labels["job-name"] = job
             out.job_pods.append(pod)
         elif kind == "Pod":
-            pod = Pod(name=name, kind=kind, owner=name, labels=dict(meta.get("labels") or {}),
-                      annotations=dict(meta.get("annotations") or {}), spec=dict(spec))  # fmt: skip
+            pod = _template_pod({"metadata": meta, "spec": spec}, name=name, kind=kind, owner=name)
             if pod.annotations.get("helm.sh/hook") == TEST_HOOK:
                 out.test_pods.append(pod)
             else:

@@ -269,11 +269,7 @@ def test_pull_and_txcheck_restarts_are_ridden_out_by_clients(release: Release, t
 
 
 def _background(rel: Release, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        ["ip", "netns", "exec", rel.net.client, *SCENARIOS, *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=engine.ROOT,
-        env={**__import__("os").environ, "PYTHONPATH": str(engine.ROOT)},
-    )  # fmt: skip
+    return rel.net.client_start([*SCENARIOS, *args])
 
 
 def _stop(process: subprocess.Popen[str]) -> dict[str, Any]:
