@@ -209,6 +209,7 @@ class ChildProcess:
             if found := self.logged(pattern):
                 return found
             if not running:
+                self.wait(timeout_s=0)  # reaped, and its log file closed
                 raise ProcessExited(self)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.name} (pid {self.pid}) not ready after {timeout_s} s; log {self.log_path}")

@@ -33,10 +33,16 @@ class EtcdCluster:
         return ",".join(m.endpoint for m in self.members)
 
     def start(self) -> None:
-        for member in self.members:  # together: none is ready before a quorum is up
-            member.process.spawn()
-        for member in self.members:
-            member.wait_serving()
+        """Spawn every member, then wait for each; if one fails, stop the others (no
+        process or log file outlives a failed start)."""
+        try:
+            for member in self.members:  # together: none is ready before a quorum is up
+                member.process.spawn()
+            for member in self.members:
+                member.wait_serving()
+        except BaseException:
+            self.stop()
+            raise
 
     def leader(self) -> int:
         """The index of the member that leads etcd's raft."""
@@ -61,5 +67,4 @@ class EtcdCluster:
 
     def stop(self) -> None:
         for member in self.members:
-            if member.process.running():
-                member.stop()
+            member.stop()

@@ -216,20 +216,22 @@ def test_a_minority_replica_with_a_damaged_or_cut_log(service_factory, tmp_path)
 def test_kill_9_of_the_leader_together_with_etcds_leader(tmp_path):
     etcd = EtcdCluster(tmp_path)
     etcd.start()
-    factory = ServiceFactory(etcd_endpoints=etcd.endpoints, base_dir=tmp_path)
     try:
-        run = Run(StoreGroupProcesses(factory, tmp_path), "kill -9 of the leader and of etcd's leader")
+        factory = ServiceFactory(etcd_endpoints=etcd.endpoints, base_dir=tmp_path)
+        try:
+            run = Run(StoreGroupProcesses(factory, tmp_path), "kill -9 of the leader and of etcd's leader")
 
-        def fault() -> None:
-            old, etcd_leader = run.leader, etcd.leader()
-            etcd.kill(etcd_leader)
-            run.group.replicas[old].kill()
-            run.new_leader(old)
-            etcd.restart(etcd_leader)
-            run.group.replicas[old].restart()
-            run.all_in_sync()
+            def fault() -> None:
+                old, etcd_leader = run.leader, etcd.leader()
+                etcd.kill(etcd_leader)
+                run.group.replicas[old].kill()
+                run.new_leader(old)
+                etcd.restart(etcd_leader)
+                run.group.replicas[old].restart()
+                run.all_in_sync()
 
-        run.rounds(fault)
+            run.rounds(fault)
+        finally:
+            factory.close()
     finally:
-        factory.close()
         etcd.stop()

@@ -2,13 +2,14 @@
 
 txmq services start on port 0 and report the port they bound in their ready line
 (txmq_cli.cluster.ServiceProcess reads it): no port is picked for them here. Only etcd
-still gets ports from ``free_port`` (bind, close, reuse: a small race): on port 0 it
+still gets ports from ``free_port`` (outside the ephemeral range, checked free): on port 0 it
 would advertise ``:0`` to its members and its own gRPC gateway, which dials that address
 and logs a warning every second."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import uuid
@@ -18,14 +19,40 @@ import aetcd
 
 from txmq_cli.cluster import EtcdServer, LocalCluster, ServiceProcess
 
+_PORTS_GIVEN: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out for outgoing connections and port 0."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (for etcd, and for tests that need a port
     before anything listens on it). Services refuse to share a port (no SO_REUSEPORT),
-    so the rare clash fails loudly at start-up instead of misrouting."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    so the rare clash fails loudly at start-up instead of misrouting.
+
+    The port comes from below the kernel's ephemeral range: a port from port 0 lies
+    inside it, where any outgoing connection (a gRPC channel of this or another test) or
+    service bound to port 0 may take it between this check and etcd's bind. No port is
+    given twice in one test run."""
+    low = _ephemeral_low()
+    first = 20000 if low > 21000 else 1024
+    for _ in range(1000):
+        port = random.randrange(first, low)
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
+    raise RuntimeError(f"no free port on {host} in {first}..{low - 1}")
 
 
 def new_etcd(base_dir: Path) -> EtcdServer:
