@@ -86,12 +86,14 @@ def main() -> None:
                             f"{k.removesuffix('_cpu_us_per_msg')} {v:4.0f}" for k, v in result.items() if k != "msg_s"
                         )
                         print(
-                            f"round {round_no + 1} {client:8} {mode:11} {result['msg_s']:6.0f} msg/s   CPU µs/msg: {cpu}",
+                            f"round {round_no + 1} {client:8} {mode:11} {result['msg_s']:6.0f} msg/s"
+                            f"   CPU µs/msg: {cpu}",
                             flush=True,
                         )
     summary = {}
     print(
-        f"\nmedian of {args.rounds} rounds, {args.messages} messages of {args.size} B, {args.threads} threads, one per call"
+        f"\nmedian of {args.rounds} rounds, {args.messages} messages of {args.size} B,"
+        f" {args.threads} threads, one per call"
     )
     for mode in ("send", "transaction"):
         native = statistics.median(r["msg_s"] for r in rows[f"txmq:{mode}"])
@@ -102,7 +104,8 @@ def main() -> None:
             "ratio": gateway / native,
         }
         print(
-            f"  {mode:11} txmq SDK {native:7.0f} msg/s   RocketMQ client via gateway {gateway:7.0f} msg/s   ratio {gateway / native:.2f}x"
+            f"  {mode:11} txmq SDK {native:7.0f} msg/s   RocketMQ client via gateway {gateway:7.0f} msg/s"
+            f"   ratio {gateway / native:.2f}x"
         )
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"gateway-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -347,8 +347,11 @@ def summarize_profile(path: Path, top: int = 25) -> str:
     self_fn: Counter[str] = Counter()
     incl_c: Counter[str] = Counter()
     threads: Counter[str] = Counter()
+
     # "func (file.py:123)" -> "func (file.py)": inclusive time per function, not per line
-    fn = lambda f: re.sub(r":\d+\)$", ")", f)
+    def fn(frame: str) -> str:
+        return re.sub(r":\d+\)$", ")", frame)
+
     total = 0
     try:
         lines = path.read_text().splitlines()
@@ -371,7 +374,10 @@ def summarize_profile(path: Path, top: int = 25) -> str:
             incl_c[f] += n
     if not total:
         return "(empty profile)"
-    pct = lambda n: f"{100 * n / total:5.1f}%"
+
+    def pct(n: int) -> str:
+        return f"{100 * n / total:5.1f}%"
+
     out = [f"{total} samples"]
     if threads:
         out.append("threads:")

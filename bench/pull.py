@@ -320,9 +320,12 @@ class NatsPull(Target):
         self.js = self.nc.jetstream(timeout=30, publish_async_max_pending=4000)
         for s in ("LAT", "THR"):
             await self.js.add_stream(name=s, subjects=[f"pull.{s.lower()}"], storage=StorageType.FILE)
-        cfg = lambda: ConsumerConfig(ack_policy=AckPolicy.NONE)
-        self.lat_sub = await self.js.pull_subscribe("pull.lat", durable="lat", stream="LAT", config=cfg())
-        self.thr_sub = await self.js.pull_subscribe("pull.thr", durable="thr", stream="THR", config=cfg())
+        self.lat_sub = await self.js.pull_subscribe(
+            "pull.lat", durable="lat", stream="LAT", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
+        )
+        self.thr_sub = await self.js.pull_subscribe(
+            "pull.thr", durable="thr", stream="THR", config=ConsumerConfig(ack_policy=AckPolicy.NONE)
+        )
 
     async def prefill(self, n: int, body: bytes) -> None:
         for i in range(0, n, 1000):

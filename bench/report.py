@@ -41,7 +41,7 @@ def load(paths: list[Path], client: str | None) -> tuple[list[Result], list[dict
 )
 def main(files: tuple[Path, ...], client: str | None) -> None:
     results, docs = load(list(files), client)
-    for p, d in zip(files, docs):
+    for p, d in zip(files, docs, strict=True):
         m = d.get("machine", {})
         c = d.get("config", {})
         click.echo(

@@ -1027,7 +1027,7 @@ def test_analytics_cronjob_runs_spark_locally_on_the_shared_exports() -> None:
     assert c["image"] == "txmq:0.1.0-analytics"
     args = c["args"]
     assert args[:2] == ["analytics", "run"]
-    opts = dict(zip(args[2::2], args[3::2]))
+    opts = dict(zip(args[2::2], args[3::2], strict=True))
     mount = VALUES["analytics"]["exports"]["mountPath"]
     assert opts == {"--input": f"{mount}/exports", "--output": f"{mount}/reports/$(JOB_NAME)", "--master": "local[*]"}
     env = {e["name"]: e for e in c["env"]}
@@ -1098,7 +1098,7 @@ def test_analytics_remote_export_needs_no_shared_volume(values: dict[str, Any] |
     (init,) = spec["initContainers"]
     mount = VALUES["analytics"]["exports"]["mountPath"]
     assert init["args"][:2] == ["analytics", "export"]
-    opts = dict(zip(init["args"][2::2], init["args"][3::2]))
+    opts = dict(zip(init["args"][2::2], init["args"][3::2], strict=True))
     store_port = VALUES["store"]["settings"]["port"]
     assert opts["--endpoint"] == f"txmq-store.{chart.NAMESPACE}.svc.cluster.local:{store_port}"
     assert opts["--output"] == f"{mount}/exports"

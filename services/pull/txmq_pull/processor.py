@@ -416,7 +416,7 @@ def store_max_offsets(clients: StoreClients):
         pairs = list(by_topic)
         found = await asyncio.gather(*(one(s, t) for s, t in pairs))
         result: dict[QueueKey, int] = {}
-        for pair, offsets in zip(pairs, found):
+        for pair, offsets in zip(pairs, found, strict=True):
             for key in by_topic[pair]:
                 if key.queue_id in offsets:
                     result[key] = offsets[key.queue_id]

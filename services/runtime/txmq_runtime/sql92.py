@@ -916,25 +916,25 @@ def _equality(lt: str, rt: str) -> tuple[Callable[[Any, Any], bool], bool]:
     if lt in ints and rt in ints:
         return operator.eq, False
     if lt in ints and rt == DOUBLE:
-        return (lambda l, r: _deq(float(l), r)), False
+        return (lambda x, y: _deq(float(x), y)), False
     if lt == DOUBLE and rt in ints:
-        return (lambda l, r: _deq(l, float(r))), False
+        return (lambda x, y: _deq(x, float(y))), False
     if lt == STR:
         if rt == BOOL:
-            return (lambda l, r: _java_bool(l) is r), False
+            return (lambda x, y: _java_bool(x) is y), False
         if rt == INT:
-            return (lambda l, r: _java_int(l) == r), True
+            return (lambda x, y: _java_int(x) == y), True
         if rt == LONG:
-            return (lambda l, r: _java_long(l) == r), True
+            return (lambda x, y: _java_long(x) == y), True
         if rt == DOUBLE:
-            return (lambda l, r: _deq(_java_double(l), r)), True
+            return (lambda x, y: _deq(_java_double(x), y)), True
     if rt == STR:
         if lt == INT:
-            return (lambda l, r: l == _java_int(r)), True
+            return (lambda x, y: x == _java_int(y)), True
         if lt == LONG:
-            return (lambda l, r: l == _java_long(r)), True
+            return (lambda x, y: x == _java_long(y)), True
         if lt == DOUBLE:
-            return (lambda l, r: _deq(l, _java_double(r))), True
+            return (lambda x, y: _deq(x, _java_double(y))), True
         if lt == BOOL:  # Java casts the Boolean to String: ClassCastException
             return _class_cast, True
     return _never, False  # boolean vs number: __compare answers -1
@@ -954,19 +954,19 @@ def _ordering(lt: str, rt: str, op: str) -> tuple[Callable[[Any, Any], bool], bo
     test = _TESTS[op]
     conv = {INT: _java_int, LONG: _java_long, DOUBLE: _java_double}
     if lt == STR and rt == STR:
-        return (lambda l, r: test(_dcmp(_java_double(l), _java_double(r)), 0)), True
+        return (lambda x, y: test(_dcmp(_java_double(x), _java_double(y)), 0)), True
     if lt == STR:
         c = conv[rt]
         if rt == DOUBLE:
-            return (lambda l, r: test(_dcmp(c(l), r), 0)), True
-        return (lambda l, r: test(c(l), r)), True
+            return (lambda x, y: test(_dcmp(c(x), y), 0)), True
+        return (lambda x, y: test(c(x), y)), True
     if rt == STR:
         c = conv[lt]
         if lt == DOUBLE:
-            return (lambda l, r: test(_dcmp(l, c(r)), 0)), True
-        return (lambda l, r: test(l, c(r))), True
+            return (lambda x, y: test(_dcmp(x, c(y)), 0)), True
+        return (lambda x, y: test(x, c(y))), True
     if lt == DOUBLE or rt == DOUBLE:
-        return (lambda l, r: test(_dcmp(float(l), float(r)), 0)), False
+        return (lambda x, y: test(_dcmp(float(x), float(y)), 0)), False
     return test, False
 
 

@@ -81,7 +81,8 @@ async def query_transaction(ledger: Ledger, txid: str) -> txcheck_pb2.QueryTrans
         add(
             c.store_timestamp_ms,
             "committed",
-            f"committed copy on {c.message.topic} queue {c.message.queue_id} offset {c.queue_offset}, commit-log offset {c.commit_log_offset}",
+            f"committed copy on {c.message.topic} queue {c.message.queue_id} offset {c.queue_offset},"
+            f" commit-log offset {c.commit_log_offset}",
         )
     for ev in ledger.timeline.events(txid):
         if ev.kind in _MEMORY_ONLY:

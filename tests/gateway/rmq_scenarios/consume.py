@@ -8,7 +8,8 @@ attempt is at least ``--ack-from-attempt`` (``acked`` or ``error``; the others a
 to become visible again after the invisible duration). Stops once ``--until-acked``
 distinct messages are acked (then, with ``--drain-seconds``, keeps receiving that long
 with ``--drain-await`` long polls and acks nothing, to show that nothing else comes), or
-at ``--deadline-seconds``, or after ``--max-errors`` failed receives in a row. Last lines: ``stopped`` (why) and ``done``.
+at ``--deadline-seconds``, or after ``--max-errors`` failed receives in a row. Last lines:
+``stopped`` (why) and ``done``.
 """
 
 from __future__ import annotations

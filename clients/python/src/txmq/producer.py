@@ -322,7 +322,7 @@ class Producer:
                 raise
         missing = [m for m in msgs if m.unique_id is None]
         if missing:
-            for m, unique_id in zip(missing, new_unique_ids(len(missing))):
+            for m, unique_id in zip(missing, new_unique_ids(len(missing)), strict=True):
                 m.unique_id = unique_id
 
     def _started_core(self) -> ClientCore:
