@@ -16,10 +16,12 @@ END_TRANSACTION. When no answer arrives, the transaction service checks a live p
 of the group through its channel: ``check_local_transaction`` runs on a bounded
 executor and its answer goes back as END_TRANSACTION flagged from-check.
 
-END_TRANSACTION is retried, within ``end_transaction_timeout``, while the service
-answers a retriable error (UNAVAILABLE while a store's check-loop leader changes, a
-store restarting, a replica unreachable): only a leader decides, and a repeated
-decision is answered as the first one, so retries are safe.
+END_TRANSACTION goes to any live txcheck replica, which passes it to the store at once:
+the store decides (the first decision wins, atomically), so no check-loop leader is
+involved. It is retried, within ``end_transaction_timeout``, while the service answers
+a retriable error (a store restarting or, in a replicated store group, changing
+leader; a replica unreachable): a repeated decision is answered as the first one, so
+retries are safe (docs/transactions.md).
 
 ``query_transaction`` / ``resume_transaction`` here take a ``ClientCore``; the
 producer has methods of the same names.
