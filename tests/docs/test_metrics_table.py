@@ -1,46 +1,24 @@
 """docs/operations.md "Every metric" lists every metric the services export, and only
 those. The exported ones are read from prometheus_client's registry after importing
-every module of the services' packages, in a fresh interpreter: its metrics are the
-services' alone, whatever this one imported, and a module a service imports only when
-it starts counts too. Scrape-time collectors are in the registry from import on (their
-``describe`` names their families)."""
+every module of the services' packages, in a fresh interpreter (support.metrics)."""
 
 from __future__ import annotations
 
-import functools
-import json
 import re
-import subprocess
-import sys
+
+from support.metrics import exported_families
 
 from .markdown import DOCS, first_column, section
 
 OPERATIONS = DOCS / "operations.md"
-PACKAGES = ("txmq_runtime", "txmq_store", "txmq_pull", "txmq_txcheck", "txmq_gateway")
-#: Prints the default registry's families after the imports, as JSON [[name, type], ...].
-_LIST_METRICS = """
-import importlib, json, pkgutil, sys
-from prometheus_client import REGISTRY
-for name in sys.argv[1:]:
-    package = importlib.import_module(name)
-    for module in pkgutil.walk_packages(package.__path__, name + "."):
-        if not module.name.endswith(".__main__"):
-            importlib.import_module(module.name)
-print(json.dumps([[f.name, f.type] for f in REGISTRY.collect()]))
-"""
 #: txmq's and RocketMQ's names; prometheus_client's own process_* and python_* are left out.
 _OURS = re.compile(r"^(?:rocketmq|txmq)_")
 
 
-@functools.cache
 def exported() -> frozenset[str]:
     """Each metric by the name the table gives it: a counter's sample name (``_total``),
     a histogram's or gauge's family name."""
-    result = subprocess.run(
-        [sys.executable, "-c", _LIST_METRICS, *PACKAGES], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    names = {name + ("_total" if kind == "counter" else "") for name, kind in json.loads(result.stdout)}
+    names = {name + ("_total" if kind == "counter" else "") for name, kind in exported_families()}
     return frozenset(n for n in names if _OURS.match(n))
 
 

@@ -5,14 +5,12 @@ metric docs/operations.md names) is a metric the services really export."""
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
+from support.metrics import exported_families
 
 from helm import chart
 from helm.chart import Doc, container, find, matches, pod_labels, pod_spec, service_workloads
@@ -34,19 +32,6 @@ METRIC = re.compile(r"\b((?:rocketmq|txmq)_[a-z0-9_]+)\b")
 MODULES = {"txmq_store", "txmq_pull", "txmq_txcheck", "txmq_gateway", "txmq_runtime", "txmq_cli", "txmq_analytics"}
 
 
-#: Run in a fresh interpreter: imports every module of the services' packages and prints
-#: the metric families the default registry then holds, as JSON [[name, type], ...].
-_LIST_METRICS = """
-import importlib, json, pkgutil, sys
-from prometheus_client import REGISTRY
-for name in sys.argv[1:]:
-    package = importlib.import_module(name)
-    for module in pkgutil.walk_packages(package.__path__, name + "."):
-        if not module.name.endswith(".__main__"):
-            importlib.import_module(module.name)
-print(json.dumps([[f.name, f.type] for f in REGISTRY.collect()]))
-"""
-
 _SUFFIXES = {
     "counter": ("_total",),
     "histogram": ("_bucket", "_count", "_sum"),
@@ -55,21 +40,10 @@ _SUFFIXES = {
 }
 
 
-@functools.cache
 def exported_names() -> frozenset[str]:
-    """Every sample name the services' processes can export: the metrics every module of
-    their packages registers in the default registry. Each module, not only those a
-    service imports at import time: a metric may be defined in a module the service
-    imports only when it starts (the store's queue locks: add_store_servicers imports
-    consumer_control), and seen here or not depending on which tests ran before. In a
-    fresh interpreter, so the answer is the services' alone, whatever this one imported."""
-    packages = ["txmq_runtime", "txmq_store", "txmq_pull", "txmq_txcheck", "txmq_gateway"]
-    result = subprocess.run(
-        [sys.executable, "-c", _LIST_METRICS, *packages], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert result.returncode == 0, result.stderr
+    """Every sample name the services' processes can export (support.metrics)."""
     names = set()
-    for name, kind in json.loads(result.stdout):
+    for name, kind in exported_families():
         names.update(name + s for s in _SUFFIXES.get(kind, ("",)))
     return frozenset(names)
 
