@@ -1,4 +1,4 @@
-"""The store status -> pull status table (RocketMQ's PullMessageProcessor switch, seed 004,
+"""The store status -> pull status table (RocketMQ's PullMessageProcessor switch,
 with the client's ResponseCode -> PullStatus mapping folded in)."""
 
 from __future__ import annotations

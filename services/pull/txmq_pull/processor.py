@@ -37,7 +37,7 @@ ARRIVAL_ANSWER_MAX_BYTES = 262_144
 _S = store_pb2
 _P = pull_pb2
 
-# RocketMQ's PullMessageProcessor switch (seed 004) with the client's ResponseCode ->
+# RocketMQ's PullMessageProcessor switch with the client's ResponseCode ->
 # PullStatus mapping folded in: SUCCESS -> FOUND, PULL_NOT_FOUND -> NO_NEW_MSG,
 # PULL_RETRY_IMMEDIATELY -> NO_MATCHED_MSG, PULL_OFFSET_MOVED -> OFFSET_ILLEGAL.
 # None: depends on the request offset (offset 0 on an empty/unknown queue is "nothing yet").
@@ -137,7 +137,7 @@ class PullProcessor:
         self._clock = clock
         self._feed = feed
         self.configs = ConfigCache(clock, settings.config_cache_ttl_ms)
-        # Replica reads (seed 004's suggestPullingFromSlave): a (group, queue) whose
+        # Replica reads (RocketMQ's suggestPullingFromSlave): a (group, queue) whose
         # consumer lags so far that its leader suggests a replica is read from a follower
         # of the store group until a read there no longer suggests it.
         self._from_replica: dict[tuple[str, QueueKey], str] = {}
