@@ -24,12 +24,10 @@ from support.clock import ManualClock, settle, ticking, until
 from txmq.errors import TxmqError, error
 from txmq.protocol import DLQ_GROUP_TOPIC_PREFIX, PROPERTY_DLQ_ORIGIN_TOPIC
 from txmq.v1 import common_pb2, errors_pb2
-from txmq_gateway import consumer as consumer_module
-from txmq_gateway.consumer import (
-    Delivery,
-    ReceiptHandle,
-    SimpleConsumerCore,
-)
+from txmq_gateway import consumer_state as consumer_module
+from txmq_gateway.consumer import SimpleConsumerCore
+from txmq_gateway.consumer_receipts import ReceiptHandle
+from txmq_gateway.consumer_state import Delivery
 from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, encode_token
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError

@@ -350,7 +350,7 @@ class FakeConsumer:
 
 
 async def test_messages_of_an_abandoned_receive_are_visible_again_at_once() -> None:
-    from txmq_gateway.consumer import Delivery
+    from txmq_gateway.consumer_state import Delivery
     from txmq_gateway.servicer import MessagingServicer
     from txmq_gateway.v2 import svc
 
@@ -379,7 +379,7 @@ async def test_messages_of_an_abandoned_receive_are_visible_again_at_once() -> N
 
 
 async def test_a_receive_read_to_the_end_releases_nothing() -> None:
-    from txmq_gateway.consumer import Delivery
+    from txmq_gateway.consumer_state import Delivery
     from txmq_gateway.servicer import MessagingServicer
     from txmq_gateway.v2 import svc
 

@@ -46,7 +46,8 @@ from gateway.test_consumer_core import FakeBackend
 from gateway.test_official_client import GatewayEnv, Scenarios, wait_for
 from txmq import Admin
 from txmq_gateway.auth import Authenticator, SingleKey, sign
-from txmq_gateway.consumer import ReceiptHandle, SimpleConsumerCore
+from txmq_gateway.consumer import SimpleConsumerCore
+from txmq_gateway.consumer_receipts import ReceiptHandle
 from txmq_gateway.convert import duration
 from txmq_gateway.ownership import (
     FORWARDED_HEADER,

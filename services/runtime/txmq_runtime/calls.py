@@ -11,9 +11,12 @@ import grpc
 from txmq import signing
 from txmq.errors import TxmqError
 from txmq_runtime import keepalive, tls
-from txmq_runtime.server import MAX_MESSAGE_BYTES
 
 T = TypeVar("T")
+
+#: The largest message on txmq's links, both ways: the channels here and every service's
+#: server (txmq_runtime.server) set it.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # batches of 4 MiB messages
 
 _BASE_OPTIONS = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

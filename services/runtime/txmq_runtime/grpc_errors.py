@@ -204,77 +204,97 @@ def screened(
         "request_deserializer": request_deserializer or handler.request_deserializer,
         "response_serializer": handler.response_serializer,
     }
+    screens = _Screens(screen_call, screen_request, screens_requests)
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(screens.unary_unary(handler.unary_unary), **kwargs)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(screens.unary_stream(handler.unary_stream), **kwargs)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(screens.stream_unary(handler.stream_unary), **kwargs)
+    return grpc.stream_stream_rpc_method_handler(screens.stream_stream(handler.stream_stream), **kwargs)
 
-    async def enter(context: grpc.aio.ServicerContext) -> Any:
-        return None if screen_call is None else await screen_call(context)
 
-    async def admit(request: Any, context: grpc.aio.ServicerContext) -> None:
-        state = await enter(context)
-        refusal = screen_request(request, context, state)
+class _Screens:
+    """The checks of ``screened`` around a method's behaviour, one wrapper per call
+    shape (unary or streamed requests and answers)."""
+
+    __slots__ = ("_screen_call", "_screen_request", "_screens_requests")
+
+    def __init__(
+        self,
+        screen_call: Callable[[grpc.aio.ServicerContext], Awaitable[Any]] | None,
+        screen_request: Callable[[Any, grpc.aio.ServicerContext, Any], TxmqError | None],
+        screens_requests: Callable[[Any], bool] | None,
+    ) -> None:
+        self._screen_call = screen_call
+        self._screen_request = screen_request
+        self._screens_requests = screens_requests
+
+    async def _enter(self, context: grpc.aio.ServicerContext) -> Any:
+        return None if self._screen_call is None else await self._screen_call(context)
+
+    async def _admit(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        state = await self._enter(context)
+        refusal = self._screen_request(request, context, state)
         if refusal is not None:
             await abort(context, refusal)
 
-    if handler.unary_unary is not None:
-        inner_uu = handler.unary_unary
+    async def _screen_each(
+        self, requests: Any, context: grpc.aio.ServicerContext, state: Any, refused: list[TxmqError]
+    ) -> Any:
+        async for request in requests:
+            refusal = self._screen_request(request, context, state)
+            if refusal is not None:
+                refused.append(refusal)
+                return
+            yield request
 
+    def _checked(self, requests: Any, context: grpc.aio.ServicerContext, state: Any, refused: list[TxmqError]) -> Any:
+        if self._screens_requests is not None and not self._screens_requests(state):
+            return requests
+        return self._screen_each(requests, context, state, refused)
+
+    def unary_unary(self, inner: Callable[..., Any]) -> Callable[..., Any]:
         async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await admit(request, context)
-            response = inner_uu(request, context)
+            await self._admit(request, context)
+            response = inner(request, context)
             return await response if inspect.isawaitable(response) else response
 
-        return grpc.unary_unary_rpc_method_handler(unary_unary, **kwargs)
-    if handler.unary_stream is not None:
-        inner_us = handler.unary_stream
+        return unary_unary
 
+    def unary_stream(self, inner: Callable[..., Any]) -> Callable[..., Any]:
         async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await admit(request, context)
-            responses = inner_us(request, context)
+            await self._admit(request, context)
+            responses = inner(request, context)
             if inspect.isasyncgen(responses):
                 async for response in responses:
                     yield response
             elif inspect.isawaitable(responses):
                 await responses
 
-        return grpc.unary_stream_rpc_method_handler(unary_stream, **kwargs)
+        return unary_stream
 
-    async def screen_each(
-        requests: Any, context: grpc.aio.ServicerContext, state: Any, refused: list[TxmqError]
-    ) -> Any:
-        async for request in requests:
-            refusal = screen_request(request, context, state)
-            if refusal is not None:
-                refused.append(refusal)
-                return
-            yield request
-
-    def checked(requests: Any, context: grpc.aio.ServicerContext, state: Any, refused: list[TxmqError]) -> Any:
-        if screens_requests is not None and not screens_requests(state):
-            return requests
-        return screen_each(requests, context, state, refused)
-
-    if handler.stream_unary is not None:
-        inner_su = handler.stream_unary
-
+    def stream_unary(self, inner: Callable[..., Any]) -> Callable[..., Any]:
         async def stream_unary(requests: Any, context: grpc.aio.ServicerContext) -> Any:
             refused: list[TxmqError] = []
-            response = inner_su(checked(requests, context, await enter(context), refused), context)
+            response = inner(self._checked(requests, context, await self._enter(context), refused), context)
             response = await response if inspect.isawaitable(response) else response
             if refused:
                 await abort(context, refused[0])
             return response
 
-        return grpc.stream_unary_rpc_method_handler(stream_unary, **kwargs)
-    inner_ss = handler.stream_stream
+        return stream_unary
 
-    async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-        refused: list[TxmqError] = []
-        responses = inner_ss(checked(requests, context, await enter(context), refused), context)
-        if inspect.isasyncgen(responses):
-            async for response in responses:
-                yield response
-        elif inspect.isawaitable(responses):
-            await responses
-        if refused:
-            await abort(context, refused[0])
+    def stream_stream(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            refused: list[TxmqError] = []
+            responses = inner(self._checked(requests, context, await self._enter(context), refused), context)
+            if inspect.isasyncgen(responses):
+                async for response in responses:
+                    yield response
+            elif inspect.isawaitable(responses):
+                await responses
+            if refused:
+                await abort(context, refused[0])
 
-    return grpc.stream_stream_rpc_method_handler(stream_stream, **kwargs)
+        return stream_stream

@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from txmq import signing
 from txmq.protocol import READY_HEALTH_SERVICE
 from txmq.v1 import auth_pb2, auth_pb2_grpc, common_pb2
-from txmq_runtime import keepalive, metrics, tls
+from txmq_runtime import calls, keepalive, metrics, tls
 from txmq_runtime.auth_service import AuthServicer, AuthStartupError, Security
 from txmq_runtime.etcd import RETRYABLE, close_client, etcd_client
 from txmq_runtime.grpc_errors import RejectUnparseable
@@ -56,10 +56,9 @@ log = logging.getLogger("txmq.server")
 #: (`txmq up`, the tests' process fixtures) read readiness from the log.
 lifecycle = logging.getLogger("txmq.lifecycle")
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # batches of 4 MiB messages
 SERVER_OPTIONS = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", calls.MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", calls.MAX_MESSAGE_BYTES),
     # Fail loudly on a port in use instead of sharing it with another process.
     ("grpc.so_reuseport", 0),
 )
@@ -196,6 +195,64 @@ async def run_service(*, kind: int, settings: S, setup: Setup[S]) -> None:
 
 async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setup[S]) -> None:
     name = kind_name(kind)
+    ka, material, security = _configure_links(settings)
+    ports = _bind_service(settings, ka, material, security)
+    keys = EtcdKeys(settings.etcd_prefix)
+    etcd = etcd_client(settings.etcd_endpoints)
+    health_servicer = health.aio.HealthServicer()
+    for health_name in ("", READY_HEALTH_SERVICE):
+        await health_servicer.set(health_name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    probe_server, probe_port = _bind_probe(settings, health_servicer)
+
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(close_client, etcd)
+        cluster = await _join_cluster(stack, settings, etcd, keys, security)
+        registration = Registration(etcd, ttl_ms=settings.registration_ttl_ms)
+        ctx = ServiceContext(
+            kind=kind,
+            settings=settings,
+            server=ports.server,
+            address=ports.address,
+            etcd=etcd,
+            keys=keys,
+            registration=registration,
+            cluster=cluster,
+            security=security,
+        )
+        parts = await setup(ctx)
+        if parts.close is not None:
+            stack.push_async_callback(parts.close)
+
+        served = _add_runtime_services(ports.server, parts, cluster, health_servicer, security, etcd)
+        await ports.server.start()
+        stack.push_async_callback(_stop_server, ports.server, grace_s=settings.shutdown_grace_ms / 1000)
+        if probe_server is not None:
+            await probe_server.start()
+            stack.push_async_callback(_stop_server, probe_server, grace_s=0)
+        if parts.stopping is not None:
+            stack.push_async_callback(parts.stopping)  # LIFO: runs before _stop_server
+
+        instance_id = await _register(stack, settings, kind, parts, ports, registration, keys)
+        await _report_serving(stack, health_servicer, served, parts)
+        signals.starting = False
+        lifecycle.info(
+            "%s %s ready on %s (bound port %d, etcd lease %x%s)",
+            name,
+            instance_id,
+            ports.address,
+            ports.port,
+            registration.lease_id,
+            _ports_note(settings.tls_mode, ports.plaintext_port, probe_port),
+        )
+
+        await signals.stop.wait()
+        lifecycle.info("%s %s stopping", name, instance_id)
+    lifecycle.info("%s %s stopped", name, instance_id)
+
+
+def _configure_links(settings: ServiceSettings) -> tuple[keepalive.Keepalive, tls.TlsMaterial | None, Security | None]:
+    """This process's keepalive, TLS material and auth, for its server and for the
+    channels it dials (txmq_runtime.calls). StartupFailed when the TLS files are bad."""
     ka = keepalive.Keepalive.of(settings)
     keepalive.configure(ka)  # the channels this process dials (txmq_runtime.calls)
     try:
@@ -203,7 +260,26 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     except tls.TlsError as exc:
         raise StartupFailed(str(exc)) from None
     tls.configure(material)  # likewise: internal calls use TLS unless tls_mode is disabled
-    security = _security(settings)
+    return ka, material, _security(settings)
+
+
+@dataclass(slots=True)
+class _Ports:
+    """The service's server, bound and not started, and where it listens."""
+
+    server: grpc.aio.Server
+    port: int
+    #: The plaintext port beside TLS (tls_mode permissive), else None.
+    plaintext_port: int | None
+    #: host:port clients dial (the advertised address, else host:bound port).
+    address: str
+
+
+def _bind_service(
+    settings: ServiceSettings, ka: keepalive.Keepalive, material: tls.TlsMaterial | None, security: Security | None
+) -> _Ports:
+    """The service's server with its interceptors, bound to ``port`` (TLS as
+    ``tls_mode`` says) and, when permissive, to ``plaintext_port``."""
     server = grpc.aio.server(
         options=(*SERVER_OPTIONS, *ka.server_options()),
         interceptors=[
@@ -220,117 +296,127 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     if settings.tls_mode == tls.PERMISSIVE:
         plaintext_port = _bind(server, settings.host, settings.plaintext_port, "--plaintext-port")
     address = settings.advertised_address or join_host_port(_advertised_host(settings.host), port)
-    keys = EtcdKeys(settings.etcd_prefix)
-    etcd = etcd_client(settings.etcd_endpoints)
-    health_servicer = health.aio.HealthServicer()
-    for health_name in ("", READY_HEALTH_SERVICE):
-        await health_servicer.set(health_name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    probe_server = None
-    probe_port = None
-    if settings.probe_port >= 0:
-        # Health only, plaintext: probes that cannot speak TLS (Kubernetes' gRPC probes)
-        # see the same statuses as the service port, and nothing else is served here.
-        probe_server = grpc.aio.server(options=SERVER_OPTIONS)
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probe_server)
-        probe_port = _bind(probe_server, settings.host, settings.probe_port, "--probe-port")
+    return _Ports(server, port, plaintext_port, address)
 
-    async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(close_client, etcd)
-        cluster = ClusterView(etcd, keys)
-        startup_s = settings.etcd_startup_timeout_ms / 1000
+
+def _bind_probe(
+    settings: ServiceSettings, health_servicer: health.aio.HealthServicer
+) -> tuple[grpc.aio.Server | None, int | None]:
+    """The probe server and its port when ``probe_port`` is set, else (None, None)."""
+    if settings.probe_port < 0:
+        return None, None
+    # Health only, plaintext: probes that cannot speak TLS (Kubernetes' gRPC probes)
+    # see the same statuses as the service port, and nothing else is served here.
+    probe_server = grpc.aio.server(options=SERVER_OPTIONS)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probe_server)
+    return probe_server, _bind(probe_server, settings.host, settings.probe_port, "--probe-port")
+
+
+async def _join_cluster(
+    stack: contextlib.AsyncExitStack,
+    settings: ServiceSettings,
+    etcd: aetcd.Client,
+    keys: EtcdKeys,
+    security: Security | None,
+) -> ClusterView:
+    """Start the cluster view and, with auth, the user book: StartupFailed when etcd does
+    not answer within ``etcd_startup_timeout_ms``. Their closes go on ``stack``."""
+    cluster = ClusterView(etcd, keys)
+    startup_s = settings.etcd_startup_timeout_ms / 1000
+    try:
+        await cluster.start(timeout_s=startup_s)
+    except TimeoutError:
+        raise StartupFailed(
+            f"etcd at {settings.etcd_endpoints} not reachable within {startup_s:g} s "
+            "(--etcd-endpoints; --etcd-startup-timeout-ms)"
+        ) from None
+    stack.push_async_callback(cluster.close)
+    if security is not None:
         try:
-            await cluster.start(timeout_s=startup_s)
-        except TimeoutError:
-            raise StartupFailed(
-                f"etcd at {settings.etcd_endpoints} not reachable within {startup_s:g} s "
-                "(--etcd-endpoints; --etcd-startup-timeout-ms)"
-            ) from None
-        stack.push_async_callback(cluster.close)
-        if security is not None:
-            try:
-                await security.start(etcd, timeout_s=startup_s)
-            except (AuthStartupError, TimeoutError) as exc:
-                raise StartupFailed(f"auth: {exc}") from None
-            stack.push_async_callback(security.close)
-        registration = Registration(etcd, ttl_ms=settings.registration_ttl_ms)
-        ctx = ServiceContext(
-            kind=kind,
-            settings=settings,
-            server=server,
-            address=address,
-            etcd=etcd,
-            keys=keys,
-            registration=registration,
-            cluster=cluster,
-            security=security,
-        )
-        parts = await setup(ctx)
-        if parts.close is not None:
-            stack.push_async_callback(parts.close)
+            await security.start(etcd, timeout_s=startup_s)
+        except (AuthStartupError, TimeoutError) as exc:
+            raise StartupFailed(f"auth: {exc}") from None
+        stack.push_async_callback(security.close)
+    return cluster
 
-        route_name = add_route_servicer(server, cluster)
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        served = [*parts.service_names, route_name]
-        if security is not None:
-            auth_pb2_grpc.add_AuthServicer_to_server(AuthServicer(security, etcd, enabled=True), server)
-            served.append(auth_pb2.DESCRIPTOR.services_by_name["Auth"].full_name)
-        reflection.enable_server_reflection(
-            [*served, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            server,
-        )
-        await server.start()
-        stack.push_async_callback(_stop_server, server, grace_s=settings.shutdown_grace_ms / 1000)
-        if probe_server is not None:
-            await probe_server.start()
-            stack.push_async_callback(_stop_server, probe_server, grace_s=0)
-        if parts.stopping is not None:
-            stack.push_async_callback(parts.stopping)  # LIFO: runs before _stop_server
 
-        labels = {}
-        metrics_host = settings.metrics_host or settings.host
-        if (metrics_port := metrics.serve(host=metrics_host, port=settings.metrics_port, stack=stack)) is not None:
-            labels["metrics"] = join_host_port(_advertised_host(metrics_host), metrics_port)
-        if plaintext_port is not None:
-            labels["plaintext"] = join_host_port(_advertised_host(settings.host), plaintext_port)
-        instance_id = parts.instance_id or settings.instance_id or f"{name}-{socket.gethostname()}-{os.getpid()}"
-        registered_kind = parts.kind or kind
-        endpoint = common_pb2.Endpoint(
-            kind=registered_kind,
-            instance_id=instance_id,
-            address=address,
-            started_at_ms=time.time_ns() // 1_000_000,
-            labels=labels,
-        )
-        await registration.put(keys.service(registered_kind, instance_id), encode(endpoint))
-        try:
-            await registration.start(give_up_after_s=startup_s)
-        except RETRYABLE as exc:
-            raise StartupFailed(f"could not register in etcd at {settings.etcd_endpoints}: {exc}") from None
-        stack.push_async_callback(registration.close)
+def _add_runtime_services(
+    server: grpc.aio.Server,
+    parts: ServiceParts,
+    cluster: ClusterView,
+    health_servicer: health.aio.HealthServicer,
+    security: Security | None,
+    etcd: aetcd.Client,
+) -> list[str]:
+    """Add what every service serves beside its own: Route, health, Auth (with auth) and
+    reflection. Returns the names of the services to report SERVING."""
+    route_name = add_route_servicer(server, cluster)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    served = [*parts.service_names, route_name]
+    if security is not None:
+        auth_pb2_grpc.add_AuthServicer_to_server(AuthServicer(security, etcd, enabled=True), server)
+        served.append(auth_pb2.DESCRIPTOR.services_by_name["Auth"].full_name)
+    reflection.enable_server_reflection(
+        [*served, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        server,
+    )
+    return served
 
-        for service in ["", *served]:
-            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-        stack.push_async_callback(health_servicer.enter_graceful_shutdown)
-        readiness = _Readiness(health_servicer)
-        stack.push_async_callback(readiness.close)  # LIFO: before the graceful shutdown
-        if parts.readiness is None:
-            readiness.set(True)
-        else:
-            parts.readiness(readiness.set)
-        signals.starting = False
-        lifecycle.info(
-            "%s %s ready on %s (bound port %d, etcd lease %x%s)",
-            name,
-            instance_id,
-            address,
-            port,
-            registration.lease_id,
-            _ports_note(settings.tls_mode, plaintext_port, probe_port),
-        )
 
-        await signals.stop.wait()
-        lifecycle.info("%s %s stopping", name, instance_id)
-    lifecycle.info("%s %s stopped", name, instance_id)
+async def _register(
+    stack: contextlib.AsyncExitStack,
+    settings: ServiceSettings,
+    kind: int,
+    parts: ServiceParts,
+    ports: _Ports,
+    registration: Registration,
+    keys: EtcdKeys,
+) -> str:
+    """Serve /metrics, then register the instance in etcd (its endpoint labelled with
+    the metrics and plaintext addresses) and keep the registration alive until ``stack``
+    closes. Returns the instance id. StartupFailed when etcd does not take it."""
+    labels = {}
+    metrics_host = settings.metrics_host or settings.host
+    if (metrics_port := metrics.serve(host=metrics_host, port=settings.metrics_port, stack=stack)) is not None:
+        labels["metrics"] = join_host_port(_advertised_host(metrics_host), metrics_port)
+    if ports.plaintext_port is not None:
+        labels["plaintext"] = join_host_port(_advertised_host(settings.host), ports.plaintext_port)
+    name = kind_name(kind)
+    instance_id = parts.instance_id or settings.instance_id or f"{name}-{socket.gethostname()}-{os.getpid()}"
+    registered_kind = parts.kind or kind
+    endpoint = common_pb2.Endpoint(
+        kind=registered_kind,
+        instance_id=instance_id,
+        address=ports.address,
+        started_at_ms=time.time_ns() // 1_000_000,
+        labels=labels,
+    )
+    await registration.put(keys.service(registered_kind, instance_id), encode(endpoint))
+    try:
+        await registration.start(give_up_after_s=settings.etcd_startup_timeout_ms / 1000)
+    except RETRYABLE as exc:
+        raise StartupFailed(f"could not register in etcd at {settings.etcd_endpoints}: {exc}") from None
+    stack.push_async_callback(registration.close)
+    return instance_id
+
+
+async def _report_serving(
+    stack: contextlib.AsyncExitStack,
+    health_servicer: health.aio.HealthServicer,
+    served: list[str],
+    parts: ServiceParts,
+) -> None:
+    """SERVING for every service, readiness as the service says (``parts.readiness``);
+    on stop (``stack``) NOT_SERVING again, before anything else closes."""
+    for service in ["", *served]:
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    stack.push_async_callback(health_servicer.enter_graceful_shutdown)
+    readiness = _Readiness(health_servicer)
+    stack.push_async_callback(readiness.close)  # LIFO: before the graceful shutdown
+    if parts.readiness is None:
+        readiness.set(True)
+    else:
+        parts.readiness(readiness.set)
 
 
 class _Readiness:
@@ -394,8 +480,6 @@ def _ports_note(tls_mode: str, plaintext_port: int | None, probe_port: int | Non
 def _security(settings: ServiceSettings) -> Security | None:
     """Auth for this process (``auth_enabled``): its interceptor, and the identity its own
     calls to other services are signed with (txmq_runtime.calls)."""
-    from txmq_runtime import calls  # calls imports this module
-
     if not settings.auth_enabled:
         calls.configure_credentials(None)
         return None
