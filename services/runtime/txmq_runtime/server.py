@@ -198,11 +198,11 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
     ka, material, security = _configure_links(settings)
     ports = _bind_service(settings, ka, material, security)
     keys = EtcdKeys(settings.etcd_prefix)
-    etcd = etcd_client(settings.etcd_endpoints)
     health_servicer = health.aio.HealthServicer()
     for health_name in ("", READY_HEALTH_SERVICE):
         await health_servicer.set(health_name, health_pb2.HealthCheckResponse.NOT_SERVING)
     probe_server, probe_port = _bind_probe(settings, health_servicer)
+    etcd = etcd_client(settings.etcd_endpoints)  # after every bind: a failed one leaves no client
 
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(close_client, etcd)
