@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import click
 
-from txmq import Admin, Policy
+from txmq import Admin, Policy, TxmqError
 from txmq.access import ACTIONS
+from txmq.v1 import errors_pb2
 from txmq_cli.admin_cmds import _admin_command
 from txmq_cli.credentials import client_options
 from txmq_cli.options import option
@@ -188,11 +189,18 @@ def _emit_policies(username: str, policies: Sequence[Policy], output: str) -> No
 def whoami(endpoint: str, output: str) -> None:
     """Who the cluster takes these credentials for."""
     with _admin(endpoint) as admin:
-        me = admin.whoami()
+        try:
+            me = admin.whoami()
+        except TxmqError as err:
+            # Services serve the Auth service only with auth_enabled: without it every
+            # caller is anonymous, which is the answer, not an error.
+            if err.code != errors_pb2.CODE_NOT_IMPLEMENTED:
+                raise
+            me = {"username": "", "super_user": False, "authenticated_by": "", "auth_enabled": False}
     if output == "json":
         click.echo(json.dumps(me, indent=2))
     elif not me["username"]:
-        click.echo("anonymous")
+        click.echo("anonymous" if me["auth_enabled"] else "anonymous (auth is off)")
     else:
         click.echo(f"{me['username']}{' (super user)' if me['super_user'] else ''}, by {me['authenticated_by']}")
 
