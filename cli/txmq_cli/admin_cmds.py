@@ -271,6 +271,8 @@ def dlq_list(group: str, store_id: str | None, max_results: int, endpoint: str, 
     """The dead letters of GROUP: origin topic, unique id, reconsume times, when."""
     with Admin(endpoint, **client_options()) as admin:
         letters = admin.list_dead_letters(group, store_id=store_id, max_results=max_results)
+        if not letters:
+            require_group(admin, group)
     if output == "text" and not letters:
         click.echo(f"group {group} has no dead letters")
         return
@@ -304,6 +306,8 @@ def dlq_resend(
         raise click.UsageError("give --id ID (one or more) or --all")
     with Admin(endpoint, **client_options()) as admin:
         resent = admin.resend_dead_letters(group, list(ids) if ids else None, store_id=store_id)
+        if not resent:
+            require_group(admin, group)
     if output == "text" and not resent:
         click.echo(f"group {group} has no dead letters")
         return
@@ -664,9 +668,9 @@ def message_query(
 # -- offsets ---------------------------------------------------------------------------------
 
 
-def no_offsets_reason(admin: Admin, group: str, topic: str | None) -> str:
-    """Why ``group`` has no committed offsets (on ``topic``): it does not exist (raises
-    ``CODE_SUBSCRIPTION_GROUP_NOT_FOUND``), or it has committed none yet (the returned line)."""
+def require_group(admin: Admin, group: str) -> None:
+    """Raise ``CODE_SUBSCRIPTION_GROUP_NOT_FOUND`` when no store has ``group``: an empty
+    answer about a group (no offsets, no dead letters) is only an answer if it exists."""
     try:
         admin.get_subscription_group(group)
     except NotFoundError as err:
@@ -677,6 +681,12 @@ def no_offsets_reason(admin: Admin, group: str, topic: str | None) -> str:
             code=errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND,
             metadata={"group": group},
         ) from None
+
+
+def no_offsets_reason(admin: Admin, group: str, topic: str | None) -> str:
+    """Why ``group`` has no committed offsets (on ``topic``): it does not exist (raises
+    ``CODE_SUBSCRIPTION_GROUP_NOT_FOUND``), or it has committed none yet (the returned line)."""
+    require_group(admin, group)
     where = f" on topic {topic}" if topic else ""
     return f"group {group} exists but has committed no offsets{where} yet"
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+from support.waiting import unique_name
+
+from txmq import Admin
+
 from .conftest import Txmq
 
 
@@ -18,3 +22,19 @@ def test_whoami_with_auth_off_is_anonymous(txmq: Txmq) -> None:
         "authenticated_by": "",
         "auth_enabled": False,
     }
+
+
+def test_dead_letters_of_an_unknown_group_are_a_typed_not_found(txmq: Txmq, admin: Admin) -> None:
+    missing = unique_name("cli-dlq-missing")
+    for args in (("dlq", "list", missing), ("dlq", "resend", missing, "--all"), ("lag", missing)):
+        result = txmq(*args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.stderr.startswith("error: [CODE_SUBSCRIPTION_GROUP_NOT_FOUND] "), (args, result.stderr)
+    known = unique_name("cli-dlq-known")
+    admin.create_subscription_group(known)
+    try:
+        for args in (("dlq", "list", known), ("dlq", "resend", known, "--all")):
+            result = txmq(*args)
+            assert (result.exit_code, result.stdout) == (0, f"group {known} has no dead letters\n"), args
+    finally:
+        admin.delete_subscription_group(known)
