@@ -544,10 +544,11 @@ def group_get(name: str, endpoint: str, output: str) -> None:
 @_admin_command
 def group_pause(name: str, store_id: str | None, endpoint: str, output: str) -> None:
     """Pause group NAME: its consumers get nothing (they wait, keeping their queues and
-    offsets) until `txmq group resume`. A group no store has yet is created paused."""
+    offsets) until `txmq group resume`, from within the pull services' config cache time
+    (config_cache_ttl_ms). A group no store has yet is created paused."""
     with Admin(endpoint, **client_options()) as admin:
         config = admin.pause_consumer_group(name, store_id=store_id)
-    click.echo(json.dumps({"paused": config.group_name}) if output == "json" else f"paused group {name}")
+    _echo_pause_change("paused", config.group_name, output)
 
 
 @subscription_group.command("resume")
@@ -555,10 +556,27 @@ def group_pause(name: str, store_id: str | None, endpoint: str, output: str) -> 
 @option("--store-id", help="Only this store (default: every store that has it).")
 @_admin_command
 def group_resume(name: str, store_id: str | None, endpoint: str, output: str) -> None:
-    """Resume group NAME after `txmq group pause`: its consumers go on within seconds."""
+    """Resume group NAME after `txmq group pause`: its consumers go on within the pull
+    services' config cache time (config_cache_ttl_ms)."""
     with Admin(endpoint, **client_options()) as admin:
         config = admin.resume_consumer_group(name, store_id=store_id)
-    click.echo(json.dumps({"resumed": config.group_name}) if output == "json" else f"resumed group {name}")
+    _echo_pause_change("resumed", config.group_name, output)
+
+
+def _echo_pause_change(change: str, group: str, output: str) -> None:
+    """A pause or resume, and when consumers see it: the pull services validate pulls
+    against subscription-group configs they cache for ``config_cache_ttl_ms``."""
+    from txmq_pull.settings import PullSettings  # its settings, not a copy of the default
+
+    ttl_ms = PullSettings.model_fields["config_cache_ttl_ms"].default
+    if output == "json":
+        click.echo(json.dumps({change: group, "takes_effect_within_ms": ttl_ms}))
+        return
+    held = "; long polls held already may still deliver" if change == "paused" else ""
+    click.echo(
+        f"{change} group {group}; takes effect within {ttl_ms / 1000:g} s "
+        f"(the pull services' config cache, config_cache_ttl_ms){held}"
+    )
 
 
 @subscription_group.command("delete")

@@ -21,3 +21,9 @@ def txmq(bootstrap: str) -> Txmq:
         return runner.invoke(cli, [*args, "--endpoint", bootstrap])
 
     return run
+
+
+@pytest.fixture
+def topic(new_topic: Callable[..., str]) -> str:
+    """A fresh topic (4 queues), deleted after the test."""
+    return new_topic()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 from support.waiting import unique_name
 
 from txmq import Admin
+from txmq_pull.settings import PullSettings
 
 from .conftest import Txmq
 
@@ -38,3 +40,21 @@ def test_dead_letters_of_an_unknown_group_are_a_typed_not_found(txmq: Txmq, admi
             assert (result.exit_code, result.stdout) == (0, f"group {known} has no dead letters\n"), args
     finally:
         admin.delete_subscription_group(known)
+
+
+def test_pause_and_resume_say_when_they_take_effect(txmq: Txmq, admin: Admin, topic: str) -> None:
+    ttl_ms = PullSettings.model_fields["config_cache_ttl_ms"].default
+    group = unique_name("cli-pause")
+    admin.create_subscription_group(group)
+    try:
+        paused = txmq("group", "pause", group)
+        assert paused.exit_code == 0
+        assert paused.stdout.startswith(f"paused group {group}; takes effect within {ttl_ms / 1000:g} s ")
+        time.sleep(ttl_ms / 1000 + 0.5)  # what it said: past it, pulls are refused
+        fetched = txmq("fetch", topic, "--queue-id", "0", "--group", group)
+        assert fetched.exit_code == 1 and fetched.stderr.startswith("error: [CODE_CONSUME_DISABLED] "), fetched.output
+        resumed = txmq("group", "resume", group, "-o", "json")
+        assert json.loads(resumed.stdout) == {"resumed": group, "takes_effect_within_ms": ttl_ms}
+        assert f"resumed group {group}; takes effect within" in txmq("group", "resume", group).stdout
+    finally:
+        admin.delete_subscription_group(group)
