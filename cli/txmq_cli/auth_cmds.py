@@ -34,7 +34,7 @@ def user() -> None:
     hide_input=True,
     confirmation_prompt=True,
     envvar="TXMQ_NEW_SECRET_KEY",
-    help="The user's secret key, 8..128 characters (asked for when not given; env TXMQ_NEW_SECRET_KEY).",
+    help="The user's secret key, 8..128 characters (asked for when not given).",
 )
 @option("--super", "super_user", is_flag=True, help="A super user: passes every permission check.")
 @_admin_command
@@ -47,7 +47,7 @@ def user_create(username: str, secret_key: str, super_user: bool, endpoint: str,
 
 @user.command("update")
 @click.argument("username")
-@option("--secret-key", envvar="TXMQ_NEW_SECRET_KEY", help="A new secret key (env TXMQ_NEW_SECRET_KEY).")
+@option("--secret-key", envvar="TXMQ_NEW_SECRET_KEY", help="A new secret key.")
 @option("--super/--no-super", "super_user", default=None, help="Make or unmake a super user.")
 @option("--disable/--enable", "disabled", default=None, help="A disabled user is refused at once.")
 @_admin_command
