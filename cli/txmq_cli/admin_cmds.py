@@ -600,6 +600,16 @@ def group_delete(name: str, store_id: str | None, endpoint: str, output: str) ->
 @option("--key", "keys", multiple=True, help="A business key (repeatable).")
 @option("--property", "properties", multiple=True, metavar="NAME=VALUE", help="A user property (repeatable).")
 @option("--queue-id", type=click.IntRange(min=0), help="Send to this queue.")
+@option(
+    "--delay-level",
+    type=click.IntRange(min=1),
+    help="Deliver after the store's delay level N (1-based in its message_delay_levels: 1s 5s 10s 30s 1m ...).",
+)
+@option(
+    "--delivery-timestamp-ms",
+    type=click.IntRange(min=0),
+    help="Deliver at this time, ms since the epoch (the store's clock); not with --delay-level.",
+)
 @option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")
 @option(
     "--timeout",
@@ -616,15 +626,27 @@ def send(
     keys: tuple[str, ...],
     properties: tuple[str, ...],
     queue_id: int | None,
+    delay_level: int | None,
+    delivery_timestamp_ms: int | None,
     group: str,
     timeout: float,
     endpoint: str,
     output: str,
 ) -> None:
-    """Send one message with BODY (UTF-8; '-' reads standard input) to TOPIC."""
+    """Send one message with BODY (UTF-8; '-' reads standard input) to TOPIC, at once or
+    delayed (--delay-level or --delivery-timestamp-ms: the store's timer delivers it)."""
+    if delay_level is not None and delivery_timestamp_ms is not None:
+        raise click.UsageError("give at most one of --delay-level and --delivery-timestamp-ms")
     data = sys.stdin.buffer.read() if body == "-" else body.encode("utf-8")
     msg = Message(
-        topic_name, data, tags=tag, keys=keys, properties=_pairs(properties, what="--property"), queue_id=queue_id
+        topic_name,
+        data,
+        tags=tag,
+        keys=keys,
+        properties=_pairs(properties, what="--property"),
+        queue_id=queue_id,
+        delay_level=delay_level,
+        delivery_timestamp_ms=delivery_timestamp_ms,
     )
     with Producer(group, endpoint, send_timeout=timeout, **client_options()) as producer:
         result = producer.send(msg)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from support.waiting import unique_name
+from support.waiting import unique_name, wait_until
 
 from txmq import Admin
 from txmq_pull.settings import PullSettings
@@ -58,3 +58,22 @@ def test_pause_and_resume_say_when_they_take_effect(txmq: Txmq, admin: Admin, to
         assert f"resumed group {group}; takes effect within" in txmq("group", "resume", group).stdout
     finally:
         admin.delete_subscription_group(group)
+
+
+def test_send_delayed_is_not_fetchable_before_its_time(txmq: Txmq, topic: str) -> None:
+    def fetched() -> list[str]:
+        result = txmq("fetch", topic, "--queue-id", "1", "-o", "json")
+        assert result.exit_code == 0, result.output
+        return [m["body"] for m in json.loads(result.stdout)["messages"]]
+
+    at = int(time.time() * 1000) + 1_500
+    sent = txmq("send", topic, "later", "--queue-id", "1", "--delivery-timestamp-ms", str(at), "-o", "json")
+    assert sent.exit_code == 0, sent.output
+    assert json.loads(sent.stdout)["deliver_at_ms"] == at
+    assert fetched() == []
+    assert wait_until(lambda: fetched() == ["later"], what="the delayed message") and time.time() * 1000 >= at
+
+    level = txmq("send", topic, "level", "--queue-id", "2", "--delay-level", "2", "-o", "json")  # 5 s
+    assert level.exit_code == 0 and json.loads(level.stdout)["deliver_at_ms"] > 0, level.output
+    both = txmq("send", topic, "x", "--delay-level", "1", "--delivery-timestamp-ms", str(at))
+    assert both.exit_code == 2 and "at most one of --delay-level and --delivery-timestamp-ms" in both.output
