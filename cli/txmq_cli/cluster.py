@@ -88,7 +88,8 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 return True
-            raise
+            # No such address here (--host): say which, in the error's one line.
+            raise OSError(exc.errno, f"cannot listen on {join_host_port(host, port)}: {exc.strerror}") from exc
     return False
 
 

@@ -7,6 +7,7 @@ import importlib
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import FrameType
@@ -101,18 +102,23 @@ def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, *
     cannot start (not ready on its first start, or dead before it is ready 5 times in a row).
     Other options go to the store, e.g. `txmq up --flush-mode sync`.
     """
+    data_dir = Path(str(options["data_dir"])).resolve()
     files = None
-    if tls:
-        from txmq_cli.certs import local_hosts, write_certificates  # cryptography: only when asked
-
-        data_dir = Path(str(options["data_dir"])).resolve()
-        files = write_certificates(data_dir / "tls", hosts=local_hosts(str(options["host"])))
     service_args: list[str] = []
     secret_file = None
-    if auth:
-        secret_file = Path(str(options["data_dir"])).resolve() / "auth" / "secret"
-        service_args = _auth_args(secret_file)
-    cluster = LocalCluster(**options, store_args=ctx.args, tls=files, service_args=service_args)  # type: ignore[arg-type]
+    try:
+        _check_data_dir(data_dir)
+        if tls:
+            from txmq_cli.certs import local_hosts, write_certificates  # cryptography: only when asked
+
+            files = write_certificates(data_dir / "tls", hosts=local_hosts(str(options["host"])))
+        if auth:
+            secret_file = data_dir / "auth" / "secret"
+            service_args = _auth_args(secret_file)
+        cluster = LocalCluster(**options, store_args=ctx.args, tls=files, service_args=service_args)  # type: ignore[arg-type]
+    except OSError as exc:
+        click.echo(f"not started: {os_reason(exc)}", err=True)
+        sys.exit(1)
     signal.signal(signal.SIGTERM, _raise_stop)
     # Ctrl-C stops the cluster even when started where SIGINT is ignored (a background
     # job of a script): its services stop on it, and must not be restarted instead.
@@ -159,6 +165,9 @@ def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, *
     except TimeoutError as exc:
         click.echo(f"start-up failed: {exc}; logs in {cluster.log_dir}", err=True)
         code = 1
+    except OSError as exc:  # a log file or a socket the cluster could not open
+        click.echo(f"start-up failed: {os_reason(exc)}", err=True)
+        code = 1
     except (KeyboardInterrupt, _Stop):
         click.echo("stopping")
     finally:
@@ -169,6 +178,24 @@ def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, *
             if returncode not in (0, None, -signal.SIGTERM):  # etcd ends by re-raising SIGTERM
                 click.echo(f"{name} exited with code {returncode}", err=True)
     sys.exit(code)
+
+
+def _check_data_dir(data_dir: Path) -> None:
+    """Make ``data_dir`` and its logs directory and write there once, so a path that
+    cannot hold the cluster's data is one line before anything starts."""
+    try:
+        logs = data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=logs):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, f"--data-dir {data_dir} cannot hold the cluster's data: {os_reason(exc)}") from exc
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError in one line: its reason and, when it has one, the path."""
+    reason = exc.strerror or str(exc)
+    return f"{reason} ({exc.filename})" if exc.filename else reason
 
 
 def _auth_args(secret_file: Path) -> list[str]:
