@@ -612,7 +612,7 @@ def group_delete(name: str, store_id: str | None, endpoint: str, output: str) ->
 )
 @option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")
 @option(
-    "--timeout",
+    "--timeout-s",
     type=click.FloatRange(min=0, min_open=True),
     default=3.0,
     show_default=True,
@@ -629,7 +629,7 @@ def send(
     delay_level: int | None,
     delivery_timestamp_ms: int | None,
     group: str,
-    timeout: float,
+    timeout_s: float,
     endpoint: str,
     output: str,
 ) -> None:
@@ -648,7 +648,7 @@ def send(
         delay_level=delay_level,
         delivery_timestamp_ms=delivery_timestamp_ms,
     )
-    with Producer(group, endpoint, send_timeout=timeout, **client_options()) as producer:
+    with Producer(group, endpoint, send_timeout=timeout_s, **client_options()) as producer:
         result = producer.send(msg)
     _emit(result, output)
 

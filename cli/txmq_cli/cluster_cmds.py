@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
 _SUPERVISE_INTERVAL_S = 0.2  # how often `txmq up` looks at its children
 
-#: The services' own identity in a local cluster with --auth (also the operator's super user).
+#: The services' own identity in a local cluster with --auth-enabled (also the operator's super user).
 LOCAL_ADMIN = "txmq-admin"
 
 
@@ -88,13 +88,13 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     "clients need the files printed.",
 )
 @option(
-    "--auth",
+    "--auth-enabled",
     is_flag=True,
     help="Authentication and permissions on every service (docs/security.md): the super user "
     f"{LOCAL_ADMIN!r} with a secret kept in <data-dir>/auth/secret; other users need `txmq user create`.",
 )
 @click.pass_context
-def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, **options: object) -> None:
+def up(ctx: click.Context, tls: bool, auth_enabled: bool, restart_backoff_max_ms: int, **options: object) -> None:
     """Run etcd, store, txcheck, pull and the RocketMQ gateway locally until Ctrl-C or SIGTERM.
 
     A process that dies is started again (same flags, ports and data) after a back-off of
@@ -112,7 +112,7 @@ def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, *
             from txmq_cli.certs import local_hosts, write_certificates  # cryptography: only when asked
 
             files = write_certificates(data_dir / "tls", hosts=local_hosts(str(options["host"])))
-        if auth:
+        if auth_enabled:
             secret_file = data_dir / "auth" / "secret"
             service_args = _auth_args(secret_file)
         cluster = LocalCluster(**options, store_args=ctx.args, tls=files, service_args=service_args)  # type: ignore[arg-type]
@@ -211,7 +211,7 @@ def _auth_args(secret_file: Path) -> list[str]:
     secret = secret_file.read_text().strip()
     for service in ("STORE", "PULL", "TXCHECK", "GATEWAY"):
         os.environ[f"TXMQ_{service}_AUTH_SECRET_KEY"] = secret
-    return ["--auth_enabled=true", "--auth_access_key", LOCAL_ADMIN]
+    return ["--auth-enabled", "--auth-access-key", LOCAL_ADMIN]
 
 
 def _echo_tls(files: TlsFiles) -> None:
