@@ -126,17 +126,7 @@ def up(ctx: click.Context, tls: bool, auth_enabled: bool, restart_backoff_max_ms
     code = 0
     try:
         cluster.start()
-        click.echo(f"txmq is up. bootstrap address: {cluster.bootstrap}")
-        for name, service in cluster.services.items():
-            click.echo(f"  {name:8} {service.address}")
-        click.echo(f"  {'etcd':8} {cluster.etcd_endpoints}")
-        if files is not None:
-            _echo_tls(files)
-        if secret_file is not None:
-            click.echo(f"auth: every call needs a user; the super user {LOCAL_ADMIN!r}'s secret is in {secret_file}")
-            click.echo(f"  CLI: export TXMQ_ACCESS_KEY={LOCAL_ADMIN} TXMQ_SECRET_KEY=$(cat {secret_file})")
-            click.echo(f"  SDK: txmq.Credentials({LOCAL_ADMIN!r}, <secret>)")
-        click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
+        _echo_up(cluster, files, secret_file)
         # A restart may take as long as the first start.
         policy = RestartPolicy(
             backoff=BackoffPolicy(first_ms=1_000, max_ms=restart_backoff_max_ms),
@@ -178,6 +168,21 @@ def up(ctx: click.Context, tls: bool, auth_enabled: bool, restart_backoff_max_ms
             if returncode not in (0, None, -signal.SIGTERM):  # etcd ends by re-raising SIGTERM
                 click.echo(f"{name} exited with code {returncode}", err=True)
     sys.exit(code)
+
+
+def _echo_up(cluster: LocalCluster, files: TlsFiles | None, secret_file: Path | None) -> None:
+    """What is up where, and what clients need to reach it."""
+    click.echo(f"txmq is up. bootstrap address: {cluster.bootstrap}")
+    for name, service in cluster.services.items():
+        click.echo(f"  {name:8} {service.address}")
+    click.echo(f"  {'etcd':8} {cluster.etcd_endpoints}")
+    if files is not None:
+        _echo_tls(files)
+    if secret_file is not None:
+        click.echo(f"auth: every call needs a user; the super user {LOCAL_ADMIN!r}'s secret is in {secret_file}")
+        click.echo(f"  CLI: export TXMQ_ACCESS_KEY={LOCAL_ADMIN} TXMQ_SECRET_KEY=$(cat {secret_file})")
+        click.echo(f"  SDK: txmq.Credentials({LOCAL_ADMIN!r}, <secret>)")
+    click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
 
 
 def _check_data_dir(data_dir: Path) -> None:
