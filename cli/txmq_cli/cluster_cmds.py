@@ -28,6 +28,8 @@ _SUPERVISE_INTERVAL_S = 0.2  # how often `txmq up` looks at its children
 
 #: The services' own identity in a local cluster with --auth-enabled (also the operator's super user).
 LOCAL_ADMIN = "txmq-admin"
+#: Every service's flags with --auth-enabled (the secret goes through the environment).
+AUTH_ARGS = ("--auth-enabled", "--auth-access-key", LOCAL_ADMIN)
 
 
 class _Stop(Exception):
@@ -102,20 +104,11 @@ def up(ctx: click.Context, tls: bool, auth_enabled: bool, restart_backoff_max_ms
     cannot start (not ready on its first start, or dead before it is ready 5 times in a row).
     Other options go to the store, e.g. `txmq up --flush-mode sync`.
     """
-    data_dir = Path(str(options["data_dir"])).resolve()
-    files = None
-    service_args: list[str] = []
-    secret_file = None
     try:
-        _check_data_dir(data_dir)
-        if tls:
-            from txmq_cli.certs import local_hosts, write_certificates  # cryptography: only when asked
-
-            files = write_certificates(data_dir / "tls", hosts=local_hosts(str(options["host"])))
-        if auth_enabled:
-            secret_file = data_dir / "auth" / "secret"
-            service_args = _auth_args(secret_file)
-        cluster = LocalCluster(**options, store_args=ctx.args, tls=files, service_args=service_args)  # type: ignore[arg-type]
+        cluster, files, secret_file = _prepare(options, ctx.args, tls=tls, auth_enabled=auth_enabled)
+    except PortsInUse as exc:
+        click.echo(f"not started: {exc}", err=True)
+        sys.exit(1)
     except OSError as exc:
         click.echo(f"not started: {os_reason(exc)}", err=True)
         sys.exit(1)
@@ -185,6 +178,31 @@ def _echo_up(cluster: LocalCluster, files: TlsFiles | None, secret_file: Path | 
     click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
 
 
+def _prepare(
+    options: dict[str, object], store_args: list[str], *, tls: bool, auth_enabled: bool
+) -> tuple[LocalCluster, TlsFiles | None, Path | None]:
+    """The cluster `txmq up` runs, its certificates (--tls) and its auth secret file
+    (--auth-enabled). Files are written only once the ports are free and the data dir
+    usable: a `txmq up` that cannot start leaves no trace. Raises PortsInUse or OSError
+    with nothing started."""
+    data_dir = Path(str(options["data_dir"])).resolve()
+    files = None
+    if tls:
+        from txmq_cli.certs import local_hosts, tls_files, write_certificates  # cryptography: only when asked
+
+        files = tls_files(data_dir / "tls")
+    secret_file = data_dir / "auth" / "secret" if auth_enabled else None
+    service_args = list(AUTH_ARGS) if auth_enabled else []
+    cluster = LocalCluster(**options, store_args=store_args, tls=files, service_args=service_args)  # type: ignore[arg-type]
+    cluster.check_ports()
+    _check_data_dir(data_dir)
+    if files is not None:
+        write_certificates(files.ca.parent, hosts=local_hosts(str(options["host"])))
+    if secret_file is not None:
+        _share_auth_secret(secret_file)
+    return cluster, files, secret_file
+
+
 def _check_data_dir(data_dir: Path) -> None:
     """Make ``data_dir`` and its logs directory and write there once, so a path that
     cannot hold the cluster's data is one line before anything starts."""
@@ -203,8 +221,8 @@ def os_reason(exc: OSError) -> str:
     return f"{reason} ({exc.filename})" if exc.filename else reason
 
 
-def _auth_args(secret_file: Path) -> list[str]:
-    """Flags turning auth on in every service; the secret reaches them in their env vars
+def _share_auth_secret(secret_file: Path) -> None:
+    """The services' secret (AUTH_ARGS turn auth on) reaches them in their env vars
     (TXMQ_<SERVICE>_AUTH_SECRET_KEY, inherited), not on the command line. The secret is made
     once and kept: users' secrets in etcd are sealed with it."""
     import secrets as random_secrets
@@ -216,7 +234,6 @@ def _auth_args(secret_file: Path) -> list[str]:
     secret = secret_file.read_text().strip()
     for service in ("STORE", "PULL", "TXCHECK", "GATEWAY"):
         os.environ[f"TXMQ_{service}_AUTH_SECRET_KEY"] = secret
-    return ["--auth-enabled", "--auth-access-key", LOCAL_ADMIN]
 
 
 def _echo_tls(files: TlsFiles) -> None:

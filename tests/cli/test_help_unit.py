@@ -12,7 +12,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from txmq_cli.cluster_cmds import _auth_args
+from txmq_cli.cluster_cmds import AUTH_ARGS, _share_auth_secret
 from txmq_cli.main import cli
 from txmq_gateway.settings import GatewaySettings
 from txmq_pull.settings import PullSettings
@@ -60,10 +60,10 @@ def test_up_names_auth_as_the_services_do(tmp_path: Path, monkeypatch: pytest.Mo
     shown = CliRunner().invoke(cli, ["up", "--help"]).output
     assert "--auth-enabled" in shown and "--auth " not in shown
     monkeypatch.setattr(os, "environ", dict(os.environ))  # the secret goes into the env
-    args = _auth_args(tmp_path / "secret")
-    assert args[0] == "--auth-enabled"
+    _share_auth_secret(tmp_path / "secret")
+    assert AUTH_ARGS[0] == "--auth-enabled"
     for settings in (StoreSettings, PullSettings, TxcheckSettings, GatewaySettings):
-        assert load_settings(settings, args).auth_enabled, settings
+        assert load_settings(settings, list(AUTH_ARGS)).auth_enabled, settings
 
 
 def test_service_help_shows_booleans_as_flags_and_env_vars() -> None:
