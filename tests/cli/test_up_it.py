@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-
 #: Ports 0: no port to check (a cluster elsewhere on the machine may hold the defaults).
 NO_FIXED_PORTS = [f"--{name}-port=0" for name in ("store", "pull", "txcheck", "gateway", "etcd-client", "etcd-peer")]
 
