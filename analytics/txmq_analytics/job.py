@@ -35,7 +35,8 @@ from typing import Any
 if __package__ in (None, ""):  # spark-submit analytics/txmq_analytics/job.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from txmq_analytics import compute, report
+import txmq_analytics.compute as compute
+import txmq_analytics.report as report
 
 TABLES = (
     "lag_timeseries", "consumer_status", "group_status", "group_timeseries", "topic_rates",

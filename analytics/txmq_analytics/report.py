@@ -473,11 +473,26 @@ def write_report(d: ReportData, out_dir: Path) -> Path:
     plots_dir = out_dir / "plots"
     plots_dir.mkdir(exist_ok=True)
     imgs = {name: _img(name, fn(d), plots_dir) for name, fn in PLOTS.items()}
+    parts = [
+        *_header(d),
+        *_attention(d),
+        *_groups_section(d, imgs),
+        *_queues_section(d, imgs),
+        *_transactions_section(d, imgs),
+        f'<p class="note">Parquet tables: <code>{html.escape(d.output_dir)}/tables/</code></p>',
+        "</body></html>",
+    ]
+    path = out_dir / "report.html"
+    tmp = path.with_name(".report.html.tmp")
+    tmp.write_text("\n".join(p for p in parts if p), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _header(d: ReportData) -> list[str]:
     lo, hi = d.time_range
     o = d.options
-    stalled = [r for r in d.consumer_status if r["stalled"]]
-    behind = [r for r in d.consumer_status if r["behind_min"]]
-    parts = [
+    return [
         "<!doctype html><html><head><meta charset='utf-8'><title>txmq consume-offset analytics</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>txmq consume-offset analytics</h1>",
@@ -485,8 +500,16 @@ def write_report(d: ReportData, out_dir: Path) -> Path:
         f"<code>{html.escape(d.input_dir)}</code> · {fmt_int(d.counts.get('offset_rows'))} offset snapshot rows, "
         f"{fmt_int(d.counts.get('transactions'))} transactions · rate window {fmt_ms(o.rate_window_ms)}, "
         f"stall window {fmt_ms(o.stall_window_ms)} · generated {html.escape(fmt_time(int(datetime.now(UTC).timestamp() * 1000)))}</p>",
-        "<h2>Needs attention</h2>",
-    ]
+    ]  # fmt: skip
+
+
+def _attention(d: ReportData) -> list[str]:
+    """Stalled queues, groups behind a min offset and discarded transactions, or that
+    there are none."""
+    o = d.options
+    stalled = [r for r in d.consumer_status if r["stalled"]]
+    behind = [r for r in d.consumer_status if r["behind_min"]]
+    parts = ["<h2>Needs attention</h2>"]
     if stalled:
         parts.append(
             f'<div class="alert"><b>{plural(len(stalled), "stalled consumer queue")}</b> (lag &gt; 0 and no progress for at '
@@ -498,7 +521,7 @@ def write_report(d: ReportData, out_dir: Path) -> Path:
                 )
             )
             + "</div>"
-        )
+        )  # fmt: skip
     if behind:
         parts.append(
             f'<div class="warn"><b>{plural(len(behind), "queue")} where the group fell behind the min offset</b> '
@@ -515,7 +538,11 @@ def write_report(d: ReportData, out_dir: Path) -> Path:
     if not (stalled or behind or discarded):
         parts.append('<div class="ok">Nothing needs attention: no stalled consumer, no group behind a min offset, '
                      "no discarded transaction.</div>")  # fmt: skip
-    parts += [
+    return parts
+
+
+def _groups_section(d: ReportData, imgs: dict[str, str]) -> list[str]:
+    return [
         "<h2>Consumer groups</h2>",
         _table(d.group_status, [
             _c("consumer_group", "group", left=True), _c("topic", "topic", left=True), _c("queues", "queues"),
@@ -527,18 +554,67 @@ def write_report(d: ReportData, out_dir: Path) -> Path:
         "the group does not catch up</p>",
         imgs["lag_over_time"],
         imgs["rates"],
+    ]  # fmt: skip
+
+
+def queue_columns(d: ReportData) -> list[Column]:
+    """The per-queue table, narrow enough for a terminal-sized window (~100 characters):
+    one name column (the store only when there are several), the committed offset and
+    the lag but not the min and max offsets (the state column says what was lost), and
+    the snapshot time only for a queue not seen in the latest snapshot."""
+    several_stores = len({r["store_id"] for r in d.consumer_status}) > 1
+    latest = max((r["last_snapshot_ms"] or 0 for r in d.consumer_status), default=0)
+
+    def name(r: Row) -> str:
+        group, topic = r["consumer_group"], r["topic"]
+        topic = "%RETRY%" if topic == f"%RETRY%{group}" else topic  # the group's own retry topic
+        return f"{group} / {topic} q{r['queue_id']}" + (f" @{r['store_id']}" if several_stores else "")
+
+    def state(r: Row) -> str:
+        said = []
+        if r["stalled"]:
+            said.append(f"stalled {fmt_ms(r['stalled_for_ms'])}")
+        elif r["stalled_for_ms"]:
+            said.append(f"idle {fmt_ms(r['stalled_for_ms'])}")
+        if r["behind_min"]:
+            said.append(f"lost {fmt_int(r['lost_messages'])}")
+        if (r["last_snapshot_ms"] or 0) < latest:
+            said.append(f"as of {_dt(r['last_snapshot_ms']):%H:%M:%S}")
+        return "; ".join(said)
+
+    return [
+        ("queue", "group / topic queue", name, True), _c("committed_offset", "offset", fmt_int),
+        _c("lag", "lag", fmt_int), _c("consume_rate", "out/s", _fmt_per_s),
+        _c("produce_rate", "in/s", _fmt_per_s), ("time_to_drain_s", "drain", fmt_drain, False),
+        ("state", "state", state, True),
+    ]  # fmt: skip
+
+
+def _fmt_per_s(r: float | None) -> str:
+    if r is None:
+        return "-"
+    return f"{r:,.0f}" if abs(r) >= 100 else f"{r:.1f}"
+
+
+def _queues_section(d: ReportData, imgs: dict[str, str]) -> list[str]:
+    return [
         "<h2>Queues</h2>",
         imgs["queue_lag"],
-        _table(d.consumer_status, [
-            _c("store_id", "store", left=True), _c("consumer_group", "group", left=True), _c("topic", "topic", left=True),
-            _c("queue_id", "queue"), _c("committed_offset", "committed", fmt_int), _c("min_offset", "min", fmt_int),
-            _c("max_offset", "max", fmt_int), _c("lag", "lag", fmt_int), _c("consume_rate", "consumed", fmt_rate),
-            _c("produce_rate", "produced", fmt_rate), ("time_to_drain_s", "time to drain", fmt_drain, False),
-            ("stalled", "stalled", lambda r: f"yes, {fmt_ms(r['stalled_for_ms'])}" if r["stalled"]
-             else (f"idle {fmt_ms(r['stalled_for_ms'])}" if r["stalled_for_ms"] else ""), False),
-            ("behind_min", "behind min", lambda r: f"yes, {fmt_int(r['lost_messages'])} lost" if r["behind_min"] else "", False),
-            _c("last_snapshot_ms", "as of", fmt_time),
-        ], row_class=lambda r: "stalled" if r["stalled"] else "behind" if r["behind_min"] else ""),
+        _table(
+            d.consumer_status,
+            queue_columns(d),
+            row_class=lambda r: "stalled" if r["stalled"] else "behind" if r["behind_min"] else "",
+        ),
+        '<p class="note">offset: the group\'s committed offset; out/s and in/s: consumed and produced messages per '
+        "second over the rate window; %RETRY%: the group's retry topic; state: stalled (lag and no progress for "
+        "the stall window), idle (no progress for the time shown, less than the window), lost (behind the min "
+        "offset: messages expired unread), as of (not in the latest snapshot; UTC). Min and max offsets and all "
+        "snapshots are in the Parquet tables.</p>",
+    ]
+
+
+def _transactions_section(d: ReportData, imgs: dict[str, str]) -> list[str]:
+    return [
         "<h2>Transactions</h2>",
         _table(d.tx_summary, [
             _c("producer_group", "producer group", left=True), _c("topic", "topic", left=True),
@@ -561,11 +637,4 @@ def write_report(d: ReportData, out_dir: Path) -> Path:
             _c("latency_p50_ms", "p50", fmt_ms), _c("latency_p95_ms", "p95", fmt_ms), _c("latency_p99_ms", "p99", fmt_ms),
             _c("latency_mean_ms", "mean", fmt_ms), _c("latency_max_ms", "max", fmt_ms),
         ]),
-        f'<p class="note">Parquet tables: <code>{html.escape(d.output_dir)}/tables/</code></p>',
-        "</body></html>",
     ]  # fmt: skip
-    path = out_dir / "report.html"
-    tmp = path.with_name(".report.html.tmp")
-    tmp.write_text("\n".join(p for p in parts if p), encoding="utf-8")
-    tmp.replace(path)
-    return path

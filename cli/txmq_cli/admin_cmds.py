@@ -271,6 +271,8 @@ def dlq_list(group: str, store_id: str | None, max_results: int, endpoint: str, 
     """The dead letters of GROUP: origin topic, unique id, reconsume times, when."""
     with Admin(endpoint, **client_options()) as admin:
         letters = admin.list_dead_letters(group, store_id=store_id, max_results=max_results)
+        if not letters:
+            require_group(admin, group)
     if output == "text" and not letters:
         click.echo(f"group {group} has no dead letters")
         return
@@ -304,6 +306,8 @@ def dlq_resend(
         raise click.UsageError("give --id ID (one or more) or --all")
     with Admin(endpoint, **client_options()) as admin:
         resent = admin.resend_dead_letters(group, list(ids) if ids else None, store_id=store_id)
+        if not resent:
+            require_group(admin, group)
     if output == "text" and not resent:
         click.echo(f"group {group} has no dead letters")
         return
@@ -540,10 +544,11 @@ def group_get(name: str, endpoint: str, output: str) -> None:
 @_admin_command
 def group_pause(name: str, store_id: str | None, endpoint: str, output: str) -> None:
     """Pause group NAME: its consumers get nothing (they wait, keeping their queues and
-    offsets) until `txmq group resume`. A group no store has yet is created paused."""
+    offsets) until `txmq group resume`, from within the pull services' config cache time
+    (config_cache_ttl_ms). A group no store has yet is created paused."""
     with Admin(endpoint, **client_options()) as admin:
         config = admin.pause_consumer_group(name, store_id=store_id)
-    click.echo(json.dumps({"paused": config.group_name}) if output == "json" else f"paused group {name}")
+    _echo_pause_change("paused", config.group_name, output)
 
 
 @subscription_group.command("resume")
@@ -551,10 +556,27 @@ def group_pause(name: str, store_id: str | None, endpoint: str, output: str) -> 
 @option("--store-id", help="Only this store (default: every store that has it).")
 @_admin_command
 def group_resume(name: str, store_id: str | None, endpoint: str, output: str) -> None:
-    """Resume group NAME after `txmq group pause`: its consumers go on within seconds."""
+    """Resume group NAME after `txmq group pause`: its consumers go on within the pull
+    services' config cache time (config_cache_ttl_ms)."""
     with Admin(endpoint, **client_options()) as admin:
         config = admin.resume_consumer_group(name, store_id=store_id)
-    click.echo(json.dumps({"resumed": config.group_name}) if output == "json" else f"resumed group {name}")
+    _echo_pause_change("resumed", config.group_name, output)
+
+
+def _echo_pause_change(change: str, group: str, output: str) -> None:
+    """A pause or resume, and when consumers see it: the pull services validate pulls
+    against subscription-group configs they cache for ``config_cache_ttl_ms``."""
+    from txmq_pull.settings import PullSettings  # its settings, not a copy of the default
+
+    ttl_ms = PullSettings.model_fields["config_cache_ttl_ms"].default
+    if output == "json":
+        click.echo(json.dumps({change: group, "takes_effect_within_ms": ttl_ms}))
+        return
+    held = "; long polls held already may still deliver" if change == "paused" else ""
+    click.echo(
+        f"{change} group {group}; takes effect within {ttl_ms / 1000:g} s "
+        f"(the pull services' config cache, config_cache_ttl_ms){held}"
+    )
 
 
 @subscription_group.command("delete")
@@ -578,9 +600,19 @@ def group_delete(name: str, store_id: str | None, endpoint: str, output: str) ->
 @option("--key", "keys", multiple=True, help="A business key (repeatable).")
 @option("--property", "properties", multiple=True, metavar="NAME=VALUE", help="A user property (repeatable).")
 @option("--queue-id", type=click.IntRange(min=0), help="Send to this queue.")
+@option(
+    "--delay-level",
+    type=click.IntRange(min=1),
+    help="Deliver after the store's delay level N (1-based in its message_delay_levels: 1s 5s 10s 30s 1m ...).",
+)
+@option(
+    "--delivery-timestamp-ms",
+    type=click.IntRange(min=0),
+    help="Deliver at this time, ms since the epoch (the store's clock); not with --delay-level.",
+)
 @option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")
 @option(
-    "--timeout",
+    "--timeout-s",
     type=click.FloatRange(min=0, min_open=True),
     default=3.0,
     show_default=True,
@@ -594,17 +626,29 @@ def send(
     keys: tuple[str, ...],
     properties: tuple[str, ...],
     queue_id: int | None,
+    delay_level: int | None,
+    delivery_timestamp_ms: int | None,
     group: str,
-    timeout: float,
+    timeout_s: float,
     endpoint: str,
     output: str,
 ) -> None:
-    """Send one message with BODY (UTF-8; '-' reads standard input) to TOPIC."""
+    """Send one message with BODY (UTF-8; '-' reads standard input) to TOPIC, at once or
+    delayed (--delay-level or --delivery-timestamp-ms: the store's timer delivers it)."""
+    if delay_level is not None and delivery_timestamp_ms is not None:
+        raise click.UsageError("give at most one of --delay-level and --delivery-timestamp-ms")
     data = sys.stdin.buffer.read() if body == "-" else body.encode("utf-8")
     msg = Message(
-        topic_name, data, tags=tag, keys=keys, properties=_pairs(properties, what="--property"), queue_id=queue_id
+        topic_name,
+        data,
+        tags=tag,
+        keys=keys,
+        properties=_pairs(properties, what="--property"),
+        queue_id=queue_id,
+        delay_level=delay_level,
+        delivery_timestamp_ms=delivery_timestamp_ms,
     )
-    with Producer(group, endpoint, send_timeout=timeout, **client_options()) as producer:
+    with Producer(group, endpoint, send_timeout=timeout_s, **client_options()) as producer:
         result = producer.send(msg)
     _emit(result, output)
 
@@ -664,9 +708,9 @@ def message_query(
 # -- offsets ---------------------------------------------------------------------------------
 
 
-def no_offsets_reason(admin: Admin, group: str, topic: str | None) -> str:
-    """Why ``group`` has no committed offsets (on ``topic``): it does not exist (raises
-    ``CODE_SUBSCRIPTION_GROUP_NOT_FOUND``), or it has committed none yet (the returned line)."""
+def require_group(admin: Admin, group: str) -> None:
+    """Raise ``CODE_SUBSCRIPTION_GROUP_NOT_FOUND`` when no store has ``group``: an empty
+    answer about a group (no offsets, no dead letters) is only an answer if it exists."""
     try:
         admin.get_subscription_group(group)
     except NotFoundError as err:
@@ -677,6 +721,12 @@ def no_offsets_reason(admin: Admin, group: str, topic: str | None) -> str:
             code=errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND,
             metadata={"group": group},
         ) from None
+
+
+def no_offsets_reason(admin: Admin, group: str, topic: str | None) -> str:
+    """Why ``group`` has no committed offsets (on ``topic``): it does not exist (raises
+    ``CODE_SUBSCRIPTION_GROUP_NOT_FOUND``), or it has committed none yet (the returned line)."""
+    require_group(admin, group)
     where = f" on topic {topic}" if topic else ""
     return f"group {group} exists but has committed no offsets{where} yet"
 

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import click
 
-from txmq import Admin, Policy
+from txmq import Admin, Policy, TxmqError
 from txmq.access import ACTIONS
+from txmq.v1 import errors_pb2
 from txmq_cli.admin_cmds import _admin_command
 from txmq_cli.credentials import client_options
 from txmq_cli.options import option
@@ -33,7 +34,7 @@ def user() -> None:
     hide_input=True,
     confirmation_prompt=True,
     envvar="TXMQ_NEW_SECRET_KEY",
-    help="The user's secret key, 8..128 characters (asked for when not given; env TXMQ_NEW_SECRET_KEY).",
+    help="The user's secret key, 8..128 characters (asked for when not given).",
 )
 @option("--super", "super_user", is_flag=True, help="A super user: passes every permission check.")
 @_admin_command
@@ -46,7 +47,7 @@ def user_create(username: str, secret_key: str, super_user: bool, endpoint: str,
 
 @user.command("update")
 @click.argument("username")
-@option("--secret-key", envvar="TXMQ_NEW_SECRET_KEY", help="A new secret key (env TXMQ_NEW_SECRET_KEY).")
+@option("--secret-key", envvar="TXMQ_NEW_SECRET_KEY", help="A new secret key.")
 @option("--super/--no-super", "super_user", default=None, help="Make or unmake a super user.")
 @option("--disable/--enable", "disabled", default=None, help="A disabled user is refused at once.")
 @_admin_command
@@ -188,11 +189,18 @@ def _emit_policies(username: str, policies: Sequence[Policy], output: str) -> No
 def whoami(endpoint: str, output: str) -> None:
     """Who the cluster takes these credentials for."""
     with _admin(endpoint) as admin:
-        me = admin.whoami()
+        try:
+            me = admin.whoami()
+        except TxmqError as err:
+            # Services serve the Auth service only with auth_enabled: without it every
+            # caller is anonymous, which is the answer, not an error.
+            if err.code != errors_pb2.CODE_NOT_IMPLEMENTED:
+                raise
+            me = {"username": "", "super_user": False, "authenticated_by": "", "auth_enabled": False}
     if output == "json":
         click.echo(json.dumps(me, indent=2))
     elif not me["username"]:
-        click.echo("anonymous")
+        click.echo("anonymous" if me["auth_enabled"] else "anonymous (auth is off)")
     else:
         click.echo(f"{me['username']}{' (super user)' if me['super_user'] else ''}, by {me['authenticated_by']}")
 

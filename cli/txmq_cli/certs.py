@@ -131,6 +131,11 @@ def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def tls_files(directory: Path) -> TlsFiles:
+    """Where ``write_certificates(directory)`` puts its files."""
+    return TlsFiles(directory / CA_FILE, directory / CERT_FILE, directory / KEY_FILE)
+
+
 def write_certificates(
     directory: Path, *, hosts: Sequence[str] | None = None, days: float = 30, keep_ca_key: bool = False
 ) -> TlsFiles:
@@ -140,7 +145,7 @@ def write_certificates(
     directory.mkdir(parents=True, exist_ok=True)
     authority = Authority.create(days=days)
     cert, key = authority.issue(local_hosts() if hosts is None else hosts, days=days)
-    files = TlsFiles(directory / CA_FILE, directory / CERT_FILE, directory / KEY_FILE)
+    files = tls_files(directory)
     files.ca.write_bytes(cert_pem(authority.cert))
     files.cert.write_bytes(cert_pem(cert))
     _write_private(files.key, key_pem(key))

@@ -88,7 +88,8 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
                 return True
-            raise
+            # No such address here (--host): say which, in the error's one line.
+            raise OSError(exc.errno, f"cannot listen on {join_host_port(host, port)}: {exc.strerror}") from exc
     return False
 
 
@@ -586,34 +587,49 @@ class LocalCluster:
             for name in SERVICES
         }
         if store_replicas > 1:
-            # A replicated store group (docs/replication.md): replicas r0 (on store_port;
-            # the bootstrap address) .. rN-1 (port 0), store id store-0, each its own data.
-            first = self.services["store"]
-            endpoints = first.process.argv[first.process.argv.index("--etcd_endpoints") + 1]
-            group = ["--store_id", "store-0", "--min_in_sync", str(min(2, store_replicas))]
-            replicas = {}
-            for i in range(store_replicas):
-                replicas["store" if i == 0 else f"store-r{i}"] = ServiceProcess(
-                    "store",
-                    host=host,
-                    port=first.port if i == 0 else 0,
-                    etcd_endpoints=endpoints,
-                    etcd_prefix=etcd_prefix,
-                    log_path=self.log_dir / ("store.log" if i == 0 else f"store-r{i}.log"),
-                    name="store" if i == 0 else f"store-r{i}",
-                    args=[
-                        *service_args,
-                        "--data_dir",
-                        str(self.data_dir / "store" / f"r{i}"),
-                        *group,
-                        "--replica_id",
-                        f"r{i}",
-                        *store_args,
-                    ],
-                )
             others = {k: v for k, v in self.services.items() if k != "store"}
+            replicas = self._store_group(
+                store_replicas, host=host, etcd_prefix=etcd_prefix, service_args=service_args, store_args=store_args
+            )
             self.services = {**replicas, **others}
         self.start_timeout_s = start_timeout_s
+
+    def _store_group(
+        self,
+        store_replicas: int,
+        *,
+        host: str,
+        etcd_prefix: str,
+        service_args: Sequence[str],
+        store_args: Sequence[str],
+    ) -> dict[str, ServiceProcess]:
+        """A replicated store group (docs/replication.md) in place of the one store:
+        replicas r0 (on store_port; the bootstrap address) .. rN-1 (port 0), store id
+        store-0, each its own data."""
+        first = self.services["store"]
+        endpoints = first.process.argv[first.process.argv.index("--etcd_endpoints") + 1]
+        group = ["--store_id", "store-0", "--min_in_sync", str(min(2, store_replicas))]
+        replicas = {}
+        for i in range(store_replicas):
+            replicas["store" if i == 0 else f"store-r{i}"] = ServiceProcess(
+                "store",
+                host=host,
+                port=first.port if i == 0 else 0,
+                etcd_endpoints=endpoints,
+                etcd_prefix=etcd_prefix,
+                log_path=self.log_dir / ("store.log" if i == 0 else f"store-r{i}.log"),
+                name="store" if i == 0 else f"store-r{i}",
+                args=[
+                    *service_args,
+                    "--data_dir",
+                    str(self.data_dir / "store" / f"r{i}"),
+                    *group,
+                    "--replica_id",
+                    f"r{i}",
+                    *store_args,
+                ],
+            )
+        return replicas
 
     @property
     def store_address(self) -> str:

@@ -7,6 +7,7 @@ import importlib
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import FrameType
@@ -25,8 +26,10 @@ if TYPE_CHECKING:
 _PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True}
 _SUPERVISE_INTERVAL_S = 0.2  # how often `txmq up` looks at its children
 
-#: The services' own identity in a local cluster with --auth (also the operator's super user).
+#: The services' own identity in a local cluster with --auth-enabled (also the operator's super user).
 LOCAL_ADMIN = "txmq-admin"
+#: Every service's flags with --auth-enabled (the secret goes through the environment).
+AUTH_ARGS = ("--auth-enabled", "--auth-access-key", LOCAL_ADMIN)
 
 
 class _Stop(Exception):
@@ -87,13 +90,13 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     "clients need the files printed.",
 )
 @option(
-    "--auth",
+    "--auth-enabled",
     is_flag=True,
     help="Authentication and permissions on every service (docs/security.md): the super user "
     f"{LOCAL_ADMIN!r} with a secret kept in <data-dir>/auth/secret; other users need `txmq user create`.",
 )
 @click.pass_context
-def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, **options: object) -> None:
+def up(ctx: click.Context, tls: bool, auth_enabled: bool, restart_backoff_max_ms: int, **options: object) -> None:
     """Run etcd, store, txcheck, pull and the RocketMQ gateway locally until Ctrl-C or SIGTERM.
 
     A process that dies is started again (same flags, ports and data) after a back-off of
@@ -101,18 +104,14 @@ def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, *
     cannot start (not ready on its first start, or dead before it is ready 5 times in a row).
     Other options go to the store, e.g. `txmq up --flush-mode sync`.
     """
-    files = None
-    if tls:
-        from txmq_cli.certs import local_hosts, write_certificates  # cryptography: only when asked
-
-        data_dir = Path(str(options["data_dir"])).resolve()
-        files = write_certificates(data_dir / "tls", hosts=local_hosts(str(options["host"])))
-    service_args: list[str] = []
-    secret_file = None
-    if auth:
-        secret_file = Path(str(options["data_dir"])).resolve() / "auth" / "secret"
-        service_args = _auth_args(secret_file)
-    cluster = LocalCluster(**options, store_args=ctx.args, tls=files, service_args=service_args)  # type: ignore[arg-type]
+    try:
+        cluster, files, secret_file = _prepare(options, ctx.args, tls=tls, auth_enabled=auth_enabled)
+    except PortsInUse as exc:
+        click.echo(f"not started: {exc}", err=True)
+        sys.exit(1)
+    except OSError as exc:
+        click.echo(f"not started: {os_reason(exc)}", err=True)
+        sys.exit(1)
     signal.signal(signal.SIGTERM, _raise_stop)
     # Ctrl-C stops the cluster even when started where SIGINT is ignored (a background
     # job of a script): its services stop on it, and must not be restarted instead.
@@ -120,17 +119,7 @@ def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, *
     code = 0
     try:
         cluster.start()
-        click.echo(f"txmq is up. bootstrap address: {cluster.bootstrap}")
-        for name, service in cluster.services.items():
-            click.echo(f"  {name:8} {service.address}")
-        click.echo(f"  {'etcd':8} {cluster.etcd_endpoints}")
-        if files is not None:
-            _echo_tls(files)
-        if secret_file is not None:
-            click.echo(f"auth: every call needs a user; the super user {LOCAL_ADMIN!r}'s secret is in {secret_file}")
-            click.echo(f"  CLI: export TXMQ_ACCESS_KEY={LOCAL_ADMIN} TXMQ_SECRET_KEY=$(cat {secret_file})")
-            click.echo(f"  SDK: txmq.Credentials({LOCAL_ADMIN!r}, <secret>)")
-        click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
+        _echo_up(cluster, files, secret_file)
         # A restart may take as long as the first start.
         policy = RestartPolicy(
             backoff=BackoffPolicy(first_ms=1_000, max_ms=restart_backoff_max_ms),
@@ -159,6 +148,9 @@ def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, *
     except TimeoutError as exc:
         click.echo(f"start-up failed: {exc}; logs in {cluster.log_dir}", err=True)
         code = 1
+    except OSError as exc:  # a log file or a socket the cluster could not open
+        click.echo(f"start-up failed: {os_reason(exc)}", err=True)
+        code = 1
     except (KeyboardInterrupt, _Stop):
         click.echo("stopping")
     finally:
@@ -171,8 +163,66 @@ def up(ctx: click.Context, tls: bool, auth: bool, restart_backoff_max_ms: int, *
     sys.exit(code)
 
 
-def _auth_args(secret_file: Path) -> list[str]:
-    """Flags turning auth on in every service; the secret reaches them in their env vars
+def _echo_up(cluster: LocalCluster, files: TlsFiles | None, secret_file: Path | None) -> None:
+    """What is up where, and what clients need to reach it."""
+    click.echo(f"txmq is up. bootstrap address: {cluster.bootstrap}")
+    for name, service in cluster.services.items():
+        click.echo(f"  {name:8} {service.address}")
+    click.echo(f"  {'etcd':8} {cluster.etcd_endpoints}")
+    if files is not None:
+        _echo_tls(files)
+    if secret_file is not None:
+        click.echo(f"auth: every call needs a user; the super user {LOCAL_ADMIN!r}'s secret is in {secret_file}")
+        click.echo(f"  CLI: export TXMQ_ACCESS_KEY={LOCAL_ADMIN} TXMQ_SECRET_KEY=$(cat {secret_file})")
+        click.echo(f"  SDK: txmq.Credentials({LOCAL_ADMIN!r}, <secret>)")
+    click.echo(f"logs: {cluster.log_dir}   (Ctrl-C to stop)")
+
+
+def _prepare(
+    options: dict[str, object], store_args: list[str], *, tls: bool, auth_enabled: bool
+) -> tuple[LocalCluster, TlsFiles | None, Path | None]:
+    """The cluster `txmq up` runs, its certificates (--tls) and its auth secret file
+    (--auth-enabled). Files are written only once the ports are free and the data dir
+    usable: a `txmq up` that cannot start leaves no trace. Raises PortsInUse or OSError
+    with nothing started."""
+    data_dir = Path(str(options["data_dir"])).resolve()
+    files = None
+    if tls:
+        from txmq_cli.certs import local_hosts, tls_files, write_certificates  # cryptography: only when asked
+
+        files = tls_files(data_dir / "tls")
+    secret_file = data_dir / "auth" / "secret" if auth_enabled else None
+    service_args = list(AUTH_ARGS) if auth_enabled else []
+    cluster = LocalCluster(**options, store_args=store_args, tls=files, service_args=service_args)  # type: ignore[arg-type]
+    cluster.check_ports()
+    _check_data_dir(data_dir)
+    if files is not None:
+        write_certificates(files.ca.parent, hosts=local_hosts(str(options["host"])))
+    if secret_file is not None:
+        _share_auth_secret(secret_file)
+    return cluster, files, secret_file
+
+
+def _check_data_dir(data_dir: Path) -> None:
+    """Make ``data_dir`` and its logs directory and write there once, so a path that
+    cannot hold the cluster's data is one line before anything starts."""
+    try:
+        logs = data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=logs):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, f"--data-dir {data_dir} cannot hold the cluster's data: {os_reason(exc)}") from exc
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError in one line: its reason and, when it has one, the path."""
+    reason = exc.strerror or str(exc)
+    return f"{reason} ({exc.filename})" if exc.filename else reason
+
+
+def _share_auth_secret(secret_file: Path) -> None:
+    """The services' secret (AUTH_ARGS turn auth on) reaches them in their env vars
     (TXMQ_<SERVICE>_AUTH_SECRET_KEY, inherited), not on the command line. The secret is made
     once and kept: users' secrets in etcd are sealed with it."""
     import secrets as random_secrets
@@ -184,7 +234,6 @@ def _auth_args(secret_file: Path) -> list[str]:
     secret = secret_file.read_text().strip()
     for service in ("STORE", "PULL", "TXCHECK", "GATEWAY"):
         os.environ[f"TXMQ_{service}_AUTH_SECRET_KEY"] = secret
-    return ["--auth_enabled=true", "--auth_access_key", LOCAL_ADMIN]
 
 
 def _echo_tls(files: TlsFiles) -> None:

@@ -84,7 +84,7 @@ _MESSAGE_COLUMNS: Sequence[tuple[str, Any]] = [
 @option("--store-id", help="The queue's store (needed when several stores serve the topic).")
 @option("--group", default=DEFAULT_PULL_GROUP, show_default=True, help="Consumer group of the pull.")
 @option(
-    "--wait",
+    "--wait-s",
     type=click.FloatRange(min=0),
     default=0.0,
     show_default=True,
@@ -100,7 +100,7 @@ def pull(
     max_nums: int,
     store_id: str | None,
     group: str,
-    wait: float,
+    wait_s: float,
     endpoint: str,
     output: str,
 ) -> None:
@@ -115,8 +115,8 @@ def pull(
             offset,
             max_nums,
             expression_type=expression_type,
-            suspend=wait > 0,
-            timeout=wait if wait > 0 else None,
+            suspend=wait_s > 0,
+            timeout=wait_s if wait_s > 0 else None,
         )
     if output == "json":
         click.echo(json.dumps({"queue": _jsonable(mq), **_jsonable(result)}, indent=2, sort_keys=True))  # type: ignore[dict-item]

@@ -30,7 +30,7 @@ def credential_options(fn: F) -> F:
         envvar="TXMQ_SECRET_KEY",
         expose_value=False,
         callback=_keep,
-        help="Secret key of --access-key (better: TXMQ_SECRET_KEY).",
+        help="Secret key of --access-key; better set in the env var (a flag shows in the process list).",
     )(fn)
     return option(
         "--access-key",

@@ -3,7 +3,7 @@
 Use :func:`option` instead of ``click.option``. A long flag is always shown in
 kebab-case; its underscore spelling (``--data_dir``, the style of releases before
 0.2) is still accepted, as a hidden alias, for one release. The parameter name is the
-same either way (``data_dir``).
+same either way (``data_dir``). An option with an ``envvar`` names it in --help.
 
     from txmq_cli.options import option
 
@@ -73,6 +73,8 @@ def option(*param_decls: str, aliases: tuple[str, ...] = (), **attrs: Any) -> Ca
         if long_flags:
             decls.append(long_flags[0][2:].replace("-", "_"))
     hidden = list(dict.fromkeys(h for h in hidden if h not in decls))
+    if attrs.get("envvar"):
+        attrs.setdefault("show_envvar", True)  # --help names the env var that sets it too
     attrs.setdefault("cls", AliasedOption)
     if issubclass(attrs["cls"], AliasedOption):
         attrs["hidden_aliases"] = tuple(hidden)

@@ -5,7 +5,9 @@ Each service declares a ``pydantic_settings.BaseSettings`` subclass with
 and carries its unit in its name (``_ms``, ``_bytes``). The same field name is the
 command-line flag (``--flush-mode``, kebab-case as every ``txmq`` flag; ``--flush_mode``
 is accepted too), the env var (``TXMQ_STORE_FLUSH_MODE``) and the Helm value
-(``store.flush_mode``). Precedence: flag > env var > default.
+(``store.flush_mode``). Precedence: flag > env var > default. A boolean is a flag pair
+(``--auth-enabled`` / ``--no-auth-enabled``); ``--auth-enabled true`` and
+``--auth-enabled=false`` work too. ``--help`` shows each flag's type, default and env var.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ def service_config(service: str) -> SettingsConfigDict:
         extra="forbid",
         cli_prog_name=f"txmq-{service}",
         cli_kebab_case=True,
+        cli_implicit_flags=True,
+        cli_show_env_vars=True,
     )
 
 
 def load_settings(cls: type[S], argv: Sequence[str] | None = None) -> S:
     """Build settings from flags (``argv``; [] for none), env vars and defaults. A flag
     may be spelled ``--flush-mode`` (documented) or ``--flush_mode`` (the field name)."""
-    return CliApp.run(cls, cli_args=[_kebab_flag(a) for a in argv or []])
+    return CliApp.run(cls, cli_args=_bool_flags(cls, [_kebab_flag(a) for a in argv or []]))
 
 
 def _kebab_flag(arg: str) -> str:
@@ -41,6 +45,31 @@ def _kebab_flag(arg: str) -> str:
         return arg
     name, eq, value = arg.partition("=")
     return name.replace("_", "-") + eq + value
+
+
+_TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
+_FALSE = frozenset({"false", "0", "no", "off", "f", "n"})
+
+
+def _bool_flags(cls: type[BaseSettings], args: Sequence[str]) -> list[str]:
+    """``--auth-enabled true`` / ``--auth-enabled=false``, booleans with a value as they
+    were given before they became flags (scripts, tests), -> ``--auth-enabled`` /
+    ``--no-auth-enabled``. Other args unchanged (a value that is not a boolean is left to
+    the parser's error)."""
+    flags = {"--" + name.replace("_", "-") for name, field in cls.model_fields.items() if field.annotation is bool}
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        if name in flags and not eq and i + 1 < len(args) and args[i + 1].lower() in _TRUE | _FALSE:
+            value, eq = args[i + 1], "="
+            i += 1
+        if name in flags and eq and value.lower() in _TRUE | _FALSE:
+            out.append(name if value.lower() in _TRUE else "--no-" + name[2:])
+        else:
+            out.append(args[i])
+        i += 1
+    return out
 
 
 def describe(settings: BaseModel) -> dict[str, str]:
