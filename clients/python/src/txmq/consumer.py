@@ -614,6 +614,11 @@ class PushConsumer:
         self.shutdown()
 
     @property
+    def _tls(self) -> TlsConfig | None:
+        """TLS for every channel, kept where every SDK facade keeps it."""
+        return self._config.tls
+
+    @property
     def _running(self) -> bool:
         return self._state == "running" and self._error is None
 
