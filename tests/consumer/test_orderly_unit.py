@@ -231,6 +231,28 @@ def test_a_lock_is_trusted_for_half_the_lease_from_the_request_and_renewals_exte
     assert h.service.take_lapsed() == [MQ] and h.service.take_lapsed() == []
 
 
+def test_a_queue_taken_on_during_a_renewal_round_is_renewed_before_its_lock_lapses() -> None:
+    """A round that began between lock_new and add did not see the queue; when taking it
+    on was slow, the round after comes too late. add() moves the next round up to a
+    sixth of a lease before the lock's trust ends."""
+    h = Harness(success)
+    sixth = LEASE_MS / 6000
+    h.service.renew()  # the lease is known, as after any earlier round
+    until = h.service.lock_new(MQ)
+    assert until is not None
+    h.t += 2 * sixth - 0.1  # a round begins, not seeing the queue (not added yet)
+    h.service.renew()
+    h.t += 0.05  # the queue's committed offset has been read
+    pq = ProcessQueue(MQ, 0)
+    h.service.add(pq, until)
+    assert h.service.next_round() == pytest.approx(until - sixth)
+    h.t = h.service.next_round()
+    h.service.renew()
+    h.t = until + 0.001  # without that round the lock would lapse here
+    assert h.service.valid(pq) and h.service.check_lapsed() == [] and h.lapses == 0
+    assert h.service.next_round() == pytest.approx(until - sixth + 2 * sixth)
+
+
 def test_a_renewal_that_fails_or_is_refused_lapses_the_lock() -> None:
     h = Harness(success)
     pq0 = h.hold(MQ)

@@ -163,6 +163,9 @@ class OrderlyService:
         self._failures = FailureLog(log)
         self._closed = False
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the next round moved earlier, or close()
+        #: When the renewal thread runs its next round (monotonic seconds).
+        self._next_round = now() + DEFAULT_RENEW_S
         self._renewer: threading.Thread | None = None
 
     # -- locks -------------------------------------------------------------------------
@@ -183,9 +186,28 @@ class OrderlyService:
         return self._trust(sent, lease_ms)
 
     def add(self, pq: ProcessQueue, valid_until: float) -> None:
-        """Start tracking a queue locked by ``lock_new`` (before it is pulled)."""
+        """Start tracking a queue locked by ``lock_new`` (before it is pulled).
+
+        A renewal round that began between ``lock_new`` and now did not see the queue,
+        and the round after it may come too late for the lock (taking a queue on reads
+        its committed offset first, slow on a cold start): the next round is moved up
+        to a sixth of a lease before the lock's trust ends, as a renewed lock has."""
         with self._lock:
             self._queues[pq.mq] = _Queue(pq, valid_until)
+            due = valid_until - self._renew_margin_s()
+            if due < self._next_round:
+                self._next_round = due
+                self._wake.set()
+
+    def _renew_margin_s(self) -> float:
+        """How long before a lock's trust ends it is renewed: a sixth of the lease
+        (rounds a third of a lease apart, trust half a lease from the request)."""
+        return self.lease_ms / 6000 if self.lease_ms else DEFAULT_RENEW_S / 2
+
+    def next_round(self) -> float:
+        """When the next renewal round is due (monotonic seconds)."""
+        with self._lock:
+            return self._next_round
 
     def valid(self, pq: ProcessQueue) -> bool:
         q = self._queues.get(pq.mq)
@@ -203,6 +225,7 @@ class OrderlyService:
         began = self._now()
         with self._lock:
             by_store = group_by_store(self._queues)
+            self._next_round = float("inf")  # a queue added from now on moves it up (add)
         for store_id, queues in sorted(by_store.items()):
             sent = self._now()
             what = f"renewing the locks of {len(queues)} queue(s) on store {store_id}"
@@ -225,7 +248,9 @@ class OrderlyService:
                         q.valid_until = sent  # stop now: someone else may get it
         self.check_lapsed()
         interval = self.lease_ms / 3000 if self.lease_ms else DEFAULT_RENEW_S
-        return began + interval
+        with self._lock:
+            self._next_round = min(self._next_round, began + interval)
+            return self._next_round
 
     def check_lapsed(self) -> list[MessageQueue]:
         """Queues whose lock lapsed (reported once each to ``on_lapsed``)."""
@@ -286,18 +311,25 @@ class OrderlyService:
         self._renewer.start()
 
     def _renew_loop(self) -> None:
-        next_at = self._now() + DEFAULT_RENEW_S
-        while not self._stop.wait(max(0.0, next_at - self._now())):
+        while True:
+            woken = self._wake.wait(max(0.0, self.next_round() - self._now()))
+            if self._stop.is_set():
+                return
+            if woken:  # the next round moved up: wait for the new time
+                self._wake.clear()
+                continue
             try:
-                next_at = self.renew()
+                self.renew()
             except Exception:  # renewals must go on
                 log.exception("consumer %s: renewing queue locks failed", self.client_id)
-                next_at = self._now() + DEFAULT_RENEW_S
+                with self._lock:
+                    self._next_round = self._now() + DEFAULT_RENEW_S
 
     def close(self) -> None:
         """Stop renewing; unlock what is still held (after the consumer's last commits)."""
         self._closed = True
         self._stop.set()
+        self._wake.set()
         if self._renewer is not None and self._renewer is not threading.current_thread():
             self._renewer.join()
         with self._lock:
