@@ -296,7 +296,7 @@ class PushConsumer:
     tried again every few seconds (one log line when the pause starts, one when it
     ends) and consumption goes on by itself after the resume. See ``paused``. False: a
     disabled group is an error a retry cannot fix (``start()`` raises, a running
-    consumer stops), as before.
+    consumer stops).
 
     See ``_rebalance`` and docs/consumers.md for how queues change hands.
 
