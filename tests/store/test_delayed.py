@@ -249,7 +249,7 @@ async def test_a_delayed_message_to_a_deleted_topic_is_dropped_the_others_delive
     store.create_topic("Other", read_queue_nums=1, write_queue_nums=1)
     await store.send([msg(b"gone", topic="Other", properties={"TIMER_DELAY_SEC": "5"})])
     await store.send([msg(b"kept", properties={"TIMER_DELAY_SEC": "5"})])
-    store.delete_topic("Other")
+    store.admin.delete_topic("Other")
     clock.advance(5_000)
     await deliver(store)
     assert [m.body for m in visible(store)] == [b"kept"] and store.timer.dropped_total == 1

@@ -184,7 +184,7 @@ WRITER = textwrap.dedent(
     async def main(data_dir, overrides):
         store = await MessageStore.open(StoreSettings(data_dir=data_dir, **overrides), advertised_address="127.0.0.1:1")
         try:
-            store.get_topic("TopicA")
+            store.admin.get_topic("TopicA")
         except TxmqError:
             store.create_topic("TopicA", read_queue_nums=64, write_queue_nums=64)
         print(json.dumps({"ready": True}), flush=True)

@@ -110,12 +110,12 @@ async def test_consume_offsets(stores: StoreFactory, clock: FakeClock) -> None:
         with pytest.raises(TxmqError) as info:
             store.commit_consume_offset(**kw)  # type: ignore[arg-type]
         assert info.value.code == code
-    rows = store.list_consume_offsets(group="CID_SYS_RMQ_TRANS")
+    rows = store.admin.list_consume_offsets(group="CID_SYS_RMQ_TRANS")
     assert [(r.topic, r.offset, r.updated_at_ms) for r in rows] == [("RMQ_SYS_TRANS_HALF_TOPIC", 4, clock())]
-    await store.persist_offsets()
-    store.delete_topic("TopicA")
+    await store.admin.persist_offsets()
+    store.admin.delete_topic("TopicA")
     with pytest.raises(TxmqError) as info:
-        store.delete_subscription_group("CID_SYS_RMQ_TRANS")
+        store.admin.delete_subscription_group("CID_SYS_RMQ_TRANS")
     assert info.value.code == errors_pb2.CODE_FORBIDDEN
 
 

@@ -161,7 +161,7 @@ async def test_system_records_without_a_queue_slot(store: MessageStore) -> None:
 async def test_a_deleted_topics_records_are_not_found_by_offset(store: MessageStore) -> None:
     store.create_topic("TopicB", read_queue_nums=1, write_queue_nums=1)
     [old] = await store.send([msg(b"old", topic="TopicB")])
-    store.delete_topic("TopicB")
+    store.admin.delete_topic("TopicB")
     store.create_topic("TopicB", read_queue_nums=1, write_queue_nums=1)
     [new] = await store.send([msg(b"new", topic="TopicB")])
     assert new.queue_offset == old.queue_offset == 0

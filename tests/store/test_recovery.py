@@ -61,9 +61,9 @@ async def test_clean_restart_keeps_messages_offsets_and_configs(stores: StoreFac
 
     store = await stores.open()
     assert not store.recovered_from_crash
-    assert store.get_topic("TopicA").attributes == {"message.type": "NORMAL"}
-    assert store.get_subscription_group("cg").consume_enable  # auto-created by the commit
-    assert store.query_consume_offset(group="cg", topic="TopicA", queue_id=0) == 3
+    assert store.admin.get_topic("TopicA").attributes == {"message.type": "NORMAL"}
+    assert store.admin.get_subscription_group("cg").consume_enable  # auto-created by the commit
+    assert store.admin.query_consume_offset(group="cg", topic="TopicA", queue_id=0) == 3
     assert bodies(store) == [b"m%d" % i for i in range(5)]
     (r,) = await store.send([msg(b"after", queue_id=0)])
     assert r.queue_offset == 5  # queue offsets continue
@@ -185,7 +185,7 @@ async def test_deleted_topic_is_not_resurrected(stores: StoreFactory) -> None:
     store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
     await store.flush()
     await send_numbered(store, 0, 5)
-    store.delete_topic("TopicA")
+    store.admin.delete_topic("TopicA")
     store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
     await store.send([msg(b"new life", queue_id=0)])
     image = crash_image(store, stores)  # the old records lie after the checkpoint

@@ -288,7 +288,7 @@ async def test_a_new_leader_keeps_the_check_loop_fences_and_forgets_deleted_topi
     follower.adopt_configs(topics=leader.config_documents()[0], fences=leader.fences_document()[1])
     await _ship(leader, follower, lead)
     assert follower.get_message(topic="Gone", queue_id=0, offset=0).messages
-    leader.delete_topic("Gone")
+    leader.admin.delete_topic("Gone")
     follower.adopt_configs(topics=leader.config_documents()[0])
     assert follower._dispatcher.consume_queue("Gone", 0) is None
     leader.end_leadership("handing over")

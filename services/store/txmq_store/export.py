@@ -334,12 +334,12 @@ class LocalSource:
     async def snapshot(self) -> Snapshot:
         s = self._store
         queues = []
-        for cfg in s.topic_configs():
+        for cfg in s.admin.topic_configs():
             for q in s.queue_offsets(cfg.name):
                 queues.append(QueueRow(cfg.name, q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp_ms))
         offsets = [
             OffsetRow(o.consumer_group, o.topic, o.queue_id, o.offset, o.min_offset, o.max_offset, o.updated_at_ms)
-            for o in s.list_consume_offsets()
+            for o in s.admin.list_consume_offsets()
         ]
         return Snapshot(s.now_ms(), queues, offsets)
 

@@ -134,8 +134,8 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
             """Put the state that changed since it was last shipped (all of it at first)
             into ``shipment``, and the versions shipped; whether anything was put."""
             added = False
-            if store.config_version != sent[CONFIG]:
-                sent[CONFIG] = store.config_version
+            if store.admin.config_version != sent[CONFIG]:
+                sent[CONFIG] = store.admin.config_version
                 shipment.topics_json, shipment.subscription_groups_json = store.config_documents()
                 added = True
             if store.transactions.fences.version != sent[FENCES]:

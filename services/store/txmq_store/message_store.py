@@ -19,7 +19,7 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from txmq.codec_native import fields as record_fields
@@ -40,6 +40,7 @@ from txmq_runtime.clock import Clock as MonotonicClock
 from txmq_runtime.settings import describe
 
 from . import metrics as store_metrics
+from .admin import ConfigAdmin, not_found
 from .arrivals import ArrivalHub, ArrivalWatcher
 from .codec import (
     BLANK_SIZE,
@@ -60,13 +61,11 @@ from .codec import (
 )
 from .commitlog import CommitLog, Fsync
 from .configs import (
-    DEFAULT_PERM,
-    PERM_ALL,
     TRANS_HALF_TOPIC,
-    SubscriptionGroupConfig,
     SubscriptionGroupTable,
     TopicConfig,
     TopicConfigTable,
+    WriteQueues,
     is_system_topic,
 )
 from .consumequeue import UNIT
@@ -83,7 +82,6 @@ from .model import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     TRANSACTION_TYPE_MASK,
-    ConsumeOffsetView,
     GetMessageResult,
     GetMessageStatus,
     OutgoingMessage,
@@ -107,11 +105,8 @@ from .validation import (
     MessageEncoder,
     MessageLimits,
     cached_tag_code,
-    check_config_size,
     check_group_name,
-    check_topic_attributes,
     check_topic_name,
-    check_writable_topic_name,
 )
 
 log = logging.getLogger("txmq.store")
@@ -119,7 +114,6 @@ log = logging.getLogger("txmq.store")
 Clock = WallClock  # milliseconds since the epoch (txmq_runtime.clock's rule)
 DEFAULT_MAX_MESSAGES = 32
 MAX_QUERY_RESULTS = 1000
-MAX_QUEUE_NUMS = 1024
 SCAN_BYTES = 16_000  # consume-queue bytes one read may scan at least (RocketMQ)
 END_OF_TIME_MS = 2**63 - 1
 #: Decisions read into the decision book at start at most (it is a cache: the index
@@ -127,10 +121,6 @@ END_OF_TIME_MS = 2**63 - 1
 WARM_DECISIONS_MAX = 20_000
 #: The timer reads the records of due timers that lie back to back up to this many bytes at once.
 TIMER_READ_BYTES = 4 * 1024 * 1024
-
-
-def _not_found(code: int, what: str, **metadata: str) -> TxmqError:
-    return error(code, f"{what} not found", **metadata)
 
 
 @dataclass(slots=True)
@@ -190,9 +180,6 @@ class MessageStore:
         self._dispatcher = dispatcher
         dispatcher.read_span = commitlog.read
         dispatcher.arrival_records_max_bytes = settings.arrival_records_max_bytes
-        self._topics = topics
-        self._groups = groups
-        self._offsets = offsets
         self._hub = hub
         self.recovered_from_crash = crashed
         self.started_at_ms = clock()
@@ -203,16 +190,16 @@ class MessageStore:
             max_record_bytes=commitlog.max_record_size(),
         )
         self._memory_window = settings.physical_memory() * settings.access_message_in_memory_max_ratio_percent // 100
-        # Next queue offset per (topic, queue id): assigned at append, so in sync mode it
-        # runs ahead of the consume queues until the fsync.
-        self._queue_offsets = {key: cq.max_offset for key, cq in dispatcher.queues.items()}
-        self._round_robin: dict[str, int] = {}
+        self._queues = WriteQueues({key: cq.max_offset for key, cq in dispatcher.queues.items()})
+        self.admin = ConfigAdmin(
+            settings, topics=topics, groups=groups, offsets=offsets, dispatcher=dispatcher, queues=self._queues,
+            clock=clock, log_end=lambda: commitlog.write_offset, check_write=self._check_admin_write,
+            state_replicated=self.state_replicated,
+        )  # fmt: skip
         # Sync mode: appended batches waiting for their fsync before dispatch.
         self._undispatched: deque[tuple[int, list[PreparedRecord], list[int], list[int], int]] = deque()
         self._flusher: PeriodicFlusher | None = None
         self._group_commit: GroupCommit | None = None
-        self._topic_listeners: list[Callable[[], Awaitable[None] | None]] = []
-        self._topics_propagating: list[asyncio.Future[None]] = []
         self._store_host = UNKNOWN_HOST
         self._offset_msg_id_prefix = ""
         self.advertised_address = ""
@@ -242,7 +229,6 @@ class MessageStore:
         self._held: deque[StoredMessage] = deque(held or ())
         self._local_durable = commitlog.flushed_offset if self._sync else commitlog.write_offset
         self._writes_ready = not self.replicated
-        self.config_version = 0  # bumped by every topic / subscription-group change
         # Kept on disk (a marker file) so that a restart does not forget it.
         self._resync_marker = paths.root / "replication" / "needs_resync"
         self._needs_resync = self.replicated and self._resync_marker.exists()
@@ -355,7 +341,7 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         for interval_ms, job in (
             (s.flush_consume_queue_interval_ms, self.checkpoint),
-            (s.consume_offset_persist_interval_ms, self.persist_offsets),
+            (s.consume_offset_persist_interval_ms, self.admin.persist_offsets),
             (s.clean_files_interval_ms, self.clean_expired_files),
         ):
             self._tasks.append(loop.create_task(self._every(interval_ms, job)))
@@ -394,7 +380,7 @@ class MessageStore:
         if self._flusher is not None:
             await self._flusher.stop()
         await self.checkpoint()
-        await self.persist_offsets()
+        await self.admin.persist_offsets()
         self._dispatcher.close()
         self._dispatcher.index.close()
         self.commitlog.close()
@@ -412,37 +398,11 @@ class MessageStore:
         self._offset_msg_id_prefix = encode_offset_msg_id(host, port, 0)[:-16]
         self.advertised_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    def add_topic_listener(self, callback: Callable[[], Awaitable[None] | None]) -> None:
-        """``callback()`` runs after any topic is created, updated or deleted. It may
-        return an awaitable that completes once the change has propagated (published to
-        etcd); ``await topics_propagated()`` waits for those."""
-        self._topic_listeners.append(callback)
-
     def _check_admin_write(self) -> None:
         """Configuration changes and consume offsets, like records, are made on a group's
         leader only."""
         if self.replicated:
             self._check_leads()
-
-    def _topics_changed(self) -> None:
-        self.config_version += 1
-        for cb in self._topic_listeners:
-            try:
-                pending = cb()
-            except Exception:
-                log.exception("topic listener failed")
-                continue
-            if pending is not None:
-                self._topics_propagating.append(asyncio.ensure_future(pending))
-
-    async def topics_propagated(self) -> None:
-        """Wait until the topic changes made so far have propagated, so an admin call
-        that answers after this is visible to route look-ups at once. Call it right
-        after the change (no await in between), so it waits for that change."""
-        pending, self._topics_propagating = self._topics_propagating, []
-        if pending:
-            await asyncio.gather(*pending)
-        await self.state_replicated(CONFIG)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -597,7 +557,7 @@ class MessageStore:
                 cfg = self._topic_for_send(msg.topic, i, system=system, new_topics=new_topics)
             queue_id = msg.queue_id
             if queue_id is None or not 0 <= queue_id < cfg.write_queue_nums:  # else: as _queue_for_send
-                queue_id = self._queue_for_send(cfg, queue_id, i)
+                queue_id = self._queues.queue_for_send(cfg, queue_id, i)
             sys_flag = msg.sys_flag if system else 0
             props = msg.properties
             if props and not DELAY_PROPERTIES.isdisjoint(props) and not (system and PROPERTY_TIMER_OFFSET in props):
@@ -691,7 +651,7 @@ class MessageStore:
                 cfg = self._topic_for_send(rec.topic, i, system=False, new_topics=new_topics)
             queue_id = rec.queue_id
             if not queue_id < cfg.write_queue_nums:  # ANY_QUEUE (0xFFFFFFFF) or out of range
-                rec.queue_id = self._queue_for_send(cfg, None if queue_id == ANY_QUEUE else queue_id, i)
+                rec.queue_id = self._queues.queue_for_send(cfg, None if queue_id == ANY_QUEUE else queue_id, i)
                 set_queue_id(frame, pos, rec.queue_id)
             records.append(rec)
         self._check_batch_size(len(records), total_body)
@@ -781,11 +741,8 @@ class MessageStore:
         # Valid. Room on disk for the records and their queue and index entries?
         self._free_space.check(sum(rec.size for rec in records) + 64 * len(records))
         # From here on the request changes the store.
-        for cfg in new_topics.values():
-            self._topics.put(cfg)
-        if new_topics:
-            self._topics_changed()
-        queue_offsets = self._assign_queue_offsets(records)
+        self.admin.put_new_topics(new_topics.values())
+        queue_offsets = self._queues.assign(records)
         try:
             # Consume-queue files the dispatch will write, created (and their blocks
             # reserved) first: a full disk refuses the send instead of failing dispatch.
@@ -793,7 +750,7 @@ class MessageStore:
             offsets = self.commitlog.append(records, queue_offsets, store_timestamp_ms=now, store_host=self._store_host)
         except OSError as exc:
             # Nothing of the batch is stored (append rolls back what it wrote).
-            self._unassign_queue_offsets(records, queue_offsets)
+            self._queues.unassign(records, queue_offsets)
             if is_disk_full(exc) and not self.commitlog.broken:
                 log.error("send refused, the disk is full: %s", exc)
                 raise disk_full(f"the store's disk is full: {exc}") from None
@@ -842,13 +799,13 @@ class MessageStore:
     def _topic_for_send(
         self, name: str, index: int, *, system: bool, new_topics: dict[str, TopicConfig]
     ) -> TopicConfig:
-        cfg = self._topics.get(name) or new_topics.get(name)
+        cfg = self.admin.topics.get(name) or new_topics.get(name)
         if cfg is None:
             check_topic_name(name, index=str(index))
             if is_system_topic(name) and not system:
                 raise error(errors_pb2.CODE_SYSTEM_TOPIC, f"{name} is a system topic", topic=name, index=str(index))
             if not self.settings.auto_create_topic_enable:
-                raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {name}", topic=name, index=str(index))
+                raise not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {name}", topic=name, index=str(index))
             n = self.settings.default_topic_queue_nums
             cfg = new_topics[name] = TopicConfig(name, n, n, since_offset=self.commitlog.write_offset)
         elif not system and cfg.is_system:
@@ -858,45 +815,6 @@ class MessageStore:
                 errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {name} is not writable", topic=name, index=str(index)
             )
         return cfg
-
-    def _queue_for_send(self, cfg: TopicConfig, queue_id: int | None, index: int) -> int:
-        n = cfg.write_queue_nums
-        if queue_id is None:
-            if n <= 0:
-                raise error(
-                    errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {cfg.name} has no write queues", index=str(index)
-                )
-            c = self._round_robin.get(cfg.name, 0)
-            self._round_robin[cfg.name] = c + 1
-            return c % n
-        if not 0 <= queue_id < n:
-            raise error(
-                errors_pb2.CODE_ILLEGAL_QUEUE_ID,
-                f"queue {queue_id} of {cfg.name} is not writable (write queues: {n})",
-                index=str(index), queue_id=str(queue_id),
-            )  # fmt: skip
-        return queue_id
-
-    def _assign_queue_offsets(self, records: list[PreparedRecord]) -> list[int]:
-        table = self._queue_offsets
-        out: list[int] = []
-        for rec in records:
-            if rec.takes_queue_slot:
-                key = (rec.topic, rec.queue_id)
-                q = table.get(key, 0)
-                table[key] = q + 1
-                out.append(q)
-            else:
-                out.append(0)
-        return out
-
-    def _unassign_queue_offsets(self, records: list[PreparedRecord], queue_offsets: list[int]) -> None:
-        """Undo ``_assign_queue_offsets`` for a batch that was not stored."""
-        table = self._queue_offsets
-        for rec, q in zip(records, queue_offsets, strict=True):
-            if rec.takes_queue_slot:
-                key = (rec.topic, rec.queue_id)
-                table[key] = min(table.get(key, 0), q)
 
     async def _wait_durable(self, end: int) -> SendStatus:
         assert self._group_commit is not None
@@ -1055,7 +973,7 @@ class MessageStore:
         tags, keys, unique_id = pop_field_properties(props)
         topic = props.pop(PROPERTY_REAL_TOPIC, "")
         real_queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
-        cfg = self._topics.get(topic)
+        cfg = self.admin.topics.get(topic)
         if cfg is None:
             log.warning("timer %d: topic %r is gone; its delayed message %s is not delivered", timer_offset, topic,
                         unique_id)  # fmt: skip
@@ -1064,7 +982,7 @@ class MessageStore:
             return TIMER_DUPLICATE
         queue_id = int(real_queue) if real_queue.isdigit() else -1
         if not 0 <= queue_id < cfg.write_queue_nums:
-            queue_id = self._queue_for_send(cfg, None, 0) if cfg.write_queue_nums else 0
+            queue_id = self._queues.queue_for_send(cfg, None, 0) if cfg.write_queue_nums else 0
         props[PROPERTY_TIMER_OFFSET] = str(timer_offset)
         tail = encode_tail(topic, encode_properties_text(unique_id, tags, keys, props))
         return PreparedRecord(
@@ -1213,7 +1131,7 @@ class MessageStore:
     def _open_writes(self) -> None:
         """Everything this leader took over is dispatched: queue offsets continue from
         the queues, and the decision book starts from the log as at a start."""
-        self._queue_offsets = {key: cq.max_offset for key, cq in self._dispatcher.queues.items()}
+        self._queues.restart({key: cq.max_offset for key, cq in self._dispatcher.queues.items()})
         self.transactions = self._new_transactions()
         self.transactions.horizon = self.commitlog.write_offset
         self.transactions.warm(max_entries=min(self.settings.decision_cache_entries, WARM_DECISIONS_MAX))
@@ -1367,7 +1285,7 @@ class MessageStore:
 
     def config_documents(self) -> tuple[bytes, bytes]:
         """The topic and subscription-group tables as shipped to followers."""
-        return config_document(self._topics.document()), config_document(self._groups.document())
+        return config_document(self.admin.topics.document()), config_document(self.admin.groups.document())
 
     async def admit_fence(self, epoch: int, half_queue_id: int) -> None:
         """``Fences.admit``; in a replicated group a mark that rose is first held by every
@@ -1383,11 +1301,11 @@ class MessageStore:
         return fences.version, config_document(fences.document())
 
     def offsets_document(self) -> tuple[int, bytes]:
-        return self._offsets.version, config_document(self._offsets.rows())
+        return self.admin.offsets.version, config_document(self.admin.offsets.rows())
 
     @property
     def offsets_version(self) -> int:
-        return self._offsets.version
+        return self.admin.offsets.version
 
     async def state_replicated(self, kind: str) -> None:
         """A replicated group's leader: wait until every in-sync follower has taken the
@@ -1400,8 +1318,8 @@ class MessageStore:
         if leadership is None:
             raise not_leader(*self.leader_hint)
         version = {
-            OFFSETS: self._offsets.version,
-            CONFIG: self.config_version,
+            OFFSETS: self.admin.offsets.version,
+            CONFIG: self.admin.config_version,
             FENCES: self.transactions.fences.version,
         }[kind]
         fut = leadership.wait_state_replicated(kind, version)
@@ -1419,19 +1337,9 @@ class MessageStore:
         self, *, topics: bytes = b"", groups: bytes = b"", offsets: bytes = b"", fences: bytes = b""
     ) -> None:
         """A follower takes its leader's configuration (shipped when it changed)."""
-        if topics:
-            before = {c.name for c in self._topics.all()}
-            self._topics.adopt(json.loads(topics))
-            for gone in before - {c.name for c in self._topics.all()}:
-                self._dispatcher.delete_topic(gone)  # as delete_topic on the leader
-                self._round_robin.pop(gone, None)
-            self._topics_changed()
+        self.admin.adopt(topics=topics, groups=groups, offsets=offsets)
         if fences:
             self.transactions.fences.adopt(json.loads(fences))
-        if groups:
-            self._groups.adopt(json.loads(groups))
-        if offsets:
-            self._offsets.adopt(json.loads(offsets))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -1448,7 +1356,7 @@ class MessageStore:
         """RocketMQ's getMessage: status and next offset rules of seed 004. ``raw``: the
         result holds the records as stored (``records``), decoded only as far as an SQL92
         filter must read them, instead of decoded messages."""
-        cfg = self._topics.get(topic)
+        cfg = self.admin.topics.get(topic)
         if cfg is None:
             # Unknown: a status (NO_MATCHED_LOGIC_QUEUE, as RocketMQ's store), unless the
             # name itself is illegal (empty, bad characters): ILLEGAL_TOPIC.
@@ -1593,7 +1501,7 @@ class MessageStore:
         if commit_log_offset < self._dispatcher.dispatched_offset:
             msg = self._record_at(commit_log_offset)
         if msg is None:
-            raise _not_found(
+            raise not_found(
                 errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message at commit-log offset {commit_log_offset}",
                 commit_log_offset=str(commit_log_offset),
             )  # fmt: skip
@@ -1606,7 +1514,7 @@ class MessageStore:
             raise error(errors_pb2.CODE_ILLEGAL_MESSAGE_ID, str(exc), offset_msg_id=offset_msg_id) from exc
         msg = self.view_message(offset)
         if (msg.store_host, msg.store_port) != (host, port):
-            raise _not_found(
+            raise not_found(
                 errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message {offset_msg_id} (stored by {host}:{port})",
                 offset_msg_id=offset_msg_id,
             )  # fmt: skip
@@ -1648,7 +1556,7 @@ class MessageStore:
                 continue
             if msg is None or not begin <= msg.store_timestamp_ms <= end:
                 continue
-            cfg = self._topics.get(msg.topic)
+            cfg = self.admin.topics.get(msg.topic)
             if cfg is not None and offset < cfg.since_offset:
                 continue  # a deleted namesake's message
             if key:
@@ -1716,7 +1624,7 @@ class MessageStore:
             return unit is not None and unit[0] == offset and unit[1] == msg.store_size
         if not is_indexed(msg.sys_flag):
             return False
-        cfg = self._topics.get(msg.topic)
+        cfg = self.admin.topics.get(msg.topic)
         if cfg is None or offset < cfg.since_offset:
             return False
         return self._dispatcher.index.holds(unique_id_hash(msg.unique_id), offset)
@@ -1731,7 +1639,7 @@ class MessageStore:
             raise corrupted(offset, str(exc)) from None
 
     def queue_offsets(self, topic: str, queue_id: int | None = None) -> list[QueueOffsets]:
-        cfg = self._require_topic(topic)
+        cfg = self.admin.require_topic(topic)
         n = max(cfg.read_queue_nums, cfg.write_queue_nums)
         if queue_id is not None and not 0 <= queue_id < n:
             raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no queue {queue_id}")
@@ -1753,7 +1661,7 @@ class MessageStore:
     def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset whose message was stored at or after
         ``timestamp_ms``; the max offset when there is none."""
-        cfg = self._require_topic(topic)
+        cfg = self.admin.require_topic(topic)
         if not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
             raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no queue {queue_id}")
         cq = self._dispatcher.consume_queue(topic, queue_id)
@@ -1770,189 +1678,27 @@ class MessageStore:
                 hi = mid
         return lo
 
-    def _require_topic(self, topic: str) -> TopicConfig:
-        check_topic_name(topic)
-        cfg = self._topics.get(topic)
-        if cfg is None:
-            raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {topic}", topic=topic)
-        return cfg
-
     def watch_arrivals(self, topics: Sequence[str] = ()) -> ArrivalWatcher:
         """A watcher of dispatched records (use as a context manager; iterate with
         ``next_batch``, which returns None once the store closes)."""
         self._check_open()
         return self._hub.watch(topics)
 
-    # -- consume offsets -----------------------------------------------------------------
-
-    def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self._check_admin_write()
-        check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-        cfg = self._require_topic(topic)
-        if not 0 <= queue_id < cfg.read_queue_nums:
-            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no readable queue {queue_id}")
-        if offset < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
-        self.group_in_use(group)
-        self._offsets.commit(group, topic, queue_id, offset, now_ms=self._clock())
-
-    def group_in_use(self, group: str) -> SubscriptionGroupConfig:
-        """The config of a group a consumer uses (commits an offset, sends a message
-        back); a group no config names yet is created with the defaults when
-        ``auto_create_subscription_group``, else SUBSCRIPTION_GROUP_NOT_FOUND. The caller
-        checked the name."""
-        cfg = self._groups.get(group)
-        if cfg is None:
-            self._check_admin_write()
-            if not self.settings.auto_create_subscription_group:
-                raise _not_found(
-                    errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {group}", group=group
-                )
-            cfg = SubscriptionGroupConfig(group)
-            self._groups.put(cfg)
-            self.config_version += 1
-            log.info("created subscription group %s (auto_create_subscription_group)", group)
-        return cfg
-
-    def query_consume_offset(self, *, group: str, topic: str, queue_id: int) -> int | None:
-        """The committed offset, or None when the group never committed one."""
-        check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-        check_topic_name(topic)
-        if queue_id < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"queue id {queue_id} is negative", queue_id=str(queue_id))
-        committed = self._offsets.query(group, topic, queue_id)
-        return None if committed is None else committed.offset
-
-    def list_consume_offsets(self, *, group: str = "", topic: str = "") -> list[ConsumeOffsetView]:
-        out = []
-        for (g, t, q), committed in self._offsets.entries(group=group, topic=topic):
-            cq = self._dispatcher.consume_queue(t, q)
-            lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
-            out.append(ConsumeOffsetView(g, t, q, committed.offset, lo, hi, committed.updated_at_ms))
-        return out
-
     def now_ms(self) -> int:
         return self._clock()
-
-    # -- topics --------------------------------------------------------------------------
-
-    def topic_configs(self) -> list[TopicConfig]:
-        """Every topic, system topics included."""
-        return self._topics.all()
-
-    def get_topic(self, name: str) -> TopicConfig:
-        cfg = self._topics.get(name)
-        if cfg is None:
-            check_topic_name(name)  # an illegal name is ILLEGAL_TOPIC, not "not found"
-            raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {name}", topic=name)
-        return cfg
 
     def create_topic(
         self, name: str, *, read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0,
         attributes: dict[str, str] | None = None,
     ) -> TopicConfig:  # fmt: skip
-        """0 queue nums: default_topic_queue_nums; perm 0: read + write."""
-        self._check_admin_write()
-        check_writable_topic_name(name)
-        check_topic_attributes(attributes or {}, topic=name)
-        if self._topics.get(name) is not None:
-            raise error(errors_pb2.CODE_TOPIC_ALREADY_EXISTS, f"topic {name} already exists", topic=name)
-        n = self.settings.default_topic_queue_nums
-        cfg = TopicConfig(
-            name,
-            _queue_nums(read_queue_nums or n, "read"),
-            _queue_nums(write_queue_nums or n, "write"),
-            _perm(perm or DEFAULT_PERM),
-            dict(attributes or {}),
-            since_offset=self.commitlog.write_offset,
+        """``ConfigAdmin.create_topic``: the embedding API's short cut."""
+        return self.admin.create_topic(
+            name, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm, attributes=attributes
         )
-        check_config_size(asdict(cfg), "topic", topic=name)
-        self._topics.put(cfg)
-        self._topics_changed()
-        return cfg
 
-    def update_topic(
-        self, name: str, *, read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0,
-        attributes: dict[str, str] | None = None,
-    ) -> TopicConfig:  # fmt: skip
-        """0 queue nums / perm keep the current value; attributes replace the current
-        ones."""
-        self._check_admin_write()
-        check_writable_topic_name(name)
-        check_topic_attributes(attributes or {}, topic=name)
-        old = self.get_topic(name)
-        cfg = TopicConfig(
-            name,
-            _queue_nums(read_queue_nums, "read") if read_queue_nums else old.read_queue_nums,
-            _queue_nums(write_queue_nums, "write") if write_queue_nums else old.write_queue_nums,
-            _perm(perm) if perm else old.perm,
-            dict(attributes or {}),
-            since_offset=old.since_offset,
-        )
-        check_config_size(asdict(cfg), "topic", topic=name)
-        self._topics.put(cfg)
-        self._topics_changed()
-        return cfg
-
-    def delete_topic(self, name: str) -> None:
-        """Removes the config, the consume queues and the committed offsets. The records
-        stay in the commit log (until expiry) but never reach a new namesake's queues."""
-        self._check_admin_write()
-        check_writable_topic_name(name)
-        self.get_topic(name)
-        self._topics.remove(name)
-        self._dispatcher.delete_topic(name)
-        for key in [k for k in self._queue_offsets if k[0] == name]:
-            del self._queue_offsets[key]
-        self._round_robin.pop(name, None)
-        self._offsets.remove(topic=name)
-        self._topics_changed()
-
-    # -- subscription groups -------------------------------------------------------------
-
-    def subscription_groups(self) -> list[SubscriptionGroupConfig]:
-        return self._groups.all()
-
-    def get_subscription_group(self, name: str) -> SubscriptionGroupConfig:
-        cfg = self._groups.get(name)
-        if cfg is None:
-            check_group_name(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-            raise _not_found(errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {name}", group=name)
-        return cfg
-
-    def create_subscription_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
-        self._check_admin_write()
-        check_group_name(cfg.group_name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-        if self._groups.get(cfg.group_name) is not None:
-            raise error(
-                errors_pb2.CODE_SUBSCRIPTION_GROUP_ALREADY_EXISTS,
-                f"subscription group {cfg.group_name} already exists", group=cfg.group_name,
-            )  # fmt: skip
-        self._groups.put(_checked_group(cfg))
-        self.config_version += 1
-        return cfg
-
-    def update_subscription_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
-        self._check_admin_write()
-        self._check_mutable_group(cfg.group_name)
-        self.get_subscription_group(cfg.group_name)
-        self._groups.put(_checked_group(cfg))
-        self.config_version += 1
-        return cfg
-
-    def delete_subscription_group(self, name: str) -> None:
-        """Removes the group and its committed offsets."""
-        self._check_admin_write()
-        self._check_mutable_group(name)
-        self.get_subscription_group(name)
-        self._groups.remove(name)
-        self.config_version += 1
-        self._offsets.remove(group=name)
-
-    def _check_mutable_group(self, name: str) -> None:
-        check_group_name(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-        if self._groups.is_system(name):
-            raise error(errors_pb2.CODE_FORBIDDEN, f"{name} is a system subscription group", group=name)
+    def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """``ConfigAdmin.commit_consume_offset``: the embedding API's short cut."""
+        self.admin.commit_consume_offset(group=group, topic=topic, queue_id=queue_id, offset=offset)
 
     # -- durability and housekeeping -----------------------------------------------------
 
@@ -1991,11 +1737,6 @@ class MessageStore:
                 offset = min(offset, unindexed)  # the next start indexes from there
             await asyncio.to_thread(write_checkpoint, self._paths, offset, now_ms=self._clock())
             return offset
-
-    async def persist_offsets(self) -> None:
-        snap = self._offsets.snapshot()
-        if snap is not None:
-            await asyncio.to_thread(self._offsets.save, *snap)
 
     async def clean_expired_files(self) -> int:
         """Delete commit-log segments older than file_reserved_time_ms (never unflushed
@@ -2063,24 +1804,3 @@ def _resolve(address: str) -> tuple[str, int]:
     except ValueError:
         host = socket.gethostbyname(host)
     return host, port
-
-
-def _queue_nums(n: int, what: str) -> int:
-    if not 1 <= n <= MAX_QUEUE_NUMS:
-        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"{what} queue nums {n} not in 1..{MAX_QUEUE_NUMS}")
-    return n
-
-
-def _perm(perm: int) -> int:
-    if not 0 < perm <= PERM_ALL:
-        raise error(
-            errors_pb2.CODE_ILLEGAL_ARGUMENT, f"perm {perm} is not a combination of 4 (read), 2 (write), 1 (inherit)"
-        )
-    return perm
-
-
-def _checked_group(cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
-    if cfg.retry_max_times < 0 or cfg.retry_queue_nums < 0:
-        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "retry_max_times and retry_queue_nums must not be negative")
-    check_config_size(asdict(cfg), "subscription group", group=cfg.group_name)
-    return cfg

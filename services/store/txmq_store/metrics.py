@@ -265,7 +265,7 @@ def read_store(store: MessageStore) -> Iterator[Sample]:
     yield "free", [sid], usage.free
     yield "disk", [sid], usage.total
     half = 0
-    for n, row in enumerate(store.list_consume_offsets()):
+    for n, row in enumerate(store.admin.list_consume_offsets()):
         lag = max(0, row.max_offset - max(row.offset, row.min_offset))
         if row.consumer_group == TRANS_CHECK_GROUP and row.topic == TRANS_HALF_TOPIC and row.queue_id == HALF_QUEUE_ID:
             half = lag
@@ -294,9 +294,12 @@ def _replication(store: MessageStore, top: int) -> Iterator[Sample]:
 
 def _unchecked_halves(store: MessageStore) -> int:
     """Half messages when the check loop has no progress yet: the whole half queue."""
-    if store.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=HALF_QUEUE_ID) is not None:
+    if (
+        store.admin.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=HALF_QUEUE_ID)
+        is not None
+    ):
         return 0
-    if not any(c.name == TRANS_HALF_TOPIC for c in store.topic_configs()):
+    if not any(c.name == TRANS_HALF_TOPIC for c in store.admin.topic_configs()):
         return 0
     (q,) = store.queue_offsets(TRANS_HALF_TOPIC, HALF_QUEUE_ID)
     return max(0, q.max_offset - q.min_offset)

@@ -216,7 +216,7 @@ class StoreQueueLocks:
                 )
             if topics_exist:
                 try:
-                    cfg = self._store.get_topic(q.topic)
+                    cfg = self._store.admin.get_topic(q.topic)
                 except TxmqError as err:
                     err.metadata.update(where)
                     raise

@@ -125,7 +125,7 @@ class SendBack:
             )  # fmt: skip
         if may_consume is not None:
             may_consume(source.topic)
-        cfg = self._store.group_in_use(group)  # created on first use, as for committed offsets
+        cfg = self._store.admin.group_in_use(group)  # created on first use, as for committed offsets
         key = (group, commit_log_offset)
         known = self._recent.get(key)
         if known is not None:
@@ -231,7 +231,7 @@ class SendBack:
         if created:
             # Routable (and, in a replicated group, held by the followers) before the
             # first copy is stored, as an admin's CreateTopic answers.
-            await self._store.topics_propagated()
+            await self._store.admin.topics_propagated()
         copy = OutgoingMessage(
             topic, source.body, source.tags, tuple(source.keys), props, source.unique_id, source.flag, None,
             source.born_timestamp_ms,
@@ -248,14 +248,14 @@ class SendBack:
     def _ensure_topic(self, topic: str, queue_nums: int) -> bool:
         """Create the group's retry / dead-letter topic on this store unless it exists;
         whether it was created now."""
-        store = self._store
+        admin = self._store.admin
         try:
-            store.get_topic(topic)
+            admin.get_topic(topic)
             return False
         except TxmqError as err:
             if err.code != errors_pb2.CODE_TOPIC_NOT_FOUND:
                 raise
-        store.create_topic(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
+        admin.create_topic(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
         log.info("created topic %s with %d queue(s) for send-backs", topic, queue_nums)
         return True
 

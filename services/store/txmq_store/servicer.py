@@ -475,7 +475,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     ):
         if request.HasField("fence"):
             await self._store.admit_fence(request.fence.epoch, request.fence.half_queue_id)
-        self._store.commit_consume_offset(
+        self._store.admin.commit_consume_offset(
             group=request.consumer_group, topic=request.topic, queue_id=request.queue_id, offset=request.offset
         )
         await self._store.state_replicated(OFFSETS)
@@ -483,7 +483,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def QueryConsumeOffset(self, request: store_pb2.QueryConsumeOffsetRequest, context: grpc.aio.ServicerContext):
-        offset = self._store.query_consume_offset(
+        offset = self._store.admin.query_consume_offset(
             group=request.consumer_group, topic=request.topic, queue_id=request.queue_id
         )
         if offset is None:
@@ -492,7 +492,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def ListConsumeOffsets(self, request: store_pb2.ListConsumeOffsetsRequest, context: grpc.aio.ServicerContext):
-        rows = self._store.list_consume_offsets(group=request.consumer_group, topic=request.topic)
+        rows = self._store.admin.list_consume_offsets(group=request.consumer_group, topic=request.topic)
         return store_pb2.ListConsumeOffsetsResponse(
             offsets=[
                 store_pb2.ConsumeOffset(
@@ -517,43 +517,43 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
     @rpc
     async def CreateTopic(self, request: store_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext):
         t = request.topic
-        cfg = self._store.create_topic(
+        cfg = self._store.admin.create_topic(
             t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm,
             attributes=dict(t.attributes),
         )  # fmt: skip
-        await self._store.topics_propagated()
+        await self._store.admin.topics_propagated()
         return store_pb2.TopicResponse(topic=topic_pb(cfg))
 
     @rpc
     async def UpdateTopic(self, request: store_pb2.UpdateTopicRequest, context: grpc.aio.ServicerContext):
         t = request.topic
-        cfg = self._store.update_topic(
+        cfg = self._store.admin.update_topic(
             t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm,
             attributes=dict(t.attributes),
         )  # fmt: skip
-        await self._store.topics_propagated()
+        await self._store.admin.topics_propagated()
         return store_pb2.TopicResponse(topic=topic_pb(cfg))
 
     @rpc
     async def DeleteTopic(self, request: store_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext):
-        self._store.delete_topic(request.name)
-        await self._store.topics_propagated()
+        self._store.admin.delete_topic(request.name)
+        await self._store.admin.topics_propagated()
         return store_pb2.DeleteTopicResponse()
 
     @rpc
     async def GetTopic(self, request: store_pb2.GetTopicRequest, context: grpc.aio.ServicerContext):
-        return store_pb2.TopicResponse(topic=topic_pb(self._store.get_topic(request.name)))
+        return store_pb2.TopicResponse(topic=topic_pb(self._store.admin.get_topic(request.name)))
 
     @rpc
     async def ListTopics(self, request: store_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext):
-        topics = [c for c in self._store.topic_configs() if request.include_system or not c.is_system]
+        topics = [c for c in self._store.admin.topic_configs() if request.include_system or not c.is_system]
         return store_pb2.ListTopicsResponse(topics=[topic_pb(c) for c in topics])
 
     @rpc
     async def CreateSubscriptionGroup(
         self, request: store_pb2.CreateSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
-        cfg = self._store.create_subscription_group(group_from_pb(request.group))
+        cfg = self._store.admin.create_subscription_group(group_from_pb(request.group))
         await self._store.state_replicated(CONFIG)
         return store_pb2.SubscriptionGroupResponse(group=group_pb(cfg))
 
@@ -561,7 +561,7 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
     async def UpdateSubscriptionGroup(
         self, request: store_pb2.UpdateSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
-        cfg = self._store.update_subscription_group(group_from_pb(request.group))
+        cfg = self._store.admin.update_subscription_group(group_from_pb(request.group))
         await self._store.state_replicated(CONFIG)
         return store_pb2.SubscriptionGroupResponse(group=group_pb(cfg))
 
@@ -569,7 +569,7 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
     async def DeleteSubscriptionGroup(
         self, request: store_pb2.DeleteSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
-        self._store.delete_subscription_group(request.group_name)
+        self._store.admin.delete_subscription_group(request.group_name)
         await self._store.state_replicated(CONFIG)
         return store_pb2.DeleteSubscriptionGroupResponse()
 
@@ -578,14 +578,16 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
         self, request: store_pb2.GetSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
         return store_pb2.SubscriptionGroupResponse(
-            group=group_pb(self._store.get_subscription_group(request.group_name))
+            group=group_pb(self._store.admin.get_subscription_group(request.group_name))
         )
 
     @rpc
     async def ListSubscriptionGroups(
         self, request: store_pb2.ListSubscriptionGroupsRequest, context: grpc.aio.ServicerContext
     ):
-        return store_pb2.ListSubscriptionGroupsResponse(groups=[group_pb(g) for g in self._store.subscription_groups()])
+        return store_pb2.ListSubscriptionGroupsResponse(
+            groups=[group_pb(g) for g in self._store.admin.subscription_groups()]
+        )
 
     @rpc
     async def GetStoreStatus(self, request: store_pb2.GetStoreStatusRequest, context: grpc.aio.ServicerContext):

@@ -284,7 +284,7 @@ class Transactions:
         effort: the index answers what the book does not hold). Returns entries read."""
         store = self._store
         limit = self._cap if max_entries is None else max_entries
-        start = store.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_OP_HALF_TOPIC, queue_id=0) or 0
+        start = store.admin.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_OP_HALF_TOPIC, queue_id=0) or 0
         seen = 0
         offset = start
         while seen < limit:
