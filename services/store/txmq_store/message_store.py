@@ -25,7 +25,14 @@ from pathlib import Path
 from txmq.codec_native import fields as record_fields
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
-from txmq.protocol import DELAY_PROPERTIES, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OFFSET, TIMER_TOPIC
+from txmq.protocol import (
+    DELAY_PROPERTIES,
+    HALF_QUEUE_ID,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OFFSET,
+    TIMER_TOPIC,
+    TRANS_CHECK_GROUP,
+)
 from txmq.records import (
     ANY_QUEUE,
     BLANK_MAGIC,
@@ -76,6 +83,7 @@ from .flush import GroupCommit, PeriodicFlusher
 from .idempotence import FirstSend, SendWindow
 from .index import message_key_hash, unique_id_hash
 from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, corrupted, disk_full, is_disk_full
+from .metrics import ReplicaFigures, StoreFigures
 from .model import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
@@ -1758,6 +1766,25 @@ class MessageStore:
             await asyncio.to_thread(self._quarantine.forget_below, lo)
             log.info("deleted %d expired commit-log segments; min offset now %d", deleted, lo)
         return deleted
+
+    def figures(self) -> StoreFigures:
+        """What a metrics scrape reads (metrics.read_store)."""
+        admin = self.admin
+        progress = admin.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=HALF_QUEUE_ID)
+        half_queue = None
+        if progress is None and admin.topics.get(TRANS_HALF_TOPIC) is not None:
+            (q,) = self.queue_offsets(TRANS_HALF_TOPIC, HALF_QUEUE_ID)
+            half_queue = (q.min_offset, q.max_offset)
+        replica = None
+        if self.replicated:
+            lead = self.leadership
+            epoch = lead.epoch if lead is not None else (self.epochs.latest if self.epochs else 0)
+            replica = ReplicaFigures(self.replica_id, lead, epoch, self.high_watermark)
+        return StoreFigures(
+            self.status(), self.settings.commitlog_segment_bytes, self.settings.data_dir,
+            admin.list_consume_offsets(), progress, half_queue, self.timer.wheel.pending, self.timer.last_lag_ms,
+            replica,
+        )  # fmt: skip
 
     def status(self) -> StoreStatus:
         return StoreStatus(
