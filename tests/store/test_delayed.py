@@ -39,7 +39,7 @@ def snapshot(store: MessageStore) -> tuple[Any, ...]:
 
 
 async def deliver(store: MessageStore) -> int:
-    return await store.timer.tick()
+    return await store.timers.timer.tick()
 
 
 async def test_a_delayed_message_is_invisible_until_due_then_visible_once(
@@ -111,7 +111,7 @@ async def test_a_bad_delay_is_refused_typed_and_stores_nothing(
     assert info.value.code == code
     assert info.value.metadata["index"] == "1"
     assert snapshot(store) == before
-    assert store.timer_queue_bounds() == (0, 0)
+    assert store.timers.timer_queue_bounds() == (0, 0)
 
 
 async def test_a_delayed_transactional_message_is_a_type_conflict(store: MessageStore) -> None:
@@ -153,14 +153,14 @@ async def test_many_timers_of_one_second_go_out_in_few_appends(stores: StoreFact
     clock.advance(3_000)
     end_before = store.commitlog.write_offset
     appends = 0
-    real = store.timer_append
+    real = store.timers.timer_append
 
     def counting(*args: Any, **kw: Any) -> Any:
         nonlocal appends
         appends += 1
         return real(*args, **kw)
 
-    store.timer_append = counting  # type: ignore[method-assign]
+    store.timers.timer_append = counting  # type: ignore[method-assign]
     assert await deliver(store) == 500
     assert appends == 5 and store.commitlog.write_offset > end_before
     assert len({m.unique_id for m in visible(store)}) == 500
@@ -175,8 +175,8 @@ async def test_pending_timers_survive_a_clean_restart(stores: StoreFactory, cloc
     await store.close()
     stores.opened.remove(store)
     again = await stores.open()
-    assert again.timer.active and again.timer_queue_bounds() == (0, 2)
-    assert again.timer.wheel.pending == 1  # the checkpoint at close covers "a"
+    assert again.timers.timer.active and again.timers.timer_queue_bounds() == (0, 2)
+    assert again.timers.timer.wheel.pending == 1  # the checkpoint at close covers "a"
     clock.advance(45_000)
     await deliver(again)
     assert sorted(m.body for m in visible(again)) == [b"a", b"b"]
@@ -234,12 +234,12 @@ async def test_a_restart_without_the_timer_checkpoint_finds_what_was_delivered(
     assert await deliver(store) == 10
     await store.close()
     stores.opened.remove(store)
-    (store.timer.path).unlink()  # as if the process died before its first timer checkpoint
+    (store.timers.timer.path).unlink()  # as if the process died before its first timer checkpoint
     again = await stores.open()
-    assert again.timer.wheel.pending == 11  # filed again, each checked before delivery
+    assert again.timers.timer.wheel.pending == 11  # filed again, each checked before delivery
     clock.advance(45_000)
     await deliver(again)
-    assert again.timer.duplicates_skipped == 10
+    assert again.timers.timer.duplicates_skipped == 10
     assert sorted(m.body for m in visible(again)) == sorted([b"%d" % i for i in range(10)] + [b"late"])
 
 
@@ -252,7 +252,7 @@ async def test_a_delayed_message_to_a_deleted_topic_is_dropped_the_others_delive
     store.admin.delete_topic("Other")
     clock.advance(5_000)
     await deliver(store)
-    assert [m.body for m in visible(store)] == [b"kept"] and store.timer.dropped_total == 1
+    assert [m.body for m in visible(store)] == [b"kept"] and store.timers.timer.dropped_total == 1
 
 
 async def test_retention_keeps_the_segment_of_a_pending_timer(stores: StoreFactory, clock: ManualClock) -> None:

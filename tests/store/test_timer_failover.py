@@ -49,20 +49,20 @@ async def test_only_the_leader_delivers_and_a_promoted_follower_delivers_the_res
     results = await leader.send([*early, msg(b"late", topic="T", properties={"TIMER_DELAY_SEC": "50"})])
     assert [r.deliver_at_ms for r in results] == [T0_MS + 5_000] * 3 + [T0_MS + 50_000]
     await ship(leader, follower, lead)
-    if not leader.timer.active:
-        leader.timer.activate()
+    if not leader.timers.timer.active:
+        leader.timers.timer.activate()
     clock.advance(5_000)
-    assert await follower.timer.tick() == 0 and not follower.timer.active  # a follower never delivers
-    await leader.timer.tick()
+    assert await follower.timers.timer.tick() == 0 and not follower.timers.timer.active  # a follower never delivers
+    await leader.timers.timer.tick()
     assert bodies(leader) == [b"e0", b"e1", b"e2"]
     await ship(leader, follower, lead)
     assert bodies(follower) == [b"e0", b"e1", b"e2"]  # the copies are replicated like any message
     leader.end_leadership("handing over")
     follower.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
-    if not follower.timer.active:
-        follower.timer.activate()  # no checkpoint of its own: every timer filed, each checked
-    await follower.timer.tick()
+    if not follower.timers.timer.active:
+        follower.timers.timer.activate()  # no checkpoint of its own: every timer filed, each checked
+    await follower.timers.timer.tick()
     assert bodies(follower) == [b"e0", b"e1", b"e2"]  # the delivered ones are not delivered again
     clock.advance(45_000)
-    await follower.timer.tick()
+    await follower.timers.timer.tick()
     assert bodies(follower) == [b"e0", b"e1", b"e2", b"late"]

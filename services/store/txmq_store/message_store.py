@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from txmq.codec_native import fields as record_fields
 from txmq.errors import TxmqError, error
 from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
 from txmq.protocol import (
@@ -37,9 +36,6 @@ from txmq.records import (
     ANY_QUEUE,
     BLANK_MAGIC,
     PHYSICAL_OFFSET_AT,
-    decode_properties,
-    encode_properties_text,
-    pop_field_properties,
 )
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
@@ -59,7 +55,6 @@ from .codec import (
     PreparedRecord,
     decode_record,
     encode_host,
-    encode_tail,
     read_size_and_magic,
     read_store_timestamp,
     set_queue_id,
@@ -105,14 +100,11 @@ from .offsets import ConsumeOffsetTable
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
 from .replication import CONFIG, FENCES, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
 from .settings import StoreSettings
-from .timer import DROPPED as TIMER_DROPPED
-from .timer import DUPLICATE as TIMER_DUPLICATE
-from .timer import TICK_MS, Timer, delivery_time
+from .timer import Timers, delivery_time
 from .transactions import Fences, Transactions
 from .validation import (
     MessageEncoder,
     MessageLimits,
-    cached_tag_code,
     check_group_name,
     check_topic_name,
 )
@@ -127,8 +119,6 @@ END_OF_TIME_MS = 2**63 - 1
 #: Decisions read into the decision book at start at most (it is a cache: the index
 #: answers the rest), so a long op queue does not slow a restart down.
 WARM_DECISIONS_MAX = 20_000
-#: The timer reads the records of due timers that lie back to back up to this many bytes at once.
-TIMER_READ_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -242,7 +232,23 @@ class MessageStore:
         self._needs_resync = self.replicated and self._resync_marker.exists()
         # Delayed messages (timer.py): delivered by the writable store only.
         self._delay_levels_ms = settings.delay_levels_ms
-        self.timer = Timer(self, path=paths.root / "timer" / "checkpoint", clock=clock)
+        self.timers = Timers(
+            settings, path=paths.root / "timer" / "checkpoint", clock=clock, commitlog=commitlog,
+            dispatcher=dispatcher, topics=topics, queues=self._queues, corruption=self._corruption,
+            append=self._append_copies, settle=self.settle, read_record=self._read_record, may_run=self._timer_may_run,
+        )  # fmt: skip
+
+    def _timer_may_run(self) -> bool:
+        """Timers are delivered by the writable store only: a replicated group's leader
+        once it took writes; never by a follower."""
+        if self._closed or not self._writable or self.commitlog.broken:
+            return False
+        return not self.replicated or (self.leadership is not None and self._writes_ready)
+
+    def _append_copies(self, copies: list[PreparedRecord]) -> Appended:
+        """Timer deliveries: built by the timer, appended as any send."""
+        self._check_writable()
+        return self._append_prepared(copies, {}, [], self._clock())
 
     def _new_transactions(self) -> Transactions:
         return Transactions(
@@ -353,9 +359,8 @@ class MessageStore:
             (s.clean_files_interval_ms, self.clean_expired_files),
         ):
             self._tasks.append(loop.create_task(self._every(interval_ms, job)))
-        if self._timer_may_run():
-            self.timer.activate()  # a store that is writable at once: pending timers filed now
-        self._tasks.append(loop.create_task(self._run_timer()))
+        self.timers.start()
+        self._tasks.append(loop.create_task(self.timers.run(self._stop)))
 
     async def _every(self, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
         while True:
@@ -381,7 +386,7 @@ class MessageStore:
         self._closed = True
         self._stop.set()
         await asyncio.gather(*self._tasks)
-        await self._timer_checkpoint()
+        await self.timers.checkpoint_quietly()
         self._hub.close()
         if self._group_commit is not None:
             await self._group_commit.stop()
@@ -858,203 +863,6 @@ class MessageStore:
         if not pending:
             self._window.forget_pending()  # everything appended is in the index now
 
-    # -- delayed messages (timer.py) ------------------------------------------------------
-
-    def _timer_may_run(self) -> bool:
-        """Timers are delivered by the writable store only: a replicated group's leader
-        once it took writes; never by a follower."""
-        if self._closed or not self._writable or self.commitlog.broken:
-            return False
-        return not self.replicated or (self.leadership is not None and self._writes_ready)
-
-    async def _run_timer(self) -> None:
-        """Every TICK_MS: (de)activate the timer as the store becomes (un)writable,
-        deliver what is due; write the timer checkpoint every
-        flush_consume_queue_interval_ms."""
-        timer = self.timer
-        loop = asyncio.get_running_loop()
-        next_checkpoint = loop.time() + self.settings.flush_consume_queue_interval_ms / 1000
-        while not self._stop.is_set():
-            try:
-                if self._timer_may_run():
-                    if not timer.active:
-                        timer.activate()
-                    await timer.tick()
-                    if loop.time() >= next_checkpoint:
-                        next_checkpoint = loop.time() + self.settings.flush_consume_queue_interval_ms / 1000
-                        await timer.checkpoint()
-                elif timer.active:
-                    timer.deactivate()
-            except Exception:
-                log.exception("the timer's delivery failed; it starts again from its checkpoint")
-                timer.deactivate()
-            delay = TICK_MS / 1000
-            first = timer.wheel.first_second() if timer.active else None
-            if first is not None:  # wake at the second a timer is due, not up to a tick later
-                delay = min(delay, max(0.0, (first * 1000 - self._clock()) / 1000))
-            try:
-                await asyncio.wait_for(self._stop.wait(), delay)
-            except TimeoutError:
-                pass
-
-    async def _timer_checkpoint(self) -> None:
-        try:
-            await self.timer.checkpoint()
-        except Exception:
-            log.exception("writing the timer checkpoint failed")
-
-    def timer_queue_bounds(self) -> tuple[int, int]:
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
-        return (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
-
-    def timer_units(self, offset: int, max_units: int) -> list[tuple[int, int, int]]:
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
-        if cq is None:
-            return []
-        out: list[tuple[int, int, int]] = []
-        while len(out) < max_units and offset < cq.max_offset:
-            units = cq.read_units(offset, max_units - len(out))
-            if units is None:  # expired: its file is gone
-                return out
-            got = list(UNIT.iter_unpack(units))
-            if not got:
-                break
-            out.extend(got)
-            offset += len(got)
-        return out
-
-    def timer_units_at(self, offsets: Sequence[int]) -> list[tuple[int, int, int] | None]:
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
-        if cq is None:
-            return [None] * len(offsets)
-        out: list[tuple[int, int, int] | None] = []
-        i, n = 0, len(offsets)
-        while i < n:
-            j = i + 1
-            while j < n and offsets[j] == offsets[j - 1] + 1:
-                j += 1  # a run of consecutive offsets: one read
-            units = cq.read_units(offsets[i], j - i)
-            got = list(UNIT.iter_unpack(units)) if units else []
-            out.extend(got)
-            out.extend(cq.unit(offsets[k]) for k in range(i + len(got), j))  # past a file's end
-            i = j
-        return out
-
-    def timer_copies(self, entries: Sequence[tuple[int, int, int]], check_below: int) -> list[PreparedRecord | str]:
-        """The real messages of timer records (timer-queue offset, commit-log offset,
-        size), built from the records' bytes: records that lie back to back are read
-        with one pread, each is CRC-checked, and its copy keeps body (and body CRC),
-        flag, born time and host, reconsume times, unique id, tags, keys and user
-        properties; REAL_TOPIC / REAL_QID go, TXMQ_TIMER_OFFSET comes. An entry below
-        ``check_below`` whose copy the real topic already holds is DUPLICATE."""
-        out: list[PreparedRecord | str] = []
-        cl = self.commitlog
-        i, n = 0, len(entries)
-        while i < n:
-            start = entries[i][1]
-            j, end = i + 1, start + entries[i][2]
-            while j < n and entries[j][1] == end and end - start < TIMER_READ_BYTES:
-                end += entries[j][2]  # records back to back: one read
-                j += 1
-            span = cl.read(start, end - start)
-            for timer_offset, phys, size in entries[i:j]:
-                buf, pos = (cl.read(phys, size), 0) if span is None else (span, phys - start)
-                if buf is None:  # its segment is gone (retention keeps pending timers' segments)
-                    log.error("timer %d: no record at %d any more; not delivered", timer_offset, phys)
-                    out.append(TIMER_DROPPED)
-                    continue
-                try:
-                    verify_record(buf, pos, phys)
-                    out.append(self._timer_copy(buf, pos, timer_offset, check_below))
-                except CorruptRecord as exc:
-                    self._corruption.report(phys, str(exc))
-                    log.error("timer %d: its record at %d cannot be read (%s); not delivered", timer_offset, phys, exc)
-                    out.append(TIMER_DROPPED)
-            i = j
-        return out
-
-    def _timer_copy(self, buf: bytes, pos: int, timer_offset: int, check_below: int) -> PreparedRecord | str:
-        (_, body_crc, _, flag, _, phys, _, born_ts, born_host, _, _, reconsume, _, body, _, text) = record_fields(
-            buf, pos
-        )
-        props = decode_properties(text)
-        tags, keys, unique_id = pop_field_properties(props)
-        topic = props.pop(PROPERTY_REAL_TOPIC, "")
-        real_queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
-        cfg = self.admin.topics.get(topic)
-        if cfg is None:
-            log.warning("timer %d: topic %r is gone; its delayed message %s is not delivered", timer_offset, topic,
-                        unique_id)  # fmt: skip
-            return TIMER_DROPPED
-        if timer_offset < check_below and self._timer_copy_exists(topic, unique_id, timer_offset, phys, body_crc):
-            return TIMER_DUPLICATE
-        queue_id = int(real_queue) if real_queue.isdigit() else -1
-        if not 0 <= queue_id < cfg.write_queue_nums:
-            queue_id = self._queues.queue_for_send(cfg, None, 0) if cfg.write_queue_nums else 0
-        props[PROPERTY_TIMER_OFFSET] = str(timer_offset)
-        tail = encode_tail(topic, encode_properties_text(unique_id, tags, keys, props))
-        return PreparedRecord(
-            topic, queue_id, flag, 0, born_ts, born_host, reconsume, 0, body, body_crc, tail,
-            HEADER_SIZE + len(body) + len(tail), cached_tag_code(tags) if tags else 0, tags, keys, unique_id,
-            props, None, True, True,
-        )  # fmt: skip
-
-    def _timer_copy_exists(self, topic: str, unique_id: str, timer_offset: int, after: int, body_crc: int) -> bool:
-        """Whether ``topic`` holds a delivered copy of a timer record (at ``after``): a
-        record after it with its unique id, carrying its timer-queue offset
-        (TXMQ_TIMER_OFFSET) and its body."""
-        want = str(timer_offset)
-        dispatched = self._dispatcher.dispatched_offset
-        for offset in self._dispatcher.index.lookup(unique_id_hash(unique_id), begin_ms=0, end_ms=END_OF_TIME_MS):
-            if not after < offset < dispatched:
-                continue
-            try:
-                msg = self._read_record(offset, boundary=True)
-            except TxmqError:
-                continue
-            if (
-                msg is not None
-                and msg.topic == topic
-                and msg.properties.get(PROPERTY_TIMER_OFFSET) == want
-                and msg.body_crc == body_crc
-            ):
-                return True
-        return False
-
-    def timer_append(self, copies: list[PreparedRecord]) -> Appended:
-        self._check_writable()
-        return self._append_prepared(copies, {}, [], self._clock())
-
-    async def timer_settle(self, appended: Appended) -> SendStatus:
-        return await self.settle(appended)
-
-    async def timer_flush(self, upto: int) -> None:
-        if upto > self.commitlog.flushed_offset:
-            await asyncio.to_thread(self.commitlog.flush, upto)
-
-    def timer_batch_limits(self) -> tuple[int, int]:
-        return self.settings.max_batch_messages, self.settings.max_batch_bytes
-
-    def _timer_keep_from(self) -> int | None:
-        """The commit-log offset of the oldest pending timer record (retention keeps it)."""
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
-        if cq is None or cq.max_offset == cq.min_offset:
-            return None
-        low = self.timer.keep_from()
-        low = cq.min_offset if low is None else max(low, cq.min_offset)
-        if not self.timer.active:
-            # A follower (or a store whose timer has not started): keep from the first
-            # timer not yet due, for a leader to come.
-            now = self._clock()
-            stop = min(cq.max_offset, low + 100_000)  # bounded: at worst it keeps more
-            while low < stop:
-                unit = cq.unit(low)
-                if unit is None or (unit[1] and unit[2] > now):
-                    break
-                low += 1
-        unit = cq.unit(low)
-        return None if unit is None else unit[0]
-
     # -- replicated store groups (docs/replication.md) -------------------------------------
 
     @property
@@ -1234,8 +1042,8 @@ class MessageStore:
         except OSError:
             shutil.rmtree(aside, ignore_errors=True)  # nothing was cut: the log stays as it was
             raise
-        if self.timer.path.exists():  # its offsets point into the log set aside
-            os.replace(self.timer.path, aside / "timer-checkpoint")
+        if self.timers.timer.path.exists():  # its offsets point into the log set aside
+            os.replace(self.timers.timer.path, aside / "timer-checkpoint")
         self.needs_resync = True
         self._cut(0)
         self.follower_high_watermark = 0
@@ -1754,7 +1562,7 @@ class MessageStore:
         if reserved == 0:
             return 0
         keep_from = min(self._dispatcher.dispatched_offset, self.commitlog.flushed_offset)
-        timers_from = self._timer_keep_from()
+        timers_from = self.timers.keep_from_offset()
         if timers_from is not None:
             keep_from = min(keep_from, timers_from)
         deleted = self.commitlog.delete_segments(expired_before_ms=self._clock() - reserved, keep_from=keep_from)
@@ -1780,10 +1588,10 @@ class MessageStore:
             lead = self.leadership
             epoch = lead.epoch if lead is not None else (self.epochs.latest if self.epochs else 0)
             replica = ReplicaFigures(self.replica_id, lead, epoch, self.high_watermark)
+        timer = self.timers.timer
         return StoreFigures(
             self.status(), self.settings.commitlog_segment_bytes, self.settings.data_dir,
-            admin.list_consume_offsets(), progress, half_queue, self.timer.wheel.pending, self.timer.last_lag_ms,
-            replica,
+            admin.list_consume_offsets(), progress, half_queue, timer.wheel.pending, timer.last_lag_ms, replica,
         )  # fmt: skip
 
     def status(self) -> StoreStatus:
