@@ -28,7 +28,7 @@ def visible(store: MessageStore, topic: str = "TopicA") -> list[StoredMessage]:
     for q in store.queue_offsets(topic):
         offset = 0
         while offset < q.max_offset:
-            got = store.get_message(topic=topic, queue_id=q.queue_id, offset=offset, max_messages=1000)
+            got = store.reader.get_message(topic=topic, queue_id=q.queue_id, offset=offset, max_messages=1000)
             out.extend(got.messages)
             offset = got.next_begin_offset
     return out
@@ -48,7 +48,7 @@ async def test_a_delayed_message_is_invisible_until_due_then_visible_once(
     (r,) = await store.send([msg(b"later", tags="t", keys=("k1",), properties={"TIMER_DELAY_SEC": "10", "u": "v"})])
     assert (r.topic, r.queue_offset, r.deliver_at_ms) == ("TopicA", -1, T0_MS + 10_000)
     assert 0 <= r.queue_id < 4
-    timer_record = store.view_message(r.commit_log_offset)
+    timer_record = store.reader.view_message(r.commit_log_offset)
     assert timer_record.topic == TIMER_TOPIC
     assert timer_record.properties[PROPERTY_TIMER_DELIVER_MS] == str(T0_MS + 10_000)
     assert "TIMER_DELAY_SEC" not in timer_record.properties

@@ -122,12 +122,12 @@ def ids_found(store: MessageStore, ids: list[str]) -> list[str]:
 
 
 def queue_bodies(store: MessageStore, queue_id: int = 0) -> int:
-    r = store.get_message(topic="TopicA", queue_id=queue_id, offset=0, max_messages=10_000)
+    r = store.reader.get_message(topic="TopicA", queue_id=queue_id, offset=0, max_messages=10_000)
     n, offset = 0, 0
     while r.messages:
         n += len(r.messages)
         offset = r.next_begin_offset
-        r = store.get_message(topic="TopicA", queue_id=queue_id, offset=offset, max_messages=10_000)
+        r = store.reader.get_message(topic="TopicA", queue_id=queue_id, offset=offset, max_messages=10_000)
     return n
 
 
@@ -300,7 +300,7 @@ async def test_a_power_cut_loses_no_acknowledged_message(ext4: tuple[Path, Path]
 def queue_bodies_topic(store: MessageStore, queue_id: int) -> int:
     n, offset = 0, 0
     while True:
-        r = store.get_message(topic="TopicA", queue_id=queue_id, offset=offset, max_messages=10_000)
+        r = store.reader.get_message(topic="TopicA", queue_id=queue_id, offset=offset, max_messages=10_000)
         if not r.messages:
             return n
         n += len(r.messages)

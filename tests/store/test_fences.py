@@ -159,7 +159,7 @@ async def test_send_batch_of_half_messages(grpc_store: GrpcStore) -> None:
     assert [r.queue.topic for r in resp.results] == ["TopicA"] * 6
     assert [r.queue.queue_id for r in resp.results] == [i % 4 for i in range(6)]
     assert all(r.transaction_id and r.transaction_id == r.msg_id for r in resp.results)
-    halves = grpc_store.store.get_message(topic=TRANS_HALF_TOPIC, queue_id=0, offset=0).messages
+    halves = grpc_store.store.reader.get_message(topic=TRANS_HALF_TOPIC, queue_id=0, offset=0).messages
     assert [m.queue_offset for m in halves] == [r.queue_offset for r in resp.results]
     missing_group = store_pb2.SendBatchRequest(
         messages=[common_pb2.Message(topic="TopicA", body=b"x")], transaction_prepared=True

@@ -25,7 +25,7 @@ GROUP = "PG"
 def bodies(store: MessageStore, topic: str = "TopicA", queues: int = 4) -> list[bytes]:
     out = []
     for q in range(queues):
-        got = store.get_message(topic=topic, queue_id=q, offset=0, max_messages=64)
+        got = store.reader.get_message(topic=topic, queue_id=q, offset=0, max_messages=64)
         if got.status == GetMessageStatus.FOUND:
             out += [m.body for m in got.messages]
     return sorted(out)

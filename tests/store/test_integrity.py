@@ -63,7 +63,7 @@ def read_all(store: MessageStore, offset: int = 0, *, raw: bool = False) -> tupl
     got: list[int] = []
     while True:
         try:
-            r = store.get_message(topic="TopicA", queue_id=0, offset=offset, raw=raw)
+            r = store.reader.get_message(topic="TopicA", queue_id=0, offset=offset, raw=raw)
         except TxmqError as exc:
             return got, exc
         if raw:
@@ -116,7 +116,7 @@ async def test_damage_in_an_old_segment_is_an_error_never_data(
     assert (got, err) == (list(range(victim + 1, 300)), None)
     # Every other way to the record says so too.
     for read in (
-        lambda: store.view_message(offsets[victim]),
+        lambda: store.reader.view_message(offsets[victim]),
         lambda: store.query_messages(unique_id=f"U{victim}"),
         lambda: store.query_messages(topic="TopicA", key=f"k{victim}"),
     ):
@@ -177,7 +177,7 @@ async def test_damage_below_the_checkpoint_keeps_the_intact_records_after_it(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert found_ids(again, range(246, 260)) == list(range(246, 260))
     with pytest.raises(TxmqError) as info:
-        again.view_message(offsets[200])
+        again.reader.view_message(offsets[200])
     assert info.value.code == errors_pb2.CODE_DATA_CORRUPTED
 
 

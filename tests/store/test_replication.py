@@ -203,11 +203,11 @@ async def test_a_send_is_acknowledged_and_visible_only_once_the_follower_holds_i
     settle = asyncio.ensure_future(leader.settle(appended))
     await asyncio.sleep(0)
     assert not settle.done()
-    assert leader.get_message(topic="T", queue_id=0, offset=0).messages == []  # beyond the high watermark
+    assert leader.reader.get_message(topic="T", queue_id=0, offset=0).messages == []  # beyond the high watermark
     await _ship(leader, follower, lead)
     assert await settle == SendStatus.OK
     for store in (leader, follower):
-        got = store.get_message(topic="T", queue_id=0, offset=0)
+        got = store.reader.get_message(topic="T", queue_id=0, offset=0)
         assert [m.body for m in got.messages] == [b"one", b"two"]
     # A follower refuses writes, naming its leader when it knows it.
     follower.leader_hint = ("a", "10.0.0.1:10911")
@@ -287,7 +287,7 @@ async def test_a_new_leader_keeps_the_check_loop_fences_and_forgets_deleted_topi
     leader.transactions.fences.admit(7)
     follower.adopt_configs(topics=leader.config_documents()[0], fences=leader.fences_document()[1])
     await _ship(leader, follower, lead)
-    assert follower.get_message(topic="Gone", queue_id=0, offset=0).messages
+    assert follower.reader.get_message(topic="Gone", queue_id=0, offset=0).messages
     leader.admin.delete_topic("Gone")
     follower.adopt_configs(topics=leader.config_documents()[0])
     assert follower._dispatcher.consume_queue("Gone", 0) is None
@@ -388,7 +388,7 @@ async def test_a_retry_reaching_the_new_leader_is_answered_from_the_window(store
     follower.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
     [again] = await follower.send([msg(b"once", topic="T", unique_id="U1")])
     assert again.duplicate and again.commit_log_offset == first.offsets[0] and again.queue_offset == 0
-    assert [m.body for m in follower.get_message(topic="T", queue_id=0, offset=0).messages] == [b"once"]
+    assert [m.body for m in follower.reader.get_message(topic="T", queue_id=0, offset=0).messages] == [b"once"]
 
 
 # -- readiness: an in-sync copy of the group, or not ------------------------------------------
@@ -492,7 +492,7 @@ async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_a
     aside = tmp_path / "aside"
     follower.reseed(aside)
     assert follower.needs_resync and follower.commitlog.write_offset == 0
-    assert follower.get_message(topic="T", queue_id=0, offset=0).messages == []
+    assert follower.reader.get_message(topic="T", queue_id=0, offset=0).messages == []
     # Its old log is kept aside, byte for byte (hard links), until it is in sync.
     [kept] = sorted((aside / "commitlog").iterdir())
     assert kept.read_bytes()[:old_end] == old_bytes and (aside / "epochs.json").exists()
@@ -512,9 +512,9 @@ async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_a
     assert not follower.needs_resync and follower.commitlog.min_offset == start
     assert follower.commitlog.read(start, end - start) == leader.commitlog.read(start, end - start)
     lo = leader.queue_offsets("T")[0].min_offset
-    bodies = [m.body for m in leader.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages]
+    bodies = [m.body for m in leader.reader.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages]
     assert bodies and bodies == [
-        m.body for m in follower.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages
+        m.body for m in follower.reader.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages
     ]
 
 

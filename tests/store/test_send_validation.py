@@ -131,4 +131,4 @@ async def test_system_sends_may_write_system_topics(strict: MessageStore) -> Non
         system=True,
     )
     assert (r.topic, r.queue_id, r.queue_offset) == ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, 0)
-    assert strict.view_message(r.commit_log_offset).properties == {"TRANSACTION_CHECK_TIMES": "2"}
+    assert strict.reader.view_message(r.commit_log_offset).properties == {"TRANSACTION_CHECK_TIMES": "2"}

@@ -64,7 +64,7 @@ async def test_first_send_back_goes_to_the_retry_topic(stores: StoreFactory) -> 
     assert not out.dead_lettered and not out.duplicate
     assert out.reconsume_times == 1
     assert out.result.topic == retry_topic(GROUP)
-    copy = store.view_message(out.result.commit_log_offset)
+    copy = store.reader.view_message(out.result.commit_log_offset)
     assert copy.topic == retry_topic(GROUP)
     assert (copy.body, copy.tags, copy.keys, copy.unique_id) == (b"payload", "TagA", ("k1", "k2"), uid)
     assert copy.properties["color"] == "red"
@@ -86,12 +86,12 @@ async def test_counts_come_from_the_stored_record_until_the_dead_letter_topic(st
     for _ in range(4):
         out = await core.send_back(group=GROUP, commit_log_offset=offset, unique_id=uid, max_reconsume_times=3)
         seen.append((out.reconsume_times, out.dead_lettered))
-        copy = store.view_message(out.result.commit_log_offset)
+        copy = store.reader.view_message(out.result.commit_log_offset)
         if not out.dead_lettered:
             assert copy.properties[PROPERTY_DELAY_LEVEL] == str(min(3 + out.reconsume_times - 1, 6))
         offset = out.result.commit_log_offset  # the consumer now fails the retry copy
     assert seen == [(1, False), (2, False), (3, False), (4, True)]
-    dead = store.view_message(offset)
+    dead = store.reader.view_message(offset)
     assert dead.topic == dlq_topic(GROUP)
     assert dead.properties[PROPERTY_DLQ_ORIGIN_TOPIC] == "TopicA"  # the first topic, not %RETRY%
     assert dead.properties[PROPERTY_RETRY_TOPIC] == "TopicA"
@@ -120,7 +120,7 @@ async def test_explicit_level_and_retry_queue_nums(stores: StoreFactory) -> None
     store.admin.create_subscription_group(SubscriptionGroupConfig(GROUP, retry_queue_nums=3))
     offset, uid = await _sent(store)
     out = await SendBack(store).send_back(group=GROUP, commit_log_offset=offset, unique_id=uid, delay_level=6)
-    assert store.view_message(out.result.commit_log_offset).properties[PROPERTY_DELAY_LEVEL] == "6"
+    assert store.reader.view_message(out.result.commit_log_offset).properties[PROPERTY_DELAY_LEVEL] == "6"
     assert store.admin.get_topic(retry_topic(GROUP)).write_queue_nums == 3
 
 

@@ -33,7 +33,7 @@ async def ship(leader: MessageStore, follower: MessageStore, lead: Leadership) -
 
 
 def bodies(store: MessageStore) -> list[bytes]:
-    got = store.get_message(topic="T", queue_id=0, offset=0, max_messages=100)
+    got = store.reader.get_message(topic="T", queue_id=0, offset=0, max_messages=100)
     return sorted(m.body for m in got.messages)
 
 

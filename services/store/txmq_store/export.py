@@ -345,7 +345,7 @@ class LocalSource:
 
     async def read(self, topic: str, queue_id: int, offset: int, max_messages: int) -> ReadResult:
         try:
-            r = self._store.get_message(topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages)
+            r = self._store.reader.get_message(topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages)
         except TxmqError as exc:
             if exc.code != errors_pb2.CODE_DATA_CORRUPTED:
                 raise
@@ -355,7 +355,7 @@ class LocalSource:
 
     async def committed_copy(self, transaction_id: str) -> Record | None:
         try:
-            found = self._store.query_messages(unique_id=transaction_id, max_results=1000)
+            found = self._store.reader.query_messages(unique_id=transaction_id, max_results=1000)
         except TxmqError as exc:
             if exc.code != errors_pb2.CODE_DATA_CORRUPTED:
                 raise

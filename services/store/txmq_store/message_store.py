@@ -16,14 +16,13 @@ import logging
 import os
 import shutil
 import socket
-import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from txmq.errors import TxmqError, error
-from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
+from txmq.errors import error
+from txmq.ids import encode_offset_msg_id
 from txmq.protocol import (
     DELAY_PROPERTIES,
     HALF_QUEUE_ID,
@@ -35,7 +34,6 @@ from txmq.protocol import (
 from txmq.records import (
     ANY_QUEUE,
     BLANK_MAGIC,
-    PHYSICAL_OFFSET_AT,
 )
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
@@ -44,22 +42,16 @@ from txmq_runtime.settings import describe
 
 from . import metrics as store_metrics
 from .admin import ConfigAdmin, not_found
-from .arrivals import ArrivalHub, ArrivalWatcher
+from .arrivals import ArrivalHub
 from .codec import (
     BLANK_SIZE,
-    HEADER_SIZE,
-    MESSAGE_MAGIC,
-    MIN_RECORD_SIZE,
     UNKNOWN_HOST,
     CorruptRecord,
     PreparedRecord,
-    decode_record,
     encode_host,
     read_size_and_magic,
-    read_store_timestamp,
     set_queue_id,
     split_host_port,
-    verify_record,
 )
 from .commitlog import CommitLog, Fsync
 from .configs import (
@@ -70,14 +62,11 @@ from .configs import (
     WriteQueues,
     is_system_topic,
 )
-from .consumequeue import UNIT
 from .dispatch import Dispatcher
 from .fileio import fsync_path, write_json_atomically
-from .filters import MessageFilter
 from .flush import GroupCommit, PeriodicFlusher
 from .idempotence import FirstSend, SendWindow
-from .index import message_key_hash, unique_id_hash
-from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, corrupted, disk_full, is_disk_full
+from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, disk_full, is_disk_full
 from .metrics import ReplicaFigures, StoreFigures
 from .model import (
     PROPERTY_PRODUCER_GROUP,
@@ -85,18 +74,15 @@ from .model import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     TRANSACTION_TYPE_MASK,
-    GetMessageResult,
-    GetMessageStatus,
     OutgoingMessage,
     QueueOffsets,
     SendResult,
     SendStatus,
     StoredMessage,
     StoreStatus,
-    is_indexed,
-    takes_queue_slot,
 )
 from .offsets import ConsumeOffsetTable
+from .reads import DEFAULT_MAX_MESSAGES, Reader
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
 from .replication import CONFIG, FENCES, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
 from .settings import StoreSettings
@@ -112,10 +98,6 @@ from .validation import (
 log = logging.getLogger("txmq.store")
 
 Clock = WallClock  # milliseconds since the epoch (txmq_runtime.clock's rule)
-DEFAULT_MAX_MESSAGES = 32
-MAX_QUERY_RESULTS = 1000
-SCAN_BYTES = 16_000  # consume-queue bytes one read may scan at least (RocketMQ)
-END_OF_TIME_MS = 2**63 - 1
 #: Decisions read into the decision book at start at most (it is a cache: the index
 #: answers the rest), so a long op queue does not slow a restart down.
 WARM_DECISIONS_MAX = 20_000
@@ -187,7 +169,6 @@ class MessageStore:
             max_properties_bytes=settings.max_properties_bytes,
             max_record_bytes=commitlog.max_record_size(),
         )
-        self._memory_window = settings.physical_memory() * settings.access_message_in_memory_max_ratio_percent // 100
         self._queues = WriteQueues({key: cq.max_offset for key, cq in dispatcher.queues.items()})
         self.admin = ConfigAdmin(
             settings, topics=topics, groups=groups, offsets=offsets, dispatcher=dispatcher, queues=self._queues,
@@ -209,6 +190,10 @@ class MessageStore:
         self._unsynced: set[Path] = set()
         self._quarantine = quarantine or Quarantine(paths.quarantine)
         self._corruption = corruption or CorruptionLog()
+        self.reader = Reader(
+            settings, commitlog=commitlog, dispatcher=dispatcher, admin=self.admin, hub=hub,
+            quarantine=self._quarantine, corruption=self._corruption, check_open=self._check_open,
+        )  # fmt: skip
         self._free_space = FreeSpaceGuard(commitlog.directory, min_free_bytes=settings.disk_min_free_bytes)
         # Idempotent sends (idempotence.py): earlier sends found through the index.
         self._window = SendWindow(settings.idempotence_window_ms, lambda: self._dispatcher.index, self._read_first)
@@ -235,7 +220,8 @@ class MessageStore:
         self.timers = Timers(
             settings, path=paths.root / "timer" / "checkpoint", clock=clock, commitlog=commitlog,
             dispatcher=dispatcher, topics=topics, queues=self._queues, corruption=self._corruption,
-            append=self._append_copies, settle=self.settle, read_record=self._read_record, may_run=self._timer_may_run,
+            append=self._append_copies, settle=self.settle, read_record=self.reader.read_record,
+            may_run=self._timer_may_run,
         )  # fmt: skip
 
     def _timer_may_run(self) -> bool:
@@ -1157,351 +1143,22 @@ class MessageStore:
         if fences:
             self.transactions.fences.adopt(json.loads(fences))
 
-    # -- reading -------------------------------------------------------------------------
-
-    def get_message(
-        self,
-        *,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_messages: int = DEFAULT_MAX_MESSAGES,
-        message_filter: MessageFilter | None = None,
-        raw: bool = False,
-    ) -> GetMessageResult:
-        """RocketMQ's getMessage: status and next offset rules of seed 004. ``raw``: the
-        result holds the records as stored (``records``), decoded only as far as an SQL92
-        filter must read them, instead of decoded messages."""
-        cfg = self.admin.topics.get(topic)
-        if cfg is None:
-            # Unknown: a status (NO_MATCHED_LOGIC_QUEUE, as RocketMQ's store), unless the
-            # name itself is illegal (empty, bad characters): ILLEGAL_TOPIC.
-            check_topic_name(topic)
-        if offset < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
-        if max_messages < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"max_messages {max_messages} is negative")
-        max_messages = max_messages or DEFAULT_MAX_MESSAGES
-        if queue_id < 0 or (cfg is not None and queue_id >= cfg.read_queue_nums):
-            raise error(
-                errors_pb2.CODE_ILLEGAL_QUEUE_ID,
-                f"queue {queue_id} of {topic} is not readable",
-                topic=topic, queue_id=str(queue_id),
-            )  # fmt: skip
-        cq = self._dispatcher.consume_queue(topic, queue_id)
-        if cq is None:
-            # RocketMQ creates a queue on first access: a known topic's unwritten queue
-            # is an empty queue; only an unknown one has no logic queue.
-            status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE if cfg is None else GetMessageStatus.NO_MESSAGE_IN_QUEUE
-            return GetMessageResult(status, 0, 0, 0)
-        lo, hi = cq.min_offset, cq.max_offset
-        if hi == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
-        if offset < lo:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-        if offset > hi:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
-        units = cq.read_units(offset, max(SCAN_BYTES, max_messages * UNIT.size) // UNIT.size)
-        if units is None:
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
-        return self._scan(units, offset, lo, hi, max_messages, message_filter, topic=topic, queue_id=queue_id, raw=raw)
-
-    def _scan(
-        self, units: bytes, offset: int, lo: int, hi: int, max_messages: int, message_filter: MessageFilter | None,
-        *, topic: str, queue_id: int, raw: bool = False,
-    ) -> GetMessageResult:  # fmt: skip
-        """Every record served is CRC-checked (once). A damaged one ends the batch: the
-        intact messages before it are returned and the next read starts at it; a read
-        that starts at it raises CODE_DATA_CORRUPTED (its metadata names the queue
-        offset after it, where a consumer may resume by committing it)."""
-        cl = self.commitlog
-        max_phy = cl.max_offset
-        memory = self._memory_window
-        predicate = message_filter.predicate if message_filter else None
-        tag_filter = message_filter if message_filter and message_filter.tags else None
-        status = GetMessageStatus.NO_MATCHED_MESSAGE
-        taken: list[StoredMessage] = []
-        records: list[bytes] = []
-        count = 0
-        total_bytes = 0
-        next_file_start = -1
-        max_phy_pulling = 0
-        scanned = 0
-        # Records of a queue often follow each other in the commit log: one pread serves
-        # those that lie in the chunk read last.
-        chunk, chunk_start, chunk_end = b"", 0, 0
-        read_ahead = self.settings.max_transfer_bytes_in_memory
-        for phys, size, tag_code in UNIT.iter_unpack(units):
-            if size == 0:
-                scanned += 1  # a gap: a record recovery found damaged, its queue rebuilt
-                continue
-            max_phy_pulling = phys
-            if next_file_start >= 0 and phys < next_file_start:
-                scanned += 1
-                continue
-            if self._batch_full(size, max_messages, total_bytes, count, in_disk=max_phy - phys > memory):
-                break
-            scanned += 1
-            if tag_filter is not None and not tag_filter.match_tag_code(tag_code):
-                if total_bytes == 0:
-                    status = GetMessageStatus.NO_MATCHED_MESSAGE
-                continue
-            if chunk_start <= phys and phys + size <= chunk_end:
-                buf: bytes | None = chunk[phys - chunk_start : phys - chunk_start + size]
-            else:
-                buf = cl.read_ahead(phys, size, read_ahead)
-                if buf is not None:
-                    chunk, chunk_start, chunk_end = buf, phys, phys + len(buf)
-                    buf = buf[:size] if len(buf) > size else buf
-            if buf is None:
-                if total_bytes == 0:
-                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                next_file_start = cl.roll_next_file(phys)
-                continue
-            try:
-                if raw and predicate is None:
-                    verify_record(buf, 0, phys)
-                    msg = None
-                else:
-                    msg = decode_record(buf, verify_crc=True, expected_offset=phys)
-            except CorruptRecord as exc:
-                self._corruption.report(phys, str(exc))
-                if count:
-                    scanned -= 1  # the next read starts at the damaged record
-                    break
-                at = offset + scanned - 1
-                raise corrupted(
-                    phys, str(exc), topic=topic, queue_id=str(queue_id), queue_offset=str(at), next_offset=str(at + 1)
-                ) from None
-            if predicate is not None and not predicate(msg.all_properties()):  # type: ignore[union-attr]
-                if total_bytes == 0:
-                    status = GetMessageStatus.NO_MATCHED_MESSAGE
-                continue
-            if raw:
-                records.append(buf)
-            else:
-                taken.append(msg)  # type: ignore[arg-type]
-            count += 1
-            total_bytes += size
-            status = GetMessageStatus.FOUND
-            next_file_start = -1
-        return GetMessageResult(
-            status,
-            offset + scanned,
-            lo,
-            hi,
-            taken,
-            suggest_pulling_from_replica=max_phy - max_phy_pulling > memory,
-            records=records,
-        )
-
-    def _batch_full(self, size: int, max_messages: int, total_bytes: int, count: int, *, in_disk: bool) -> bool:
-        """RocketMQ isTheBatchFull."""
-        if total_bytes == 0 or count == 0:
-            return False
-        if count >= max_messages:
-            return True
-        s = self.settings
-        if in_disk:
-            return total_bytes + size > s.max_transfer_bytes_on_disk or count > s.max_transfer_count_on_disk - 1
-        return total_bytes + size > s.max_transfer_bytes_in_memory or count > s.max_transfer_count_in_memory - 1
-
-    def view_message(self, commit_log_offset: int) -> StoredMessage:
-        """The record that begins at ``commit_log_offset`` (a caller's offset: see
-        ``_record_at`` for when a record counts as beginning there)."""
-        if commit_log_offset < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"commit-log offset {commit_log_offset} is negative")
-        msg = None
-        if commit_log_offset < self._dispatcher.dispatched_offset:
-            msg = self._record_at(commit_log_offset)
-        if msg is None:
-            raise not_found(
-                errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message at commit-log offset {commit_log_offset}",
-                commit_log_offset=str(commit_log_offset),
-            )  # fmt: skip
-        return msg
-
-    def view_message_by_id(self, offset_msg_id: str) -> StoredMessage:
-        try:
-            host, port, offset = decode_offset_msg_id(offset_msg_id)
-        except ValueError as exc:
-            raise error(errors_pb2.CODE_ILLEGAL_MESSAGE_ID, str(exc), offset_msg_id=offset_msg_id) from exc
-        msg = self.view_message(offset)
-        if (msg.store_host, msg.store_port) != (host, port):
-            raise not_found(
-                errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message {offset_msg_id} (stored by {host}:{port})",
-                offset_msg_id=offset_msg_id,
-            )  # fmt: skip
-        return msg
-
-    def query_messages(
-        self,
-        *,
-        topic: str = "",
-        key: str = "",
-        unique_id: str = "",
-        max_results: int = DEFAULT_MAX_MESSAGES,
-        begin_timestamp_ms: int = 0,
-        end_timestamp_ms: int = 0,
-    ) -> list[StoredMessage]:
-        """Messages by key (topic required) or by unique id (topic optional; matches a
-        half message's real topic too), stored within the time window, in commit-log
-        order: the newest ``max_results`` matches."""
-        if bool(key) == bool(unique_id):
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "query by exactly one of key and unique id")
-        if key:
-            if not topic:
-                raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "a query by key needs a topic")
-            check_topic_name(topic)
-        if max_results < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"max_results {max_results} is negative")
-        limit = min(max_results or DEFAULT_MAX_MESSAGES, MAX_QUERY_RESULTS)
-        begin = begin_timestamp_ms
-        end = end_timestamp_ms or END_OF_TIME_MS
-        index_hash = message_key_hash(topic, key) if key else unique_id_hash(unique_id)
-        found: list[StoredMessage] = []
-        dispatched = self._dispatcher.dispatched_offset
-        damaged: TxmqError | None = None
-        for offset in self._dispatcher.index.lookup(index_hash, begin_ms=begin, end_ms=end):
-            try:
-                msg = self._read_record(offset, boundary=True) if offset < dispatched else None
-            except TxmqError as exc:  # a damaged candidate: it may or may not be a match
-                damaged = damaged or exc
-                continue
-            if msg is None or not begin <= msg.store_timestamp_ms <= end:
-                continue
-            cfg = self.admin.topics.get(msg.topic)
-            if cfg is not None and offset < cfg.since_offset:
-                continue  # a deleted namesake's message
-            if key:
-                ok = msg.topic == topic and key in msg.keys
-            else:
-                real = msg.properties.get(PROPERTY_REAL_TOPIC)
-                ok = msg.unique_id == unique_id and (not topic or topic in (msg.topic, real))
-            if ok:
-                found.append(msg)
-                if len(found) >= limit:
-                    break
-        if not found and damaged is not None:
-            raise damaged  # the only candidates are damaged: "not found" would be a guess
-        found.sort(key=lambda m: m.commit_log_offset)
-        return found
-
-    def indexed_below(self, unique_id: str, bound: int) -> bool:
-        """Whether the index holds a candidate for ``unique_id`` (its hash: collisions
-        count too) at a commit-log offset below ``bound``: a walk of one hash chain, no
-        record read."""
-        return self._dispatcher.index.any_below(unique_id_hash(unique_id), bound)
-
-    def _record_at(self, offset: int) -> StoredMessage | None:
-        """The dispatched record that begins at ``offset``, an offset a caller named
-        (ViewMessage, DecideTransactions, RequeueHalves); None when no record is known
-        to begin there. Bytes that claim to be a record at ``offset`` prove nothing: a
-        message's body may hold a well-formed record that claims the offset where the
-        body lands. A record counts only when the store's own dispatch put it there
-        (``_dispatched_at``). A record known to begin there that fails its CRC raises
-        CODE_DATA_CORRUPTED (reported); so do bytes that claim to be a record there and
-        fail their CRC, unreported (damage or a forgery: the store cannot tell)."""
-        if self._quarantine.find(offset) is not None:  # recovery found damage there
-            msg = self._read_record(offset, boundary=True)
-            return msg if msg is not None and self._dispatched_at(msg) else None
-        cl = self.commitlog
-        head = cl.read(offset, HEADER_SIZE)
-        if head is None:
-            return None
-        size, magic = read_size_and_magic(head)
-        if magic != MESSAGE_MAGIC or _PHYSICAL.unpack_from(head, PHYSICAL_OFFSET_AT)[0] != offset:
-            return None
-        buf = cl.read(offset, size) if size >= MIN_RECORD_SIZE else None
-        try:
-            if buf is None:
-                raise CorruptRecord(f"impossible size {size} at {offset}")
-            msg = decode_record(buf, verify_crc=True, expected_offset=offset)
-        except CorruptRecord as exc:
-            claimed = _claims(buf)
-            if claimed is not None and self._dispatched_at(claimed):
-                self._corruption.report(offset, str(exc))
-            raise corrupted(offset, str(exc)) from None
-        return msg if self._dispatched_at(msg) else None
-
-    def _dispatched_at(self, msg: StoredMessage) -> bool:
-        """Whether dispatch put the record ``msg`` claims to be at its commit-log offset.
-        A record that takes a queue slot: the unit at its queue offset in the consume
-        queue of its topic and queue names that offset and size (one unit read). A
-        prepared record (no queue slot, indexed): the unique-id index holds an entry
-        at that offset, in a live topic. A rolled-back record (no unit, not indexed):
-        never (txmq writes none; only a log scan could vouch for one)."""
-        offset = msg.commit_log_offset
-        if takes_queue_slot(msg.sys_flag):
-            cq = self._dispatcher.consume_queue(msg.topic, msg.queue_id)
-            unit = cq.unit(msg.queue_offset) if cq is not None else None
-            return unit is not None and unit[0] == offset and unit[1] == msg.store_size
-        if not is_indexed(msg.sys_flag):
-            return False
-        cfg = self.admin.topics.get(msg.topic)
-        if cfg is None or offset < cfg.since_offset:
-            return False
-        return self._dispatcher.index.holds(unique_id_hash(msg.unique_id), offset)
-
-    def _read_record(self, offset: int, *, boundary: bool) -> StoredMessage | None:
-        """commitlog.read_record, with a damaged record reported and raised as
-        CODE_DATA_CORRUPTED."""
-        try:
-            return self.commitlog.read_record(offset, boundary=boundary)
-        except CorruptRecord as exc:
-            self._corruption.report(offset, str(exc))
-            raise corrupted(offset, str(exc)) from None
-
-    def queue_offsets(self, topic: str, queue_id: int | None = None) -> list[QueueOffsets]:
-        cfg = self.admin.require_topic(topic)
-        n = max(cfg.read_queue_nums, cfg.write_queue_nums)
-        if queue_id is not None and not 0 <= queue_id < n:
-            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no queue {queue_id}")
-        out = []
-        for q in [queue_id] if queue_id is not None else range(n):
-            cq = self._dispatcher.consume_queue(topic, q)
-            if cq is None:
-                out.append(QueueOffsets(q, 0, 0, 0))
-                continue
-            last = cq.unit(cq.max_offset - 1)
-            ts = self._store_timestamp(last[0]) if last else None
-            out.append(QueueOffsets(q, cq.min_offset, cq.max_offset, ts or 0))
-        return out
-
-    def _store_timestamp(self, commit_log_offset: int) -> int | None:
-        head = self.commitlog.read(commit_log_offset, HEADER_SIZE)
-        return None if head is None else read_store_timestamp(head)
-
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The first queue offset whose message was stored at or after
-        ``timestamp_ms``; the max offset when there is none."""
-        cfg = self.admin.require_topic(topic)
-        if not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
-            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no queue {queue_id}")
-        cq = self._dispatcher.consume_queue(topic, queue_id)
-        if cq is None:
-            return 0
-        lo, hi = cq.min_offset, cq.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            unit = cq.unit(mid)
-            ts = self._store_timestamp(unit[0]) if unit else None
-            if ts is None or ts < timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def watch_arrivals(self, topics: Sequence[str] = ()) -> ArrivalWatcher:
-        """A watcher of dispatched records (use as a context manager; iterate with
-        ``next_batch``, which returns None once the store closes)."""
-        self._check_open()
-        return self._hub.watch(topics)
-
     def now_ms(self) -> int:
         return self._clock()
+
+    def query_messages(
+        self, *, topic: str = "", key: str = "", unique_id: str = "", max_results: int = DEFAULT_MAX_MESSAGES,
+        begin_timestamp_ms: int = 0, end_timestamp_ms: int = 0,
+    ) -> list[StoredMessage]:  # fmt: skip
+        """``Reader.query_messages``: the embedding API's short cut."""
+        return self.reader.query_messages(
+            topic=topic, key=key, unique_id=unique_id, max_results=max_results,
+            begin_timestamp_ms=begin_timestamp_ms, end_timestamp_ms=end_timestamp_ms,
+        )  # fmt: skip
+
+    def queue_offsets(self, topic: str, queue_id: int | None = None) -> list[QueueOffsets]:
+        """``Reader.queue_offsets``: the embedding API's short cut."""
+        return self.reader.queue_offsets(topic, queue_id)
 
     def create_topic(
         self, name: str, *, read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0,
@@ -1581,7 +1238,7 @@ class MessageStore:
         progress = admin.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=HALF_QUEUE_ID)
         half_queue = None
         if progress is None and admin.topics.get(TRANS_HALF_TOPIC) is not None:
-            (q,) = self.queue_offsets(TRANS_HALF_TOPIC, HALF_QUEUE_ID)
+            (q,) = self.reader.queue_offsets(TRANS_HALF_TOPIC, HALF_QUEUE_ID)
             half_queue = (q.min_offset, q.max_offset)
         replica = None
         if self.replicated:
@@ -1607,20 +1264,6 @@ class MessageStore:
             started_at_ms=self.started_at_ms,
             settings=describe(self.settings),
         )
-
-
-_PHYSICAL = struct.Struct(">q")  # the physical offset a record claims, at PHYSICAL_OFFSET_AT
-
-
-def _claims(buf: bytes | None) -> StoredMessage | None:
-    """What a damaged record says it is (topic, queue, queue offset, sysflag), read
-    without its CRC; None when even that does not decode."""
-    if buf is None:
-        return None
-    try:
-        return decode_record(buf, with_body=False)
-    except CorruptRecord:
-        return None
 
 
 def _born_host(address: str) -> bytes:

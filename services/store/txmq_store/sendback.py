@@ -110,7 +110,7 @@ class SendBack:
         the group's retry or dead-letter topic. ``may_consume(topic)`` raises when the
         caller may not consume the record's topic (ACLs)."""
         self._check_request(group, unique_id, delay_level, max_reconsume_times)
-        source = self._store.view_message(commit_log_offset)  # a record boundary, or MESSAGE_NOT_FOUND
+        source = self._store.reader.view_message(commit_log_offset)  # a record boundary, or MESSAGE_NOT_FOUND
         if source.unique_id != unique_id:
             raise error(
                 errors_pb2.CODE_MESSAGE_NOT_FOUND,
@@ -189,7 +189,7 @@ class SendBack:
         the unique-id index (the copy keeps the source's id)."""
         mark = sendback_key(group, source.commit_log_offset)
         # Not bounded by the source's store time: a wall clock stepped back would hide a copy.
-        candidates = self._store.query_messages(unique_id=source.unique_id, max_results=COPY_CANDIDATES_MAX)
+        candidates = self._store.reader.query_messages(unique_id=source.unique_id, max_results=COPY_CANDIDATES_MAX)
         for msg in candidates:  # commit-log order: the first copy first
             if msg.commit_log_offset > source.commit_log_offset and msg.properties.get(PROPERTY_SENDBACK_OF) == mark:
                 return self._outcome_of(group, msg)

@@ -359,7 +359,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 request.filter.expression,
                 property_filter_enable=self._store.settings.property_filter_enable,
             )
-        r = self._store.get_message(
+        r = self._store.reader.get_message(
             topic=request.topic,
             queue_id=request.queue_id,
             offset=request.offset,
@@ -394,7 +394,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         # Ends when the store closes (next_batch -> None); a client that goes away
         # cancels this generator, and the context manager drops the watcher.
         with_records = request.with_records
-        with self._store.watch_arrivals(request.topics) as watcher:
+        with self._store.reader.watch_arrivals(request.topics) as watcher:
             # Initial metadata right away tells the client the watch is in place: every
             # dispatch from now on reaches it, so it can re-read what came before.
             await context.send_initial_metadata(())
@@ -425,9 +425,9 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     async def ViewMessage(self, request: store_pb2.ViewMessageRequest, context: grpc.aio.ServicerContext):
         which = request.WhichOneof("key")
         if which == "offset_msg_id":
-            m = self._store.view_message_by_id(request.offset_msg_id)
+            m = self._store.reader.view_message_by_id(request.offset_msg_id)
         elif which == "commit_log_offset":
-            m = self._store.view_message(request.commit_log_offset)
+            m = self._store.reader.view_message(request.commit_log_offset)
         else:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "give offset_msg_id or commit_log_offset")
         require(auth_pb2.RESOURCE_TYPE_TOPIC, m.topic, auth_pb2.ACTION_SUB)
@@ -435,7 +435,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def QueryMessages(self, request: store_pb2.QueryMessagesRequest, context: grpc.aio.ServicerContext):
-        found = self._store.query_messages(
+        found = self._store.reader.query_messages(
             topic=request.topic,
             key=request.key,
             unique_id=request.unique_id,
@@ -450,7 +450,9 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def GetQueueOffsets(self, request: store_pb2.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext):
-        queues = self._store.queue_offsets(request.topic, request.queue_id if request.HasField("queue_id") else None)
+        queues = self._store.reader.queue_offsets(
+            request.topic, request.queue_id if request.HasField("queue_id") else None
+        )
         return store_pb2.GetQueueOffsetsResponse(
             topic=request.topic,
             queues=[
@@ -466,7 +468,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def SearchOffset(self, request: store_pb2.SearchOffsetRequest, context: grpc.aio.ServicerContext):
-        offset = self._store.search_offset(request.topic, request.queue_id, request.timestamp_ms)
+        offset = self._store.reader.search_offset(request.topic, request.queue_id, request.timestamp_ms)
         return store_pb2.SearchOffsetResponse(offset=offset)
 
     @rpc

@@ -289,7 +289,7 @@ class Transactions:
         offset = start
         while seen < limit:
             try:
-                r = store.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=offset, max_messages=32)
+                r = store.reader.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=offset, max_messages=32)
             except TxmqError:  # no op topic yet, or a damaged record: stop warming
                 break
             if not r.messages:
@@ -320,21 +320,21 @@ class Transactions:
             known is None
             and half is not None
             and _origin(half) >= self.horizon
-            and not store.indexed_below(txid, self.horizon)
+            and not store.reader.indexed_below(txid, self.horizon)
         ):
             # Young, and no record of this id below the horizon (a duplicate half, e.g.
             # a producer's retried send stored after the first was decided, has one).
             return None
         copies = [
             m
-            for m in store.query_messages(unique_id=txid, max_results=1000)
+            for m in store.reader.query_messages(unique_id=txid, max_results=1000)
             if protocol.is_committed_copy(
                 unique_id=m.unique_id, sys_flag=m.sys_flag, topic=m.topic, transaction_id=txid
             )
         ]
         entries = [
             e
-            for m in store.query_messages(topic=TRANS_OP_HALF_TOPIC, key=txid, max_results=1000)
+            for m in store.reader.query_messages(topic=TRANS_OP_HALF_TOPIC, key=txid, max_results=1000)
             for e in decode_op_entries(m.properties, m.body)
             if e.transaction_id == txid
         ]
@@ -483,7 +483,7 @@ class Transactions:
 
     def _half(self, commit_log_offset: int, txid: str) -> StoredMessage:
         try:
-            half = self._store.view_message(commit_log_offset)
+            half = self._store.reader.view_message(commit_log_offset)
         except TxmqError as err:
             if err.code not in (errors_pb2.CODE_MESSAGE_NOT_FOUND, errors_pb2.CODE_ILLEGAL_OFFSET):
                 raise
