@@ -265,7 +265,7 @@ async def test_a_copy_without_its_op_is_found_by_the_index(store: MessageStore) 
 
     r = await half(store, b"legacy")
     store.transactions.note_written_elsewhere(0)  # no-op, the horizon only rises
-    await store.send_records([_committed_copy(store.reader.view_message(r.commit_log_offset))], system=True)
+    await store.sender.send_records([_committed_copy(store.reader.view_message(r.commit_log_offset))], system=True)
     store.transactions.note_written_elsewhere(store.commitlog.write_offset)  # what the servicer does
     out = await decide_one(store, request(r, OP_ROLLBACK))
     assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
@@ -294,11 +294,11 @@ async def test_a_failed_append_changes_nothing_in_the_book(store: MessageStore) 
     [put] = await store.transactions.requeue([HalfAction(r.commit_log_offset, CHECK)])
     await decide_one(store, request(r, OP_COMMIT))
     copy_req = request(r, OP_COMMIT, commit_log_offset=put.commit_log_offset, tran_state_table_offset=put.queue_offset)
-    store._writable = False
+    store.sender.writable = False
     with pytest.raises(TxmqError) as info:
         await store.transactions.decide([copy_req])
     assert info.value.code == errors_pb2.CODE_SERVICE_NOT_WRITABLE
-    store._writable = True
+    store.sender.writable = True
     await decide_one(store, copy_req)
     assert sorted(e[0] for e in ops(store)) == [r.queue_offset, put.queue_offset]
 
@@ -316,14 +316,14 @@ async def test_decisions_put_through_put_system_messages_are_learnt_before_index
     op = _op_message([OpEntry(rolled.queue_offset, rolled.transaction_id, OP_ROLLBACK)])
     copy = _committed_copy(store.reader.view_message(committed.commit_log_offset))
     appended = store.transactions.append_system([op, copy])
-    assert store.dispatched_offset < appended.end  # not indexed yet
+    assert store.reader.dispatched_offset < appended.end  # not indexed yet
     out = await decide_one(store, request(rolled, OP_COMMIT))
     assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
     assert out.error.metadata["resolution"] == "rollback"
     out = await decide_one(store, request(committed, OP_ROLLBACK))
     assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
-    assert store.dispatched_offset < appended.end  # the refusals wrote and waited for nothing
-    assert await store.settle(appended) == SendStatus.OK
+    assert store.reader.dispatched_offset < appended.end  # the refusals wrote and waited for nothing
+    assert await store.sender.settle(appended) == SendStatus.OK
     out = await decide_one(store, request(committed, OP_COMMIT))
     assert out.error is None and not out.first
     assert out.committed.commit_log_offset == appended.offsets[1]

@@ -32,7 +32,7 @@ async def test_group_commit_shares_fsyncs_and_acks_only_after_them(stores: Store
         await asyncio.to_thread(fsync.entered.wait, 10)  # its fsync is in progress, and held
         # The loop keeps accepting sends while that fsync runs.
         others = [asyncio.create_task(store.send([msg(b"m%d" % i, queue_id=0)])) for i in range(50)]
-        await wait_until(lambda: store.commitlog.max_offset > 0 and len(store._undispatched) == 51)
+        await wait_until(lambda: store.commitlog.max_offset > 0 and len(store.sender._undispatched) == 51)
         assert not first.done() and not any(t.done() for t in others)
         # Consumers see only durable messages.
         r = store.reader.get_message(topic="TopicA", queue_id=0, offset=1)

@@ -119,7 +119,7 @@ async def test_a_retry_racing_the_first_fsync_is_caught(stores: StoreFactory) ->
     fsync.gate.clear()
     first = asyncio.ensure_future(store.send([msg(b"x", unique_id="U1")]))
     await asyncio.sleep(0)
-    assert store.dispatched_offset == 0  # not indexed yet
+    assert store.reader.dispatched_offset == 0  # not indexed yet
     second = asyncio.ensure_future(store.send([msg(b"x", unique_id="U1")]))
     await asyncio.sleep(0)
     fsync.gate.set()

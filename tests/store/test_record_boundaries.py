@@ -103,7 +103,7 @@ async def test_a_half_record_inside_a_body_is_no_half_message(store: MessageStor
     err = refused(lambda: store.reader.view_message(at), errors_pb2.CODE_MESSAGE_NOT_FOUND)
     assert err.metadata["commit_log_offset"] == str(at)
     refused(
-        lambda: store.reader.view_message_by_id(f"{store.offset_msg_id_prefix}{at:016X}"),
+        lambda: store.reader.view_message_by_id(f"{store.sender.offset_msg_id_prefix}{at:016X}"),
         errors_pb2.CODE_MESSAGE_NOT_FOUND,
     )
     # Not a half message: the decision is refused and writes nothing.

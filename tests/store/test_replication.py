@@ -199,8 +199,8 @@ async def test_a_send_is_acknowledged_and_visible_only_once_the_follower_holds_i
     lead.reported(lead.attach("b"), 0)
     leader.create_topic("T", read_queue_nums=2, write_queue_nums=2)
     follower.adopt_configs(topics=leader.config_documents()[0])
-    appended = leader.append_records([msg(b"one", topic="T", queue_id=0), msg(b"two", topic="T", queue_id=0)])
-    settle = asyncio.ensure_future(leader.settle(appended))
+    appended = leader.sender.append_records([msg(b"one", topic="T", queue_id=0), msg(b"two", topic="T", queue_id=0)])
+    settle = asyncio.ensure_future(leader.sender.settle(appended))
     await asyncio.sleep(0)
     assert not settle.done()
     assert leader.reader.get_message(topic="T", queue_id=0, offset=0).messages == []  # beyond the high watermark
@@ -212,7 +212,7 @@ async def test_a_send_is_acknowledged_and_visible_only_once_the_follower_holds_i
     # A follower refuses writes, naming its leader when it knows it.
     follower.leader_hint = ("a", "10.0.0.1:10911")
     with pytest.raises(TxmqError) as err:
-        follower.append_records([msg(b"x", topic="T")])
+        follower.sender.append_records([msg(b"x", topic="T")])
     assert err.value.code == errors_pb2.CODE_NOT_LEADER and err.value.metadata["leader"] == "a"
 
 
@@ -222,12 +222,12 @@ async def test_a_deposed_leader_cuts_what_it_wrote_after_the_divergence(stores: 
     old.create_topic("T", read_queue_nums=1, write_queue_nums=1)
     new.adopt_configs(topics=old.config_documents()[0])
     lead.reported(lead.attach("b"), 0)
-    first = old.append_records([msg(b"kept", topic="T")])
+    first = old.sender.append_records([msg(b"kept", topic="T")])
     await _ship(old, new, lead)
-    await old.settle(first)
+    await old.sender.settle(first)
     lead.set_in_sync(frozenset("a"))  # b falls out: a's next write is held by a alone
-    orphan = old.append_records([msg(b"orphan", topic="T")])
-    await old.settle(orphan)
+    orphan = old.sender.append_records([msg(b"orphan", topic="T")])
+    await old.sender.settle(orphan)
     old.end_leadership("deposed")
     # b takes over at its own end: epoch 2 starts where "kept" ends.
     new.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
@@ -267,7 +267,7 @@ async def test_a_replica_reports_its_role_and_its_leader_the_followers_lag(store
     lead = leader.become_leader(epoch=3, in_sync=frozenset("ab"), min_in_sync=1)
     leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
     lead.reported(lead.attach("b"), 0)
-    leader.append_records([msg(b"x" * 100, topic="T")])
+    leader.sender.append_records([msg(b"x" * 100, topic="T")])
     samples = {(name, tuple(labels)): value for name, labels, value in read_store(leader)}
     end = leader.commitlog.write_offset
     assert samples[("leader", ("store-0", "a"))] == 1 and samples[("epoch", ("store-0", "a"))] == 3
@@ -283,7 +283,7 @@ async def test_a_new_leader_keeps_the_check_loop_fences_and_forgets_deleted_topi
     leader, follower = await _pair(stores)
     lead = leader.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
     leader.create_topic("Gone", read_queue_nums=1, write_queue_nums=1)
-    await leader.settle(leader.append_records([msg(b"x", topic="Gone")]))
+    await leader.sender.settle(leader.sender.append_records([msg(b"x", topic="Gone")]))
     leader.transactions.fences.admit(7)
     follower.adopt_configs(topics=leader.config_documents()[0], fences=leader.fences_document()[1])
     await _ship(leader, follower, lead)
@@ -363,7 +363,7 @@ async def test_a_deposed_leader_holds_its_undispatched_records_across_a_segment_
     leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
     body = b"x" * 3000
     for _ in range(30):  # ~90 KB: more than one 64 KiB segment
-        leader.append_records([msg(body, topic="T")])
+        leader.sender.append_records([msg(body, topic="T")])
     assert leader.commitlog.segment_count == 2
     leader.end_leadership("deposed")
     held = list(leader._held)
@@ -379,8 +379,8 @@ async def test_a_retry_reaching_the_new_leader_is_answered_from_the_window(store
     lead.reported(lead.attach("b"), 0)
     leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
     follower.adopt_configs(topics=leader.config_documents()[0])
-    first = leader.append_records([msg(b"once", topic="T", unique_id="U1")])
-    settle = asyncio.ensure_future(leader.settle(first))
+    first = leader.sender.append_records([msg(b"once", topic="T", unique_id="U1")])
+    settle = asyncio.ensure_future(leader.sender.settle(first))
     await asyncio.sleep(0)
     await _ship(leader, follower, lead)
     assert await settle == SendStatus.OK  # acknowledged; say the answer was lost
@@ -473,7 +473,9 @@ async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_a
     lead.reported(lead.attach("b"), 0)
     leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
     follower.adopt_configs(topics=leader.config_documents()[0])
-    early = asyncio.ensure_future(leader.settle(leader.append_records([msg(b"e%d" % i, topic="T") for i in range(5)])))
+    early = asyncio.ensure_future(
+        leader.sender.settle(leader.sender.append_records([msg(b"e%d" % i, topic="T") for i in range(5)]))
+    )
     await asyncio.sleep(0)
     await _ship(leader, follower, lead)
     assert await early == SendStatus.OK
@@ -481,7 +483,7 @@ async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_a
     old_bytes = follower.commitlog.read(0, old_end)
     lead.set_in_sync(frozenset("a"))  # b is away while the leader writes on
     for i in range(40):  # ~120 KB: two 64 KiB segments and more
-        await leader.settle(leader.append_records([msg(b"%d-" % i + b"x" * 3000, topic="T")]))
+        await leader.sender.settle(leader.sender.append_records([msg(b"%d-" % i + b"x" * 3000, topic="T")]))
     await leader.flush()
     clock.advance(2000)
     assert await leader.clean_expired_files() > 0

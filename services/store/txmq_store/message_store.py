@@ -17,22 +17,15 @@ import os
 import shutil
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from txmq.errors import error
-from txmq.ids import encode_offset_msg_id
 from txmq.protocol import (
-    DELAY_PROPERTIES,
     HALF_QUEUE_ID,
-    PROPERTY_TIMER_DELIVER_MS,
-    PROPERTY_TIMER_OFFSET,
-    TIMER_TOPIC,
     TRANS_CHECK_GROUP,
 )
 from txmq.records import (
-    ANY_QUEUE,
     BLANK_MAGIC,
 )
 from txmq.v1 import errors_pb2
@@ -40,17 +33,12 @@ from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
 from txmq_runtime.clock import Clock as MonotonicClock
 from txmq_runtime.settings import describe
 
-from . import metrics as store_metrics
-from .admin import ConfigAdmin, not_found
+from .admin import ConfigAdmin
 from .arrivals import ArrivalHub
 from .codec import (
     BLANK_SIZE,
-    UNKNOWN_HOST,
     CorruptRecord,
-    PreparedRecord,
-    encode_host,
     read_size_and_magic,
-    set_queue_id,
     split_host_port,
 )
 from .commitlog import CommitLog, Fsync
@@ -60,20 +48,12 @@ from .configs import (
     TopicConfig,
     TopicConfigTable,
     WriteQueues,
-    is_system_topic,
 )
 from .dispatch import Dispatcher
 from .fileio import fsync_path, write_json_atomically
-from .flush import GroupCommit, PeriodicFlusher
-from .idempotence import FirstSend, SendWindow
-from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, disk_full, is_disk_full
+from .integrity import CorruptionLog, Quarantine, is_disk_full
 from .metrics import ReplicaFigures, StoreFigures
 from .model import (
-    PROPERTY_PRODUCER_GROUP,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_TRANSACTION_PREPARED,
-    TRANSACTION_TYPE_MASK,
     OutgoingMessage,
     QueueOffsets,
     SendResult,
@@ -85,15 +65,10 @@ from .offsets import ConsumeOffsetTable
 from .reads import DEFAULT_MAX_MESSAGES, Reader
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
 from .replication import CONFIG, FENCES, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
+from .send_path import SendPath
 from .settings import StoreSettings
-from .timer import Timers, delivery_time
+from .timer import Timers
 from .transactions import Fences, Transactions
-from .validation import (
-    MessageEncoder,
-    MessageLimits,
-    check_group_name,
-    check_topic_name,
-)
 
 log = logging.getLogger("txmq.store")
 
@@ -101,33 +76,6 @@ Clock = WallClock  # milliseconds since the epoch (txmq_runtime.clock's rule)
 #: Decisions read into the decision book at start at most (it is a cache: the index
 #: answers the rest), so a long op queue does not slow a restart down.
 WARM_DECISIONS_MAX = 20_000
-
-
-@dataclass(slots=True)
-class Appended:
-    """A batch ``MessageStore.append_records`` wrote: the records, their commit-log and
-    queue offsets, for half messages (and for every record of a batch with delayed ones)
-    the queue each is meant for, the commit log's end after the batch and the store time
-    given to them. ``deliver_at``: per record, when a delayed one becomes visible (0: not
-    delayed); empty when none is delayed."""
-
-    records: list[PreparedRecord]
-    offsets: list[int]
-    queue_offsets: list[int]
-    real_queues: list[tuple[str, int]]
-    end: int
-    store_timestamp_ms: int
-    deliver_at: list[int] = field(default_factory=list)
-    # Idempotent sends: messages of the batch answered with an earlier send's record
-    # instead of being stored (``records`` and the lists above hold the others).
-    duplicates: list[FirstSend] = field(default_factory=list)
-
-    def reported_queue_offsets(self) -> list[int]:
-        """Queue offsets as answered: -1 for a delayed record (it has none until it is
-        delivered; its offset here is the timer queue's)."""
-        if not self.deliver_at:
-            return self.queue_offsets
-        return [-1 if at else q for q, at in zip(self.queue_offsets, self.deliver_at, strict=True)]
 
 
 class MessageStore:
@@ -164,25 +112,12 @@ class MessageStore:
         self.recovered_from_crash = crashed
         self.started_at_ms = clock()
         self._sync = settings.flush_mode == "sync"
-        self._limits = MessageLimits(
-            max_body_bytes=settings.max_message_body_bytes,
-            max_properties_bytes=settings.max_properties_bytes,
-            max_record_bytes=commitlog.max_record_size(),
-        )
         self._queues = WriteQueues({key: cq.max_offset for key, cq in dispatcher.queues.items()})
         self.admin = ConfigAdmin(
             settings, topics=topics, groups=groups, offsets=offsets, dispatcher=dispatcher, queues=self._queues,
             clock=clock, log_end=lambda: commitlog.write_offset, check_write=self._check_admin_write,
             state_replicated=self.state_replicated,
         )  # fmt: skip
-        # Sync mode: appended batches waiting for their fsync before dispatch.
-        self._undispatched: deque[tuple[int, list[PreparedRecord], list[int], list[int], int]] = deque()
-        self._flusher: PeriodicFlusher | None = None
-        self._group_commit: GroupCommit | None = None
-        self._store_host = UNKNOWN_HOST
-        self._offset_msg_id_prefix = ""
-        self.advertised_address = ""
-        self._writable = True
         self._closed = False
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -194,9 +129,10 @@ class MessageStore:
             settings, commitlog=commitlog, dispatcher=dispatcher, admin=self.admin, hub=hub,
             quarantine=self._quarantine, corruption=self._corruption, check_open=self._check_open,
         )  # fmt: skip
-        self._free_space = FreeSpaceGuard(commitlog.directory, min_free_bytes=settings.disk_min_free_bytes)
-        # Idempotent sends (idempotence.py): earlier sends found through the index.
-        self._window = SendWindow(settings.idempotence_window_ms, lambda: self._dispatcher.index, self._read_first)
+        self.sender = SendPath(
+            settings, clock=clock, commitlog=commitlog, dispatcher=dispatcher, admin=self.admin, queues=self._queues,
+            check_open=self._check_open,
+        )  # fmt: skip
         # Transaction decisions and the check loop's writes (transactions.py).
         self.transactions = self._new_transactions()
         # A replicated store group's replica (docs/replication.md): nothing beyond the
@@ -204,6 +140,8 @@ class MessageStore:
         # yet, decoded (copied from the leader, or found beyond the checkpoint at start);
         # the leader's own appends wait in ``_undispatched`` as in sync mode.
         self.replicated = bool(settings.replica_id)
+        if self.replicated:
+            self.sender.gate = self
         self.replica_id = settings.replica_id
         self.epochs = EpochHistory.load(paths.root / "replication" / "epochs.json") if self.replicated else None
         self.leadership: Leadership | None = None
@@ -216,25 +154,19 @@ class MessageStore:
         self._resync_marker = paths.root / "replication" / "needs_resync"
         self._needs_resync = self.replicated and self._resync_marker.exists()
         # Delayed messages (timer.py): delivered by the writable store only.
-        self._delay_levels_ms = settings.delay_levels_ms
         self.timers = Timers(
             settings, path=paths.root / "timer" / "checkpoint", clock=clock, commitlog=commitlog,
             dispatcher=dispatcher, topics=topics, queues=self._queues, corruption=self._corruption,
-            append=self._append_copies, settle=self.settle, read_record=self.reader.read_record,
+            append=self.sender.append_copies, settle=self.sender.settle, read_record=self.reader.read_record,
             may_run=self._timer_may_run,
         )  # fmt: skip
 
     def _timer_may_run(self) -> bool:
         """Timers are delivered by the writable store only: a replicated group's leader
         once it took writes; never by a follower."""
-        if self._closed or not self._writable or self.commitlog.broken:
+        if self._closed or not self.sender.writable or self.commitlog.broken:
             return False
         return not self.replicated or (self.leadership is not None and self._writes_ready)
-
-    def _append_copies(self, copies: list[PreparedRecord]) -> Appended:
-        """Timer deliveries: built by the timer, appended as any send."""
-        self._check_writable()
-        return self._append_prepared(copies, {}, [], self._clock())
 
     def _new_transactions(self) -> Transactions:
         return Transactions(
@@ -265,7 +197,7 @@ class MessageStore:
         except BaseException:
             os.close(lock_fd)
             raise
-        store._set_store_host(host, port)
+        store.sender.set_store_host(host, port)
         store._start()
         store.transactions.horizon = store.commitlog.write_offset
         store.transactions.warm(max_entries=min(settings.decision_cache_entries, WARM_DECISIONS_MAX))
@@ -332,12 +264,7 @@ class MessageStore:
 
     def _start(self) -> None:
         s = self.settings
-        if self._sync:
-            self._group_commit = GroupCommit(self.commitlog, on_durable=self._dispatch_durable)
-            self._group_commit.start()
-        else:
-            self._flusher = PeriodicFlusher(self.commitlog, interval_s=s.flush_interval_ms / 1000)
-            self._flusher.start()
+        self.sender.start_flushing()
         loop = asyncio.get_running_loop()
         for interval_ms, job in (
             (s.flush_consume_queue_interval_ms, self.checkpoint),
@@ -374,10 +301,7 @@ class MessageStore:
         await asyncio.gather(*self._tasks)
         await self.timers.checkpoint_quietly()
         self._hub.close()
-        if self._group_commit is not None:
-            await self._group_commit.stop()
-        if self._flusher is not None:
-            await self._flusher.stop()
+        await self.sender.stop_flushing()
         await self.checkpoint()
         await self.admin.persist_offsets()
         self._dispatcher.close()
@@ -389,465 +313,17 @@ class MessageStore:
     def set_advertised_address(self, address: str) -> None:
         """Where clients reach this store (host:port) from now on; a host name is
         resolved once, as records hold an IP address."""
-        self._set_store_host(*_resolve(address))
-
-    def _set_store_host(self, host: str, port: int) -> None:
-        self._store_host = encode_host(host, port)
-        # offsetMsgId = address | port | offset (16 hex digits, last): computed once.
-        self._offset_msg_id_prefix = encode_offset_msg_id(host, port, 0)[:-16]
-        self.advertised_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.sender.set_store_host(*_resolve(address))
 
     def _check_admin_write(self) -> None:
         """Configuration changes and consume offsets, like records, are made on a group's
         leader only."""
         if self.replicated:
-            self._check_leads()
+            self.check_leads()
 
     def _check_open(self) -> None:
         if self._closed:
             raise error(errors_pb2.CODE_SERVICE_NOT_READY, "store is shutting down")
-
-    # -- sending -------------------------------------------------------------------------
-
-    async def send(
-        self,
-        messages: Sequence[OutgoingMessage],
-        *,
-        producer_group: str = "",
-        transaction_prepared: bool = False,
-        born_host: str = "",
-        system: bool = False,
-    ) -> list[SendResult]:
-        """Store a batch (all or nothing). ``system`` sends (the transaction service)
-        may write system topics and set sysflag, reconsume times and the
-        prepared-transaction offset. A half message's result names its real queue and
-        carries the half record's queue offset (RocketMQ tranStateTableOffset)."""
-        appended = self.append_records(
-            messages,
-            producer_group=producer_group,
-            transaction_prepared=transaction_prepared,
-            born_host=born_host,
-            system=system,
-        )
-        return self.results(appended, await self.settle(appended), transaction_prepared=transaction_prepared)
-
-    def results(self, appended: Appended, status: SendStatus, *, transaction_prepared: bool) -> list[SendResult]:
-        """The SendResult of every message of a settled batch, in batch order (earlier
-        sends' results where the window answered: ``SendResult.duplicate``; delayed
-        messages with their real queue, queue offset -1 and ``deliver_at_ms``)."""
-        prefix = self._offset_msg_id_prefix
-        records, offsets, queue_offsets = appended.records, appended.offsets, appended.queue_offsets
-        if appended.deliver_at:  # delayed messages among them: answered with their real queues
-            reported = appended.reported_queue_offsets()
-            out = [
-                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, deliver_at_ms=at)
-                for rec, offset, qoff, (topic, qid), at in zip(
-                    records, offsets, reported, appended.real_queues, appended.deliver_at, strict=True
-                )
-            ]
-        elif transaction_prepared:
-            out = [
-                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, rec.unique_id)
-                for rec, offset, qoff, (topic, qid) in zip(records, offsets, queue_offsets, appended.real_queues)
-            ]
-        else:
-            out = [
-                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", rec.topic, rec.queue_id, qoff, offset)
-                for rec, offset, qoff in zip(records, offsets, queue_offsets)
-            ]
-        for first in appended.duplicates:  # in batch order: each goes where it was sent
-            out.insert(first.index, self._first_result(first, status))
-        return out
-
-    def _first_result(self, first: FirstSend, status: SendStatus) -> SendResult:
-        offset = first.commit_log_offset
-        queue_offset, deliver_at_ms = first.queue_offset, 0
-        if first.record_topic == TIMER_TOPIC:  # still waiting: no queue offset until its delivery
-            queue_offset = -1
-            deliver_at_ms = int(first.properties.get(PROPERTY_TIMER_DELIVER_MS, "0") or 0)
-        return SendResult(
-            status,
-            first.unique_id,
-            f"{self._offset_msg_id_prefix}{offset:016X}",
-            first.topic,
-            first.queue_id,
-            queue_offset,
-            offset,
-            first.unique_id if first.prepared else "",
-            duplicate=True,
-            deliver_at_ms=deliver_at_ms,
-        )
-
-    def _read_first(self, offset: int) -> StoredMessage | None:
-        """The record an earlier send left at ``offset`` (the window's candidates); None
-        when it is gone or damaged (the send is then stored again: nothing is lost)."""
-        try:
-            return self.commitlog.read_record(offset, boundary=True)
-        except CorruptRecord:
-            return None
-
-    @property
-    def offset_msg_id_prefix(self) -> str:
-        """offsetMsgId of commit-log offset N: this prefix + f"{N:016X}"."""
-        return self._offset_msg_id_prefix
-
-    async def send_records(
-        self,
-        messages: Sequence[OutgoingMessage],
-        *,
-        producer_group: str = "",
-        transaction_prepared: bool = False,
-        born_host: str = "",
-        system: bool = False,
-    ) -> tuple[SendStatus, list[PreparedRecord], list[int], list[int], list[tuple[str, int]]]:
-        """``send`` without building SendResults (the servicer builds its response from
-        these): status, the records, their commit-log offsets, their queue offsets and,
-        for half messages, the (topic, queue id) each is meant for."""
-        appended = self.append_records(
-            messages,
-            producer_group=producer_group,
-            transaction_prepared=transaction_prepared,
-            born_host=born_host,
-            system=system,
-        )
-        status = await self.settle(appended)
-        return status, appended.records, appended.offsets, appended.queue_offsets, appended.real_queues
-
-    def append_records(
-        self,
-        messages: Sequence[OutgoingMessage],
-        *,
-        producer_group: str = "",
-        transaction_prepared: bool = False,
-        born_host: str = "",
-        system: bool = False,
-    ) -> Appended:
-        """Validate and append a batch, all or nothing, without awaiting anything: what
-        a caller checked right before calling this still holds when the records are in
-        the commit log (the store is one event loop). ``settle`` the result next."""
-        self._check_writable()
-        s = self.settings
-        if not messages:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no messages to send")
-        self._check_batch_size(len(messages), sum(len(m.body) for m in messages))
-        if transaction_prepared:
-            if not s.transaction_message_enable:
-                raise error(
-                    errors_pb2.CODE_TRANSACTION_NOT_ALLOWED, "transactional messages are disabled on this store"
-                )
-            check_group_name(producer_group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
-        now = self._clock()
-        encoder = MessageEncoder(limits=self._limits, born_host=_born_host(born_host), now_ms=now, system=system)
-        prepare = encoder.prepare
-        new_topics: dict[str, TopicConfig] = {}
-        records: list[PreparedRecord] = []
-        real_queues: list[tuple[str, int]] = []  # half and delayed messages: the queue it is meant for
-        deliver_at: list[int] = []  # filled once a delayed message is met
-        cfg: TopicConfig | None = None
-        window = self._window
-        duplicates: list[FirstSend] = []
-        for i, msg in enumerate(messages):
-            if window.enabled and not system:
-                first = window.first_send(i, msg.topic, msg.unique_id, now)
-                if first is not None:
-                    duplicates.append(first)
-                    continue
-            if cfg is None or cfg.name != msg.topic:  # batches mostly share one topic
-                cfg = self._topic_for_send(msg.topic, i, system=system, new_topics=new_topics)
-            queue_id = msg.queue_id
-            if queue_id is None or not 0 <= queue_id < cfg.write_queue_nums:  # else: as _queue_for_send
-                queue_id = self._queues.queue_for_send(cfg, queue_id, i)
-            sys_flag = msg.sys_flag if system else 0
-            props = msg.properties
-            if props and not DELAY_PROPERTIES.isdisjoint(props) and not (system and PROPERTY_TIMER_OFFSET in props):
-                if transaction_prepared:
-                    raise error(
-                        errors_pb2.CODE_MESSAGE_TYPE_CONFLICT,
-                        "a transactional message cannot be delayed (RocketMQ #10260): send it without "
-                        f"{'/'.join(sorted(DELAY_PROPERTIES & props.keys()))}, or not as a transaction",
-                        index=str(i),
-                    )  # fmt: skip
-                at = delivery_time(
-                    props, now_ms=now, levels_ms=self._delay_levels_ms, max_delay_ms=s.timer_max_delay_ms, index=i
-                )
-                if at:
-                    if not deliver_at:
-                        deliver_at = [0] * len(records)
-                        real_queues = [(r.topic, r.queue_id) for r in records]
-                    deliver_at.append(at)
-                    real_queues.append((cfg.name, queue_id))
-                    extra = {
-                        PROPERTY_REAL_TOPIC: cfg.name,
-                        PROPERTY_REAL_QUEUE_ID: str(queue_id),
-                        PROPERTY_TIMER_DELIVER_MS: str(at),
-                    }
-                    user = {k: v for k, v in props.items() if k not in DELAY_PROPERTIES}
-                    rec = prepare(replace(msg, properties=user), i, TIMER_TOPIC, 0, extra, 0)
-                    rec.tag_code = at  # the timer queue's unit holds the delivery time
-                    records.append(rec)
-                    continue
-            if deliver_at:
-                deliver_at.append(0)
-                real_queues.append((cfg.name, queue_id))
-            if transaction_prepared:
-                real_queues.append((cfg.name, queue_id))
-                extra = {
-                    PROPERTY_REAL_TOPIC: cfg.name,
-                    PROPERTY_REAL_QUEUE_ID: str(queue_id),
-                    PROPERTY_PRODUCER_GROUP: producer_group,
-                    PROPERTY_TRANSACTION_PREPARED: "true",
-                }
-                records.append(prepare(msg, i, TRANS_HALF_TOPIC, 0, extra, sys_flag & ~TRANSACTION_TYPE_MASK))
-            else:
-                records.append(prepare(msg, i, cfg.name, queue_id, None, sys_flag))
-        return self._append_prepared(records, new_topics, real_queues, now, deliver_at, duplicates)
-
-    def append_packed(
-        self,
-        blob: bytes,
-        *,
-        born_host: str = "",
-        transaction_prepared: bool = False,
-        producer_group: str = "",
-        may_publish: Callable[[str], None] | None = None,
-    ) -> Appended:
-        """``append_records`` for records a producer sent in the commit-log layout
-        (``Store.SendStream``): each is checked (``MessageEncoder.unpack``) and stored
-        as it came, with the fields only the store knows written in. All or nothing.
-        ``transaction_prepared``: stored as half messages, which ``append_records`` makes
-        (their topic and properties are rewritten, so they are not taken as they came).
-        ``may_publish(topic)`` raises when the caller may not publish there (ACLs): called
-        once per run of records to one topic, before anything is written."""
-        self._check_writable()
-        now = self._clock()
-        if transaction_prepared:
-            halves = self._unpacked_messages(blob, may_publish, now)
-            return self.append_records(
-                halves, producer_group=producer_group, transaction_prepared=True, born_host=born_host
-            )
-        frame = bytearray(blob)  # the records are patched in place (one copy of the frame)
-        new_topics: dict[str, TopicConfig] = {}
-        records: list[PreparedRecord] = []
-        cfg: TopicConfig | None = None
-        total_body = 0
-        window = self._window if self._window.enabled else None
-        duplicates: list[FirstSend] = []
-        for i, pos, rec in self._sent_records(frame, _born_host(born_host), now):
-            if window is not None:
-                first = window.first_send(i, rec.topic, rec.unique_id, now)
-                if first is not None:
-                    if may_publish is not None:
-                        may_publish(rec.topic)  # answering reveals the first send
-                    duplicates.append(first)
-                    continue
-            if rec.user_properties and not DELAY_PROPERTIES.isdisjoint(rec.user_properties):
-                # A delayed record is rewritten to the timer topic, as a half message is.
-                return self.append_records(self._unpacked_messages(blob, may_publish, now), born_host=born_host)
-            total_body += len(rec.body)
-            if cfg is None or cfg.name != rec.topic:
-                if may_publish is not None:
-                    may_publish(rec.topic)
-                cfg = self._topic_for_send(rec.topic, i, system=False, new_topics=new_topics)
-            queue_id = rec.queue_id
-            if not queue_id < cfg.write_queue_nums:  # ANY_QUEUE (0xFFFFFFFF) or out of range
-                rec.queue_id = self._queues.queue_for_send(cfg, None if queue_id == ANY_QUEUE else queue_id, i)
-                set_queue_id(frame, pos, rec.queue_id)
-            records.append(rec)
-        self._check_batch_size(len(records), total_body)
-        return self._append_prepared(records, new_topics, [], now, duplicates=duplicates)
-
-    def _unpacked_messages(
-        self, blob: bytes, may_publish: Callable[[str], None] | None, now: int
-    ) -> list[OutgoingMessage]:
-        """A sent frame's records as messages, for the paths that rewrite them (half and
-        delayed messages: ``append_records``), once the caller may publish to each topic."""
-        messages = [
-            OutgoingMessage(
-                rec.topic,
-                bytes(rec.body),
-                rec.tags,
-                rec.keys,
-                dict(rec.user_properties),
-                rec.unique_id,
-                rec.flag,
-                None if rec.queue_id == ANY_QUEUE else rec.queue_id,
-                rec.born_timestamp_ms,
-            )
-            for _, _, rec in self._sent_records(bytearray(blob), UNKNOWN_HOST, now)
-        ]
-        if may_publish is not None:
-            for topic in {m.topic for m in messages}:
-                may_publish(topic)
-        return messages
-
-    def _sent_records(self, frame: bytearray, born_host: bytes, now: int) -> Iterator[tuple[int, int, PreparedRecord]]:
-        """(index, position, record) of each record of a sent frame, checked; at most
-        ``max_batch_messages``."""
-        if not frame:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no records to send")
-        unpack = MessageEncoder(limits=self._limits, born_host=born_host, now_ms=now, system=False).unpack
-        max_messages = self.settings.max_batch_messages
-        pos = i = 0
-        while pos < len(frame):
-            if i == max_messages:
-                raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"more than {max_messages} records in one frame")
-            rec = unpack(frame, pos, i)
-            yield i, pos, rec
-            pos += rec.size
-            i += 1
-
-    def _check_writable(self) -> None:
-        self._check_open()
-        if not self._writable or self.commitlog.broken:
-            raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
-        if self.replicated:
-            self._check_leads()
-
-    def _check_leads(self) -> None:
-        """A replica takes writes (records, offsets, configuration) only while it leads
-        its group, enough replicas are in sync and the records it took over are held."""
-        leadership = self.leadership
-        if leadership is None:
-            raise not_leader(*self.leader_hint)
-        leadership.check_writable()
-        if not self._writes_ready:
-            raise error(errors_pb2.CODE_SERVICE_NOT_READY, "the new leader is not ready for writes yet")
-
-    def _check_batch_size(self, count: int, body_bytes: int) -> None:
-        s = self.settings
-        if count > s.max_batch_messages:
-            raise error(
-                errors_pb2.CODE_BATCH_TOO_LARGE, f"{count} messages in one batch, at most {s.max_batch_messages}"
-            )
-        if body_bytes > s.max_batch_bytes:
-            raise error(
-                errors_pb2.CODE_BATCH_TOO_LARGE, f"batch bodies total {body_bytes} bytes, at most {s.max_batch_bytes}"
-            )
-
-    def _append_prepared(
-        self,
-        records: list[PreparedRecord],
-        new_topics: dict[str, TopicConfig],
-        real_queues: list[tuple[str, int]],
-        now: int,
-        deliver_at: list[int] | None = None,
-        duplicates: list[FirstSend] | None = None,
-    ) -> Appended:
-        """Append validated records (topics to create in ``new_topics``); ``duplicates``:
-        messages of the batch the idempotence window answered (nothing to write)."""
-        if not records:  # every message was sent before: nothing to write
-            return Appended([], [], [], [], self.commitlog.write_offset, now, [], duplicates or [])
-        # Valid. Room on disk for the records and their queue and index entries?
-        self._free_space.check(sum(rec.size for rec in records) + 64 * len(records))
-        # From here on the request changes the store.
-        self.admin.put_new_topics(new_topics.values())
-        queue_offsets = self._queues.assign(records)
-        try:
-            # Consume-queue files the dispatch will write, created (and their blocks
-            # reserved) first: a full disk refuses the send instead of failing dispatch.
-            self._dispatcher.prepare_queues(records, queue_offsets)
-            offsets = self.commitlog.append(records, queue_offsets, store_timestamp_ms=now, store_host=self._store_host)
-        except OSError as exc:
-            # Nothing of the batch is stored (append rolls back what it wrote).
-            self._queues.unassign(records, queue_offsets)
-            if is_disk_full(exc) and not self.commitlog.broken:
-                log.error("send refused, the disk is full: %s", exc)
-                raise disk_full(f"the store's disk is full: {exc}") from None
-            self._writable = False
-            log.error("commit log append failed; the store stops accepting writes: %s", exc)
-            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log write failed: {exc}") from None
-        end = self.commitlog.write_offset
-        if self.replicated:
-            self._window.appended(records, offsets)
-            self._undispatched.append((end, records, offsets, queue_offsets, now))
-            if not self._sync:
-                self._local_durable = end
-            self._advance()
-        elif self._group_commit is not None:
-            self._window.appended(records, offsets)
-            self._undispatched.append((end, records, offsets, queue_offsets, now))
-        else:
-            self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
-        store_metrics.count_in(records)
-        return Appended(records, offsets, queue_offsets, real_queues, end, now, deliver_at or [], duplicates or [])
-
-    async def settle(self, appended: Appended) -> SendStatus:
-        """Acknowledge an append per the flush mode: async, at once; sync, once the
-        group commit has fsynced it (FLUSH_DISK_TIMEOUT when that takes too long). A
-        replicated group's leader then waits for the in-sync replicas to hold it
-        (FLUSH_REPLICA_TIMEOUT when they do not within sync_flush_timeout_ms)."""
-        status = SendStatus.OK if self._group_commit is None else await self._wait_durable(appended.end)
-        if not self.replicated or status != SendStatus.OK:
-            return status
-        leadership = self.leadership
-        if leadership is None:
-            raise not_leader(*self.leader_hint)
-        fut = leadership.wait_replicated(appended.end)
-        try:
-            async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
-                await fut
-        except TimeoutError:
-            return SendStatus.FLUSH_REPLICA_TIMEOUT
-        return SendStatus.OK
-
-    @property
-    def dispatched_offset(self) -> int:
-        """Records below this commit-log offset are in the consume queues and the index."""
-        return self._dispatcher.dispatched_offset
-
-    def _topic_for_send(
-        self, name: str, index: int, *, system: bool, new_topics: dict[str, TopicConfig]
-    ) -> TopicConfig:
-        cfg = self.admin.topics.get(name) or new_topics.get(name)
-        if cfg is None:
-            check_topic_name(name, index=str(index))
-            if is_system_topic(name) and not system:
-                raise error(errors_pb2.CODE_SYSTEM_TOPIC, f"{name} is a system topic", topic=name, index=str(index))
-            if not self.settings.auto_create_topic_enable:
-                raise not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {name}", topic=name, index=str(index))
-            n = self.settings.default_topic_queue_nums
-            cfg = new_topics[name] = TopicConfig(name, n, n, since_offset=self.commitlog.write_offset)
-        elif not system and cfg.is_system:
-            raise error(errors_pb2.CODE_SYSTEM_TOPIC, f"{name} is a system topic", topic=name, index=str(index))
-        if not cfg.writable:
-            raise error(
-                errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {name} is not writable", topic=name, index=str(index)
-            )
-        return cfg
-
-    async def _wait_durable(self, end: int) -> SendStatus:
-        assert self._group_commit is not None
-        fut = self._group_commit.request(end)
-        try:
-            # On timeout ``fut`` is cancelled; the group commit skips cancelled waiters
-            # and still flushes and dispatches the records.
-            async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
-                await fut
-        except TimeoutError:
-            return SendStatus.FLUSH_DISK_TIMEOUT
-        except OSError as exc:
-            # After a failed fsync the page cache no longer says what is on disk (the
-            # kernel may have dropped the pages): stop writing; a restart recovers from
-            # what the disk holds.
-            if self._writable:
-                self._writable = False
-                log.error("the store stops accepting writes after a failed fsync")
-            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log fsync failed: {exc}") from None
-        return SendStatus.OK
-
-    def _dispatch_durable(self, durable_offset: int) -> None:
-        if self.replicated:
-            self._local_durable = max(self._local_durable, durable_offset)
-            self._advance()
-            return
-        pending = self._undispatched
-        while pending and pending[0][0] <= durable_offset:
-            end, records, offsets, queue_offsets, now = pending.popleft()
-            self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
-            if pending:
-                self._window.dispatched(records)
-        if not pending:
-            self._window.forget_pending()  # everything appended is in the index now
 
     # -- replicated store groups (docs/replication.md) -------------------------------------
 
@@ -867,6 +343,37 @@ class MessageStore:
         if self.leadership is not None:
             return self.leadership.high_watermark
         return self.follower_high_watermark
+
+    def check_leads(self) -> None:
+        """A replica takes writes (records, offsets, configuration) only while it leads
+        its group, enough replicas are in sync and the records it took over are held."""
+        leadership = self.leadership
+        if leadership is None:
+            raise not_leader(*self.leader_hint)
+        leadership.check_writable()
+        if not self._writes_ready:
+            raise error(errors_pb2.CODE_SERVICE_NOT_READY, "the new leader is not ready for writes yet")
+
+    def appended(self, end: int) -> None:
+        if not self._sync:
+            self._local_durable = end
+        self._advance()
+
+    def durable(self, offset: int) -> None:
+        self._local_durable = max(self._local_durable, offset)
+        self._advance()
+
+    async def wait_replicated(self, end: int) -> SendStatus:
+        leadership = self.leadership
+        if leadership is None:
+            raise not_leader(*self.leader_hint)
+        fut = leadership.wait_replicated(end)
+        try:
+            async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
+                await fut
+        except TimeoutError:
+            return SendStatus.FLUSH_REPLICA_TIMEOUT
+        return SendStatus.OK
 
     def _advance(self) -> None:
         """Dispatch what is below both this replica's durable end and the high
@@ -889,15 +396,7 @@ class MessageStore:
                 ready.append(held.popleft())
             last = ready[-1]
             self._dispatcher.dispatch_stored(ready, last.commit_log_offset + last.store_size)
-        pending = self._undispatched
-        while not held and pending and pending[0][0] <= bound:
-            end, records, offsets, queue_offsets, now = pending.popleft()
-            self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
-            if pending:
-                self._window.dispatched(records)
-            else:
-                self._window.forget_pending()  # everything appended is in the index now
-        if not held and not pending:
+        if not held and self.sender.dispatch_appended(bound):
             # Past a segment's closing blank marker, which has no record to dispatch.
             reach = min(bound, self.commitlog.write_offset)
             if reach > self._dispatcher.dispatched_offset:
@@ -922,7 +421,7 @@ class MessageStore:
             min_in_sync=min_in_sync, local_end=self._local_durable, clock=clock,
         )  # fmt: skip
         self.leadership.on_advance = self._advance
-        self.leader_hint = (self.replica_id, self.advertised_address)
+        self.leader_hint = (self.replica_id, self.sender.advertised_address)
         log.info(
             "store %s replica %s leads epoch %d from offset %d (in sync: %s)",
             self.store_id, self.replica_id, epoch, start, ",".join(sorted(in_sync)),
@@ -950,10 +449,8 @@ class MessageStore:
         self._writes_ready = False
         self.leader_hint = ("", "")
         self.follower_high_watermark = leadership.high_watermark
-        if self._undispatched:
-            start = self._undispatched[0][2][0]  # the first undispatched batch's first record
-            self._undispatched.clear()
-            self._window.forget_pending()  # held now: a new leader's index will say
+        start = self.sender.drop_undispatched()
+        if start is not None:
             self._held.extend(self._read_records(start, self.commitlog.write_offset))
         log.warning("store %s replica %s no longer leads epoch %d: %s", self.store_id, self.replica_id,
                     leadership.epoch, reason)  # fmt: skip
@@ -1052,7 +549,7 @@ class MessageStore:
         log's end. Under sync flush the caller fsyncs (``flush_copied``) before it
         reports the end."""
         self._check_open()
-        if not self._writable or self.commitlog.broken:
+        if not self.sender.writable or self.commitlog.broken:
             raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
         segment_end = self.commitlog.roll_next_file(offset)
         messages = check_copied(data, offset, segment_end)
@@ -1060,7 +557,7 @@ class MessageStore:
             self.commitlog.append_copied(offset, data)
         except OSError as exc:
             if not is_disk_full(exc):
-                self._writable = False
+                self.sender.writable = False
             raise error(errors_pb2.CODE_STORAGE_ERROR, f"copying the leader's log failed: {exc}") from None
         self._held.extend(messages)  # not counted in rocketmq_messages_in: the leader counted them
         end = self.commitlog.write_offset
@@ -1145,6 +642,21 @@ class MessageStore:
 
     def now_ms(self) -> int:
         return self._clock()
+
+    async def send(
+        self,
+        messages: Sequence[OutgoingMessage],
+        *,
+        producer_group: str = "",
+        transaction_prepared: bool = False,
+        born_host: str = "",
+        system: bool = False,
+    ) -> list[SendResult]:
+        """``SendPath.send``: the embedding API's short cut."""
+        return await self.sender.send(
+            messages, producer_group=producer_group, transaction_prepared=transaction_prepared, born_host=born_host,
+            system=system,
+        )  # fmt: skip
 
     def query_messages(
         self, *, topic: str = "", key: str = "", unique_id: str = "", max_results: int = DEFAULT_MAX_MESSAGES,
@@ -1264,14 +776,6 @@ class MessageStore:
             started_at_ms=self.started_at_ms,
             settings=describe(self.settings),
         )
-
-
-def _born_host(address: str) -> bytes:
-    """The peer's ``host:port`` as a record's born host (unknown when unparseable)."""
-    try:
-        return encode_host(*split_host_port(address)) if address else UNKNOWN_HOST
-    except ValueError:
-        return UNKNOWN_HOST
 
 
 def _resolve(address: str) -> tuple[str, int]:

@@ -81,6 +81,11 @@ class Reader:
         self._check_open = check_open
         self._memory_window = settings.physical_memory() * settings.access_message_in_memory_max_ratio_percent // 100
 
+    @property
+    def dispatched_offset(self) -> int:
+        """Records below this commit-log offset are in the consume queues and the index."""
+        return self._dispatcher.dispatched_offset
+
     def get_message(
         self,
         *,

@@ -202,7 +202,7 @@ class SendBack:
             topic = dlq_topic(group) if dead else retry_topic(group)
             queue_id = _int(copy.properties.get(PROPERTY_REAL_QUEUE_ID, "0"))
             queue_offset = -1
-        prefix = self._store.offset_msg_id_prefix
+        prefix = self._store.sender.offset_msg_id_prefix
         result = SendResult(
             SendStatus.OK, copy.unique_id, f"{prefix}{copy.commit_log_offset:016X}", topic, queue_id, queue_offset,
             copy.commit_log_offset,
@@ -238,7 +238,7 @@ class SendBack:
         )  # fmt: skip
         copy.sys_flag = source.sys_flag & ~TRANSACTION_TYPE_MASK
         copy.reconsume_times = times
-        (result,) = await self._store.send([copy], system=True)
+        (result,) = await self._store.sender.send([copy], system=True)
         log.debug(
             "group %s sent back %s (offset %d, count %d) to %s", group, source.unique_id, source.commit_log_offset,
             times, topic,

@@ -23,9 +23,10 @@ from .arrivals import ArrivalBatch
 from .codec import PreparedRecord
 from .configs import SubscriptionGroupConfig, TopicConfig
 from .filters import load_message_filter
-from .message_store import Appended, MessageStore
+from .message_store import MessageStore
 from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
 from .replication import CONFIG, OFFSETS
+from .send_path import Appended
 from .transactions import DecisionRequest, HalfAction
 
 MAX_ARRIVALS_PER_BATCH = 1000
@@ -93,7 +94,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def SendMessage(self, request: store_pb2.SendMessageRequest, context: grpc.aio.ServicerContext):
-        results = await self._store.send(
+        results = await self._store.sender.send(
             [to_outgoing(request.message)],
             producer_group=request.producer_group,
             transaction_prepared=request.transaction_prepared,
@@ -105,7 +106,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     @rpc
     async def SendBatch(self, request: store_pb2.SendBatchRequest, context: grpc.aio.ServicerContext):
         if request.transaction_prepared:
-            results = await self._store.send(
+            results = await self._store.sender.send(
                 [to_outgoing(m) for m in request.messages],
                 producer_group=request.producer_group,
                 transaction_prepared=True,
@@ -114,14 +115,14 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             return store_pb2.SendBatchResponse(
                 results=[store_pb2.SendResult(**fields) for fields in self._result_fields(results)]
             )
-        appended = self._store.append_records(
+        appended = self._store.sender.append_records(
             [to_outgoing(m) for m in request.messages],
             producer_group=request.producer_group,
             born_host=peer_address(context),
         )
-        status = await self._store.settle(appended)
+        status = await self._store.sender.settle(appended)
         if appended.duplicates:  # some were sent before (idempotent sends)
-            results = self._store.results(appended, status, transaction_prepared=False)
+            results = self._store.sender.results(appended, status, transaction_prepared=False)
             return store_pb2.SendBatchResponse(
                 results=[store_pb2.SendResult(**fields) for fields in self._result_fields(results)]
             )
@@ -155,7 +156,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                     await room.acquire()
                     started = time.perf_counter()
                     try:
-                        out: Appended | TxmqError = store.append_packed(
+                        out: Appended | TxmqError = store.sender.append_packed(
                             frame.records,
                             born_host=born_host,
                             transaction_prepared=frame.transaction_prepared,
@@ -189,7 +190,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     @rpc
     async def SendRecords(self, request: store_pb2.RecordFrame, context: grpc.aio.ServicerContext):
         try:
-            appended = self._store.append_packed(
+            appended = self._store.sender.append_packed(
                 request.records,
                 born_host=peer_address(context),
                 transaction_prepared=request.transaction_prepared,
@@ -203,17 +204,17 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     async def _record_ack(self, sequence: int, appended: Appended) -> store_pb2.RecordAck:
         store = self._store
         try:
-            status = await store.settle(appended)
+            status = await store.sender.settle(appended)
         except TxmqError as err:
             return store_pb2.RecordAck(sequence=sequence, error=err.to_detail())
         ack = store_pb2.RecordAck(
             sequence=sequence,
             status=store_pb2.SendStatus.ValueType(status),
-            offset_msg_id_prefix=store.offset_msg_id_prefix,
+            offset_msg_id_prefix=store.sender.offset_msg_id_prefix,
             store_id=store.store_id,
         )
         if appended.duplicates:  # some were sent before (idempotent sends): batch order
-            results = store.results(appended, status, transaction_prepared=bool(appended.real_queues))
+            results = store.sender.results(appended, status, transaction_prepared=bool(appended.real_queues))
             ack.commit_log_offsets.extend([r.commit_log_offset for r in results])
             ack.queue_offsets.extend([r.queue_offset for r in results])
             ack.queue_ids.extend([r.queue_id for r in results])
@@ -240,7 +241,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         fraction of setting every field by keyword."""
         resp = store_pb2.SendBatchResponse()
         add = resp.results.add
-        prefix = self._store.offset_msg_id_prefix
+        prefix = self._store.sender.offset_msg_id_prefix
         store_id = self._store.store_id
         templates: dict[tuple[str, int], store_pb2.SendResult] = {}
         for rec, offset, queue_offset in zip(records, offsets, queue_offsets):
@@ -280,7 +281,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         )
         resp = store_pb2.DecideTransactionsResponse()
         store_id = self._store.store_id
-        prefix = self._store.offset_msg_id_prefix
+        prefix = self._store.sender.offset_msg_id_prefix
         for out in outcomes:
             r = resp.results.add()
             if out.error is not None:
@@ -345,7 +346,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         appended = self._store.transactions.append_system(
             outgoing, producer_group=request.producer_group, born_host=peer_address(context)
         )
-        status = await self._store.settle(appended)
+        status = await self._store.sender.settle(appended)
         return self._records_response(status, appended.records, appended.offsets, appended.queue_offsets)
 
     @rpc

@@ -61,7 +61,7 @@ from .fileio import read_json, write_json_atomically
 from .model import OutgoingMessage, SendStatus, StoredMessage
 
 if TYPE_CHECKING:
-    from .message_store import Appended
+    from .send_path import Appended
 
 log = logging.getLogger("txmq.store.transactions")
 
@@ -215,7 +215,7 @@ class Transactions:
         book[txid] = known
         book.move_to_end(txid)
         if len(book) > self._cap:
-            dispatched = self._store.dispatched_offset
+            dispatched = self._store.reader.dispatched_offset
             while len(book) > self._cap:
                 oldest = next(iter(book.values()))
                 if oldest.end > dispatched:  # not in the index yet: keep it for now
@@ -235,7 +235,9 @@ class Transactions:
         the book learns the op entries and committed copies in it in the same turn of
         the event loop, so a decision asked for before they are indexed (sync flush: at
         the fsync) still sees them. ``settle`` the result next."""
-        appended = self._store.append_records(messages, producer_group=producer_group, born_host=born_host, system=True)
+        appended = self._store.sender.append_records(
+            messages, producer_group=producer_group, born_host=born_host, system=True
+        )
         if self.learn(messages, appended):
             self.note_written_elsewhere(appended.end)
         return appended
@@ -361,7 +363,7 @@ class Transactions:
         """Append the call's records; if that fails, the op entries promised to book
         entries are taken back (the records are not there)."""
         try:
-            return self._store.append_records(messages, born_host=born_host, system=True)
+            return self._store.sender.append_records(messages, born_host=born_host, system=True)
         except BaseException:
             for known, offset in self._added:
                 known.op_offsets.discard(offset)
@@ -420,7 +422,7 @@ class Transactions:
             if out.error is None and out.decision == OP_COMMIT and out.committed is None:
                 taken = local.get(requests[i].transaction_id)
                 out.committed = taken.copy if taken is not None else None
-        status = await store.settle(appended)
+        status = await store.sender.settle(appended)
         for out in outcomes:
             out.status = status
         return outcomes
@@ -550,7 +552,7 @@ class Transactions:
         for txid, known in settled.items():
             known.end = max(known.end, appended.end)
             self._remember(txid, known)
-        await store.settle(appended)
+        await store.sender.settle(appended)
         return outcomes
 
 
