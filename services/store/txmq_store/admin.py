@@ -32,7 +32,7 @@ from .configs import (
 from .dispatch import Dispatcher
 from .model import ConsumeOffsetView
 from .offsets import ConsumeOffsetTable
-from .replication import CONFIG
+from .replication import CONFIG, config_document
 from .settings import StoreSettings
 from .validation import (
     check_config_size,
@@ -301,7 +301,15 @@ class ConfigAdmin:
         if snap is not None:
             await asyncio.to_thread(self.offsets.save, *snap)
 
-    # -- a replicated group's follower -----------------------------------------------
+    # -- replication -----------------------------------------------------------------
+
+    def config_documents(self) -> tuple[bytes, bytes]:
+        """The topic and subscription-group tables as shipped to followers."""
+        return config_document(self.topics.document()), config_document(self.groups.document())
+
+    def offsets_document(self) -> tuple[int, bytes]:
+        """The consume offsets as shipped to followers, and their version."""
+        return self.offsets.version, config_document(self.offsets.rows())
 
     def adopt(self, *, topics: bytes = b"", groups: bytes = b"", offsets: bytes = b"") -> None:
         """A follower takes its leader's tables (each shipped when it changed; empty:

@@ -702,7 +702,8 @@ class StoreExporter:
     def exports(self) -> bool:
         """A replicated store group exports from its leader only: every replica holds the
         same offsets and events, and the analytics would count each once per replica."""
-        return not self._store.replicated or self._store.leadership is not None
+        replica = self._store.replica
+        return replica is None or replica.leadership is not None
 
     async def stop(self, *, final_export: bool = True) -> None:
         """Stop the periodic export; ``final_export``: export once more first (call it

@@ -146,7 +146,7 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
             service_names=service_names,
             close=close,
             stopping=stopping,
-            instance_id=replica_instance_id(store.store_id, store.replica_id),
+            instance_id=replica_instance_id(store.store_id, store.settings.replica_id),
             kind=common_pb2.SERVICE_KIND_STORE_REPLICA,
             readiness=group.watch_ready,  # ready only while an in-sync copy of its group
         )
