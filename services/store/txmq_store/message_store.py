@@ -1,10 +1,19 @@
-"""The message store core: RocketMQ's DefaultMessageStore, minus replication.
+"""The message store: RocketMQ's DefaultMessageStore, as the parts it wires together.
 
-Everything here runs on one asyncio event loop; only fsyncs (flush.py, checkpoints,
-JSON persistence) run in threads. A send validates the whole request first (nothing is
-stored on a bad request), then appends synchronously (no await between validation and
-append, so queue offsets follow commit-log order), then waits per the flush mode.
-Results of reads are enums (GetMessageStatus); bad requests raise ``TxmqError``.
+``MessageStore.open`` recovers the data directory (recovery.py) and builds the parts:
+
+- ``sender`` (send_path.py): the send path, from validation to the answers;
+- ``reader`` (reads.py): GetMessage, ViewMessage, QueryMessages, queue offsets, arrivals;
+- ``admin`` (admin.py): topics, subscription groups and consume offsets;
+- ``transactions`` (transactions.py): decisions and the check loop's writes;
+- ``timers`` (timer.py): delayed messages;
+- ``replica`` (replica.py): this store as a replica of a replicated group (None alone).
+
+What stays here is the store's life (open, the periodic jobs, close), durability and
+housekeeping (checkpoints, retention), and the few calls that span parts. Everything
+runs on one asyncio event loop; only fsyncs (flush.py, checkpoints, JSON persistence)
+run in threads. Results of reads are enums (GetMessageStatus); bad requests raise
+``TxmqError``.
 """
 
 from __future__ import annotations
@@ -70,7 +79,9 @@ WARM_DECISIONS_MAX = 20_000
 
 
 class MessageStore:
-    """Use ``await MessageStore.open(...)``; ``await store.close()`` when done."""
+    """Use ``await MessageStore.open(...)``; ``await store.close()`` when done. ``send``,
+    ``query_messages``, ``queue_offsets``, ``create_topic`` and
+    ``commit_consume_offset`` are short cuts to the parts for code that embeds a store."""
 
     def __init__(
         self,

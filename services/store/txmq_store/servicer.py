@@ -236,7 +236,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         self, status: int, records: Sequence[PreparedRecord], offsets: Sequence[int], queue_offsets: Sequence[int]
     ) -> store_pb2.SendBatchResponse:
         """The response to a send that is not transactional, with the fields of the
-        SendResults ``MessageStore.send`` would make, without making them. Each
+        SendResults ``SendPath.send`` would make, without making them. Each
         result starts as a copy of its queue's template (status + queue), which costs a
         fraction of setting every field by keyword."""
         resp = store_pb2.SendBatchResponse()

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from txmq import protocol
 from txmq.errors import TxmqError, error
@@ -57,11 +57,12 @@ from txmq.v1 import errors_pb2
 from txmq.validation import check_group
 
 from . import metrics as store_metrics
+from .admin import ConfigAdmin
+from .commitlog import CommitLog
 from .fileio import read_json, write_json_atomically
 from .model import OutgoingMessage, SendStatus, StoredMessage
-
-if TYPE_CHECKING:
-    from .send_path import Appended
+from .reads import Reader
+from .send_path import Appended, SendPath
 
 log = logging.getLogger("txmq.store.transactions")
 
@@ -190,10 +191,33 @@ class Fences:
         return False
 
 
-class Transactions:
-    """Decisions and check-loop writes of one store (``store``: a MessageStore)."""
+class TransactionStore(Protocol):
+    """What decisions need of the store (MessageStore implements it): its send path
+    (appends and their settling), its reads (records by offset, queue and index), the
+    check loop's consume offsets, the commit log's end, its clock, and fences held by a
+    group's followers before they are relied on (``admit_fence``)."""
 
-    def __init__(self, store, *, cache_entries: int, fences: Fences) -> None:
+    @property
+    def sender(self) -> SendPath: ...
+
+    @property
+    def reader(self) -> Reader: ...
+
+    @property
+    def admin(self) -> ConfigAdmin: ...
+
+    @property
+    def commitlog(self) -> CommitLog: ...
+
+    def now_ms(self) -> int: ...
+
+    async def admit_fence(self, epoch: int, half_queue_id: int) -> None: ...
+
+
+class Transactions:
+    """Decisions and check-loop writes of one store."""
+
+    def __init__(self, store: TransactionStore, *, cache_entries: int, fences: Fences) -> None:
         self._store = store
         self._cap = cache_entries
         self._book: OrderedDict[str, Known] = OrderedDict()
