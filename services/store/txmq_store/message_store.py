@@ -28,38 +28,21 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from txmq.errors import error
-from txmq.protocol import (
-    HALF_QUEUE_ID,
-    TRANS_CHECK_GROUP,
-)
+from txmq.protocol import HALF_QUEUE_ID, TRANS_CHECK_GROUP
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import WallClock, wall_clock_ms
 from txmq_runtime.settings import describe
 
 from .admin import ConfigAdmin
 from .arrivals import ArrivalHub
-from .codec import (
-    split_host_port,
-)
+from .codec import split_host_port
 from .commitlog import CommitLog, Fsync
-from .configs import (
-    TRANS_HALF_TOPIC,
-    SubscriptionGroupTable,
-    TopicConfig,
-    TopicConfigTable,
-    WriteQueues,
-)
+from .configs import TRANS_HALF_TOPIC, SubscriptionGroupTable, TopicConfig, TopicConfigTable, WriteQueues
 from .dispatch import Dispatcher
 from .fileio import fsync_path
 from .integrity import CorruptionLog, Quarantine
 from .metrics import ReplicaFigures, StoreFigures
-from .model import (
-    OutgoingMessage,
-    QueueOffsets,
-    SendResult,
-    StoredMessage,
-    StoreStatus,
-)
+from .model import OutgoingMessage, QueueOffsets, SendResult, StoredMessage, StoreStatus
 from .offsets import ConsumeOffsetTable
 from .reads import DEFAULT_MAX_MESSAGES, Reader
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
@@ -113,7 +96,6 @@ class MessageStore:
         self._hub = hub
         self.recovered_from_crash = crashed
         self.started_at_ms = clock()
-        self._sync = settings.flush_mode == "sync"
         self._queues = WriteQueues({key: cq.max_offset for key, cq in dispatcher.queues.items()})
         self.admin = ConfigAdmin(
             settings, topics=topics, groups=groups, offsets=offsets, dispatcher=dispatcher, queues=self._queues,
@@ -314,7 +296,7 @@ class MessageStore:
         if self._closed:
             raise error(errors_pb2.CODE_SERVICE_NOT_READY, "store is shutting down")
 
-    # -- replicated store groups (replica.py) -----------------------------------------------
+    # -- calls that span parts ----------------------------------------------------------
 
     def _writes_opened(self) -> None:
         """A new leader dispatched everything it took over: queue offsets continue from
@@ -360,6 +342,8 @@ class MessageStore:
         self.admin.adopt(topics=topics, groups=groups, offsets=offsets)
         if fences:
             self.transactions.fences.adopt(json.loads(fences))
+
+    # -- for code that embeds a store ----------------------------------------------------
 
     def now_ms(self) -> int:
         return self._clock()
