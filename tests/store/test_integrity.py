@@ -10,6 +10,7 @@ test_recovery.py does).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from txmq.records import decode_messages
 from txmq.v1 import errors_pb2, store_pb2
 from txmq_store.consumequeue import ConsumeQueue
 from txmq_store.index import HEADER, IndexFile
+from txmq_store.integrity import DiskFullLog
 from txmq_store.message_store import MessageStore
 
 from .conftest import FakeClock, GrpcStore, StoreFactory, msg
@@ -375,3 +377,24 @@ async def test_the_export_looks_past_a_damaged_only_copy(stores: StoreFactory) -
         store.query_messages(unique_id="U1")
     assert raised.value.code == errors_pb2.CODE_DATA_CORRUPTED
     assert await LocalSource(store).committed_copy("U1") is None
+
+
+async def test_a_full_disk_is_logged_once_a_minute_per_write(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    disk_full = DiskFullLog(interval_s=60, clock=lambda: now[0])
+    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    for _ in range(30):
+        disk_full.failed("the checkpoint", enospc)
+        disk_full.failed("the timer checkpoint", enospc)
+        now[0] += 1
+    now[0] += 60
+    disk_full.failed("the checkpoint", enospc)
+    disk_full.succeeded("the checkpoint")
+    disk_full.succeeded("the checkpoint")
+    assert [r.getMessage() for r in caplog.records] == [
+        "the checkpoint: the disk is full (No space left on device); tried again as scheduled",
+        "the timer checkpoint: the disk is full (No space left on device); tried again as scheduled",
+        "the checkpoint: the disk is full (No space left on device); tried again as scheduled",
+        "the checkpoint: written again",
+    ]
+    assert not [r for r in caplog.records if r.exc_info]

@@ -40,7 +40,7 @@ from .commitlog import CommitLog, Fsync
 from .configs import TRANS_HALF_TOPIC, SubscriptionGroupTable, TopicConfig, TopicConfigTable, WriteQueues
 from .dispatch import Dispatcher
 from .fileio import fsync_path
-from .integrity import CorruptionLog, Quarantine
+from .integrity import CorruptionLog, DiskFullLog, Quarantine, is_disk_full
 from .metrics import ReplicaFigures, StoreFigures
 from .model import OutgoingMessage, QueueOffsets, SendResult, StoredMessage, StoreStatus
 from .offsets import ConsumeOffsetTable
@@ -109,6 +109,7 @@ class MessageStore:
         self._unsynced: set[Path] = set()
         self._quarantine = quarantine or Quarantine(paths.quarantine)
         self._corruption = corruption or CorruptionLog()
+        self._disk_full = DiskFullLog()
         self.reader = Reader(
             settings, commitlog=commitlog, dispatcher=dispatcher, admin=self.admin, hub=hub,
             quarantine=self._quarantine, corruption=self._corruption, check_open=self._check_open,
@@ -135,7 +136,7 @@ class MessageStore:
             settings, path=timer_checkpoint, clock=clock, commitlog=commitlog,
             dispatcher=dispatcher, topics=topics, queues=self._queues, corruption=self._corruption,
             append=self.sender.append_copies, settle=self.sender.settle, read_record=self.reader.read_record,
-            may_run=self._timer_may_run,
+            may_run=self._timer_may_run, disk_full=self._disk_full,
         )  # fmt: skip
 
     def _timer_may_run(self) -> bool:
@@ -259,10 +260,18 @@ class MessageStore:
                 return
             except TimeoutError:
                 pass
+            name = getattr(job, "__name__", job)
             try:
                 await job()
+            except OSError as exc:
+                if is_disk_full(exc):
+                    self._disk_full.failed(f"periodic store job {name}", exc)
+                else:
+                    log.exception("periodic store job %s failed", name)
             except Exception:
-                log.exception("periodic store job %s failed", getattr(job, "__name__", job))
+                log.exception("periodic store job %s failed", name)
+            else:
+                self._disk_full.succeeded(f"periodic store job {name}")
 
     def end_arrival_streams(self) -> None:
         """End every arrival watch (the process is stopping): streams answer now instead
@@ -279,13 +288,28 @@ class MessageStore:
         await self.timers.checkpoint_quietly()
         self._hub.close()
         await self.sender.stop_flushing()
-        await self.checkpoint()
-        await self.admin.persist_offsets()
+        checkpointed = await self._write_at_close(self.checkpoint, "the checkpoint", "next start recovers")
+        await self._write_at_close(
+            self.admin.persist_offsets, "the consume offsets", "consumers resume from those written last"
+        )
         self._dispatcher.close()
         self._dispatcher.index.close()
         self.commitlog.close()
-        mark_stopped(self._paths)
+        if checkpointed:
+            mark_stopped(self._paths)  # else the abort marker stays: the next start recovers as after a crash
         os.close(self._lock_fd)
+
+    async def _write_at_close(self, write: Callable[[], Awaitable[object]], what: str, then: str) -> bool:
+        """A last write of the stop; a full disk refusing it does not stop the stop (one
+        line says what that means). Whether it was written."""
+        try:
+            await write()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            log.error("store %s stopping: could not write %s (%s); %s", self.store_id, what, exc.strerror, then)
+            return False
+        return True
 
     def set_advertised_address(self, address: str) -> None:
         """Where clients reach this store (host:port) from now on; a host name is

@@ -55,7 +55,7 @@ from .consumequeue import UNIT
 from .dispatch import Dispatcher
 from .fileio import read_json, write_json_atomically
 from .index import unique_id_hash
-from .integrity import CorruptionLog
+from .integrity import CorruptionLog, DiskFullLog, is_disk_full
 from .model import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SendStatus, StoredMessage
 from .settings import StoreSettings
 from .validation import cached_tag_code
@@ -538,6 +538,7 @@ class Timers:
         settle: Callable[[Any], Awaitable[SendStatus]],
         read_record: Callable[..., StoredMessage | None],
         may_run: Callable[[], bool],
+        disk_full: DiskFullLog,
     ) -> None:
         self._settings = settings
         self._clock = clock
@@ -550,6 +551,7 @@ class Timers:
         self._settle = settle
         self._read_record = read_record
         self._may_run = may_run
+        self._disk_full = disk_full
         self.timer = Timer(self, path=path, clock=clock)
 
     # -- the delivery task -----------------------------------------------------------
@@ -573,7 +575,7 @@ class Timers:
                     await timer.tick()
                     if loop.time() >= next_checkpoint:
                         next_checkpoint = loop.time() + self._settings.flush_consume_queue_interval_ms / 1000
-                        await timer.checkpoint()
+                        await self._checkpoint()
                 elif timer.active:
                     timer.deactivate()
             except Exception:
@@ -588,9 +590,21 @@ class Timers:
             except TimeoutError:
                 pass
 
-    async def checkpoint_quietly(self) -> None:
+    async def _checkpoint(self, *, then: str = "tried again as scheduled") -> None:
+        """The timer checkpoint. A full disk refusing it is logged, not raised: delivery
+        goes on, and a restart checks what was delivered since the last checkpoint."""
         try:
             await self.timer.checkpoint()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self._disk_full.failed("the timer checkpoint", exc, then=then)
+        else:
+            self._disk_full.succeeded("the timer checkpoint")
+
+    async def checkpoint_quietly(self) -> None:
+        try:
+            await self._checkpoint(then="a restart checks what was delivered since the last one")
         except Exception:
             log.exception("writing the timer checkpoint failed")
 
