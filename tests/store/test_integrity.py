@@ -338,6 +338,32 @@ async def test_a_damaged_record_over_grpc_is_a_typed_error(
     assert not [r for r in caplog.records if r.exc_info]  # a typed error: no traceback logged
 
 
+@pytest.mark.parametrize("cut", [0, 3, 39])
+async def test_a_record_cut_short_is_a_typed_error_over_grpc_for_view_message_too(
+    grpc_store: GrpcStore, caplog: pytest.LogCaptureFixture, cut: int
+) -> None:
+    """A segment file that ends inside a record's header (cut short): ViewMessage, by
+    offset and by offsetMsgId, answers CODE_DATA_CORRUPTED as GetMessage and
+    QueryMessages do (it used to fail untyped, with a traceback)."""
+    store = grpc_store.store
+    offsets = await send_ids(store, 0, 5)
+    at = offsets[2] % store.settings.commitlog_segment_bytes + cut
+    os.truncate(segment_file(store, Path(store.settings.data_dir), offsets[2]), at)
+    msg_id = f"{store.sender.offset_msg_id_prefix}{offsets[2]:016X}"
+    for call in (
+        grpc_store.stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=offsets[2])),
+        grpc_store.stub.ViewMessage(store_pb2.ViewMessageRequest(offset_msg_id=msg_id)),
+        grpc_store.stub.GetMessage(store_pb2.GetMessageRequest(topic="TopicA", queue_id=0, offset=2)),
+        grpc_store.stub.QueryMessages(store_pb2.QueryMessagesRequest(unique_id="U2")),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        err = TxmqError.from_rpc_error(info.value)
+        assert err.code == errors_pb2.CODE_DATA_CORRUPTED and not err.retriable, err
+        assert info.value.code() == grpc.StatusCode.INTERNAL
+    assert not [r for r in caplog.records if r.exc_info]  # typed errors: no traceback logged
+
+
 async def test_a_damaged_store_time_does_not_expire_a_segment_early(stores: StoreFactory, clock: FakeClock) -> None:
     store = await stores.open(file_reserved_time_ms=3_600_000)
     store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)

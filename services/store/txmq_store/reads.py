@@ -317,7 +317,8 @@ class Reader:
         body lands. A record counts only when the store's own dispatch put it there
         (``_dispatched_at``). A record known to begin there that fails its CRC raises
         CODE_DATA_CORRUPTED (reported); so do bytes that claim to be a record there and
-        fail their CRC, unreported (damage or a forgery: the store cannot tell)."""
+        fail their CRC, and a segment file that ends inside the header, unreported
+        (damage or a forgery: the store cannot tell)."""
         if self._quarantine.find(offset) is not None:  # recovery found damage there
             msg = self.read_record(offset, boundary=True)
             return msg if msg is not None and self._dispatched_at(msg) else None
@@ -325,6 +326,8 @@ class Reader:
         head = cl.read(offset, HEADER_SIZE)
         if head is None:
             return None
+        if len(head) < HEADER_SIZE:  # the segment file ends there: it was cut short
+            raise corrupted(offset, f"the segment file ends {len(head)} bytes into the record")
         size, magic = read_size_and_magic(head)
         if magic != MESSAGE_MAGIC or _PHYSICAL.unpack_from(head, PHYSICAL_OFFSET_AT)[0] != offset:
             return None
