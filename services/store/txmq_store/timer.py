@@ -77,6 +77,9 @@ PREPARE_MAX = 200_000
 INGEST_CHUNK = 4_096
 #: Delay values have at most this many digits (ms since the epoch need 13).
 MAX_DIGITS = 18
+#: A delivery the store keeps refusing for one reason (a full disk: every tick) is
+#: logged again after this long.
+PAUSE_LOG_INTERVAL_MS = 60_000
 #: The records of due timers that lie back to back are read up to this many bytes at once.
 READ_BYTES = 4 * 1024 * 1024
 #: The end of time for an index look-up (every record).
@@ -286,6 +289,7 @@ class Timer:
         self._duplicates_logged = 0
         self.dropped_total = 0
         self.last_lag_ms = 0
+        self._pause_logged: tuple[str, int] | None = None  # (the refusal, when) last logged
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -362,7 +366,7 @@ class Timer:
             try:
                 await self._deliver(offsets)
             except TxmqError as exc:
-                log.warning("timer delivery paused: %s", exc.message)
+                self._log_paused(exc.message)
                 paused = True
                 # The batch may be in the log (refused while settling): whatever is put
                 # back is checked for a copy before it is delivered again.
@@ -375,6 +379,9 @@ class Timer:
                     self.wheel.put_back(second, offsets[done:])
             if paused:
                 break
+            if self._pause_logged is not None:
+                log.info("timer delivery resumed")
+                self._pause_logged = None
             self._through = max(self._through, second)
         if self.duplicates_skipped > self._duplicates_logged:
             log.info(
@@ -385,6 +392,15 @@ class Timer:
         if self.active:
             self._prepare_ahead()
         return delivered
+
+    def _log_paused(self, reason: str) -> None:
+        """One line per refusal: again only when the reason changes or after
+        PAUSE_LOG_INTERVAL_MS (a full disk refuses every tick)."""
+        now = self._clock()
+        last = self._pause_logged
+        if last is None or last[0] != reason or now - last[1] >= PAUSE_LOG_INTERVAL_MS:
+            log.warning("timer delivery paused: %s", reason)
+            self._pause_logged = (reason, now)
 
     def _prepare_ahead(self) -> None:
         """Build some copies of the next due second's timers ahead of it."""
