@@ -135,7 +135,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
         except StopAsyncIteration:
             return
         replica, leadership = self._admit(first)
-        cut, position = self._start(replica, first)
+        cut, position = self._where_to_start(replica, first)
         view = leadership.attach(first.replica_id)
         view.in_flight.clear()
         leadership.reported(view, cut)
@@ -180,7 +180,7 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
             raise error(errors_pb2.CODE_FENCED, f"epoch {leadership.epoch} is stale: the follower knows {first.epoch}")
         return replica, leadership
 
-    def _start(self, replica: Replica, first: store_pb2.FollowerReport) -> tuple[int, int]:
+    def _where_to_start(self, replica: Replica, first: store_pb2.FollowerReport) -> tuple[int, int]:
         """(where the follower cuts its log, where shipping starts): where the two logs
         diverge, or the leader's oldest segment for an empty follower.
         CODE_REPLICA_BEHIND_LOG_START when retention deleted what it would copy next."""
