@@ -42,12 +42,12 @@ async def test_oversized_attributes_are_refused_and_nothing_changes(store: Messa
     with pytest.raises(TxmqError) as info:
         store.create_topic("TopicB", attributes=attributes)
     assert info.value.code == code
-    assert store._topics.get("TopicB") is None
+    assert store.admin.topics.get("TopicB") is None
     store.create_topic("TopicB", attributes={"+message.type": "NORMAL"})
     with pytest.raises(TxmqError) as info:
-        store.update_topic("TopicB", attributes=attributes)
+        store.admin.update_topic("TopicB", attributes=attributes)
     assert info.value.code == code
-    assert store.get_topic("TopicB").attributes == {"+message.type": "NORMAL"}
+    assert store.admin.get_topic("TopicB").attributes == {"+message.type": "NORMAL"}
 
 
 async def test_attributes_within_the_limits_are_kept(store: MessageStore) -> None:
@@ -57,15 +57,15 @@ async def test_attributes_within_the_limits_are_kept(store: MessageStore) -> Non
     fits = {f"a{i:02d}": "v" * 900 for i in range(MAX_TOPIC_ATTRIBUTES)}
     assert store.create_topic("TopicB", attributes=fits).attributes == fits
     one = {"n" * MAX_ATTRIBUTE_KEY_BYTES: "v" * MAX_ATTRIBUTE_VALUE_BYTES}
-    assert store.update_topic("TopicB", attributes=one).attributes == one
+    assert store.admin.update_topic("TopicB", attributes=one).attributes == one
 
 
 async def test_subscription_groups_are_bounded(store: MessageStore) -> None:
     with pytest.raises(TxmqError) as info:
-        store.create_subscription_group(SubscriptionGroupConfig("G" * 2_000_000))
+        store.admin.create_subscription_group(SubscriptionGroupConfig("G" * 2_000_000))
     assert info.value.code == errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP
     assert len(info.value.to_detail().SerializeToString()) < 4096  # the echo is clipped on the wire
-    store.create_subscription_group(SubscriptionGroupConfig("G" * 255))
+    store.admin.create_subscription_group(SubscriptionGroupConfig("G" * 255))
 
 
 async def test_over_grpc_a_2_mb_attribute_is_a_typed_error(grpc_store: GrpcStore) -> None:

@@ -57,13 +57,15 @@ def request(r: SendResult, decision: str = OP_COMMIT, *, from_check: bool = Fals
 def real(store: MessageStore) -> list[bytes]:
     out: list[bytes] = []
     for q in range(4):
-        out += [m.body for m in store.get_message(topic="TopicA", queue_id=q, offset=0, max_messages=100).messages]
+        out += [
+            m.body for m in store.reader.get_message(topic="TopicA", queue_id=q, offset=0, max_messages=100).messages
+        ]
     return out
 
 
 def ops(store: MessageStore) -> list[tuple[int, str, str]]:
     try:
-        r = store.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=0, max_messages=100)
+        r = store.reader.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=0, max_messages=100)
     except Exception:  # noqa: BLE001 - no op topic yet
         return []
     return [
@@ -74,7 +76,7 @@ def ops(store: MessageStore) -> list[tuple[int, str, str]]:
 
 
 def halves(store: MessageStore, topic: str = TRANS_HALF_TOPIC):
-    return store.get_message(topic=topic, queue_id=0, offset=0, max_messages=100).messages
+    return store.reader.get_message(topic=topic, queue_id=0, offset=0, max_messages=100).messages
 
 
 async def decide_one(store: MessageStore, req: DecisionRequest):
@@ -122,14 +124,14 @@ async def test_commit_copy_and_op_in_one_append(store: MessageStore) -> None:
     r = await half(store, b"x", p="1")
     writes = store.commitlog.write_offset
     out = await decide_one(store, request(r, OP_COMMIT))
-    [copy] = [m for q in range(4) for m in store.get_message(topic="TopicA", queue_id=q, offset=0).messages]
+    [copy] = [m for q in range(4) for m in store.reader.get_message(topic="TopicA", queue_id=q, offset=0).messages]
     assert copy.commit_log_offset == writes  # the copy first, the op right after it
     assert copy.body == b"x" and copy.properties["p"] == "1" and copy.unique_id == r.transaction_id
     assert copy.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
     assert copy.prepared_transaction_offset == r.commit_log_offset
     assert out.committed.commit_log_offset == copy.commit_log_offset
     assert out.committed.queue_offset == copy.queue_offset and out.status == SendStatus.OK
-    [op] = store.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=0).messages
+    [op] = store.reader.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=0).messages
     assert op.commit_log_offset == copy.commit_log_offset + copy.store_size
     assert r.transaction_id in op.keys
 
@@ -150,12 +152,12 @@ async def test_a_batch_is_one_append_and_items_fail_alone(store: MessageStore) -
     assert outs[30].committed is not None and outs[30].committed == outs[1].committed
     # 50 copies and one op message naming all 100 halves, appended together.
     assert len(real(store)) == 50
-    [op] = store.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=0).messages
+    [op] = store.reader.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=0).messages
     assert sorted(e[0] for e in ops(store)) == sorted(r.queue_offset for r in rs)
     copies = sorted(
         m.commit_log_offset
         for q in range(4)
-        for m in store.get_message(topic="TopicA", queue_id=q, offset=0, max_messages=100).messages
+        for m in store.reader.get_message(topic="TopicA", queue_id=q, offset=0, max_messages=100).messages
     )
     assert copies[0] == before and op.commit_log_offset > copies[-1]
     assert store.commitlog.write_offset == op.commit_log_offset + op.store_size
@@ -240,7 +242,7 @@ async def test_requeue_actions_make_the_copies(store: MessageStore) -> None:
     # A copy of a copy counts on: check 2, and it still knows its first record.
     [again] = await store.transactions.requeue([HalfAction(check.commit_log_offset, CHECK)])
     assert again.properties[PROPERTY_CHECK_TIMES] == "2"
-    assert store.view_message(again.commit_log_offset).prepared_transaction_offset == r.commit_log_offset
+    assert store.reader.view_message(again.commit_log_offset).prepared_transaction_offset == r.commit_log_offset
 
 
 async def test_requeue_settles_a_decided_transaction(store: MessageStore) -> None:
@@ -263,7 +265,7 @@ async def test_a_copy_without_its_op_is_found_by_the_index(store: MessageStore) 
 
     r = await half(store, b"legacy")
     store.transactions.note_written_elsewhere(0)  # no-op, the horizon only rises
-    await store.send_records([_committed_copy(store.view_message(r.commit_log_offset))], system=True)
+    await store.sender.send_records([_committed_copy(store.reader.view_message(r.commit_log_offset))], system=True)
     store.transactions.note_written_elsewhere(store.commitlog.write_offset)  # what the servicer does
     out = await decide_one(store, request(r, OP_ROLLBACK))
     assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
@@ -292,11 +294,11 @@ async def test_a_failed_append_changes_nothing_in_the_book(store: MessageStore) 
     [put] = await store.transactions.requeue([HalfAction(r.commit_log_offset, CHECK)])
     await decide_one(store, request(r, OP_COMMIT))
     copy_req = request(r, OP_COMMIT, commit_log_offset=put.commit_log_offset, tran_state_table_offset=put.queue_offset)
-    store._writable = False
+    store.sender.writable = False
     with pytest.raises(TxmqError) as info:
         await store.transactions.decide([copy_req])
     assert info.value.code == errors_pb2.CODE_SERVICE_NOT_WRITABLE
-    store._writable = True
+    store.sender.writable = True
     await decide_one(store, copy_req)
     assert sorted(e[0] for e in ops(store)) == [r.queue_offset, put.queue_offset]
 
@@ -312,16 +314,16 @@ async def test_decisions_put_through_put_system_messages_are_learnt_before_index
     store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
     rolled, committed = await half(store, b"rolled"), await half(store, b"committed")
     op = _op_message([OpEntry(rolled.queue_offset, rolled.transaction_id, OP_ROLLBACK)])
-    copy = _committed_copy(store.view_message(committed.commit_log_offset))
+    copy = _committed_copy(store.reader.view_message(committed.commit_log_offset))
     appended = store.transactions.append_system([op, copy])
-    assert store.dispatched_offset < appended.end  # not indexed yet
+    assert store.reader.dispatched_offset < appended.end  # not indexed yet
     out = await decide_one(store, request(rolled, OP_COMMIT))
     assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
     assert out.error.metadata["resolution"] == "rollback"
     out = await decide_one(store, request(committed, OP_ROLLBACK))
     assert out.error.code == errors_pb2.CODE_TRANSACTION_ALREADY_RESOLVED
-    assert store.dispatched_offset < appended.end  # the refusals wrote and waited for nothing
-    assert await store.settle(appended) == SendStatus.OK
+    assert store.reader.dispatched_offset < appended.end  # the refusals wrote and waited for nothing
+    assert await store.sender.settle(appended) == SendStatus.OK
     out = await decide_one(store, request(committed, OP_COMMIT))
     assert out.error is None and not out.first
     assert out.committed.commit_log_offset == appended.offsets[1]

@@ -28,7 +28,7 @@ def visible(store: MessageStore, topic: str = "TopicA") -> list[StoredMessage]:
     for q in store.queue_offsets(topic):
         offset = 0
         while offset < q.max_offset:
-            got = store.get_message(topic=topic, queue_id=q.queue_id, offset=offset, max_messages=1000)
+            got = store.reader.get_message(topic=topic, queue_id=q.queue_id, offset=offset, max_messages=1000)
             out.extend(got.messages)
             offset = got.next_begin_offset
     return out
@@ -39,7 +39,7 @@ def snapshot(store: MessageStore) -> tuple[Any, ...]:
 
 
 async def deliver(store: MessageStore) -> int:
-    return await store.timer.tick()
+    return await store.timers.timer.tick()
 
 
 async def test_a_delayed_message_is_invisible_until_due_then_visible_once(
@@ -48,7 +48,7 @@ async def test_a_delayed_message_is_invisible_until_due_then_visible_once(
     (r,) = await store.send([msg(b"later", tags="t", keys=("k1",), properties={"TIMER_DELAY_SEC": "10", "u": "v"})])
     assert (r.topic, r.queue_offset, r.deliver_at_ms) == ("TopicA", -1, T0_MS + 10_000)
     assert 0 <= r.queue_id < 4
-    timer_record = store.view_message(r.commit_log_offset)
+    timer_record = store.reader.view_message(r.commit_log_offset)
     assert timer_record.topic == TIMER_TOPIC
     assert timer_record.properties[PROPERTY_TIMER_DELIVER_MS] == str(T0_MS + 10_000)
     assert "TIMER_DELAY_SEC" not in timer_record.properties
@@ -111,7 +111,7 @@ async def test_a_bad_delay_is_refused_typed_and_stores_nothing(
     assert info.value.code == code
     assert info.value.metadata["index"] == "1"
     assert snapshot(store) == before
-    assert store.timer_queue_bounds() == (0, 0)
+    assert store.timers.timer_queue_bounds() == (0, 0)
 
 
 async def test_a_delayed_transactional_message_is_a_type_conflict(store: MessageStore) -> None:
@@ -153,14 +153,14 @@ async def test_many_timers_of_one_second_go_out_in_few_appends(stores: StoreFact
     clock.advance(3_000)
     end_before = store.commitlog.write_offset
     appends = 0
-    real = store.timer_append
+    real = store.timers.timer_append
 
     def counting(*args: Any, **kw: Any) -> Any:
         nonlocal appends
         appends += 1
         return real(*args, **kw)
 
-    store.timer_append = counting  # type: ignore[method-assign]
+    store.timers.timer_append = counting  # type: ignore[method-assign]
     assert await deliver(store) == 500
     assert appends == 5 and store.commitlog.write_offset > end_before
     assert len({m.unique_id for m in visible(store)}) == 500
@@ -175,8 +175,8 @@ async def test_pending_timers_survive_a_clean_restart(stores: StoreFactory, cloc
     await store.close()
     stores.opened.remove(store)
     again = await stores.open()
-    assert again.timer.active and again.timer_queue_bounds() == (0, 2)
-    assert again.timer.wheel.pending == 1  # the checkpoint at close covers "a"
+    assert again.timers.timer.active and again.timers.timer_queue_bounds() == (0, 2)
+    assert again.timers.timer.wheel.pending == 1  # the checkpoint at close covers "a"
     clock.advance(45_000)
     await deliver(again)
     assert sorted(m.body for m in visible(again)) == [b"a", b"b"]
@@ -234,12 +234,12 @@ async def test_a_restart_without_the_timer_checkpoint_finds_what_was_delivered(
     assert await deliver(store) == 10
     await store.close()
     stores.opened.remove(store)
-    (store.timer.path).unlink()  # as if the process died before its first timer checkpoint
+    (store.timers.timer.path).unlink()  # as if the process died before its first timer checkpoint
     again = await stores.open()
-    assert again.timer.wheel.pending == 11  # filed again, each checked before delivery
+    assert again.timers.timer.wheel.pending == 11  # filed again, each checked before delivery
     clock.advance(45_000)
     await deliver(again)
-    assert again.timer.duplicates_skipped == 10
+    assert again.timers.timer.duplicates_skipped == 10
     assert sorted(m.body for m in visible(again)) == sorted([b"%d" % i for i in range(10)] + [b"late"])
 
 
@@ -249,10 +249,10 @@ async def test_a_delayed_message_to_a_deleted_topic_is_dropped_the_others_delive
     store.create_topic("Other", read_queue_nums=1, write_queue_nums=1)
     await store.send([msg(b"gone", topic="Other", properties={"TIMER_DELAY_SEC": "5"})])
     await store.send([msg(b"kept", properties={"TIMER_DELAY_SEC": "5"})])
-    store.delete_topic("Other")
+    store.admin.delete_topic("Other")
     clock.advance(5_000)
     await deliver(store)
-    assert [m.body for m in visible(store)] == [b"kept"] and store.timer.dropped_total == 1
+    assert [m.body for m in visible(store)] == [b"kept"] and store.timers.timer.dropped_total == 1
 
 
 async def test_retention_keeps_the_segment_of_a_pending_timer(stores: StoreFactory, clock: ManualClock) -> None:

@@ -5,6 +5,8 @@ tests skip, saying so, where mounting is not permitted).
 - A full tmpfs refuses sends with CODE_DISK_FULL; nothing of a refused batch is stored;
   a store process never dies of SIGBUS (mapped files have their blocks reserved).
 - The free-space floor (disk_min_free_bytes) refuses writes before the disk is full.
+- Without it, a full disk costs the periodic checkpoints one log line each, and the stop
+  its checkpoint: the next start recovers.
 - A power cut (ext4 shut down without flushing its journal, as fstests' godown) while a
   real store process writes with sync flush loses no acknowledged message, and the store
   starts again, also when the cut came right after an index file was created.
@@ -16,6 +18,7 @@ import asyncio
 import errno
 import fcntl
 import json
+import logging
 import os
 import shutil
 import signal
@@ -122,12 +125,12 @@ def ids_found(store: MessageStore, ids: list[str]) -> list[str]:
 
 
 def queue_bodies(store: MessageStore, queue_id: int = 0) -> int:
-    r = store.get_message(topic="TopicA", queue_id=queue_id, offset=0, max_messages=10_000)
+    r = store.reader.get_message(topic="TopicA", queue_id=queue_id, offset=0, max_messages=10_000)
     n, offset = 0, 0
     while r.messages:
         n += len(r.messages)
         offset = r.next_begin_offset
-        r = store.get_message(topic="TopicA", queue_id=queue_id, offset=offset, max_messages=10_000)
+        r = store.reader.get_message(topic="TopicA", queue_id=queue_id, offset=offset, max_messages=10_000)
     return n
 
 
@@ -173,6 +176,33 @@ async def test_the_free_space_floor_refuses_writes_before_the_disk_is_full(tmpfs
     await store.send([msg(b"again")])
 
 
+async def test_a_store_on_a_full_disk_says_so_once_and_stops_cleanly(
+    tmpfs: Path, stores: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No free-space floor: the disk fills up for real. The checkpoint job and the
+    timer's checkpoint cannot write: one line each, no traceback. The stop cannot write
+    its checkpoint either: it says so, and the next start recovers."""
+    caplog.set_level(logging.INFO)
+    store = await stores.open(str(tmpfs / "store"), disk_min_free_bytes=0, flush_consume_queue_interval_ms=50)
+    store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
+    acked, _, err = await fill_until_refused(store, batch=40, body=b"b" * 1000)
+    assert err.code == errors_pb2.CODE_DISK_FULL
+    caplog.clear()
+    await asyncio.sleep(1)  # about 20 rounds of each periodic write
+    await store.close()
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [r for r in caplog.records if r.exc_info], lines
+    assert len([m for m in lines if m.startswith("periodic store job checkpoint: the disk is full")]) == 1, lines
+    assert len([m for m in lines if m.startswith("the timer checkpoint: the disk is full")]) == 1, lines
+    assert [m for m in lines if "stopping: could not write the checkpoint" in m and "next start recovers" in m]
+    assert (tmpfs / "store" / "abort").exists()  # the next start recovers as after a crash
+
+    remount(tmpfs, "8m")
+    again = await stores.open(str(tmpfs / "store"), disk_min_free_bytes=0)
+    assert again.recovered_from_crash
+    assert ids_found(again, acked) == acked and queue_bodies(again) == len(acked)
+
+
 WRITER = textwrap.dedent(
     """
     import asyncio, json, os, sys
@@ -184,7 +214,7 @@ WRITER = textwrap.dedent(
     async def main(data_dir, overrides):
         store = await MessageStore.open(StoreSettings(data_dir=data_dir, **overrides), advertised_address="127.0.0.1:1")
         try:
-            store.get_topic("TopicA")
+            store.admin.get_topic("TopicA")
         except TxmqError:
             store.create_topic("TopicA", read_queue_nums=64, write_queue_nums=64)
         print(json.dumps({"ready": True}), flush=True)
@@ -300,7 +330,7 @@ async def test_a_power_cut_loses_no_acknowledged_message(ext4: tuple[Path, Path]
 def queue_bodies_topic(store: MessageStore, queue_id: int) -> int:
     n, offset = 0, 0
     while True:
-        r = store.get_message(topic="TopicA", queue_id=queue_id, offset=offset, max_messages=10_000)
+        r = store.reader.get_message(topic="TopicA", queue_id=queue_id, offset=offset, max_messages=10_000)
         if not r.messages:
             return n
         n += len(r.messages)

@@ -67,7 +67,7 @@ async def test_every_fenced_rpc_refuses_an_old_epoch(grpc_store: GrpcStore) -> N
     r = await _half(store)
     store.transactions.fences.admit(10)
     end = store.commitlog.write_offset
-    progress = store.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=0)
+    progress = store.admin.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=0)
     calls = [
         stub.RequeueHalves(
             store_pb2.RequeueHalvesRequest(
@@ -110,7 +110,7 @@ async def test_every_fenced_rpc_refuses_an_old_epoch(grpc_store: GrpcStore) -> N
         err = TxmqError.from_rpc_error(info.value)
         assert err.code == errors_pb2.CODE_FENCED and not err.retriable
     assert store.commitlog.write_offset == end
-    assert store.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=0) == progress
+    assert store.admin.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=0) == progress
 
 
 async def test_item_errors_travel_in_the_results(grpc_store: GrpcStore) -> None:
@@ -159,7 +159,7 @@ async def test_send_batch_of_half_messages(grpc_store: GrpcStore) -> None:
     assert [r.queue.topic for r in resp.results] == ["TopicA"] * 6
     assert [r.queue.queue_id for r in resp.results] == [i % 4 for i in range(6)]
     assert all(r.transaction_id and r.transaction_id == r.msg_id for r in resp.results)
-    halves = grpc_store.store.get_message(topic=TRANS_HALF_TOPIC, queue_id=0, offset=0).messages
+    halves = grpc_store.store.reader.get_message(topic=TRANS_HALF_TOPIC, queue_id=0, offset=0).messages
     assert [m.queue_offset for m in halves] == [r.queue_offset for r in resp.results]
     missing_group = store_pb2.SendBatchRequest(
         messages=[common_pb2.Message(topic="TopicA", body=b"x")], transaction_prepared=True

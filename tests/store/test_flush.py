@@ -32,10 +32,10 @@ async def test_group_commit_shares_fsyncs_and_acks_only_after_them(stores: Store
         await asyncio.to_thread(fsync.entered.wait, 10)  # its fsync is in progress, and held
         # The loop keeps accepting sends while that fsync runs.
         others = [asyncio.create_task(store.send([msg(b"m%d" % i, queue_id=0)])) for i in range(50)]
-        await wait_until(lambda: store.commitlog.max_offset > 0 and len(store._undispatched) == 51)
+        await wait_until(lambda: store.commitlog.max_offset > 0 and len(store.sender._undispatched) == 51)
         assert not first.done() and not any(t.done() for t in others)
         # Consumers see only durable messages.
-        r = store.get_message(topic="TopicA", queue_id=0, offset=1)
+        r = store.reader.get_message(topic="TopicA", queue_id=0, offset=1)
         assert r.status == GetMessageStatus.OFFSET_OVERFLOW_ONE
     finally:
         fsync.gate.set()
@@ -43,7 +43,7 @@ async def test_group_commit_shares_fsyncs_and_acks_only_after_them(stores: Store
     assert all(r.status == SendStatus.OK for r in results)
     assert sorted(r.queue_offset for r in results) == list(range(1, 52))
     assert fsync.calls < len(results) / 10  # one fsync for the first, one for the 50 others
-    r = store.get_message(topic="TopicA", queue_id=0, offset=1, max_messages=100)
+    r = store.reader.get_message(topic="TopicA", queue_id=0, offset=1, max_messages=100)
     assert [m.body for m in r.messages][:2] == [b"first", b"m0"]
 
 
@@ -58,7 +58,7 @@ async def test_sync_flush_timeout(stores: StoreFactory) -> None:
     finally:
         fsync.gate.set()
     # Written, and visible once the fsync completes.
-    await wait_until(lambda: store.get_message(topic="TopicA", queue_id=0, offset=0).messages != [])
+    await wait_until(lambda: store.reader.get_message(topic="TopicA", queue_id=0, offset=0).messages != [])
 
 
 async def test_async_mode_acks_before_fsync_and_flushes_in_the_background(stores: StoreFactory) -> None:
@@ -69,7 +69,7 @@ async def test_async_mode_acks_before_fsync_and_flushes_in_the_background(stores
     try:
         (r,) = await store.send([msg(b"fast", queue_id=0)])
         assert r.status == SendStatus.OK
-        assert store.get_message(topic="TopicA", queue_id=0, offset=0).messages[0].body == b"fast"
+        assert store.reader.get_message(topic="TopicA", queue_id=0, offset=0).messages[0].body == b"fast"
         assert store.commitlog.flushed_offset == 0
     finally:
         fsync.gate.set()

@@ -21,7 +21,9 @@ async def fill(store: MessageStore, n: int, *, queue_id: int = 0, body: bytes = 
 
 
 def get(store: MessageStore, offset: int, **kw: object):  # type: ignore[no-untyped-def]
-    return store.get_message(topic=kw.pop("topic", "TopicA"), queue_id=kw.pop("queue_id", 0), offset=offset, **kw)  # type: ignore[arg-type]
+    return store.reader.get_message(
+        topic=kw.pop("topic", "TopicA"), queue_id=kw.pop("queue_id", 0), offset=offset, **kw
+    )  # type: ignore[arg-type]
 
 
 async def test_statuses_and_next_offsets(store: MessageStore) -> None:

@@ -25,7 +25,7 @@ GROUP = "PG"
 def bodies(store: MessageStore, topic: str = "TopicA", queues: int = 4) -> list[bytes]:
     out = []
     for q in range(queues):
-        got = store.get_message(topic=topic, queue_id=q, offset=0, max_messages=64)
+        got = store.reader.get_message(topic=topic, queue_id=q, offset=0, max_messages=64)
         if got.status == GetMessageStatus.FOUND:
             out += [m.body for m in got.messages]
     return sorted(out)
@@ -119,7 +119,7 @@ async def test_a_retry_racing_the_first_fsync_is_caught(stores: StoreFactory) ->
     fsync.gate.clear()
     first = asyncio.ensure_future(store.send([msg(b"x", unique_id="U1")]))
     await asyncio.sleep(0)
-    assert store.dispatched_offset == 0  # not indexed yet
+    assert store.reader.dispatched_offset == 0  # not indexed yet
     second = asyncio.ensure_future(store.send([msg(b"x", unique_id="U1")]))
     await asyncio.sleep(0)
     fsync.gate.set()

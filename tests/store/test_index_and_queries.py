@@ -79,15 +79,15 @@ async def test_queue_offsets_and_search_by_time(store: MessageStore, clock: Fake
         clock.advance(100)
     (q,) = store.queue_offsets("TopicA", 1)
     assert (q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp_ms) == (1, 0, 10, stamps[-1])
-    assert store.search_offset("TopicA", 1, stamps[3]) == 3
-    assert store.search_offset("TopicA", 1, stamps[3] + 1) == 4
-    assert store.search_offset("TopicA", 1, 0) == 0
-    assert store.search_offset("TopicA", 1, stamps[-1] + 1) == 10
-    assert store.search_offset("TopicA", 0, 0) == 0
+    assert store.reader.search_offset("TopicA", 1, stamps[3]) == 3
+    assert store.reader.search_offset("TopicA", 1, stamps[3] + 1) == 4
+    assert store.reader.search_offset("TopicA", 1, 0) == 0
+    assert store.reader.search_offset("TopicA", 1, stamps[-1] + 1) == 10
+    assert store.reader.search_offset("TopicA", 0, 0) == 0
     for call, code in (
         (lambda: store.queue_offsets("Nope"), errors_pb2.CODE_TOPIC_NOT_FOUND),
         (lambda: store.queue_offsets("TopicA", 4), errors_pb2.CODE_ILLEGAL_QUEUE_ID),
-        (lambda: store.search_offset("bad topic", 0, 0), errors_pb2.CODE_ILLEGAL_TOPIC),
+        (lambda: store.reader.search_offset("bad topic", 0, 0), errors_pb2.CODE_ILLEGAL_TOPIC),
     ):
         with pytest.raises(TxmqError) as info:
             call()
@@ -110,12 +110,12 @@ async def test_consume_offsets(stores: StoreFactory, clock: FakeClock) -> None:
         with pytest.raises(TxmqError) as info:
             store.commit_consume_offset(**kw)  # type: ignore[arg-type]
         assert info.value.code == code
-    rows = store.list_consume_offsets(group="CID_SYS_RMQ_TRANS")
+    rows = store.admin.list_consume_offsets(group="CID_SYS_RMQ_TRANS")
     assert [(r.topic, r.offset, r.updated_at_ms) for r in rows] == [("RMQ_SYS_TRANS_HALF_TOPIC", 4, clock())]
-    await store.persist_offsets()
-    store.delete_topic("TopicA")
+    await store.admin.persist_offsets()
+    store.admin.delete_topic("TopicA")
     with pytest.raises(TxmqError) as info:
-        store.delete_subscription_group("CID_SYS_RMQ_TRANS")
+        store.admin.delete_subscription_group("CID_SYS_RMQ_TRANS")
     assert info.value.code == errors_pb2.CODE_FORBIDDEN
 
 
@@ -123,7 +123,7 @@ async def test_arrival_watchers(stores: StoreFactory) -> None:
     store = await stores.open(arrival_watcher_buffer=5)
     store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
     store.create_topic("TopicB", read_queue_nums=1, write_queue_nums=1)
-    with store.watch_arrivals(["TopicA"]) as only_a, store.watch_arrivals() as everything:
+    with store.reader.watch_arrivals(["TopicA"]) as only_a, store.reader.watch_arrivals() as everything:
         await store.send([msg(b"a", properties={"x": "1"}), msg(b"b", topic="TopicB")])
         batch = await only_a.next_batch()
         assert batch is not None and not batch.overflowed

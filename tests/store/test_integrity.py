@@ -10,6 +10,7 @@ test_recovery.py does).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from txmq.records import decode_messages
 from txmq.v1 import errors_pb2, store_pb2
 from txmq_store.consumequeue import ConsumeQueue
 from txmq_store.index import HEADER, IndexFile
+from txmq_store.integrity import DiskFullLog
 from txmq_store.message_store import MessageStore
 
 from .conftest import FakeClock, GrpcStore, StoreFactory, msg
@@ -63,7 +65,7 @@ def read_all(store: MessageStore, offset: int = 0, *, raw: bool = False) -> tupl
     got: list[int] = []
     while True:
         try:
-            r = store.get_message(topic="TopicA", queue_id=0, offset=offset, raw=raw)
+            r = store.reader.get_message(topic="TopicA", queue_id=0, offset=offset, raw=raw)
         except TxmqError as exc:
             return got, exc
         if raw:
@@ -116,7 +118,7 @@ async def test_damage_in_an_old_segment_is_an_error_never_data(
     assert (got, err) == (list(range(victim + 1, 300)), None)
     # Every other way to the record says so too.
     for read in (
-        lambda: store.view_message(offsets[victim]),
+        lambda: store.reader.view_message(offsets[victim]),
         lambda: store.query_messages(unique_id=f"U{victim}"),
         lambda: store.query_messages(topic="TopicA", key=f"k{victim}"),
     ):
@@ -177,7 +179,7 @@ async def test_damage_below_the_checkpoint_keeps_the_intact_records_after_it(
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert found_ids(again, range(246, 260)) == list(range(246, 260))
     with pytest.raises(TxmqError) as info:
-        again.view_message(offsets[200])
+        again.reader.view_message(offsets[200])
     assert info.value.code == errors_pb2.CODE_DATA_CORRUPTED
 
 
@@ -336,6 +338,32 @@ async def test_a_damaged_record_over_grpc_is_a_typed_error(
     assert not [r for r in caplog.records if r.exc_info]  # a typed error: no traceback logged
 
 
+@pytest.mark.parametrize("cut", [0, 3, 39])
+async def test_a_record_cut_short_is_a_typed_error_over_grpc_for_view_message_too(
+    grpc_store: GrpcStore, caplog: pytest.LogCaptureFixture, cut: int
+) -> None:
+    """A segment file that ends inside a record's header (cut short): ViewMessage, by
+    offset and by offsetMsgId, answers CODE_DATA_CORRUPTED as GetMessage and
+    QueryMessages do (it used to fail untyped, with a traceback)."""
+    store = grpc_store.store
+    offsets = await send_ids(store, 0, 5)
+    at = offsets[2] % store.settings.commitlog_segment_bytes + cut
+    os.truncate(segment_file(store, Path(store.settings.data_dir), offsets[2]), at)
+    msg_id = f"{store.sender.offset_msg_id_prefix}{offsets[2]:016X}"
+    for call in (
+        grpc_store.stub.ViewMessage(store_pb2.ViewMessageRequest(commit_log_offset=offsets[2])),
+        grpc_store.stub.ViewMessage(store_pb2.ViewMessageRequest(offset_msg_id=msg_id)),
+        grpc_store.stub.GetMessage(store_pb2.GetMessageRequest(topic="TopicA", queue_id=0, offset=2)),
+        grpc_store.stub.QueryMessages(store_pb2.QueryMessagesRequest(unique_id="U2")),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await call
+        err = TxmqError.from_rpc_error(info.value)
+        assert err.code == errors_pb2.CODE_DATA_CORRUPTED and not err.retriable, err
+        assert info.value.code() == grpc.StatusCode.INTERNAL
+    assert not [r for r in caplog.records if r.exc_info]  # typed errors: no traceback logged
+
+
 async def test_a_damaged_store_time_does_not_expire_a_segment_early(stores: StoreFactory, clock: FakeClock) -> None:
     store = await stores.open(file_reserved_time_ms=3_600_000)
     store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
@@ -375,3 +403,24 @@ async def test_the_export_looks_past_a_damaged_only_copy(stores: StoreFactory) -
         store.query_messages(unique_id="U1")
     assert raised.value.code == errors_pb2.CODE_DATA_CORRUPTED
     assert await LocalSource(store).committed_copy("U1") is None
+
+
+async def test_a_full_disk_is_logged_once_a_minute_per_write(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    disk_full = DiskFullLog(interval_s=60, clock=lambda: now[0])
+    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    for _ in range(30):
+        disk_full.failed("the checkpoint", enospc)
+        disk_full.failed("the timer checkpoint", enospc)
+        now[0] += 1
+    now[0] += 60
+    disk_full.failed("the checkpoint", enospc)
+    disk_full.succeeded("the checkpoint")
+    disk_full.succeeded("the checkpoint")
+    assert [r.getMessage() for r in caplog.records] == [
+        "the checkpoint: the disk is full (No space left on device); tried again as scheduled",
+        "the timer checkpoint: the disk is full (No space left on device); tried again as scheduled",
+        "the checkpoint: the disk is full (No space left on device); tried again as scheduled",
+        "the checkpoint: written again",
+    ]
+    assert not [r for r in caplog.records if r.exc_info]

@@ -204,7 +204,7 @@ async def test_bad_requests_get_typed_errors(served: Served) -> None:
 @pytest.mark.asyncio
 async def test_a_replica_that_does_not_lead_answers_not_leader(stores: StoreFactory) -> None:
     store = await stores.open("replica", replica_id="r1")
-    assert store.replicated and store.leadership is None
+    assert store.replicated and store.replica.leadership is None
     async with _serve(store) as s:
         request = store_pb2.LockQueuesRequest(group=G, client_id=A, queues=[mq(store, topic="TopicA")])
         # The topic is unknown on this fresh replica: bad input is named first.
@@ -231,11 +231,11 @@ async def test_a_new_leadership_term_forgets_the_locks_and_waits_the_grace(store
         locks = s.servicer.queue_locks
         keys = [common_pb2.MessageQueue(topic="T", store_id=store.store_id, queue_id=0)]
         s.clock.advance(LEASE)
-        store.leadership = _Term()  # type: ignore[assignment]
+        store.replica.leadership = _Term()  # type: ignore[assignment]
         assert locks.unlock(G, A, keys) == 0  # a new term: reset, grace from now
         s.clock.advance(LEASE // 2)
         locks.locks.lock(G, A, [("T", 0)])
         assert locks.locks.holder(G, "T", 0) == A
-        store.leadership = _Term()  # type: ignore[assignment]  # lost and won again
+        store.replica.leadership = _Term()  # type: ignore[assignment]  # lost and won again
         locks.unlock(G, B, keys)
         assert locks.locks.holder(G, "T", 0) is None and locks.locks.in_grace()

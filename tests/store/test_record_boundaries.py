@@ -100,10 +100,11 @@ async def test_a_half_record_inside_a_body_is_no_half_message(store: MessageStor
     end = store.commitlog.write_offset
 
     # Not a message, however it is asked for.
-    err = refused(lambda: store.view_message(at), errors_pb2.CODE_MESSAGE_NOT_FOUND)
+    err = refused(lambda: store.reader.view_message(at), errors_pb2.CODE_MESSAGE_NOT_FOUND)
     assert err.metadata["commit_log_offset"] == str(at)
     refused(
-        lambda: store.view_message_by_id(f"{store.offset_msg_id_prefix}{at:016X}"), errors_pb2.CODE_MESSAGE_NOT_FOUND
+        lambda: store.reader.view_message_by_id(f"{store.sender.offset_msg_id_prefix}{at:016X}"),
+        errors_pb2.CODE_MESSAGE_NOT_FOUND,
     )
     # Not a half message: the decision is refused and writes nothing.
     for decision in (OP_ROLLBACK, OP_COMMIT):
@@ -121,7 +122,7 @@ async def test_a_half_record_inside_a_body_is_no_half_message(store: MessageStor
     )
     assert out.error is None and out.first and out.decision == OP_COMMIT
     # The carrier itself is an ordinary message, found as usual.
-    assert store.view_message(carrier.commit_log_offset).body == forged_half(at, queue_offset=queue_offset,
+    assert store.reader.view_message(carrier.commit_log_offset).body == forged_half(at, queue_offset=queue_offset,
                                                                                sys_flag=sys_flag)  # fmt: skip
 
 
@@ -134,7 +135,7 @@ async def test_a_forgery_with_a_wrong_crc_is_refused_and_not_counted_as_damage(s
     await pending_half(store)
     _, at = await smuggle(store, broken)
     # Damage or forgery: the store cannot tell, so it says "damaged" -- and decides nothing.
-    refused(lambda: store.view_message(at), errors_pb2.CODE_DATA_CORRUPTED)
+    refused(lambda: store.reader.view_message(at), errors_pb2.CODE_DATA_CORRUPTED)
     [out] = await store.transactions.decide([DecisionRequest(at, 0, "FORGED", GROUP, OP_ROLLBACK)])
     assert out.error is not None and out.error.code == errors_pb2.CODE_DATA_CORRUPTED
     assert op_count(store) == 0
@@ -152,21 +153,21 @@ async def test_system_records_without_a_queue_slot(store: MessageStore) -> None:
         system=True,
     )
     # A prepared record is in no queue, but the index vouches for it.
-    assert store.view_message(prepared.commit_log_offset).body == b"prepared"
+    assert store.reader.view_message(prepared.commit_log_offset).body == b"prepared"
     # A rolled-back one is in neither: no offset is taken for it (txmq writes none).
-    refused(lambda: store.view_message(rolled_back.commit_log_offset), errors_pb2.CODE_MESSAGE_NOT_FOUND)
-    assert store.view_message(normal.commit_log_offset).body == b"normal"
+    refused(lambda: store.reader.view_message(rolled_back.commit_log_offset), errors_pb2.CODE_MESSAGE_NOT_FOUND)
+    assert store.reader.view_message(normal.commit_log_offset).body == b"normal"
 
 
 async def test_a_deleted_topics_records_are_not_found_by_offset(store: MessageStore) -> None:
     store.create_topic("TopicB", read_queue_nums=1, write_queue_nums=1)
     [old] = await store.send([msg(b"old", topic="TopicB")])
-    store.delete_topic("TopicB")
+    store.admin.delete_topic("TopicB")
     store.create_topic("TopicB", read_queue_nums=1, write_queue_nums=1)
     [new] = await store.send([msg(b"new", topic="TopicB")])
     assert new.queue_offset == old.queue_offset == 0
-    refused(lambda: store.view_message(old.commit_log_offset), errors_pb2.CODE_MESSAGE_NOT_FOUND)
-    assert store.view_message(new.commit_log_offset).body == b"new"
+    refused(lambda: store.reader.view_message(old.commit_log_offset), errors_pb2.CODE_MESSAGE_NOT_FOUND)
+    assert store.reader.view_message(new.commit_log_offset).body == b"new"
 
 
 @pytest.mark.parametrize("how", ["restart", "crash recovery"])
@@ -194,11 +195,11 @@ async def test_real_records_are_found_after_a_restart_and_across_segments(stores
         store = await stores.open("crash")
         assert store.recovered_from_crash
     for r in [*results[::17], *firsts, results[-1]]:
-        m = store.view_message(r.commit_log_offset)
+        m = store.reader.view_message(r.commit_log_offset)
         assert (m.queue_id, m.queue_offset) == (r.queue_id, r.queue_offset)
-        assert store.view_message_by_id(r.offset_msg_id).commit_log_offset == r.commit_log_offset
-    assert store.view_message(prepared.commit_log_offset).body == b"p"
-    refused(lambda: store.view_message(forged_at), errors_pb2.CODE_MESSAGE_NOT_FOUND)
+        assert store.reader.view_message_by_id(r.offset_msg_id).commit_log_offset == r.commit_log_offset
+    assert store.reader.view_message(prepared.commit_log_offset).body == b"p"
+    refused(lambda: store.reader.view_message(forged_at), errors_pb2.CODE_MESSAGE_NOT_FOUND)
     outs = await store.transactions.decide(
         [DecisionRequest(h.commit_log_offset, h.queue_offset, h.transaction_id, GROUP, OP_ROLLBACK) for h in halves]
     )

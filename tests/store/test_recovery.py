@@ -34,7 +34,7 @@ def bodies(store: MessageStore, queue_id: int = 0, topic: str = "TopicA") -> lis
     out: list[bytes] = []
     offset = 0
     while True:
-        r = store.get_message(topic=topic, queue_id=queue_id, offset=offset)
+        r = store.reader.get_message(topic=topic, queue_id=queue_id, offset=offset)
         if r.status != GetMessageStatus.FOUND:
             return out
         out += [m.body for m in r.messages]
@@ -61,9 +61,9 @@ async def test_clean_restart_keeps_messages_offsets_and_configs(stores: StoreFac
 
     store = await stores.open()
     assert not store.recovered_from_crash
-    assert store.get_topic("TopicA").attributes == {"message.type": "NORMAL"}
-    assert store.get_subscription_group("cg").consume_enable  # auto-created by the commit
-    assert store.query_consume_offset(group="cg", topic="TopicA", queue_id=0) == 3
+    assert store.admin.get_topic("TopicA").attributes == {"message.type": "NORMAL"}
+    assert store.admin.get_subscription_group("cg").consume_enable  # auto-created by the commit
+    assert store.admin.query_consume_offset(group="cg", topic="TopicA", queue_id=0) == 3
     assert bodies(store) == [b"m%d" % i for i in range(5)]
     (r,) = await store.send([msg(b"after", queue_id=0)])
     assert r.queue_offset == 5  # queue offsets continue
@@ -94,7 +94,7 @@ async def test_torn_last_record_is_truncated(stores: StoreFactory, how: str) -> 
     offsets = await send_numbered(store, 0, 20)
     await store.flush()
     image = crash_image(store, stores)
-    last, size = offsets[-1], store.view_message(offsets[-1]).store_size
+    last, size = offsets[-1], store.reader.view_message(offsets[-1]).store_size
     path = segment_file(store, stores.base / image, last)
     cut = last % store.settings.commitlog_segment_bytes + size // 2
     if how == "cut the file":
@@ -109,7 +109,7 @@ async def test_torn_last_record_is_truncated(stores: StoreFactory, how: str) -> 
     assert crashed.commitlog.max_offset == last
     assert bodies(crashed) == [b"m%d" % i for i in range(19)]
     with pytest.raises(TxmqError) as info:
-        crashed.view_message(last)
+        crashed.reader.view_message(last)
     assert info.value.code == errors_pb2.CODE_MESSAGE_NOT_FOUND
     assert crashed.query_messages(topic="TopicA", key="k19") == []
     (r,) = await crashed.send([msg(b"new", queue_id=0)])
@@ -133,20 +133,24 @@ async def test_flipped_byte_is_quarantined_and_the_records_after_it_kept(stores:
 
     store = await stores.open()
     assert not store.recovered_from_crash
-    assert store.commitlog.max_offset == offsets[9] + store.view_message(offsets[9]).store_size
-    r = store.get_message(topic="TopicA", queue_id=0, offset=0)  # the intact ones before it
+    assert store.commitlog.max_offset == offsets[9] + store.reader.view_message(offsets[9]).store_size
+    r = store.reader.get_message(topic="TopicA", queue_id=0, offset=0)  # the intact ones before it
     assert ([m.body for m in r.messages], r.next_begin_offset) == ([b"m%d" % i for i in range(6)], 6)
     with pytest.raises(TxmqError) as info:
-        store.get_message(topic="TopicA", queue_id=0, offset=6)
+        store.reader.get_message(topic="TopicA", queue_id=0, offset=6)
     assert info.value.code == errors_pb2.CODE_DATA_CORRUPTED
     assert info.value.metadata["next_offset"] == "7"
-    r = store.get_message(topic="TopicA", queue_id=0, offset=7)
+    r = store.reader.get_message(topic="TopicA", queue_id=0, offset=7)
     assert [m.body for m in r.messages] == [b"m7", b"m8", b"m9"]
     # The next start keeps them too, and new sends continue the queue.
     await store.close()
     stores.opened.remove(store)
     store = await stores.open()
-    assert [m.body for m in store.get_message(topic="TopicA", queue_id=0, offset=7).messages] == [b"m7", b"m8", b"m9"]
+    assert [m.body for m in store.reader.get_message(topic="TopicA", queue_id=0, offset=7).messages] == [
+        b"m7",
+        b"m8",
+        b"m9",
+    ]
     (r2,) = await store.send([msg(b"m10", queue_id=0)])
     assert r2.queue_offset == 10
 
@@ -185,7 +189,7 @@ async def test_deleted_topic_is_not_resurrected(stores: StoreFactory) -> None:
     store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
     await store.flush()
     await send_numbered(store, 0, 5)
-    store.delete_topic("TopicA")
+    store.admin.delete_topic("TopicA")
     store.create_topic("TopicA", read_queue_nums=1, write_queue_nums=1)
     await store.send([msg(b"new life", queue_id=0)])
     image = crash_image(store, stores)  # the old records lie after the checkpoint
@@ -244,9 +248,9 @@ async def test_offset_msg_ids_survive_a_new_address(stores: StoreFactory) -> Non
     (new,) = await store.send([msg(b"after")])
     assert new.offset_msg_id.startswith("0A000007")
     # An id names the host that stored the message, as RocketMQ's does.
-    assert store.view_message_by_id(old.offset_msg_id).body == b"before"
-    assert store.view_message_by_id(new.offset_msg_id).store_port == 9999
+    assert store.reader.view_message_by_id(old.offset_msg_id).body == b"before"
+    assert store.reader.view_message_by_id(new.offset_msg_id).store_port == 9999
     forged = old.offset_msg_id[:8] + "00000001" + old.offset_msg_id[16:]  # other port, same offset
     with pytest.raises(TxmqError) as info:
-        store.view_message_by_id(forged)
+        store.reader.view_message_by_id(forged)
     assert info.value.code == errors_pb2.CODE_MESSAGE_NOT_FOUND

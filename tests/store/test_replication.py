@@ -20,6 +20,7 @@ from txmq_store.replication import (
     EpochHistory,
     Leadership,
     check_copied,
+    config_document,
     divergence,
     ship_span,
 )
@@ -186,55 +187,57 @@ async def _ship(leader, follower, lead: Leadership) -> None:
         seg_end = leader.commitlog.roll_next_file(pos)
         data = leader.commitlog.read(pos, min(seg_end, leader.commitlog.write_offset) - pos)
         n = ship_span(data, pos, seg_end)
-        follower.copy_shipment(pos, data[:n])
+        follower.replica.copy_shipment(pos, data[:n])
         pos += n
-    follower.epochs.adopt(leader.epochs.entries, follower.commitlog.write_offset)
-    lead.reported(view, follower.local_log_end)
-    follower.set_follower_high_watermark(lead.high_watermark)
+    follower.replica.epochs.adopt(leader.replica.epochs.entries, follower.commitlog.write_offset)
+    lead.reported(view, follower.replica.local_log_end)
+    follower.replica.set_follower_high_watermark(lead.high_watermark)
 
 
 async def test_a_send_is_acknowledged_and_visible_only_once_the_follower_holds_it(stores: StoreFactory):
     leader, follower = await _pair(stores)
-    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=2)
+    lead = leader.replica.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=2)
     lead.reported(lead.attach("b"), 0)
     leader.create_topic("T", read_queue_nums=2, write_queue_nums=2)
-    follower.adopt_configs(topics=leader.config_documents()[0])
-    appended = leader.append_records([msg(b"one", topic="T", queue_id=0), msg(b"two", topic="T", queue_id=0)])
-    settle = asyncio.ensure_future(leader.settle(appended))
+    follower.adopt_configs(topics=leader.admin.config_documents()[0])
+    appended = leader.sender.append_records([msg(b"one", topic="T", queue_id=0), msg(b"two", topic="T", queue_id=0)])
+    settle = asyncio.ensure_future(leader.sender.settle(appended))
     await asyncio.sleep(0)
     assert not settle.done()
-    assert leader.get_message(topic="T", queue_id=0, offset=0).messages == []  # beyond the high watermark
+    assert leader.reader.get_message(topic="T", queue_id=0, offset=0).messages == []  # beyond the high watermark
     await _ship(leader, follower, lead)
     assert await settle == SendStatus.OK
     for store in (leader, follower):
-        got = store.get_message(topic="T", queue_id=0, offset=0)
+        got = store.reader.get_message(topic="T", queue_id=0, offset=0)
         assert [m.body for m in got.messages] == [b"one", b"two"]
     # A follower refuses writes, naming its leader when it knows it.
-    follower.leader_hint = ("a", "10.0.0.1:10911")
+    follower.replica.leader_hint = ("a", "10.0.0.1:10911")
     with pytest.raises(TxmqError) as err:
-        follower.append_records([msg(b"x", topic="T")])
+        follower.sender.append_records([msg(b"x", topic="T")])
     assert err.value.code == errors_pb2.CODE_NOT_LEADER and err.value.metadata["leader"] == "a"
 
 
 async def test_a_deposed_leader_cuts_what_it_wrote_after_the_divergence(stores: StoreFactory):
     old, new = await _pair(stores)
-    lead = old.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
+    lead = old.replica.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
     old.create_topic("T", read_queue_nums=1, write_queue_nums=1)
-    new.adopt_configs(topics=old.config_documents()[0])
+    new.adopt_configs(topics=old.admin.config_documents()[0])
     lead.reported(lead.attach("b"), 0)
-    first = old.append_records([msg(b"kept", topic="T")])
+    first = old.sender.append_records([msg(b"kept", topic="T")])
     await _ship(old, new, lead)
-    await old.settle(first)
+    await old.sender.settle(first)
     lead.set_in_sync(frozenset("a"))  # b falls out: a's next write is held by a alone
-    orphan = old.append_records([msg(b"orphan", topic="T")])
-    await old.settle(orphan)
-    old.end_leadership("deposed")
+    orphan = old.sender.append_records([msg(b"orphan", topic="T")])
+    await old.sender.settle(orphan)
+    old.replica.end_leadership("deposed")
     # b takes over at its own end: epoch 2 starts where "kept" ends.
-    new.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
-    cut = divergence(new.epochs.entries, new.commitlog.write_offset, old.epochs.entries, old.commitlog.write_offset)
+    new.replica.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
+    cut = divergence(
+        new.replica.epochs.entries, new.commitlog.write_offset, old.replica.epochs.entries, old.commitlog.write_offset
+    )
     assert cut == new.commitlog.write_offset < old.commitlog.write_offset
     # It was acknowledged on a alone (min_in_sync 1): that is what min_in_sync 1 means.
-    old.cut_log(cut)
+    old.replica.cut_log(cut)
     assert old.commitlog.write_offset == cut
 
 
@@ -264,10 +267,10 @@ async def test_a_replica_reports_its_role_and_its_leader_the_followers_lag(store
     from txmq_store.metrics import read_store
 
     leader, follower = await _pair(stores)
-    lead = leader.become_leader(epoch=3, in_sync=frozenset("ab"), min_in_sync=1)
+    lead = leader.replica.become_leader(epoch=3, in_sync=frozenset("ab"), min_in_sync=1)
     leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
     lead.reported(lead.attach("b"), 0)
-    leader.append_records([msg(b"x" * 100, topic="T")])
+    leader.sender.append_records([msg(b"x" * 100, topic="T")])
     samples = {(name, tuple(labels)): value for name, labels, value in read_store(leader)}
     end = leader.commitlog.write_offset
     assert samples[("leader", ("store-0", "a"))] == 1 and samples[("epoch", ("store-0", "a"))] == 3
@@ -281,18 +284,20 @@ async def test_a_replica_reports_its_role_and_its_leader_the_followers_lag(store
 
 async def test_a_new_leader_keeps_the_check_loop_fences_and_forgets_deleted_topics(stores: StoreFactory):
     leader, follower = await _pair(stores)
-    lead = leader.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
+    lead = leader.replica.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
     leader.create_topic("Gone", read_queue_nums=1, write_queue_nums=1)
-    await leader.settle(leader.append_records([msg(b"x", topic="Gone")]))
+    await leader.sender.settle(leader.sender.append_records([msg(b"x", topic="Gone")]))
     leader.transactions.fences.admit(7)
-    follower.adopt_configs(topics=leader.config_documents()[0], fences=leader.fences_document()[1])
+    follower.adopt_configs(
+        topics=leader.admin.config_documents()[0], fences=config_document(leader.transactions.fences.document())
+    )
     await _ship(leader, follower, lead)
-    assert follower.get_message(topic="Gone", queue_id=0, offset=0).messages
-    leader.delete_topic("Gone")
-    follower.adopt_configs(topics=leader.config_documents()[0])
+    assert follower.reader.get_message(topic="Gone", queue_id=0, offset=0).messages
+    leader.admin.delete_topic("Gone")
+    follower.adopt_configs(topics=leader.admin.config_documents()[0])
     assert follower._dispatcher.consume_queue("Gone", 0) is None
-    leader.end_leadership("handing over")
-    follower.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
+    leader.replica.end_leadership("handing over")
+    follower.replica.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
     with pytest.raises(TxmqError) as err:
         follower.transactions.fences.admit(6)  # a check-loop leader the old store leader had fenced
     assert err.value.code == errors_pb2.CODE_FENCED
@@ -302,13 +307,13 @@ async def test_only_the_leader_of_a_group_exports_for_the_analytics(stores: Stor
     from txmq_store.export import StoreExporter
 
     leader, follower = await _pair(stores)
-    leader.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
+    leader.replica.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
     exporters = [
         StoreExporter(s, export_dir=tmp_path / name, interval_ms=1000, retention_ms=0)
         for s, name in ((leader, "a"), (follower, "b"))
     ]
     assert [e.exports() for e in exporters] == [True, False]
-    leader.end_leadership("gone")
+    leader.replica.end_leadership("gone")
     assert not exporters[0].exports()
 
 
@@ -340,7 +345,7 @@ async def test_a_leader_whose_lease_lapsed_refuses_writes_before_it_hears_of_the
 
 async def test_a_raised_fence_is_held_by_the_followers_before_the_fenced_write_goes_on(stores: StoreFactory):
     leader, _ = await _pair(stores)
-    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
+    lead = leader.replica.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
     b = lead.attach("b")
     lead.reported(b, 0)
     admitted = asyncio.ensure_future(leader.admit_fence(9, 0))
@@ -358,15 +363,15 @@ async def test_a_deposed_leader_holds_its_undispatched_records_across_a_segment_
     """Stepping down re-reads what was appended but not dispatched; a segment's closing
     blank marker in that range is stepped over, not taken for a damaged record."""
     leader, _ = await _pair(stores)
-    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
+    lead = leader.replica.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
     lead.reported(lead.attach("b"), 0)  # b never reports more: nothing is dispatched
     leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
     body = b"x" * 3000
     for _ in range(30):  # ~90 KB: more than one 64 KiB segment
-        leader.append_records([msg(body, topic="T")])
+        leader.sender.append_records([msg(body, topic="T")])
     assert leader.commitlog.segment_count == 2
-    leader.end_leadership("deposed")
-    held = list(leader._held)
+    leader.replica.end_leadership("deposed")
+    held = list(leader.replica._held)
     assert len(held) == 30 and [m.queue_offset for m in held] == list(range(30))
 
 
@@ -375,20 +380,20 @@ async def test_a_retry_reaching_the_new_leader_is_answered_from_the_window(store
     a producer's retry (its acknowledgement lost with the old leader) reaching the new
     leader is answered with the first result and stored once."""
     leader, follower = await _pair(stores)
-    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=2)
+    lead = leader.replica.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=2)
     lead.reported(lead.attach("b"), 0)
     leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
-    follower.adopt_configs(topics=leader.config_documents()[0])
-    first = leader.append_records([msg(b"once", topic="T", unique_id="U1")])
-    settle = asyncio.ensure_future(leader.settle(first))
+    follower.adopt_configs(topics=leader.admin.config_documents()[0])
+    first = leader.sender.append_records([msg(b"once", topic="T", unique_id="U1")])
+    settle = asyncio.ensure_future(leader.sender.settle(first))
     await asyncio.sleep(0)
     await _ship(leader, follower, lead)
     assert await settle == SendStatus.OK  # acknowledged; say the answer was lost
-    leader.end_leadership("failover")
-    follower.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
+    leader.replica.end_leadership("failover")
+    follower.replica.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
     [again] = await follower.send([msg(b"once", topic="T", unique_id="U1")])
     assert again.duplicate and again.commit_log_offset == first.offsets[0] and again.queue_offset == 0
-    assert [m.body for m in follower.get_message(topic="T", queue_id=0, offset=0).messages] == [b"once"]
+    assert [m.body for m in follower.reader.get_message(topic="T", queue_id=0, offset=0).messages] == [b"once"]
 
 
 # -- readiness: an in-sync copy of the group, or not ------------------------------------------
@@ -446,7 +451,7 @@ async def test_a_replica_reports_its_readiness_when_it_changes(stores: StoreFact
     read(["a"])  # the leader dropped it meanwhile
     assert said == [False, True, False]
     read(["a", "b"])
-    store.needs_resync = True
+    store.replica.needs_resync = True
     group._report_ready()
     assert said == [False, True, False, True, False]
 
@@ -456,24 +461,26 @@ async def test_a_replica_reports_its_readiness_when_it_changes(stores: StoreFact
 
 async def test_needs_resync_is_kept_across_a_restart(stores: StoreFactory):
     store = await stores.open("r", replica_id="b")
-    store.needs_resync = True
+    store.replica.needs_resync = True
     await store.close()
     store = await stores.open("r", replica_id="b")
-    assert store.needs_resync
-    store.needs_resync = False
+    assert store.replica.needs_resync
+    store.replica.needs_resync = False
     await store.close()
-    assert not (await stores.open("r", replica_id="b")).needs_resync
+    assert not (await stores.open("r", replica_id="b")).replica.needs_resync
 
 
 async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_and_copies_again(
     stores: StoreFactory, clock: ManualClock, tmp_path
 ):
     leader, follower = await _pair(stores, file_reserved_time_ms=1000)
-    lead = leader.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
+    lead = leader.replica.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=1)
     lead.reported(lead.attach("b"), 0)
     leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
-    follower.adopt_configs(topics=leader.config_documents()[0])
-    early = asyncio.ensure_future(leader.settle(leader.append_records([msg(b"e%d" % i, topic="T") for i in range(5)])))
+    follower.adopt_configs(topics=leader.admin.config_documents()[0])
+    early = asyncio.ensure_future(
+        leader.sender.settle(leader.sender.append_records([msg(b"e%d" % i, topic="T") for i in range(5)]))
+    )
     await asyncio.sleep(0)
     await _ship(leader, follower, lead)
     assert await early == SendStatus.OK
@@ -481,18 +488,23 @@ async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_a
     old_bytes = follower.commitlog.read(0, old_end)
     lead.set_in_sync(frozenset("a"))  # b is away while the leader writes on
     for i in range(40):  # ~120 KB: two 64 KiB segments and more
-        await leader.settle(leader.append_records([msg(b"%d-" % i + b"x" * 3000, topic="T")]))
+        await leader.sender.settle(leader.sender.append_records([msg(b"%d-" % i + b"x" * 3000, topic="T")]))
     await leader.flush()
     clock.advance(2000)
     assert await leader.clean_expired_files() > 0
     start = leader.commitlog.min_offset
     assert start > old_end
     # The leader answers CODE_REPLICA_BEHIND_LOG_START (Follow); the follower reseeds.
-    assert divergence(leader.epochs.entries, leader.commitlog.write_offset, follower.epochs.entries, old_end) > 0
+    assert (
+        divergence(
+            leader.replica.epochs.entries, leader.commitlog.write_offset, follower.replica.epochs.entries, old_end
+        )
+        > 0
+    )
     aside = tmp_path / "aside"
-    follower.reseed(aside)
-    assert follower.needs_resync and follower.commitlog.write_offset == 0
-    assert follower.get_message(topic="T", queue_id=0, offset=0).messages == []
+    follower.replica.reseed(aside)
+    assert follower.replica.needs_resync and follower.commitlog.write_offset == 0
+    assert follower.reader.get_message(topic="T", queue_id=0, offset=0).messages == []
     # Its old log is kept aside, byte for byte (hard links), until it is in sync.
     [kept] = sorted((aside / "commitlog").iterdir())
     assert kept.read_bytes()[:old_end] == old_bytes and (aside / "epochs.json").exists()
@@ -503,18 +515,18 @@ async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_a
         seg_end = leader.commitlog.roll_next_file(pos)
         data = leader.commitlog.read(pos, min(seg_end, leader.commitlog.write_offset) - pos)
         n = ship_span(data, pos, seg_end)
-        follower.copy_shipment(pos, data[:n])
+        follower.replica.copy_shipment(pos, data[:n])
         pos += n
-    follower.epochs.adopt(leader.epochs.entries, follower.commitlog.write_offset)
-    lead.reported(view, follower.local_log_end)
-    follower.set_follower_high_watermark(lead.high_watermark)
+    follower.replica.epochs.adopt(leader.replica.epochs.entries, follower.commitlog.write_offset)
+    lead.reported(view, follower.replica.local_log_end)
+    follower.replica.set_follower_high_watermark(lead.high_watermark)
     end = leader.commitlog.write_offset
-    assert not follower.needs_resync and follower.commitlog.min_offset == start
+    assert not follower.replica.needs_resync and follower.commitlog.min_offset == start
     assert follower.commitlog.read(start, end - start) == leader.commitlog.read(start, end - start)
     lo = leader.queue_offsets("T")[0].min_offset
-    bodies = [m.body for m in leader.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages]
+    bodies = [m.body for m in leader.reader.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages]
     assert bodies and bodies == [
-        m.body for m in follower.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages
+        m.body for m in follower.reader.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages
     ]
 
 

@@ -21,8 +21,8 @@ def snapshot(store: MessageStore) -> tuple[Any, ...]:
     return (
         store.commitlog.max_offset,
         [(q.queue_id, q.max_offset) for q in store.queue_offsets("TopicA")],
-        [t.name for t in store.topic_configs()],
-        dict(store._queue_offsets),
+        [t.name for t in store.admin.topic_configs()],
+        dict(store._queues._offsets),
     )
 
 
@@ -114,11 +114,11 @@ async def test_auto_create_happens_only_for_valid_batches(stores: StoreFactory) 
     store = await stores.open(auto_create_topic_enable=True, default_topic_queue_nums=3)
     store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
     changes: list[int] = []
-    store.add_topic_listener(lambda: changes.append(1))
+    store.admin.add_topic_listener(lambda: changes.append(1))
     await expect_rejected(store, [msg(topic="Fresh"), msg(b"")], E.CODE_ILLEGAL_MESSAGE)
     assert changes == []
     results = await store.send([msg(topic="Fresh"), msg(topic="Fresh"), msg(topic="Fresh"), msg(topic="Fresh")])
-    cfg = store.get_topic("Fresh")
+    cfg = store.admin.get_topic("Fresh")
     assert (cfg.read_queue_nums, cfg.write_queue_nums) == (3, 3) and changes == [1]
     first = results[0].queue_id
     assert [(r.queue_id - first) % 3 for r in results] == [0, 1, 2, 0]  # round robin over write queues
@@ -131,4 +131,4 @@ async def test_system_sends_may_write_system_topics(strict: MessageStore) -> Non
         system=True,
     )
     assert (r.topic, r.queue_id, r.queue_offset) == ("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, 0)
-    assert strict.view_message(r.commit_log_offset).properties == {"TRANSACTION_CHECK_TIMES": "2"}
+    assert strict.reader.view_message(r.commit_log_offset).properties == {"TRANSACTION_CHECK_TIMES": "2"}

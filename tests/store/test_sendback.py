@@ -37,7 +37,7 @@ LEVELS = "1s 1s 1s 1s 1s 1s"
 
 async def _open(stores: StoreFactory, **overrides: object) -> MessageStore:
     store = await stores.open(message_delay_levels=LEVELS, **overrides)
-    if not any(t.name == "TopicA" for t in store.topic_configs()):
+    if not any(t.name == "TopicA" for t in store.admin.topic_configs()):
         store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
     return store
 
@@ -64,7 +64,7 @@ async def test_first_send_back_goes_to_the_retry_topic(stores: StoreFactory) -> 
     assert not out.dead_lettered and not out.duplicate
     assert out.reconsume_times == 1
     assert out.result.topic == retry_topic(GROUP)
-    copy = store.view_message(out.result.commit_log_offset)
+    copy = store.reader.view_message(out.result.commit_log_offset)
     assert copy.topic == retry_topic(GROUP)
     assert (copy.body, copy.tags, copy.keys, copy.unique_id) == (b"payload", "TagA", ("k1", "k2"), uid)
     assert copy.properties["color"] == "red"
@@ -74,8 +74,8 @@ async def test_first_send_back_goes_to_the_retry_topic(stores: StoreFactory) -> 
     assert copy.properties[PROPERTY_DELAY_LEVEL] == "3"
     assert copy.properties[PROPERTY_SENDBACK_OF] == f"{GROUP}@{offset}"
     # the group was created (auto_create_subscription_group), the retry topic with its queues
-    assert store.get_subscription_group(GROUP).retry_queue_nums == 1
-    assert store.get_topic(retry_topic(GROUP)).read_queue_nums == 1
+    assert store.admin.get_subscription_group(GROUP).retry_queue_nums == 1
+    assert store.admin.get_topic(retry_topic(GROUP)).read_queue_nums == 1
 
 
 async def test_counts_come_from_the_stored_record_until_the_dead_letter_topic(stores: StoreFactory) -> None:
@@ -86,23 +86,23 @@ async def test_counts_come_from_the_stored_record_until_the_dead_letter_topic(st
     for _ in range(4):
         out = await core.send_back(group=GROUP, commit_log_offset=offset, unique_id=uid, max_reconsume_times=3)
         seen.append((out.reconsume_times, out.dead_lettered))
-        copy = store.view_message(out.result.commit_log_offset)
+        copy = store.reader.view_message(out.result.commit_log_offset)
         if not out.dead_lettered:
             assert copy.properties[PROPERTY_DELAY_LEVEL] == str(min(3 + out.reconsume_times - 1, 6))
         offset = out.result.commit_log_offset  # the consumer now fails the retry copy
     assert seen == [(1, False), (2, False), (3, False), (4, True)]
-    dead = store.view_message(offset)
+    dead = store.reader.view_message(offset)
     assert dead.topic == dlq_topic(GROUP)
     assert dead.properties[PROPERTY_DLQ_ORIGIN_TOPIC] == "TopicA"  # the first topic, not %RETRY%
     assert dead.properties[PROPERTY_RETRY_TOPIC] == "TopicA"
     assert PROPERTY_DELAY_LEVEL not in dead.properties
     assert dead.reconsume_times == 4 and dead.unique_id == uid
-    assert store.get_topic(dlq_topic(GROUP)).read_queue_nums == 1
+    assert store.admin.get_topic(dlq_topic(GROUP)).read_queue_nums == 1
 
 
 async def test_the_groups_retry_max_times_is_the_default_limit(stores: StoreFactory) -> None:
     store = await _open(stores)
-    store.create_subscription_group(SubscriptionGroupConfig(GROUP, retry_max_times=0, retry_queue_nums=2))
+    store.admin.create_subscription_group(SubscriptionGroupConfig(GROUP, retry_max_times=0, retry_queue_nums=2))
     offset, uid = await _sent(store)
     out = await SendBack(store).send_back(group=GROUP, commit_log_offset=offset, unique_id=uid)
     assert out.dead_lettered and out.reconsume_times == 1
@@ -117,11 +117,11 @@ async def test_delay_level_minus_one_dead_letters_at_once(stores: StoreFactory) 
 
 async def test_explicit_level_and_retry_queue_nums(stores: StoreFactory) -> None:
     store = await _open(stores)
-    store.create_subscription_group(SubscriptionGroupConfig(GROUP, retry_queue_nums=3))
+    store.admin.create_subscription_group(SubscriptionGroupConfig(GROUP, retry_queue_nums=3))
     offset, uid = await _sent(store)
     out = await SendBack(store).send_back(group=GROUP, commit_log_offset=offset, unique_id=uid, delay_level=6)
-    assert store.view_message(out.result.commit_log_offset).properties[PROPERTY_DELAY_LEVEL] == "6"
-    assert store.get_topic(retry_topic(GROUP)).write_queue_nums == 3
+    assert store.reader.view_message(out.result.commit_log_offset).properties[PROPERTY_DELAY_LEVEL] == "6"
+    assert store.admin.get_topic(retry_topic(GROUP)).write_queue_nums == 3
 
 
 async def test_uncounted_keeps_the_count_and_never_dead_letters(stores: StoreFactory) -> None:
@@ -228,7 +228,7 @@ async def test_refusals_store_nothing(stores: StoreFactory, case: str, code: int
         await SendBack(store).send_back(**kw)  # type: ignore[arg-type]
     assert exc.value.code == code
     assert store.commitlog.write_offset == end
-    assert not any(t.name == retry_topic(GROUP) for t in store.topic_configs())
+    assert not any(t.name == retry_topic(GROUP) for t in store.admin.topic_configs())
 
 
 async def test_servicer_send_back(stores: StoreFactory) -> None:
@@ -268,7 +268,7 @@ async def test_a_failed_send_back_fails_its_waiters_too_and_can_be_repeated(stor
         return_exceptions=True,
     )
     assert [getattr(o, "code", None) for o in outs] == [errors_pb2.CODE_TOPIC_NOT_WRITABLE] * 2
-    store.update_topic(retry_topic(GROUP), perm=6)
+    store.admin.update_topic(retry_topic(GROUP), perm=6)
     out = await core.send_back(group=GROUP, commit_log_offset=offset, unique_id=uid)
     assert not out.duplicate and out.reconsume_times == 1
     assert [q.max_offset for q in store.queue_offsets(retry_topic(GROUP))] == [1]

@@ -201,7 +201,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.rpc}: {c.what}" for c in CASES])
 async def test_bad_input_gets_the_documented_code(grpc_store: GrpcStore, case: Case) -> None:
     g = grpc_store
-    g.store.create_subscription_group(SubscriptionGroupConfig(GROUP))
+    g.store.admin.create_subscription_group(SubscriptionGroupConfig(GROUP))
     end = g.store.commitlog.write_offset
     if case.where == "item":
         response = await case.call(g)
@@ -216,7 +216,7 @@ async def test_bad_input_gets_the_documented_code(grpc_store: GrpcStore, case: C
         assert err.code == case.code, (err.code_name, err.message)
         assert info.value.code() == TxmqError.for_code(case.code).grpc_status
     assert g.store.commitlog.write_offset == end  # nothing written
-    assert g.store._topics.get("TopicNew") is None and g.store._groups.get("CG_NEW") is None
+    assert g.store.admin.topics.get("TopicNew") is None and g.store.admin.groups.get("CG_NEW") is None
 
 
 async def test_unknown_topics_and_the_any_queue_are_not_errors(grpc_store: GrpcStore) -> None:

@@ -4,6 +4,7 @@ clock is a ManualClock: nothing sleeps."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,6 +266,28 @@ async def test_a_refused_append_puts_the_rest_back_and_the_next_tick_delivers_it
     assert snap.delivered_below == 3 and snap.delivered_through_sec < due_second(NOW + 2_000)
     await timer.tick()
     assert uids(host) == ["U0", "U1", "U2", "U3", "U4"]  # nothing twice
+
+
+@ASYNC
+async def test_a_delivery_refused_every_tick_is_logged_once_a_minute(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="txmq.store.timer")
+    host = FakeHost()
+    timer = new_timer(host, tmp_path, clock)
+    host.schedule(NOW + 2_000)
+    clock.advance(2_000)
+    for _ in range(50):  # a full disk: every tick is refused
+        host.fail_next = error(E.CODE_DISK_FULL, "the store's disk is full")
+        await timer.tick()
+        clock.advance(100)
+    clock.advance(60_000)
+    host.fail_next = error(E.CODE_DISK_FULL, "the store's disk is full")
+    await timer.tick()
+    await timer.tick()  # space again
+    assert uids(host) == ["U0"]
+    lines = [r.getMessage() for r in caplog.records if "delivery" in r.getMessage()]
+    assert lines == ["timer delivery paused: the store's disk is full"] * 2 + ["timer delivery resumed"]
 
 
 @ASYNC

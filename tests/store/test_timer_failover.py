@@ -24,16 +24,16 @@ async def ship(leader: MessageStore, follower: MessageStore, lead: Leadership) -
         data = leader.commitlog.read(pos, min(seg_end, leader.commitlog.write_offset) - pos)
         assert data is not None
         n = ship_span(data, pos, seg_end)
-        follower.copy_shipment(pos, data[:n])
+        follower.replica.copy_shipment(pos, data[:n])
         pos += n
-    assert follower.epochs is not None and leader.epochs is not None
-    follower.epochs.adopt(leader.epochs.entries, follower.commitlog.write_offset)
-    lead.reported(view, follower.local_log_end)
-    follower.set_follower_high_watermark(lead.high_watermark)
+    assert follower.replica.epochs is not None and leader.replica.epochs is not None
+    follower.replica.epochs.adopt(leader.replica.epochs.entries, follower.commitlog.write_offset)
+    lead.reported(view, follower.replica.local_log_end)
+    follower.replica.set_follower_high_watermark(lead.high_watermark)
 
 
 def bodies(store: MessageStore) -> list[bytes]:
-    got = store.get_message(topic="T", queue_id=0, offset=0, max_messages=100)
+    got = store.reader.get_message(topic="T", queue_id=0, offset=0, max_messages=100)
     return sorted(m.body for m in got.messages)
 
 
@@ -42,27 +42,27 @@ async def test_only_the_leader_delivers_and_a_promoted_follower_delivers_the_res
 ) -> None:
     leader = await stores.open("leader", replica_id="a")
     follower = await stores.open("follower", replica_id="b")
-    lead = leader.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
+    lead = leader.replica.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
     leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
-    follower.adopt_configs(topics=leader.config_documents()[0])
+    follower.adopt_configs(topics=leader.admin.config_documents()[0])
     early = [msg(b"e%d" % i, topic="T", properties={"TIMER_DELAY_SEC": "5"}) for i in range(3)]
     results = await leader.send([*early, msg(b"late", topic="T", properties={"TIMER_DELAY_SEC": "50"})])
     assert [r.deliver_at_ms for r in results] == [T0_MS + 5_000] * 3 + [T0_MS + 50_000]
     await ship(leader, follower, lead)
-    if not leader.timer.active:
-        leader.timer.activate()
+    if not leader.timers.timer.active:
+        leader.timers.timer.activate()
     clock.advance(5_000)
-    assert await follower.timer.tick() == 0 and not follower.timer.active  # a follower never delivers
-    await leader.timer.tick()
+    assert await follower.timers.timer.tick() == 0 and not follower.timers.timer.active  # a follower never delivers
+    await leader.timers.timer.tick()
     assert bodies(leader) == [b"e0", b"e1", b"e2"]
     await ship(leader, follower, lead)
     assert bodies(follower) == [b"e0", b"e1", b"e2"]  # the copies are replicated like any message
-    leader.end_leadership("handing over")
-    follower.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
-    if not follower.timer.active:
-        follower.timer.activate()  # no checkpoint of its own: every timer filed, each checked
-    await follower.timer.tick()
+    leader.replica.end_leadership("handing over")
+    follower.replica.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
+    if not follower.timers.timer.active:
+        follower.timers.timer.activate()  # no checkpoint of its own: every timer filed, each checked
+    await follower.timers.timer.tick()
     assert bodies(follower) == [b"e0", b"e1", b"e2"]  # the delivered ones are not delivered again
     clock.advance(45_000)
-    await follower.timer.tick()
+    await follower.timers.timer.tick()
     assert bodies(follower) == [b"e0", b"e1", b"e2", b"late"]

@@ -209,19 +209,8 @@ def decode_record(
         prepared_offset,
         body_len,
     ) = HEAD.unpack_from(buf, pos + PREFIX.size)
-    end = pos + size
-    bpos = pos + HEADER_SIZE
-    tpos = bpos + body_len
-    if tpos + 3 > end:
-        raise CorruptRecord("body length overruns the record")
-    body = bytes(buf[bpos:tpos]) if with_body else b""
-    topic_len = buf[tpos]
-    ppos = tpos + 1 + topic_len
-    if ppos + 2 > end:
-        raise CorruptRecord("topic length overruns the record")
-    (props_len,) = U16.unpack_from(buf, ppos)
-    if ppos + 2 + props_len != end:
-        raise CorruptRecord("field lengths disagree with the record size")
+    tpos, ppos, end = _tail_positions(buf, pos, size, body_len)
+    body = bytes(buf[pos + HEADER_SIZE : tpos]) if with_body else b""
     if verify_crc and _crc32(memoryview(buf)[pos + RECORD_CRC_START : end]) != crc:
         raise CorruptRecord(f"record CRC mismatch at {physical_offset}")
     if expected_offset is not None and physical_offset != expected_offset:
@@ -257,6 +246,23 @@ def decode_record(
         reconsume_times=reconsume,
         prepared_transaction_offset=prepared_offset,
     )
+
+
+def _tail_positions(buf: bytes | memoryview, pos: int, size: int, body_len: int) -> tuple[int, int, int]:
+    """Where the topic and the properties of the record at ``pos`` begin and where it
+    ends; CorruptRecord when its field lengths disagree with its size."""
+    end = pos + size
+    tpos = pos + HEADER_SIZE + body_len
+    if tpos + 3 > end:
+        raise CorruptRecord("body length overruns the record")
+    topic_len = buf[tpos]
+    ppos = tpos + 1 + topic_len
+    if ppos + 2 > end:
+        raise CorruptRecord("topic length overruns the record")
+    (props_len,) = U16.unpack_from(buf, ppos)
+    if ppos + 2 + props_len != end:
+        raise CorruptRecord("field lengths disagree with the record size")
+    return tpos, ppos, end
 
 
 def read_store_timestamp(buf: bytes | memoryview, pos: int = 0) -> int:

@@ -436,6 +436,10 @@ class CommitLog:
         head = self.read(offset, HEADER_SIZE) or self.read(offset, BLANK_SIZE)
         if head is None:
             return None
+        if len(head) < BLANK_SIZE:  # the segment file ends there: it was cut short
+            if boundary:
+                raise CorruptRecord(f"the segment file ends {len(head)} bytes into the record at {offset}")
+            return None
         size, magic = read_size_and_magic(head)
         if not boundary and (magic != MESSAGE_MAGIC or len(head) < HEADER_SIZE or _claimed_offset(head) != offset):
             return None

@@ -1,4 +1,5 @@
-"""Topic and subscription-group configuration, persisted as JSON (atomic rewrite).
+"""Topic and subscription-group configuration, persisted as JSON (atomic rewrite), and
+the write queues a send goes to.
 
 Files: ``<config dir>/topics.json`` and ``<config dir>/subscription_groups.json``.
 System topics and groups are built in: always present, never written to the files.
@@ -6,8 +7,12 @@ System topics and groups are built in: always present, never written to the file
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from txmq.errors import error
 
 # Permission bits and system topics/groups: txmq.protocol, re-exported for the store.
 from txmq.protocol import (  # noqa: F401
@@ -24,8 +29,12 @@ from txmq.protocol import (  # noqa: F401
     TRANS_OP_HALF_TOPIC,
     is_system_topic,
 )
+from txmq.v1 import errors_pb2
 
 from .fileio import read_json, write_json_atomically
+
+if TYPE_CHECKING:
+    from .codec import PreparedRecord
 
 
 @dataclass(slots=True)
@@ -162,3 +171,65 @@ class SubscriptionGroupTable:
 
     def _save(self) -> None:
         write_json_atomically(self._path, self.document())
+
+
+class WriteQueues:
+    """Where a send goes: its queue (round robin over the topic's write queues, or the
+    one it names) and the next queue offset per (topic, queue id). Offsets are assigned
+    at append, so in sync mode they run ahead of the consume queues until the fsync."""
+
+    def __init__(self, max_offsets: Mapping[tuple[str, int], int]) -> None:
+        self._offsets = dict(max_offsets)
+        self._round_robin: dict[str, int] = {}
+
+    def restart(self, max_offsets: Mapping[tuple[str, int], int]) -> None:
+        """Continue from the consume queues' ends (a new leader that took over)."""
+        self._offsets = dict(max_offsets)
+
+    def queue_for_send(self, cfg: TopicConfig, queue_id: int | None, index: int) -> int:
+        n = cfg.write_queue_nums
+        if queue_id is None:
+            if n <= 0:
+                raise error(
+                    errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {cfg.name} has no write queues", index=str(index)
+                )
+            c = self._round_robin.get(cfg.name, 0)
+            self._round_robin[cfg.name] = c + 1
+            return c % n
+        if not 0 <= queue_id < n:
+            raise error(
+                errors_pb2.CODE_ILLEGAL_QUEUE_ID,
+                f"queue {queue_id} of {cfg.name} is not writable (write queues: {n})",
+                index=str(index), queue_id=str(queue_id),
+            )  # fmt: skip
+        return queue_id
+
+    def assign(self, records: Sequence[PreparedRecord]) -> list[int]:
+        table = self._offsets
+        out: list[int] = []
+        for rec in records:
+            if rec.takes_queue_slot:
+                key = (rec.topic, rec.queue_id)
+                q = table.get(key, 0)
+                table[key] = q + 1
+                out.append(q)
+            else:
+                out.append(0)
+        return out
+
+    def unassign(self, records: Sequence[PreparedRecord], queue_offsets: list[int]) -> None:
+        """Undo ``assign`` for a batch that was not stored."""
+        table = self._offsets
+        for rec, q in zip(records, queue_offsets, strict=True):
+            if rec.takes_queue_slot:
+                key = (rec.topic, rec.queue_id)
+                table[key] = min(table.get(key, 0), q)
+
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic: its queues' offsets and its round robin go with it."""
+        for key in [k for k in self._offsets if k[0] == name]:
+            del self._offsets[key]
+        self.forget_round_robin(name)
+
+    def forget_round_robin(self, name: str) -> None:
+        self._round_robin.pop(name, None)

@@ -334,18 +334,18 @@ class LocalSource:
     async def snapshot(self) -> Snapshot:
         s = self._store
         queues = []
-        for cfg in s.topic_configs():
+        for cfg in s.admin.topic_configs():
             for q in s.queue_offsets(cfg.name):
                 queues.append(QueueRow(cfg.name, q.queue_id, q.min_offset, q.max_offset, q.last_store_timestamp_ms))
         offsets = [
             OffsetRow(o.consumer_group, o.topic, o.queue_id, o.offset, o.min_offset, o.max_offset, o.updated_at_ms)
-            for o in s.list_consume_offsets()
+            for o in s.admin.list_consume_offsets()
         ]
         return Snapshot(s.now_ms(), queues, offsets)
 
     async def read(self, topic: str, queue_id: int, offset: int, max_messages: int) -> ReadResult:
         try:
-            r = self._store.get_message(topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages)
+            r = self._store.reader.get_message(topic=topic, queue_id=queue_id, offset=offset, max_messages=max_messages)
         except TxmqError as exc:
             if exc.code != errors_pb2.CODE_DATA_CORRUPTED:
                 raise
@@ -355,7 +355,7 @@ class LocalSource:
 
     async def committed_copy(self, transaction_id: str) -> Record | None:
         try:
-            found = self._store.query_messages(unique_id=transaction_id, max_results=1000)
+            found = self._store.reader.query_messages(unique_id=transaction_id, max_results=1000)
         except TxmqError as exc:
             if exc.code != errors_pb2.CODE_DATA_CORRUPTED:
                 raise
@@ -702,7 +702,8 @@ class StoreExporter:
     def exports(self) -> bool:
         """A replicated store group exports from its leader only: every replica holds the
         same offsets and events, and the analytics would count each once per replica."""
-        return not self._store.replicated or self._store.leadership is not None
+        replica = self._store.replica
+        return replica is None or replica.leadership is not None
 
     async def stop(self, *, final_export: bool = True) -> None:
         """Stop the periodic export; ``final_export``: export once more first (call it

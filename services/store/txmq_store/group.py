@@ -18,7 +18,8 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,18 @@ from txmq_runtime.registry import EtcdKeys, encode
 
 from .codec import read_size_and_magic
 from .message_store import MessageStore
-from .replication import CONFIG, FENCES, OFFSETS, Leadership, divergence, not_leader, ship_span
+from .replica import Replica
+from .replication import (
+    CONFIG,
+    FENCES,
+    OFFSETS,
+    FollowerView,
+    Leadership,
+    config_document,
+    divergence,
+    not_leader,
+    ship_span,
+)
 from .settings import StoreSettings
 
 log = logging.getLogger("txmq.store.group")
@@ -63,11 +75,48 @@ def decode_state(value: bytes) -> store_pb2.StoreGroupState:
     return json_format.Parse(value, store_pb2.StoreGroupState(), ignore_unknown_fields=True)
 
 
+def replica_of(store: MessageStore) -> Replica:
+    """The replica of a store in a group (what runs here runs only for those)."""
+    if store.replica is None:
+        raise ValueError(f"store {store.store_id} is not a replica of a store group")
+    return store.replica
+
+
 def _epochs(entries: list[tuple[int, int]]) -> list[store_pb2.EpochEntry]:
     return [store_pb2.EpochEntry(epoch=e, start_offset=s) for e, s in entries]
 
 
 # -- the leader's side -----------------------------------------------------------------
+
+
+class _ShippedState:
+    """The state a Follow stream ships beside the log (topic and group tables, fences,
+    consume offsets): each when it changed since it was last shipped, all of it at
+    first."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+        self._sent = {OFFSETS: -1, CONFIG: -1, FENCES: -1}  # state versions this stream has shipped
+
+    def add(self, shipment: store_pb2.Shipment) -> bool:
+        """Put the state that changed since it was last shipped into ``shipment``, and
+        the versions shipped; whether anything was put."""
+        store, sent = self._store, self._sent
+        added = False
+        if store.admin.config_version != sent[CONFIG]:
+            sent[CONFIG] = store.admin.config_version
+            shipment.topics_json, shipment.subscription_groups_json = store.admin.config_documents()
+            added = True
+        fences = store.transactions.fences
+        if fences.version != sent[FENCES]:
+            sent[FENCES], shipment.fences_json = fences.version, config_document(fences.document())
+            added = True
+        if store.admin.offsets.version != sent[OFFSETS]:
+            sent[OFFSETS], shipment.consume_offsets_json = store.admin.offsets_document()
+            added = True
+        shipment.config_version, shipment.fences_version = sent[CONFIG], sent[FENCES]
+        shipment.consume_offsets_version = sent[OFFSETS]
+        return added
 
 
 class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
@@ -80,16 +129,44 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
     async def Follow(
         self, request_iterator: AsyncIterator[store_pb2.FollowerReport], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[store_pb2.Shipment]:
-        store = self._store
         reports = request_iterator.__aiter__()
         try:
             first = await reports.__anext__()
         except StopAsyncIteration:
             return
-        leadership = store.leadership
-        if not store.replicated or leadership is None:
-            raise not_leader(*store.leader_hint)
-        if first.store_id != store.store_id or not first.replica_id or first.replica_id == store.replica_id:
+        replica, leadership = self._admit(first)
+        cut, position = self._where_to_start(replica, first)
+        view = leadership.attach(first.replica_id)
+        view.in_flight.clear()
+        leadership.reported(view, cut)
+        log.info(
+            "replica %s follows from offset %d (reported %d%s)", first.replica_id, position, first.log_end,
+            f", cut to {cut}" if cut < first.log_end else "",
+        )  # fmt: skip
+        reader = asyncio.create_task(self._read_reports(reports, leadership, view))
+        state = _ShippedState(self._store)
+        try:
+            opening = store_pb2.Shipment(
+                epoch=leadership.epoch, truncate_to=cut, epochs=_epochs(replica.epochs.entries),
+                high_watermark=leadership.high_watermark,
+            )  # fmt: skip
+            state.add(opening)
+            yield opening
+            async with aclosing(self._ship(replica, leadership, view, reader, state, position)) as shipments:
+                async for shipment in shipments:
+                    yield shipment
+        finally:
+            reader.cancel()
+            leadership.detach(view)
+
+    def _admit(self, first: store_pb2.FollowerReport) -> tuple[Replica, Leadership]:
+        """This replica and its leadership, when it leads and ``first`` (a follower's
+        first report) names a follower of its group that it may serve."""
+        store, replica = self._store, self._store.replica
+        leadership = replica.leadership if replica is not None else None
+        if replica is None or leadership is None:
+            raise not_leader(*(replica.leader_hint if replica is not None else ("", "")))
+        if first.store_id != store.store_id or not first.replica_id or first.replica_id == replica.replica_id:
             raise error(
                 errors_pb2.CODE_ILLEGAL_ARGUMENT,
                 f"a follower of store group {store.store_id} needs its store id and its own replica id",
@@ -101,17 +178,23 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
             )
         if first.epoch > leadership.epoch:
             raise error(errors_pb2.CODE_FENCED, f"epoch {leadership.epoch} is stale: the follower knows {first.epoch}")
-        assert store.epochs is not None
+        return replica, leadership
+
+    def _where_to_start(self, replica: Replica, first: store_pb2.FollowerReport) -> tuple[int, int]:
+        """(where the follower cuts its log, where shipping starts): where the two logs
+        diverge, or the leader's oldest segment for an empty follower.
+        CODE_REPLICA_BEHIND_LOG_START when retention deleted what it would copy next."""
+        commitlog = self._store.commitlog
         cut = divergence(
-            store.epochs.entries,
-            store.commitlog.write_offset,
+            replica.epochs.entries,
+            commitlog.write_offset,
             [(e.epoch, e.start_offset) for e in first.epochs],
             first.log_end,
         )
         position = cut
-        if cut < store.commitlog.min_offset:
+        if cut < commitlog.min_offset:
             if cut > 0:
-                start = store.commitlog.min_offset
+                start = commitlog.min_offset
                 raise error(
                     errors_pb2.CODE_REPLICA_BEHIND_LOG_START,
                     f"the follower's log ends at {cut}, before the leader's oldest segment ({start}): retention "
@@ -119,70 +202,41 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
                     log_start=str(start),
                     log_end=str(cut),
                 )
-            position = store.commitlog.min_offset
-        view = leadership.attach(first.replica_id)
-        view.in_flight.clear()
-        leadership.reported(view, cut)
-        log.info(
-            "replica %s follows from offset %d (reported %d%s)", first.replica_id, position, first.log_end,
-            f", cut to {cut}" if cut < first.log_end else "",
-        )  # fmt: skip
-        reader = asyncio.create_task(self._read_reports(reports, leadership, view))
-        sent = {OFFSETS: -1, CONFIG: -1, FENCES: -1}  # state versions this stream has shipped
+            position = commitlog.min_offset
+        return cut, position
 
-        def add_state(shipment: store_pb2.Shipment) -> bool:
-            """Put the state that changed since it was last shipped (all of it at first)
-            into ``shipment``, and the versions shipped; whether anything was put."""
-            added = False
-            if store.config_version != sent[CONFIG]:
-                sent[CONFIG] = store.config_version
-                shipment.topics_json, shipment.subscription_groups_json = store.config_documents()
-                added = True
-            if store.transactions.fences.version != sent[FENCES]:
-                sent[FENCES], shipment.fences_json = store.fences_document()
-                added = True
-            if store.offsets_version != sent[OFFSETS]:
-                sent[OFFSETS], shipment.consume_offsets_json = store.offsets_document()
-                added = True
-            shipment.config_version, shipment.fences_version = sent[CONFIG], sent[FENCES]
-            shipment.consume_offsets_version = sent[OFFSETS]
-            return added
-
-        try:
-            first = store_pb2.Shipment(
-                epoch=leadership.epoch, truncate_to=cut, epochs=_epochs(store.epochs.entries),
-                high_watermark=leadership.high_watermark,
-            )  # fmt: skip
-            add_state(first)
-            yield first
-            sent_hw, sent_at = leadership.high_watermark, time.monotonic()
-            max_bytes = self._settings.replica_shipment_max_bytes
-            while True:
-                if store.leadership is not leadership or leadership.ended:
-                    raise not_leader(*store.leader_hint)
-                if reader.done():
-                    reader.result()  # the follower's failure, if any
-                    return
-                shipment = store_pb2.Shipment(epoch=leadership.epoch)
-                state_added = add_state(shipment)
-                now = time.monotonic()
-                end = store.commitlog.write_offset
-                data = self._read(position, end, max_bytes) if position < end else b""
-                if data:
-                    shipment.offset, shipment.data = position, data
-                    position += len(data)
-                    leadership.shipped(view, position, end)
-                elif position >= end and (sent_hw != leadership.high_watermark or now - sent_at >= HEARTBEAT_S):
-                    leadership.shipped(view, position, end)  # a heartbeat: it holds all there is
-                elif not state_added:
-                    await leadership.wait_for_change(HEARTBEAT_S)
-                    continue
-                shipment.high_watermark = sent_hw = leadership.high_watermark
-                sent_at = now
-                yield shipment
-        finally:
-            reader.cancel()
-            leadership.detach(view)
+    async def _ship(
+        self, replica: Replica, leadership: Leadership, view: FollowerView, reader: asyncio.Task[None],
+        state: _ShippedState, position: int,
+    ) -> AsyncGenerator[store_pb2.Shipment, None]:  # fmt: skip
+        """The shipments after the first: new log bytes, changed state, and a heartbeat
+        (the high watermark) at least every HEARTBEAT_S; ends when the follower does."""
+        commitlog = self._store.commitlog
+        sent_hw, sent_at = leadership.high_watermark, time.monotonic()
+        max_bytes = self._settings.replica_shipment_max_bytes
+        while True:
+            if replica.leadership is not leadership or leadership.ended:
+                raise not_leader(*replica.leader_hint)
+            if reader.done():
+                reader.result()  # the follower's failure, if any
+                return
+            shipment = store_pb2.Shipment(epoch=leadership.epoch)
+            state_added = state.add(shipment)
+            now = time.monotonic()
+            end = commitlog.write_offset
+            data = self._read(position, end, max_bytes) if position < end else b""
+            if data:
+                shipment.offset, shipment.data = position, data
+                position += len(data)
+                leadership.shipped(view, position, end)
+            elif position >= end and (sent_hw != leadership.high_watermark or now - sent_at >= HEARTBEAT_S):
+                leadership.shipped(view, position, end)  # a heartbeat: it holds all there is
+            elif not state_added:
+                await leadership.wait_for_change(HEARTBEAT_S)
+                continue
+            shipment.high_watermark = sent_hw = leadership.high_watermark
+            sent_at = now
+            yield shipment
 
     def _read(self, position: int, end: int, max_bytes: int) -> bytes:
         """Whole records from ``position``, within its segment, at most ``max_bytes``
@@ -201,7 +255,9 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
         return data[:n]
 
     @staticmethod
-    async def _read_reports(reports: AsyncIterator[store_pb2.FollowerReport], leadership: Leadership, view) -> None:
+    async def _read_reports(
+        reports: AsyncIterator[store_pb2.FollowerReport], leadership: Leadership, view: FollowerView
+    ) -> None:
         async for report in reports:
             leadership.reported(
                 view,
@@ -219,17 +275,17 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
     async def ElectReplica(
         self, request: store_pb2.ElectReplicaRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ElectReplicaResponse:
-        store, group = self._store, self.group
-        if not store.replicated or group is None or request.store_id != store.store_id:
+        store, replica, group = self._store, self._store.replica, self.group
+        if replica is None or group is None or request.store_id != store.store_id:
             raise error(
                 errors_pb2.CODE_STORE_NOT_FOUND,
                 f"this store is not a replica of store group {request.store_id!r}",
                 store_id=request.store_id,
             )
-        if request.replica_id != store.replica_id:
+        if request.replica_id != replica.replica_id:
             raise error(
                 errors_pb2.CODE_REPLICA_NOT_FOUND,
-                f"this is replica {store.replica_id} of store group {store.store_id}, not {request.replica_id!r}",
+                f"this is replica {replica.replica_id} of store group {store.store_id}, not {request.replica_id!r}",
                 store_id=request.store_id,
                 replica_id=request.replica_id,
             )
@@ -243,23 +299,24 @@ class ReplicationServicer(store_pb2_grpc.StoreReplicationServicer):
 
 
 def replica_status(store: MessageStore, group: StoreGroup | None) -> store_pb2.ReplicaStatus:
-    if not store.replicated:
+    replica = store.replica
+    if replica is None:
         return store_pb2.ReplicaStatus()
-    leadership = store.leadership
+    leadership = replica.leadership
     role = "leader" if leadership is not None else ("follower" if group and group.following else "candidate")
     state = group.state if group is not None else None
     status = store_pb2.ReplicaStatus(
         store_id=store.store_id,
-        replica_id=store.replica_id,
+        replica_id=replica.replica_id,
         role=role,
         epoch=leadership.epoch if leadership else (state.epoch if state else 0),
         log_end=store.commitlog.write_offset,
-        high_watermark=store.high_watermark,
+        high_watermark=replica.high_watermark,
         leader=state.leader if state else "",
         in_sync=sorted(leadership.in_sync) if leadership else (list(state.in_sync) if state else []),
         min_in_sync=store.settings.min_in_sync,
-        epochs=_epochs(store.epochs.entries if store.epochs else []),
-        needs_resync=store.needs_resync,
+        epochs=_epochs(replica.epochs.entries),
+        needs_resync=replica.needs_resync,
     )
     if leadership is not None:
         now = leadership.clock.now_ms()
@@ -341,87 +398,105 @@ class Follower:
                 await asyncio.sleep(0.2)
 
     async def _follow(self, stub: store_pb2_grpc.StoreReplicationStub) -> None:
-        store = self._store
-        assert store.epochs is not None
-        epochs = store.epochs
-        queue: asyncio.Queue[store_pb2.FollowerReport | None] = asyncio.Queue()  # None: the end
+        store, replica = self._store, replica_of(self._store)
         first = store_pb2.FollowerReport(
-            store_id=store.store_id, replica_id=store.replica_id, epoch=self.epoch, log_end=store.local_log_end,
-            epochs=_epochs(epochs.entries), segment_bytes=store.commitlog.segment_bytes,
+            store_id=store.store_id, replica_id=replica.replica_id, epoch=self.epoch, log_end=replica.local_log_end,
+            epochs=_epochs(replica.epochs.entries), segment_bytes=store.commitlog.segment_bytes,
         )  # fmt: skip
-
-        async def reports() -> AsyncIterator[store_pb2.FollowerReport]:
-            yield first
-            while (report := await queue.get()) is not None:
-                yield report
-
-        leader_epochs: list[tuple[int, int]] = []
-        offsets_version = config_version = fences_version = 0
-        sync = store.settings.flush_mode == "sync"
-        flushing: asyncio.Task[None] | None = None
-
-        def report() -> None:
-            queue.put_nowait(
-                store_pb2.FollowerReport(
-                    epoch=self.epoch,
-                    log_end=store.local_log_end,
-                    consume_offsets_version=offsets_version,
-                    config_version=config_version,
-                    fences_version=fences_version,
-                )
-            )
-
-        async def flush() -> None:
-            # Group commit on the follower: shipments go on being appended while an
-            # fsync runs; each fsync covers all of them and is reported once done.
-            while store.local_log_end < store.commitlog.write_offset:
-                end = await store.flush_copied()
-                epochs.adopt(leader_epochs, end)
-                report()
-
-        call = stub.Follow(reports())
+        stream = _FollowStream(store, replica, self.epoch)
+        call = stub.Follow(stream.reports(first))
         try:
             async for shipment in call:
-                if shipment.epoch < self.epoch:
-                    raise error(
-                        errors_pb2.CODE_FENCED, f"the leader's epoch {shipment.epoch} is older than {self.epoch}"
-                    )
-                if flushing is not None and flushing.done():
-                    flushing.result()  # a failed fsync ends the stream
-                    flushing = None
-                if shipment.epochs:
-                    leader_epochs = [(e.epoch, e.start_offset) for e in shipment.epochs]
-                    store.cut_log(shipment.truncate_to)
-                    epochs.adopt(leader_epochs, store.commitlog.write_offset)
-                store.adopt_configs(  # what was not sent is empty and left as it is
-                    topics=shipment.topics_json,
-                    groups=shipment.subscription_groups_json,
-                    offsets=shipment.consume_offsets_json,
-                    fences=shipment.fences_json,
-                )
-                if shipment.consume_offsets_json:
-                    offsets_version = shipment.consume_offsets_version
-                if shipment.topics_json:
-                    config_version = shipment.config_version
-                if shipment.fences_json:
-                    fences_version = shipment.fences_version
-                if shipment.data:
-                    end = store.copy_shipment(shipment.offset, shipment.data)
-                    if sync:
-                        if flushing is None:
-                            flushing = asyncio.create_task(flush())
-                    else:
-                        epochs.adopt(leader_epochs, end)
-                store.set_follower_high_watermark(shipment.high_watermark)
-                if not (sync and shipment.data):
-                    report()  # under sync flush the fsync covering the data reports it
+                stream.take(shipment)
         finally:
-            if flushing is not None:
-                # Let a running fsync finish (it is not cancelled midway: the log may be
-                # cut or copied into next, and what it covers becomes durable).
-                await asyncio.gather(flushing, return_exceptions=True)
-            queue.put_nowait(None)  # the request stream ends (grpc's task for it with it)
+            await stream.end()
             call.cancel()
+
+
+class _FollowStream:
+    """One Follow stream on the follower's side: the reports it sends up, the epochs and
+    state versions its leader shipped, and under sync flush the fsync that covers what
+    was copied."""
+
+    def __init__(self, store: MessageStore, replica: Replica, epoch: int) -> None:
+        self._store = store
+        self._replica = replica
+        self._epoch = epoch
+        self._queue: asyncio.Queue[store_pb2.FollowerReport | None] = asyncio.Queue()  # None: the end
+        self._leader_epochs: list[tuple[int, int]] = []
+        self._offsets_version = self._config_version = self._fences_version = 0
+        self._sync = store.settings.flush_mode == "sync"
+        self._flushing: asyncio.Task[None] | None = None
+
+    async def reports(self, first: store_pb2.FollowerReport) -> AsyncIterator[store_pb2.FollowerReport]:
+        yield first
+        while (report := await self._queue.get()) is not None:
+            yield report
+
+    def _report(self) -> None:
+        self._queue.put_nowait(
+            store_pb2.FollowerReport(
+                epoch=self._epoch,
+                log_end=self._replica.local_log_end,
+                consume_offsets_version=self._offsets_version,
+                config_version=self._config_version,
+                fences_version=self._fences_version,
+            )
+        )
+
+    async def _flush(self) -> None:
+        # Group commit on the follower: shipments go on being appended while an
+        # fsync runs; each fsync covers all of them and is reported once done.
+        replica = self._replica
+        while replica.local_log_end < self._store.commitlog.write_offset:
+            end = await replica.flush_copied()
+            replica.epochs.adopt(self._leader_epochs, end)
+            self._report()
+
+    def take(self, shipment: store_pb2.Shipment) -> None:
+        """Apply one shipment: a cut and the leader's epochs, its configuration, the log
+        bytes, the high watermark; then report (under sync flush the fsync covering the
+        data reports it)."""
+        store, replica = self._store, self._replica
+        epochs = replica.epochs
+        if shipment.epoch < self._epoch:
+            raise error(errors_pb2.CODE_FENCED, f"the leader's epoch {shipment.epoch} is older than {self._epoch}")
+        if self._flushing is not None and self._flushing.done():
+            self._flushing.result()  # a failed fsync ends the stream
+            self._flushing = None
+        if shipment.epochs:
+            self._leader_epochs = [(e.epoch, e.start_offset) for e in shipment.epochs]
+            replica.cut_log(shipment.truncate_to)
+            epochs.adopt(self._leader_epochs, store.commitlog.write_offset)
+        store.adopt_configs(  # what was not sent is empty and left as it is
+            topics=shipment.topics_json,
+            groups=shipment.subscription_groups_json,
+            offsets=shipment.consume_offsets_json,
+            fences=shipment.fences_json,
+        )
+        if shipment.consume_offsets_json:
+            self._offsets_version = shipment.consume_offsets_version
+        if shipment.topics_json:
+            self._config_version = shipment.config_version
+        if shipment.fences_json:
+            self._fences_version = shipment.fences_version
+        if shipment.data:
+            end = replica.copy_shipment(shipment.offset, shipment.data)
+            if self._sync:
+                if self._flushing is None:
+                    self._flushing = asyncio.create_task(self._flush())
+            else:
+                epochs.adopt(self._leader_epochs, end)
+        replica.set_follower_high_watermark(shipment.high_watermark)
+        if not (self._sync and shipment.data):
+            self._report()
+
+    async def end(self) -> None:
+        if self._flushing is not None:
+            # Let a running fsync finish (it is not cancelled midway: the log may be
+            # cut or copied into next, and what it covers becomes durable).
+            await asyncio.gather(self._flushing, return_exceptions=True)
+        self._queue.put_nowait(None)  # the request stream ends (grpc's task for it with it)
 
 
 # -- etcd: the group's state and leadership --------------------------------------------
@@ -576,6 +651,7 @@ class StoreGroup:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._store = store
+        self._replica = replica_of(store)
         self._etcd = etcd
         self._keys = keys
         self._settings = settings
@@ -619,7 +695,7 @@ class StoreGroup:
         if self._cleanup is not None:
             await asyncio.gather(self._cleanup, return_exceptions=True)
         await self._stop_following()
-        self._store.end_leadership("the store is stopping")
+        self._replica.end_leadership("the store is stopping")
         await self._lease.close()
 
     async def _run(self) -> None:
@@ -652,14 +728,14 @@ class StoreGroup:
 
     @property
     def ready(self) -> bool:
-        store = self._store
+        replica = self._replica
         age = None if self._read_at_ms is None else self._clock.now_ms() - self._read_at_ms
         return replica_ready(
-            store.replica_id,
+            replica.replica_id,
             self.state,
-            leading=store.leadership is not None,
-            takes_writes=store.takes_writes,
-            needs_resync=store.needs_resync,
+            leading=replica.leadership is not None,
+            takes_writes=replica.takes_writes,
+            needs_resync=replica.needs_resync,
             state_age_ms=age,
             max_state_age_ms=self._settings.replica_lease_ms,
         )
@@ -669,7 +745,7 @@ class StoreGroup:
         if ready != self._ready:
             self._ready = ready
             log.info(
-                "store group %s: replica %s is %s", self._store.store_id, self._store.replica_id,
+                "store group %s: replica %s is %s", self._store.store_id, self._replica.replica_id,
                 "in sync: ready" if ready else "not in sync: not ready",
             )  # fmt: skip
             if self._on_ready is not None:
@@ -693,7 +769,7 @@ class StoreGroup:
         this replica (it leads and is in the in-sync set, and this replica is not), so
         this replica is not the last in-sync copy of anything. Whether it reseeded."""
         store = self._store
-        me, state = store.replica_id, self.state
+        me, state = self._replica.replica_id, self.state
         if state is None or state.leader != leader or leader not in state.in_sync or me in state.in_sync:
             if not self._reseed_refused:
                 self._reseed_refused = True
@@ -717,7 +793,7 @@ class StoreGroup:
             "is in sync again) and copied again from the leader's oldest segment",
             store.store_id, me, err.metadata.get("log_end", "?"), leader, err.metadata.get("log_start", "?"), aside,
         )  # fmt: skip
-        store.reseed(aside)
+        self._replica.reseed(aside)
         self._set_aside.append(aside)
         return True
 
@@ -729,7 +805,7 @@ class StoreGroup:
         and stop waiting for a resync, so it campaigns at its next tick. What the other
         replicas hold beyond its log is cut from them when they follow it."""
         store = self._store
-        me = store.replica_id
+        me = self._replica.replica_id
         tx = self._etcd.transactions
         leader_key_ = self._leader_key.encode()
         try:
@@ -770,24 +846,24 @@ class StoreGroup:
             "store group %s: replica %s was picked to lead by an operator (ElectReplica) from its log end %d; "
             "it was %s, the in-sync set was %s: records acknowledged beyond its log end are lost",
             store.store_id, me, store.commitlog.write_offset,
-            "waiting for a resync" if store.needs_resync else "whole",
+            "waiting for a resync" if self._replica.needs_resync else "whole",
             ",".join(old.in_sync) if old is not None and old.in_sync else "-",
         )  # fmt: skip
         self.state = new
-        store.needs_resync = False
+        self._replica.needs_resync = False
         return new
 
     async def _step(self) -> None:
-        store = self._store
+        replica = self._replica
         read = await self._read()
         state = self.state = read.state
         self._read_at_ms = self._clock.now_ms()
-        me = store.replica_id
-        if store.leadership is not None:
+        me = replica.replica_id
+        if replica.leadership is not None:
             if (
                 state is None
                 or state.leader != me
-                or state.epoch != store.leadership.epoch
+                or state.epoch != replica.leadership.epoch
                 or self._lease.holds(self._leader_key) is None
             ):
                 await self._step_down("etcd names another leader or the lease lapsed")
@@ -797,12 +873,12 @@ class StoreGroup:
             await self._keep_in_sync(state, read.revision)
             return
         if state is not None and state.leader and state.leader != me:
-            store.leader_hint = (state.leader, state.leader_address)
+            replica.leader_hint = (state.leader, state.leader_address)
         eligible = may_campaign(
             me,
             state,
             self._live_replicas(),
-            needs_resync=store.needs_resync,
+            needs_resync=replica.needs_resync,
             unclean=self._settings.unclean_leader_election,
         )
         if eligible and self._lease.valid():
@@ -815,7 +891,7 @@ class StoreGroup:
 
     async def _take_over(self, state: store_pb2.StoreGroupState | None, revision: int, holding: Holding) -> None:
         store = self._store
-        me = store.replica_id
+        me = self._replica.replica_id
         old_in_sync = set(state.in_sync) if state is not None else set()
         if state is not None and state.leader:
             old_in_sync.discard(state.leader)
@@ -843,7 +919,7 @@ class StoreGroup:
         await self._stop_following()
         self.state = new
         self._holding = holding
-        leadership = store.become_leader(
+        leadership = self._replica.become_leader(
             epoch=new.epoch, in_sync=in_sync, min_in_sync=self._settings.min_in_sync, clock=self._clock
         )
         leadership.lease_valid = lambda: self._lease.holds(self._leader_key) is not None
@@ -857,7 +933,7 @@ class StoreGroup:
         return bool(won)
 
     async def _keep_in_sync(self, state: store_pb2.StoreGroupState, revision: int) -> None:
-        leadership = self._store.leadership
+        leadership = self._replica.leadership
         assert leadership is not None
         wanted = leadership.wanted_in_sync(lag_max_ms=self._settings.replica_lag_max_ms)
         if wanted == leadership.in_sync:
@@ -889,7 +965,7 @@ class StoreGroup:
         await self._stop_following()
         log.info(
             "store group %s: replica %s follows %s at %s (epoch %d)",
-            self._store.store_id, self._store.replica_id, state.leader, state.leader_address, state.epoch,
+            self._store.store_id, self._replica.replica_id, state.leader, state.leader_address, state.epoch,
         )  # fmt: skip
         self._follower = Follower(
             self._store, leader=state.leader, address=state.leader_address, epoch=state.epoch,
@@ -906,7 +982,7 @@ class StoreGroup:
         """Stop leading; revoke the leadership's lease (the leader key goes: others may
         campaign at once) and campaign later under a new one. The route keys stay until
         the next leader writes them (``LeaderKeys``)."""
-        self._store.end_leadership(reason)
+        self._replica.end_leadership(reason)
         self._holding = None
         self.published.deactivate()
         old, self._lease = self._lease, self._new_lease()
@@ -916,7 +992,7 @@ class StoreGroup:
     def _lost(self, holding: Holding, reason: str) -> None:
         if holding.key == self._leader_key:
             self.published.deactivate()
-            self._store.end_leadership(f"leadership lost: {reason}")
+            self._replica.end_leadership(f"leadership lost: {reason}")
 
 
 def replica_endpoint(store: MessageStore, settings: StoreSettings, address: str) -> common_pb2.Endpoint:

@@ -8,6 +8,9 @@
   ``where="recovery"``, and later starts skip it quietly.
 - Writes are refused with ``CODE_DISK_FULL`` while the data directory's file system has
   less than ``disk_min_free_bytes`` free (``FreeSpaceGuard``).
+- Housekeeping writes a full disk refuses (checkpoints, the timer's checkpoint, consume
+  offsets) are logged in one line each, no traceback, at most once a minute per write
+  (``DiskFullLog``), and tried again as scheduled.
 
 The metrics live in prometheus_client's default registry (the service's /metrics
 endpoint exports it).
@@ -18,6 +21,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +47,8 @@ WRITES_REFUSED_DISK_FULL = Counter(
 )
 
 _MAX_REMEMBERED = 100_000  # damaged offsets remembered for log-once; beyond: log again
+#: A housekeeping write a full disk refuses is logged at most this often.
+DISK_FULL_LOG_INTERVAL_S = 60.0
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
@@ -129,6 +136,31 @@ class FreeSpaceGuard:
         self.free_bytes = st.f_bavail * st.f_frsize
         self._budget = (self.free_bytes - self._min_free) // 2
         self._writes = 0
+
+
+class DiskFullLog:
+    """One ERROR line, no traceback, when a full disk refuses a housekeeping write
+    (``what``: the periodic checkpoint, the timer's checkpoint, ...), then none for that
+    write for ``interval_s``; one line when it succeeds again."""
+
+    def __init__(
+        self, *, interval_s: float = DISK_FULL_LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last: dict[str, float] = {}  # what -> when it was last logged
+
+    def failed(self, what: str, exc: OSError, *, then: str = "tried again as scheduled") -> None:
+        now = self._clock()
+        last = self._last.get(what)
+        if last is not None and now - last < self._interval_s:
+            return
+        self._last[what] = now
+        log.error("%s: the disk is full (%s); %s", what, exc.strerror or exc, then)
+
+    def succeeded(self, what: str) -> None:
+        if self._last.pop(what, None) is not None:
+            log.warning("%s: written again", what)
 
 
 @dataclass(slots=True, frozen=True)

@@ -1,10 +1,19 @@
-"""The message store core: RocketMQ's DefaultMessageStore, minus replication.
+"""The message store: RocketMQ's DefaultMessageStore, as the parts it wires together.
 
-Everything here runs on one asyncio event loop; only fsyncs (flush.py, checkpoints,
-JSON persistence) run in threads. A send validates the whole request first (nothing is
-stored on a bad request), then appends synchronously (no await between validation and
-append, so queue offsets follow commit-log order), then waits per the flush mode.
-Results of reads are enums (GetMessageStatus); bad requests raise ``TxmqError``.
+``MessageStore.open`` recovers the data directory (recovery.py) and builds the parts:
+
+- ``sender`` (send_path.py): the send path, from validation to the answers;
+- ``reader`` (reads.py): GetMessage, ViewMessage, QueryMessages, queue offsets, arrivals;
+- ``admin`` (admin.py): topics, subscription groups and consume offsets;
+- ``transactions`` (transactions.py): decisions and the check loop's writes;
+- ``timers`` (timer.py): delayed messages;
+- ``replica`` (replica.py): this store as a replica of a replicated group (None alone).
+
+What stays here is the store's life (open, the periodic jobs, close), durability and
+housekeeping (checkpoints, retention), and the few calls that span parts. Everything
+runs on one asyncio event loop; only fsyncs (flush.py, checkpoints, JSON persistence)
+run in threads. Results of reads are enums (GetMessageStatus); bad requests raise
+``TxmqError``.
 """
 
 from __future__ import annotations
@@ -14,154 +23,48 @@ import ipaddress
 import json
 import logging
 import os
-import shutil
 import socket
-import struct
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from txmq.codec_native import fields as record_fields
-from txmq.errors import TxmqError, error
-from txmq.ids import decode_offset_msg_id, encode_offset_msg_id
-from txmq.protocol import DELAY_PROPERTIES, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OFFSET, TIMER_TOPIC
-from txmq.records import (
-    ANY_QUEUE,
-    BLANK_MAGIC,
-    PHYSICAL_OFFSET_AT,
-    decode_properties,
-    encode_properties_text,
-    pop_field_properties,
-)
+from txmq.errors import error
+from txmq.protocol import HALF_QUEUE_ID, TRANS_CHECK_GROUP
 from txmq.v1 import errors_pb2
-from txmq_runtime.clock import SYSTEM_CLOCK, WallClock, wall_clock_ms
-from txmq_runtime.clock import Clock as MonotonicClock
+from txmq_runtime.clock import WallClock, wall_clock_ms
 from txmq_runtime.settings import describe
 
-from . import metrics as store_metrics
-from .arrivals import ArrivalHub, ArrivalWatcher
-from .codec import (
-    BLANK_SIZE,
-    HEADER_SIZE,
-    MESSAGE_MAGIC,
-    MIN_RECORD_SIZE,
-    UNKNOWN_HOST,
-    CorruptRecord,
-    PreparedRecord,
-    decode_record,
-    encode_host,
-    encode_tail,
-    read_size_and_magic,
-    read_store_timestamp,
-    set_queue_id,
-    split_host_port,
-    verify_record,
-)
+from .admin import ConfigAdmin
+from .arrivals import ArrivalHub
+from .codec import split_host_port
 from .commitlog import CommitLog, Fsync
-from .configs import (
-    DEFAULT_PERM,
-    PERM_ALL,
-    TRANS_HALF_TOPIC,
-    SubscriptionGroupConfig,
-    SubscriptionGroupTable,
-    TopicConfig,
-    TopicConfigTable,
-    is_system_topic,
-)
-from .consumequeue import UNIT
+from .configs import TRANS_HALF_TOPIC, SubscriptionGroupTable, TopicConfig, TopicConfigTable, WriteQueues
 from .dispatch import Dispatcher
-from .fileio import fsync_path, write_json_atomically
-from .filters import MessageFilter
-from .flush import GroupCommit, PeriodicFlusher
-from .idempotence import FirstSend, SendWindow
-from .index import message_key_hash, unique_id_hash
-from .integrity import CorruptionLog, FreeSpaceGuard, Quarantine, corrupted, disk_full, is_disk_full
-from .model import (
-    PROPERTY_PRODUCER_GROUP,
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
-    PROPERTY_TRANSACTION_PREPARED,
-    TRANSACTION_TYPE_MASK,
-    ConsumeOffsetView,
-    GetMessageResult,
-    GetMessageStatus,
-    OutgoingMessage,
-    QueueOffsets,
-    SendResult,
-    SendStatus,
-    StoredMessage,
-    StoreStatus,
-    is_indexed,
-    takes_queue_slot,
-)
+from .fileio import fsync_path
+from .integrity import CorruptionLog, DiskFullLog, Quarantine, is_disk_full
+from .metrics import ReplicaFigures, StoreFigures
+from .model import OutgoingMessage, QueueOffsets, SendResult, StoredMessage, StoreStatus
 from .offsets import ConsumeOffsetTable
+from .reads import DEFAULT_MAX_MESSAGES, Reader
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
-from .replication import CONFIG, FENCES, OFFSETS, EpochHistory, Leadership, check_copied, config_document, not_leader
+from .replica import Replica
+from .replication import CONFIG, FENCES, OFFSETS
+from .send_path import SendPath
 from .settings import StoreSettings
-from .timer import DROPPED as TIMER_DROPPED
-from .timer import DUPLICATE as TIMER_DUPLICATE
-from .timer import TICK_MS, Timer, delivery_time
+from .timer import Timers
 from .transactions import Fences, Transactions
-from .validation import (
-    MessageEncoder,
-    MessageLimits,
-    cached_tag_code,
-    check_config_size,
-    check_group_name,
-    check_topic_attributes,
-    check_topic_name,
-    check_writable_topic_name,
-)
 
 log = logging.getLogger("txmq.store")
 
 Clock = WallClock  # milliseconds since the epoch (txmq_runtime.clock's rule)
-DEFAULT_MAX_MESSAGES = 32
-MAX_QUERY_RESULTS = 1000
-MAX_QUEUE_NUMS = 1024
-SCAN_BYTES = 16_000  # consume-queue bytes one read may scan at least (RocketMQ)
-END_OF_TIME_MS = 2**63 - 1
 #: Decisions read into the decision book at start at most (it is a cache: the index
 #: answers the rest), so a long op queue does not slow a restart down.
 WARM_DECISIONS_MAX = 20_000
-#: The timer reads the records of due timers that lie back to back up to this many bytes at once.
-TIMER_READ_BYTES = 4 * 1024 * 1024
-
-
-def _not_found(code: int, what: str, **metadata: str) -> TxmqError:
-    return error(code, f"{what} not found", **metadata)
-
-
-@dataclass(slots=True)
-class Appended:
-    """A batch ``MessageStore.append_records`` wrote: the records, their commit-log and
-    queue offsets, for half messages (and for every record of a batch with delayed ones)
-    the queue each is meant for, the commit log's end after the batch and the store time
-    given to them. ``deliver_at``: per record, when a delayed one becomes visible (0: not
-    delayed); empty when none is delayed."""
-
-    records: list[PreparedRecord]
-    offsets: list[int]
-    queue_offsets: list[int]
-    real_queues: list[tuple[str, int]]
-    end: int
-    store_timestamp_ms: int
-    deliver_at: list[int] = field(default_factory=list)
-    # Idempotent sends: messages of the batch answered with an earlier send's record
-    # instead of being stored (``records`` and the lists above hold the others).
-    duplicates: list[FirstSend] = field(default_factory=list)
-
-    def reported_queue_offsets(self) -> list[int]:
-        """Queue offsets as answered: -1 for a delayed record (it has none until it is
-        delivered; its offset here is the timer queue's)."""
-        if not self.deliver_at:
-            return self.queue_offsets
-        return [-1 if at else q for q, at in zip(self.queue_offsets, self.deliver_at, strict=True)]
 
 
 class MessageStore:
-    """Use ``await MessageStore.open(...)``; ``await store.close()`` when done."""
+    """Use ``await MessageStore.open(...)``; ``await store.close()`` when done. ``send``,
+    ``query_messages``, ``queue_offsets``, ``create_topic`` and
+    ``commit_consume_offset`` are short cuts to the parts for code that embeds a store."""
 
     def __init__(
         self,
@@ -190,33 +93,15 @@ class MessageStore:
         self._dispatcher = dispatcher
         dispatcher.read_span = commitlog.read
         dispatcher.arrival_records_max_bytes = settings.arrival_records_max_bytes
-        self._topics = topics
-        self._groups = groups
-        self._offsets = offsets
         self._hub = hub
         self.recovered_from_crash = crashed
         self.started_at_ms = clock()
-        self._sync = settings.flush_mode == "sync"
-        self._limits = MessageLimits(
-            max_body_bytes=settings.max_message_body_bytes,
-            max_properties_bytes=settings.max_properties_bytes,
-            max_record_bytes=commitlog.max_record_size(),
-        )
-        self._memory_window = settings.physical_memory() * settings.access_message_in_memory_max_ratio_percent // 100
-        # Next queue offset per (topic, queue id): assigned at append, so in sync mode it
-        # runs ahead of the consume queues until the fsync.
-        self._queue_offsets = {key: cq.max_offset for key, cq in dispatcher.queues.items()}
-        self._round_robin: dict[str, int] = {}
-        # Sync mode: appended batches waiting for their fsync before dispatch.
-        self._undispatched: deque[tuple[int, list[PreparedRecord], list[int], list[int], int]] = deque()
-        self._flusher: PeriodicFlusher | None = None
-        self._group_commit: GroupCommit | None = None
-        self._topic_listeners: list[Callable[[], Awaitable[None] | None]] = []
-        self._topics_propagating: list[asyncio.Future[None]] = []
-        self._store_host = UNKNOWN_HOST
-        self._offset_msg_id_prefix = ""
-        self.advertised_address = ""
-        self._writable = True
+        self._queues = WriteQueues({key: cq.max_offset for key, cq in dispatcher.queues.items()})
+        self.admin = ConfigAdmin(
+            settings, topics=topics, groups=groups, offsets=offsets, dispatcher=dispatcher, queues=self._queues,
+            clock=clock, log_end=lambda: commitlog.write_offset, check_write=self._check_admin_write,
+            state_replicated=self.state_replicated,
+        )  # fmt: skip
         self._closed = False
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -224,31 +109,42 @@ class MessageStore:
         self._unsynced: set[Path] = set()
         self._quarantine = quarantine or Quarantine(paths.quarantine)
         self._corruption = corruption or CorruptionLog()
-        self._free_space = FreeSpaceGuard(commitlog.directory, min_free_bytes=settings.disk_min_free_bytes)
-        # Idempotent sends (idempotence.py): earlier sends found through the index.
-        self._window = SendWindow(settings.idempotence_window_ms, lambda: self._dispatcher.index, self._read_first)
+        self._disk_full = DiskFullLog()
+        self.reader = Reader(
+            settings, commitlog=commitlog, dispatcher=dispatcher, admin=self.admin, hub=hub,
+            quarantine=self._quarantine, corruption=self._corruption, check_open=self._check_open,
+        )  # fmt: skip
+        self.sender = SendPath(
+            settings, clock=clock, commitlog=commitlog, dispatcher=dispatcher, admin=self.admin, queues=self._queues,
+            check_open=self._check_open,
+        )  # fmt: skip
         # Transaction decisions and the check loop's writes (transactions.py).
         self.transactions = self._new_transactions()
-        # A replicated store group's replica (docs/replication.md): nothing beyond the
-        # high watermark is dispatched. ``_held``: records in the log, not dispatched
-        # yet, decoded (copied from the leader, or found beyond the checkpoint at start);
-        # the leader's own appends wait in ``_undispatched`` as in sync mode.
+        # A replicated store group's replica (docs/replication.md); None: a store alone.
+        timer_checkpoint = paths.root / "timer" / "checkpoint"
         self.replicated = bool(settings.replica_id)
-        self.replica_id = settings.replica_id
-        self.epochs = EpochHistory.load(paths.root / "replication" / "epochs.json") if self.replicated else None
-        self.leadership: Leadership | None = None
-        self.follower_high_watermark = 0
-        self.leader_hint = ("", "")  # (replica id, address) of the leader, for NOT_LEADER
-        self._held: deque[StoredMessage] = deque(held or ())
-        self._local_durable = commitlog.flushed_offset if self._sync else commitlog.write_offset
-        self._writes_ready = not self.replicated
-        self.config_version = 0  # bumped by every topic / subscription-group change
-        # Kept on disk (a marker file) so that a restart does not forget it.
-        self._resync_marker = paths.root / "replication" / "needs_resync"
-        self._needs_resync = self.replicated and self._resync_marker.exists()
+        self.replica: Replica | None = None
+        if self.replicated:
+            self.replica = Replica(
+                settings, paths=paths, clock=clock, commitlog=commitlog, dispatcher=dispatcher, sender=self.sender,
+                held=held, timer_checkpoint=timer_checkpoint, check_open=self._check_open,
+                on_writes_open=self._writes_opened,
+            )  # fmt: skip
+        self.sender.gate = self.replica
         # Delayed messages (timer.py): delivered by the writable store only.
-        self._delay_levels_ms = settings.delay_levels_ms
-        self.timer = Timer(self, path=paths.root / "timer" / "checkpoint", clock=clock)
+        self.timers = Timers(
+            settings, path=timer_checkpoint, clock=clock, commitlog=commitlog,
+            dispatcher=dispatcher, topics=topics, queues=self._queues, corruption=self._corruption,
+            append=self.sender.append_copies, settle=self.sender.settle, read_record=self.reader.read_record,
+            may_run=self._timer_may_run, disk_full=self._disk_full,
+        )  # fmt: skip
+
+    def _timer_may_run(self) -> bool:
+        """Timers are delivered by the writable store only: a replicated group's leader
+        once it took writes; never by a follower."""
+        if self._closed or not self.sender.writable or self.commitlog.broken:
+            return False
+        return self.replica is None or self.replica.takes_writes
 
     def _new_transactions(self) -> Transactions:
         return Transactions(
@@ -279,7 +175,7 @@ class MessageStore:
         except BaseException:
             os.close(lock_fd)
             raise
-        store._set_store_host(host, port)
+        store.sender.set_store_host(host, port)
         store._start()
         store.transactions.horizon = store.commitlog.write_offset
         store.transactions.warm(max_entries=min(settings.decision_cache_entries, WARM_DECISIONS_MAX))
@@ -329,8 +225,8 @@ class MessageStore:
             )  # fmt: skip
             # A replica whose log was cut at damage may lack acknowledged records: it
             # does not stand for leader until it has copied its leader's log again.
-            if damaged:
-                store.needs_resync = True
+            if damaged and store.replica is not None:
+                store.replica.needs_resync = True
             # Make the recovered state the new baseline before accepting writes.
             store._sync_paths(store._take_dirty())
             write_checkpoint(paths, dispatcher.dispatched_offset, now_ms=clock())
@@ -346,22 +242,16 @@ class MessageStore:
 
     def _start(self) -> None:
         s = self.settings
-        if self._sync:
-            self._group_commit = GroupCommit(self.commitlog, on_durable=self._dispatch_durable)
-            self._group_commit.start()
-        else:
-            self._flusher = PeriodicFlusher(self.commitlog, interval_s=s.flush_interval_ms / 1000)
-            self._flusher.start()
+        self.sender.start_flushing()
         loop = asyncio.get_running_loop()
         for interval_ms, job in (
             (s.flush_consume_queue_interval_ms, self.checkpoint),
-            (s.consume_offset_persist_interval_ms, self.persist_offsets),
+            (s.consume_offset_persist_interval_ms, self.admin.persist_offsets),
             (s.clean_files_interval_ms, self.clean_expired_files),
         ):
             self._tasks.append(loop.create_task(self._every(interval_ms, job)))
-        if self._timer_may_run():
-            self.timer.activate()  # a store that is writable at once: pending timers filed now
-        self._tasks.append(loop.create_task(self._run_timer()))
+        self.timers.start()
+        self._tasks.append(loop.create_task(self.timers.run(self._stop)))
 
     async def _every(self, interval_ms: int, job: Callable[[], Awaitable[object]]) -> None:
         while True:
@@ -370,10 +260,18 @@ class MessageStore:
                 return
             except TimeoutError:
                 pass
+            name = getattr(job, "__name__", job)
             try:
                 await job()
+            except OSError as exc:
+                if is_disk_full(exc):
+                    self._disk_full.failed(f"periodic store job {name}", exc)
+                else:
+                    log.exception("periodic store job %s failed", name)
             except Exception:
-                log.exception("periodic store job %s failed", getattr(job, "__name__", job))
+                log.exception("periodic store job %s failed", name)
+            else:
+                self._disk_full.succeeded(f"periodic store job {name}")
 
     def end_arrival_streams(self) -> None:
         """End every arrival watch (the process is stopping): streams answer now instead
@@ -387,68 +285,92 @@ class MessageStore:
         self._closed = True
         self._stop.set()
         await asyncio.gather(*self._tasks)
-        await self._timer_checkpoint()
+        await self.timers.checkpoint_quietly()
         self._hub.close()
-        if self._group_commit is not None:
-            await self._group_commit.stop()
-        if self._flusher is not None:
-            await self._flusher.stop()
-        await self.checkpoint()
-        await self.persist_offsets()
+        await self.sender.stop_flushing()
+        checkpointed = await self._write_at_close(self.checkpoint, "the checkpoint", "next start recovers")
+        await self._write_at_close(
+            self.admin.persist_offsets, "the consume offsets", "consumers resume from those written last"
+        )
         self._dispatcher.close()
         self._dispatcher.index.close()
         self.commitlog.close()
-        mark_stopped(self._paths)
+        if checkpointed:
+            mark_stopped(self._paths)  # else the abort marker stays: the next start recovers as after a crash
         os.close(self._lock_fd)
+
+    async def _write_at_close(self, write: Callable[[], Awaitable[object]], what: str, then: str) -> bool:
+        """A last write of the stop; a full disk refusing it does not stop the stop (one
+        line says what that means). Whether it was written."""
+        try:
+            await write()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            log.error("store %s stopping: could not write %s (%s); %s", self.store_id, what, exc.strerror, then)
+            return False
+        return True
 
     def set_advertised_address(self, address: str) -> None:
         """Where clients reach this store (host:port) from now on; a host name is
         resolved once, as records hold an IP address."""
-        self._set_store_host(*_resolve(address))
-
-    def _set_store_host(self, host: str, port: int) -> None:
-        self._store_host = encode_host(host, port)
-        # offsetMsgId = address | port | offset (16 hex digits, last): computed once.
-        self._offset_msg_id_prefix = encode_offset_msg_id(host, port, 0)[:-16]
-        self.advertised_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-    def add_topic_listener(self, callback: Callable[[], Awaitable[None] | None]) -> None:
-        """``callback()`` runs after any topic is created, updated or deleted. It may
-        return an awaitable that completes once the change has propagated (published to
-        etcd); ``await topics_propagated()`` waits for those."""
-        self._topic_listeners.append(callback)
-
-    def _check_admin_write(self) -> None:
-        """Configuration changes and consume offsets, like records, are made on a group's
-        leader only."""
-        if self.replicated:
-            self._check_leads()
-
-    def _topics_changed(self) -> None:
-        self.config_version += 1
-        for cb in self._topic_listeners:
-            try:
-                pending = cb()
-            except Exception:
-                log.exception("topic listener failed")
-                continue
-            if pending is not None:
-                self._topics_propagating.append(asyncio.ensure_future(pending))
-
-    async def topics_propagated(self) -> None:
-        """Wait until the topic changes made so far have propagated, so an admin call
-        that answers after this is visible to route look-ups at once. Call it right
-        after the change (no await in between), so it waits for that change."""
-        pending, self._topics_propagating = self._topics_propagating, []
-        if pending:
-            await asyncio.gather(*pending)
-        await self.state_replicated(CONFIG)
+        self.sender.set_store_host(*_resolve(address))
 
     def _check_open(self) -> None:
         if self._closed:
             raise error(errors_pb2.CODE_SERVICE_NOT_READY, "store is shutting down")
 
-    # -- sending -------------------------------------------------------------------------
+    # -- calls that span parts ----------------------------------------------------------
+
+    def _writes_opened(self) -> None:
+        """A new leader dispatched everything it took over: queue offsets continue from
+        the queues, and the decision book starts from the log as at a start."""
+        self._queues.restart({key: cq.max_offset for key, cq in self._dispatcher.queues.items()})
+        self.transactions = self._new_transactions()
+        self.transactions.horizon = self.commitlog.write_offset
+        self.transactions.warm(max_entries=min(self.settings.decision_cache_entries, WARM_DECISIONS_MAX))
+
+    def _check_admin_write(self) -> None:
+        """Configuration changes and consume offsets, like records, are made on a group's
+        leader only."""
+        if self.replica is not None:
+            self.replica.check_leads()
+
+    async def state_replicated(self, kind: str) -> None:
+        """A replicated group's leader: wait until every in-sync follower has taken the
+        consume offsets (OFFSETS), the topic and group tables (CONFIG) or the check
+        loop's fences (FENCES) as they are now (``Replica.state_replicated``). A store
+        alone: at once."""
+        if self.replica is None:
+            return
+        version = {
+            OFFSETS: self.admin.offsets.version,
+            CONFIG: self.admin.config_version,
+            FENCES: self.transactions.fences.version,
+        }[kind]
+        await self.replica.state_replicated(kind, version)
+
+    async def admit_fence(self, epoch: int, half_queue_id: int) -> None:
+        """``Fences.admit``; in a replicated group a mark that rose is first held by every
+        in-sync follower (a new leader refuses what this one refused), then checked
+        again (a newer epoch may have come meanwhile)."""
+        fences = self.transactions.fences
+        if fences.admit(epoch, half_queue_id) and self.replica is not None:
+            await self.state_replicated(FENCES)
+            self.transactions.fences.admit(epoch, half_queue_id)
+
+    def adopt_configs(
+        self, *, topics: bytes = b"", groups: bytes = b"", offsets: bytes = b"", fences: bytes = b""
+    ) -> None:
+        """A follower takes its leader's configuration (shipped when it changed)."""
+        self.admin.adopt(topics=topics, groups=groups, offsets=offsets)
+        if fences:
+            self.transactions.fences.adopt(json.loads(fences))
+
+    # -- for code that embeds a store ----------------------------------------------------
+
+    def now_ms(self) -> int:
+        return self._clock()
 
     async def send(
         self,
@@ -459,1500 +381,38 @@ class MessageStore:
         born_host: str = "",
         system: bool = False,
     ) -> list[SendResult]:
-        """Store a batch (all or nothing). ``system`` sends (the transaction service)
-        may write system topics and set sysflag, reconsume times and the
-        prepared-transaction offset. A half message's result names its real queue and
-        carries the half record's queue offset (RocketMQ tranStateTableOffset)."""
-        appended = self.append_records(
-            messages,
-            producer_group=producer_group,
-            transaction_prepared=transaction_prepared,
-            born_host=born_host,
+        """``SendPath.send``: the embedding API's short cut."""
+        return await self.sender.send(
+            messages, producer_group=producer_group, transaction_prepared=transaction_prepared, born_host=born_host,
             system=system,
-        )
-        return self.results(appended, await self.settle(appended), transaction_prepared=transaction_prepared)
-
-    def results(self, appended: Appended, status: SendStatus, *, transaction_prepared: bool) -> list[SendResult]:
-        """The SendResult of every message of a settled batch, in batch order (earlier
-        sends' results where the window answered: ``SendResult.duplicate``; delayed
-        messages with their real queue, queue offset -1 and ``deliver_at_ms``)."""
-        prefix = self._offset_msg_id_prefix
-        records, offsets, queue_offsets = appended.records, appended.offsets, appended.queue_offsets
-        if appended.deliver_at:  # delayed messages among them: answered with their real queues
-            reported = appended.reported_queue_offsets()
-            out = [
-                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, deliver_at_ms=at)
-                for rec, offset, qoff, (topic, qid), at in zip(
-                    records, offsets, reported, appended.real_queues, appended.deliver_at, strict=True
-                )
-            ]
-        elif transaction_prepared:
-            out = [
-                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", topic, qid, qoff, offset, rec.unique_id)
-                for rec, offset, qoff, (topic, qid) in zip(records, offsets, queue_offsets, appended.real_queues)
-            ]
-        else:
-            out = [
-                SendResult(status, rec.unique_id, f"{prefix}{offset:016X}", rec.topic, rec.queue_id, qoff, offset)
-                for rec, offset, qoff in zip(records, offsets, queue_offsets)
-            ]
-        for first in appended.duplicates:  # in batch order: each goes where it was sent
-            out.insert(first.index, self._first_result(first, status))
-        return out
-
-    def _first_result(self, first: FirstSend, status: SendStatus) -> SendResult:
-        offset = first.commit_log_offset
-        queue_offset, deliver_at_ms = first.queue_offset, 0
-        if first.record_topic == TIMER_TOPIC:  # still waiting: no queue offset until its delivery
-            queue_offset = -1
-            deliver_at_ms = int(first.properties.get(PROPERTY_TIMER_DELIVER_MS, "0") or 0)
-        return SendResult(
-            status,
-            first.unique_id,
-            f"{self._offset_msg_id_prefix}{offset:016X}",
-            first.topic,
-            first.queue_id,
-            queue_offset,
-            offset,
-            first.unique_id if first.prepared else "",
-            duplicate=True,
-            deliver_at_ms=deliver_at_ms,
-        )
-
-    def _read_first(self, offset: int) -> StoredMessage | None:
-        """The record an earlier send left at ``offset`` (the window's candidates); None
-        when it is gone or damaged (the send is then stored again: nothing is lost)."""
-        try:
-            return self.commitlog.read_record(offset, boundary=True)
-        except CorruptRecord:
-            return None
-
-    @property
-    def offset_msg_id_prefix(self) -> str:
-        """offsetMsgId of commit-log offset N: this prefix + f"{N:016X}"."""
-        return self._offset_msg_id_prefix
-
-    async def send_records(
-        self,
-        messages: Sequence[OutgoingMessage],
-        *,
-        producer_group: str = "",
-        transaction_prepared: bool = False,
-        born_host: str = "",
-        system: bool = False,
-    ) -> tuple[SendStatus, list[PreparedRecord], list[int], list[int], list[tuple[str, int]]]:
-        """``send`` without building SendResults (the servicer builds its response from
-        these): status, the records, their commit-log offsets, their queue offsets and,
-        for half messages, the (topic, queue id) each is meant for."""
-        appended = self.append_records(
-            messages,
-            producer_group=producer_group,
-            transaction_prepared=transaction_prepared,
-            born_host=born_host,
-            system=system,
-        )
-        status = await self.settle(appended)
-        return status, appended.records, appended.offsets, appended.queue_offsets, appended.real_queues
-
-    def append_records(
-        self,
-        messages: Sequence[OutgoingMessage],
-        *,
-        producer_group: str = "",
-        transaction_prepared: bool = False,
-        born_host: str = "",
-        system: bool = False,
-    ) -> Appended:
-        """Validate and append a batch, all or nothing, without awaiting anything: what
-        a caller checked right before calling this still holds when the records are in
-        the commit log (the store is one event loop). ``settle`` the result next."""
-        self._check_writable()
-        s = self.settings
-        if not messages:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no messages to send")
-        self._check_batch_size(len(messages), sum(len(m.body) for m in messages))
-        if transaction_prepared:
-            if not s.transaction_message_enable:
-                raise error(
-                    errors_pb2.CODE_TRANSACTION_NOT_ALLOWED, "transactional messages are disabled on this store"
-                )
-            check_group_name(producer_group, code=errors_pb2.CODE_ILLEGAL_PRODUCER_GROUP)
-        now = self._clock()
-        encoder = MessageEncoder(limits=self._limits, born_host=_born_host(born_host), now_ms=now, system=system)
-        prepare = encoder.prepare
-        new_topics: dict[str, TopicConfig] = {}
-        records: list[PreparedRecord] = []
-        real_queues: list[tuple[str, int]] = []  # half and delayed messages: the queue it is meant for
-        deliver_at: list[int] = []  # filled once a delayed message is met
-        cfg: TopicConfig | None = None
-        window = self._window
-        duplicates: list[FirstSend] = []
-        for i, msg in enumerate(messages):
-            if window.enabled and not system:
-                first = window.first_send(i, msg.topic, msg.unique_id, now)
-                if first is not None:
-                    duplicates.append(first)
-                    continue
-            if cfg is None or cfg.name != msg.topic:  # batches mostly share one topic
-                cfg = self._topic_for_send(msg.topic, i, system=system, new_topics=new_topics)
-            queue_id = msg.queue_id
-            if queue_id is None or not 0 <= queue_id < cfg.write_queue_nums:  # else: as _queue_for_send
-                queue_id = self._queue_for_send(cfg, queue_id, i)
-            sys_flag = msg.sys_flag if system else 0
-            props = msg.properties
-            if props and not DELAY_PROPERTIES.isdisjoint(props) and not (system and PROPERTY_TIMER_OFFSET in props):
-                if transaction_prepared:
-                    raise error(
-                        errors_pb2.CODE_MESSAGE_TYPE_CONFLICT,
-                        "a transactional message cannot be delayed (RocketMQ #10260): send it without "
-                        f"{'/'.join(sorted(DELAY_PROPERTIES & props.keys()))}, or not as a transaction",
-                        index=str(i),
-                    )  # fmt: skip
-                at = delivery_time(
-                    props, now_ms=now, levels_ms=self._delay_levels_ms, max_delay_ms=s.timer_max_delay_ms, index=i
-                )
-                if at:
-                    if not deliver_at:
-                        deliver_at = [0] * len(records)
-                        real_queues = [(r.topic, r.queue_id) for r in records]
-                    deliver_at.append(at)
-                    real_queues.append((cfg.name, queue_id))
-                    extra = {
-                        PROPERTY_REAL_TOPIC: cfg.name,
-                        PROPERTY_REAL_QUEUE_ID: str(queue_id),
-                        PROPERTY_TIMER_DELIVER_MS: str(at),
-                    }
-                    user = {k: v for k, v in props.items() if k not in DELAY_PROPERTIES}
-                    rec = prepare(replace(msg, properties=user), i, TIMER_TOPIC, 0, extra, 0)
-                    rec.tag_code = at  # the timer queue's unit holds the delivery time
-                    records.append(rec)
-                    continue
-            if deliver_at:
-                deliver_at.append(0)
-                real_queues.append((cfg.name, queue_id))
-            if transaction_prepared:
-                real_queues.append((cfg.name, queue_id))
-                extra = {
-                    PROPERTY_REAL_TOPIC: cfg.name,
-                    PROPERTY_REAL_QUEUE_ID: str(queue_id),
-                    PROPERTY_PRODUCER_GROUP: producer_group,
-                    PROPERTY_TRANSACTION_PREPARED: "true",
-                }
-                records.append(prepare(msg, i, TRANS_HALF_TOPIC, 0, extra, sys_flag & ~TRANSACTION_TYPE_MASK))
-            else:
-                records.append(prepare(msg, i, cfg.name, queue_id, None, sys_flag))
-        return self._append_prepared(records, new_topics, real_queues, now, deliver_at, duplicates)
-
-    def append_packed(
-        self,
-        blob: bytes,
-        *,
-        born_host: str = "",
-        transaction_prepared: bool = False,
-        producer_group: str = "",
-        may_publish: Callable[[str], None] | None = None,
-    ) -> Appended:
-        """``append_records`` for records a producer sent in the commit-log layout
-        (``Store.SendStream``): each is checked (``MessageEncoder.unpack``) and stored
-        as it came, with the fields only the store knows written in. All or nothing.
-        ``transaction_prepared``: stored as half messages, which ``append_records`` makes
-        (their topic and properties are rewritten, so they are not taken as they came).
-        ``may_publish(topic)`` raises when the caller may not publish there (ACLs): called
-        once per run of records to one topic, before anything is written."""
-        self._check_writable()
-        now = self._clock()
-        if transaction_prepared:
-            halves = self._unpacked_messages(blob, may_publish, now)
-            return self.append_records(
-                halves, producer_group=producer_group, transaction_prepared=True, born_host=born_host
-            )
-        frame = bytearray(blob)  # the records are patched in place (one copy of the frame)
-        new_topics: dict[str, TopicConfig] = {}
-        records: list[PreparedRecord] = []
-        cfg: TopicConfig | None = None
-        total_body = 0
-        window = self._window if self._window.enabled else None
-        duplicates: list[FirstSend] = []
-        for i, pos, rec in self._sent_records(frame, _born_host(born_host), now):
-            if window is not None:
-                first = window.first_send(i, rec.topic, rec.unique_id, now)
-                if first is not None:
-                    if may_publish is not None:
-                        may_publish(rec.topic)  # answering reveals the first send
-                    duplicates.append(first)
-                    continue
-            if rec.user_properties and not DELAY_PROPERTIES.isdisjoint(rec.user_properties):
-                # A delayed record is rewritten to the timer topic, as a half message is.
-                return self.append_records(self._unpacked_messages(blob, may_publish, now), born_host=born_host)
-            total_body += len(rec.body)
-            if cfg is None or cfg.name != rec.topic:
-                if may_publish is not None:
-                    may_publish(rec.topic)
-                cfg = self._topic_for_send(rec.topic, i, system=False, new_topics=new_topics)
-            queue_id = rec.queue_id
-            if not queue_id < cfg.write_queue_nums:  # ANY_QUEUE (0xFFFFFFFF) or out of range
-                rec.queue_id = self._queue_for_send(cfg, None if queue_id == ANY_QUEUE else queue_id, i)
-                set_queue_id(frame, pos, rec.queue_id)
-            records.append(rec)
-        self._check_batch_size(len(records), total_body)
-        return self._append_prepared(records, new_topics, [], now, duplicates=duplicates)
-
-    def _unpacked_messages(
-        self, blob: bytes, may_publish: Callable[[str], None] | None, now: int
-    ) -> list[OutgoingMessage]:
-        """A sent frame's records as messages, for the paths that rewrite them (half and
-        delayed messages: ``append_records``), once the caller may publish to each topic."""
-        messages = [
-            OutgoingMessage(
-                rec.topic,
-                bytes(rec.body),
-                rec.tags,
-                rec.keys,
-                dict(rec.user_properties),
-                rec.unique_id,
-                rec.flag,
-                None if rec.queue_id == ANY_QUEUE else rec.queue_id,
-                rec.born_timestamp_ms,
-            )
-            for _, _, rec in self._sent_records(bytearray(blob), UNKNOWN_HOST, now)
-        ]
-        if may_publish is not None:
-            for topic in {m.topic for m in messages}:
-                may_publish(topic)
-        return messages
-
-    def _sent_records(self, frame: bytearray, born_host: bytes, now: int) -> Iterator[tuple[int, int, PreparedRecord]]:
-        """(index, position, record) of each record of a sent frame, checked; at most
-        ``max_batch_messages``."""
-        if not frame:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "no records to send")
-        unpack = MessageEncoder(limits=self._limits, born_host=born_host, now_ms=now, system=False).unpack
-        max_messages = self.settings.max_batch_messages
-        pos = i = 0
-        while pos < len(frame):
-            if i == max_messages:
-                raise error(errors_pb2.CODE_BATCH_TOO_LARGE, f"more than {max_messages} records in one frame")
-            rec = unpack(frame, pos, i)
-            yield i, pos, rec
-            pos += rec.size
-            i += 1
-
-    def _check_writable(self) -> None:
-        self._check_open()
-        if not self._writable or self.commitlog.broken:
-            raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
-        if self.replicated:
-            self._check_leads()
-
-    def _check_leads(self) -> None:
-        """A replica takes writes (records, offsets, configuration) only while it leads
-        its group, enough replicas are in sync and the records it took over are held."""
-        leadership = self.leadership
-        if leadership is None:
-            raise not_leader(*self.leader_hint)
-        leadership.check_writable()
-        if not self._writes_ready:
-            raise error(errors_pb2.CODE_SERVICE_NOT_READY, "the new leader is not ready for writes yet")
-
-    def _check_batch_size(self, count: int, body_bytes: int) -> None:
-        s = self.settings
-        if count > s.max_batch_messages:
-            raise error(
-                errors_pb2.CODE_BATCH_TOO_LARGE, f"{count} messages in one batch, at most {s.max_batch_messages}"
-            )
-        if body_bytes > s.max_batch_bytes:
-            raise error(
-                errors_pb2.CODE_BATCH_TOO_LARGE, f"batch bodies total {body_bytes} bytes, at most {s.max_batch_bytes}"
-            )
-
-    def _append_prepared(
-        self,
-        records: list[PreparedRecord],
-        new_topics: dict[str, TopicConfig],
-        real_queues: list[tuple[str, int]],
-        now: int,
-        deliver_at: list[int] | None = None,
-        duplicates: list[FirstSend] | None = None,
-    ) -> Appended:
-        """Append validated records (topics to create in ``new_topics``); ``duplicates``:
-        messages of the batch the idempotence window answered (nothing to write)."""
-        if not records:  # every message was sent before: nothing to write
-            return Appended([], [], [], [], self.commitlog.write_offset, now, [], duplicates or [])
-        # Valid. Room on disk for the records and their queue and index entries?
-        self._free_space.check(sum(rec.size for rec in records) + 64 * len(records))
-        # From here on the request changes the store.
-        for cfg in new_topics.values():
-            self._topics.put(cfg)
-        if new_topics:
-            self._topics_changed()
-        queue_offsets = self._assign_queue_offsets(records)
-        try:
-            # Consume-queue files the dispatch will write, created (and their blocks
-            # reserved) first: a full disk refuses the send instead of failing dispatch.
-            self._dispatcher.prepare_queues(records, queue_offsets)
-            offsets = self.commitlog.append(records, queue_offsets, store_timestamp_ms=now, store_host=self._store_host)
-        except OSError as exc:
-            # Nothing of the batch is stored (append rolls back what it wrote).
-            self._unassign_queue_offsets(records, queue_offsets)
-            if is_disk_full(exc) and not self.commitlog.broken:
-                log.error("send refused, the disk is full: %s", exc)
-                raise disk_full(f"the store's disk is full: {exc}") from None
-            self._writable = False
-            log.error("commit log append failed; the store stops accepting writes: %s", exc)
-            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log write failed: {exc}") from None
-        end = self.commitlog.write_offset
-        if self.replicated:
-            self._window.appended(records, offsets)
-            self._undispatched.append((end, records, offsets, queue_offsets, now))
-            if not self._sync:
-                self._local_durable = end
-            self._advance()
-        elif self._group_commit is not None:
-            self._window.appended(records, offsets)
-            self._undispatched.append((end, records, offsets, queue_offsets, now))
-        else:
-            self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
-        store_metrics.count_in(records)
-        return Appended(records, offsets, queue_offsets, real_queues, end, now, deliver_at or [], duplicates or [])
-
-    async def settle(self, appended: Appended) -> SendStatus:
-        """Acknowledge an append per the flush mode: async, at once; sync, once the
-        group commit has fsynced it (FLUSH_DISK_TIMEOUT when that takes too long). A
-        replicated group's leader then waits for the in-sync replicas to hold it
-        (FLUSH_REPLICA_TIMEOUT when they do not within sync_flush_timeout_ms)."""
-        status = SendStatus.OK if self._group_commit is None else await self._wait_durable(appended.end)
-        if not self.replicated or status != SendStatus.OK:
-            return status
-        leadership = self.leadership
-        if leadership is None:
-            raise not_leader(*self.leader_hint)
-        fut = leadership.wait_replicated(appended.end)
-        try:
-            async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
-                await fut
-        except TimeoutError:
-            return SendStatus.FLUSH_REPLICA_TIMEOUT
-        return SendStatus.OK
-
-    @property
-    def dispatched_offset(self) -> int:
-        """Records below this commit-log offset are in the consume queues and the index."""
-        return self._dispatcher.dispatched_offset
-
-    def _topic_for_send(
-        self, name: str, index: int, *, system: bool, new_topics: dict[str, TopicConfig]
-    ) -> TopicConfig:
-        cfg = self._topics.get(name) or new_topics.get(name)
-        if cfg is None:
-            check_topic_name(name, index=str(index))
-            if is_system_topic(name) and not system:
-                raise error(errors_pb2.CODE_SYSTEM_TOPIC, f"{name} is a system topic", topic=name, index=str(index))
-            if not self.settings.auto_create_topic_enable:
-                raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {name}", topic=name, index=str(index))
-            n = self.settings.default_topic_queue_nums
-            cfg = new_topics[name] = TopicConfig(name, n, n, since_offset=self.commitlog.write_offset)
-        elif not system and cfg.is_system:
-            raise error(errors_pb2.CODE_SYSTEM_TOPIC, f"{name} is a system topic", topic=name, index=str(index))
-        if not cfg.writable:
-            raise error(
-                errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {name} is not writable", topic=name, index=str(index)
-            )
-        return cfg
-
-    def _queue_for_send(self, cfg: TopicConfig, queue_id: int | None, index: int) -> int:
-        n = cfg.write_queue_nums
-        if queue_id is None:
-            if n <= 0:
-                raise error(
-                    errors_pb2.CODE_TOPIC_NOT_WRITABLE, f"topic {cfg.name} has no write queues", index=str(index)
-                )
-            c = self._round_robin.get(cfg.name, 0)
-            self._round_robin[cfg.name] = c + 1
-            return c % n
-        if not 0 <= queue_id < n:
-            raise error(
-                errors_pb2.CODE_ILLEGAL_QUEUE_ID,
-                f"queue {queue_id} of {cfg.name} is not writable (write queues: {n})",
-                index=str(index), queue_id=str(queue_id),
-            )  # fmt: skip
-        return queue_id
-
-    def _assign_queue_offsets(self, records: list[PreparedRecord]) -> list[int]:
-        table = self._queue_offsets
-        out: list[int] = []
-        for rec in records:
-            if rec.takes_queue_slot:
-                key = (rec.topic, rec.queue_id)
-                q = table.get(key, 0)
-                table[key] = q + 1
-                out.append(q)
-            else:
-                out.append(0)
-        return out
-
-    def _unassign_queue_offsets(self, records: list[PreparedRecord], queue_offsets: list[int]) -> None:
-        """Undo ``_assign_queue_offsets`` for a batch that was not stored."""
-        table = self._queue_offsets
-        for rec, q in zip(records, queue_offsets, strict=True):
-            if rec.takes_queue_slot:
-                key = (rec.topic, rec.queue_id)
-                table[key] = min(table.get(key, 0), q)
-
-    async def _wait_durable(self, end: int) -> SendStatus:
-        assert self._group_commit is not None
-        fut = self._group_commit.request(end)
-        try:
-            # On timeout ``fut`` is cancelled; the group commit skips cancelled waiters
-            # and still flushes and dispatches the records.
-            async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
-                await fut
-        except TimeoutError:
-            return SendStatus.FLUSH_DISK_TIMEOUT
-        except OSError as exc:
-            # After a failed fsync the page cache no longer says what is on disk (the
-            # kernel may have dropped the pages): stop writing; a restart recovers from
-            # what the disk holds.
-            if self._writable:
-                self._writable = False
-                log.error("the store stops accepting writes after a failed fsync")
-            raise error(errors_pb2.CODE_STORAGE_ERROR, f"commit log fsync failed: {exc}") from None
-        return SendStatus.OK
-
-    def _dispatch_durable(self, durable_offset: int) -> None:
-        if self.replicated:
-            self._local_durable = max(self._local_durable, durable_offset)
-            self._advance()
-            return
-        pending = self._undispatched
-        while pending and pending[0][0] <= durable_offset:
-            end, records, offsets, queue_offsets, now = pending.popleft()
-            self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
-            if pending:
-                self._window.dispatched(records)
-        if not pending:
-            self._window.forget_pending()  # everything appended is in the index now
-
-    # -- delayed messages (timer.py) ------------------------------------------------------
-
-    def _timer_may_run(self) -> bool:
-        """Timers are delivered by the writable store only: a replicated group's leader
-        once it took writes; never by a follower."""
-        if self._closed or not self._writable or self.commitlog.broken:
-            return False
-        return not self.replicated or (self.leadership is not None and self._writes_ready)
-
-    async def _run_timer(self) -> None:
-        """Every TICK_MS: (de)activate the timer as the store becomes (un)writable,
-        deliver what is due; write the timer checkpoint every
-        flush_consume_queue_interval_ms."""
-        timer = self.timer
-        loop = asyncio.get_running_loop()
-        next_checkpoint = loop.time() + self.settings.flush_consume_queue_interval_ms / 1000
-        while not self._stop.is_set():
-            try:
-                if self._timer_may_run():
-                    if not timer.active:
-                        timer.activate()
-                    await timer.tick()
-                    if loop.time() >= next_checkpoint:
-                        next_checkpoint = loop.time() + self.settings.flush_consume_queue_interval_ms / 1000
-                        await timer.checkpoint()
-                elif timer.active:
-                    timer.deactivate()
-            except Exception:
-                log.exception("the timer's delivery failed; it starts again from its checkpoint")
-                timer.deactivate()
-            delay = TICK_MS / 1000
-            first = timer.wheel.first_second() if timer.active else None
-            if first is not None:  # wake at the second a timer is due, not up to a tick later
-                delay = min(delay, max(0.0, (first * 1000 - self._clock()) / 1000))
-            try:
-                await asyncio.wait_for(self._stop.wait(), delay)
-            except TimeoutError:
-                pass
-
-    async def _timer_checkpoint(self) -> None:
-        try:
-            await self.timer.checkpoint()
-        except Exception:
-            log.exception("writing the timer checkpoint failed")
-
-    def timer_queue_bounds(self) -> tuple[int, int]:
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
-        return (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
-
-    def timer_units(self, offset: int, max_units: int) -> list[tuple[int, int, int]]:
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
-        if cq is None:
-            return []
-        out: list[tuple[int, int, int]] = []
-        while len(out) < max_units and offset < cq.max_offset:
-            units = cq.read_units(offset, max_units - len(out))
-            if units is None:  # expired: its file is gone
-                return out
-            got = list(UNIT.iter_unpack(units))
-            if not got:
-                break
-            out.extend(got)
-            offset += len(got)
-        return out
-
-    def timer_units_at(self, offsets: Sequence[int]) -> list[tuple[int, int, int] | None]:
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
-        if cq is None:
-            return [None] * len(offsets)
-        out: list[tuple[int, int, int] | None] = []
-        i, n = 0, len(offsets)
-        while i < n:
-            j = i + 1
-            while j < n and offsets[j] == offsets[j - 1] + 1:
-                j += 1  # a run of consecutive offsets: one read
-            units = cq.read_units(offsets[i], j - i)
-            got = list(UNIT.iter_unpack(units)) if units else []
-            out.extend(got)
-            out.extend(cq.unit(offsets[k]) for k in range(i + len(got), j))  # past a file's end
-            i = j
-        return out
-
-    def timer_copies(self, entries: Sequence[tuple[int, int, int]], check_below: int) -> list[PreparedRecord | str]:
-        """The real messages of timer records (timer-queue offset, commit-log offset,
-        size), built from the records' bytes: records that lie back to back are read
-        with one pread, each is CRC-checked, and its copy keeps body (and body CRC),
-        flag, born time and host, reconsume times, unique id, tags, keys and user
-        properties; REAL_TOPIC / REAL_QID go, TXMQ_TIMER_OFFSET comes. An entry below
-        ``check_below`` whose copy the real topic already holds is DUPLICATE."""
-        out: list[PreparedRecord | str] = []
-        cl = self.commitlog
-        i, n = 0, len(entries)
-        while i < n:
-            start = entries[i][1]
-            j, end = i + 1, start + entries[i][2]
-            while j < n and entries[j][1] == end and end - start < TIMER_READ_BYTES:
-                end += entries[j][2]  # records back to back: one read
-                j += 1
-            span = cl.read(start, end - start)
-            for timer_offset, phys, size in entries[i:j]:
-                buf, pos = (cl.read(phys, size), 0) if span is None else (span, phys - start)
-                if buf is None:  # its segment is gone (retention keeps pending timers' segments)
-                    log.error("timer %d: no record at %d any more; not delivered", timer_offset, phys)
-                    out.append(TIMER_DROPPED)
-                    continue
-                try:
-                    verify_record(buf, pos, phys)
-                    out.append(self._timer_copy(buf, pos, timer_offset, check_below))
-                except CorruptRecord as exc:
-                    self._corruption.report(phys, str(exc))
-                    log.error("timer %d: its record at %d cannot be read (%s); not delivered", timer_offset, phys, exc)
-                    out.append(TIMER_DROPPED)
-            i = j
-        return out
-
-    def _timer_copy(self, buf: bytes, pos: int, timer_offset: int, check_below: int) -> PreparedRecord | str:
-        (_, body_crc, _, flag, _, phys, _, born_ts, born_host, _, _, reconsume, _, body, _, text) = record_fields(
-            buf, pos
-        )
-        props = decode_properties(text)
-        tags, keys, unique_id = pop_field_properties(props)
-        topic = props.pop(PROPERTY_REAL_TOPIC, "")
-        real_queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
-        cfg = self._topics.get(topic)
-        if cfg is None:
-            log.warning("timer %d: topic %r is gone; its delayed message %s is not delivered", timer_offset, topic,
-                        unique_id)  # fmt: skip
-            return TIMER_DROPPED
-        if timer_offset < check_below and self._timer_copy_exists(topic, unique_id, timer_offset, phys, body_crc):
-            return TIMER_DUPLICATE
-        queue_id = int(real_queue) if real_queue.isdigit() else -1
-        if not 0 <= queue_id < cfg.write_queue_nums:
-            queue_id = self._queue_for_send(cfg, None, 0) if cfg.write_queue_nums else 0
-        props[PROPERTY_TIMER_OFFSET] = str(timer_offset)
-        tail = encode_tail(topic, encode_properties_text(unique_id, tags, keys, props))
-        return PreparedRecord(
-            topic, queue_id, flag, 0, born_ts, born_host, reconsume, 0, body, body_crc, tail,
-            HEADER_SIZE + len(body) + len(tail), cached_tag_code(tags) if tags else 0, tags, keys, unique_id,
-            props, None, True, True,
         )  # fmt: skip
-
-    def _timer_copy_exists(self, topic: str, unique_id: str, timer_offset: int, after: int, body_crc: int) -> bool:
-        """Whether ``topic`` holds a delivered copy of a timer record (at ``after``): a
-        record after it with its unique id, carrying its timer-queue offset
-        (TXMQ_TIMER_OFFSET) and its body."""
-        want = str(timer_offset)
-        dispatched = self._dispatcher.dispatched_offset
-        for offset in self._dispatcher.index.lookup(unique_id_hash(unique_id), begin_ms=0, end_ms=END_OF_TIME_MS):
-            if not after < offset < dispatched:
-                continue
-            try:
-                msg = self._read_record(offset, boundary=True)
-            except TxmqError:
-                continue
-            if (
-                msg is not None
-                and msg.topic == topic
-                and msg.properties.get(PROPERTY_TIMER_OFFSET) == want
-                and msg.body_crc == body_crc
-            ):
-                return True
-        return False
-
-    def timer_append(self, copies: list[PreparedRecord]) -> Appended:
-        self._check_writable()
-        return self._append_prepared(copies, {}, [], self._clock())
-
-    async def timer_settle(self, appended: Appended) -> SendStatus:
-        return await self.settle(appended)
-
-    async def timer_flush(self, upto: int) -> None:
-        if upto > self.commitlog.flushed_offset:
-            await asyncio.to_thread(self.commitlog.flush, upto)
-
-    def timer_batch_limits(self) -> tuple[int, int]:
-        return self.settings.max_batch_messages, self.settings.max_batch_bytes
-
-    def _timer_keep_from(self) -> int | None:
-        """The commit-log offset of the oldest pending timer record (retention keeps it)."""
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
-        if cq is None or cq.max_offset == cq.min_offset:
-            return None
-        low = self.timer.keep_from()
-        low = cq.min_offset if low is None else max(low, cq.min_offset)
-        if not self.timer.active:
-            # A follower (or a store whose timer has not started): keep from the first
-            # timer not yet due, for a leader to come.
-            now = self._clock()
-            stop = min(cq.max_offset, low + 100_000)  # bounded: at worst it keeps more
-            while low < stop:
-                unit = cq.unit(low)
-                if unit is None or (unit[1] and unit[2] > now):
-                    break
-                low += 1
-        unit = cq.unit(low)
-        return None if unit is None else unit[0]
-
-    # -- replicated store groups (docs/replication.md) -------------------------------------
-
-    @property
-    def local_log_end(self) -> int:
-        """What this replica holds durably per its flush mode: what it reports to its
-        leader, and its own share of the high watermark when it leads."""
-        return self._local_durable
-
-    @property
-    def takes_writes(self) -> bool:
-        """A replicated group's leader that took over what it inherited and opened writes."""
-        return self.leadership is not None and self._writes_ready
-
-    @property
-    def high_watermark(self) -> int:
-        if self.leadership is not None:
-            return self.leadership.high_watermark
-        return self.follower_high_watermark
-
-    def _advance(self) -> None:
-        """Dispatch what is below both this replica's durable end and the high
-        watermark; a new leader becomes writable once it dispatched what it took over."""
-        leadership = self.leadership
-        if leadership is not None:
-            leadership.local_durable(self._local_durable)
-            bound = min(self._local_durable, leadership.high_watermark)
-        else:
-            bound = min(self._local_durable, self.follower_high_watermark)
-        self._dispatch_upto(bound)
-        if leadership is not None and not self._writes_ready and leadership.writes_open():
-            self._open_writes()
-
-    def _dispatch_upto(self, bound: int) -> None:
-        held = self._held
-        if held and held[0].commit_log_offset + held[0].store_size <= bound:
-            ready = []
-            while held and held[0].commit_log_offset + held[0].store_size <= bound:
-                ready.append(held.popleft())
-            last = ready[-1]
-            self._dispatcher.dispatch_stored(ready, last.commit_log_offset + last.store_size)
-        pending = self._undispatched
-        while not held and pending and pending[0][0] <= bound:
-            end, records, offsets, queue_offsets, now = pending.popleft()
-            self._dispatcher.dispatch(records, offsets, queue_offsets, store_timestamp_ms=now, end_offset=end)
-            if pending:
-                self._window.dispatched(records)
-            else:
-                self._window.forget_pending()  # everything appended is in the index now
-        if not held and not pending:
-            # Past a segment's closing blank marker, which has no record to dispatch.
-            reach = min(bound, self.commitlog.write_offset)
-            if reach > self._dispatcher.dispatched_offset:
-                self._dispatcher.dispatched_offset = reach
-
-    def become_leader(
-        self, *, epoch: int, in_sync: frozenset[str], min_in_sync: int, clock: MonotonicClock = SYSTEM_CLOCK
-    ) -> Leadership:
-        """This replica leads ``epoch`` (etcd says so): its epoch begins at its log's
-        end. Writes open once the in-sync replicas hold everything up to there."""
-        assert self.epochs is not None
-        start = self.commitlog.write_offset
-        if self._sync and self._local_durable < start:
-            # What it copied as a follower but had not fsynced yet (a flush cut short):
-            # durable now, or the new epoch could never reach its own start.
-            self.commitlog.flush(start)
-            self._local_durable = start
-        self.epochs.begin(epoch, start)
-        self._writes_ready = False
-        self.leadership = Leadership(
-            replica_id=self.replica_id, epoch=epoch, epoch_start=start, in_sync=in_sync,
-            min_in_sync=min_in_sync, local_end=self._local_durable, clock=clock,
-        )  # fmt: skip
-        self.leadership.on_advance = self._advance
-        self.leader_hint = (self.replica_id, self.advertised_address)
-        log.info(
-            "store %s replica %s leads epoch %d from offset %d (in sync: %s)",
-            self.store_id, self.replica_id, epoch, start, ",".join(sorted(in_sync)),
-        )  # fmt: skip
-        self._advance()
-        return self.leadership
-
-    def _open_writes(self) -> None:
-        """Everything this leader took over is dispatched: queue offsets continue from
-        the queues, and the decision book starts from the log as at a start."""
-        self._queue_offsets = {key: cq.max_offset for key, cq in self._dispatcher.queues.items()}
-        self.transactions = self._new_transactions()
-        self.transactions.horizon = self.commitlog.write_offset
-        self.transactions.warm(max_entries=min(self.settings.decision_cache_entries, WARM_DECISIONS_MAX))
-        self._writes_ready = True
-        log.info("store %s replica %s takes writes", self.store_id, self.replica_id)
-
-    def end_leadership(self, reason: str) -> None:
-        """Stop leading: no more writes or acknowledgements. What was appended but not
-        dispatched stays in the log (held) until a leader says whether it survives."""
-        leadership, self.leadership = self.leadership, None
-        if leadership is None:
-            return
-        leadership.end()
-        self._writes_ready = False
-        self.leader_hint = ("", "")
-        self.follower_high_watermark = leadership.high_watermark
-        if self._undispatched:
-            start = self._undispatched[0][2][0]  # the first undispatched batch's first record
-            self._undispatched.clear()
-            self._window.forget_pending()  # held now: a new leader's index will say
-            self._held.extend(self._read_records(start, self.commitlog.write_offset))
-        log.warning("store %s replica %s no longer leads epoch %d: %s", self.store_id, self.replica_id,
-                    leadership.epoch, reason)  # fmt: skip
-
-    def _read_records(self, start: int, end: int) -> list[StoredMessage]:
-        """The records from ``start`` (a record boundary) to ``end``, CRC-checked; a
-        segment's closing blank marker is stepped over."""
-        found: list[StoredMessage] = []
-        pos = start
-        while pos < end:
-            # Not ``boundary``: a blank marker is "no record here" (None), not damage.
-            msg = self.commitlog.read_record(pos)
-            if msg is None:
-                if read_size_and_magic(self.commitlog.read(pos, BLANK_SIZE) or bytes(BLANK_SIZE))[1] != BLANK_MAGIC:
-                    raise CorruptRecord(f"neither a record nor a segment's blank marker at {pos}")
-                pos = self.commitlog.roll_next_file(pos)
-                continue
-            found.append(msg)
-            pos += msg.store_size
-        return found
-
-    @property
-    def needs_resync(self) -> bool:
-        """This replica's log lacks what its group acknowledged (cut at damage, or set
-        aside for a reseed): it does not stand for leader until it holds its leader's
-        high watermark again. Kept in ``replication/needs_resync`` across restarts."""
-        return self._needs_resync
-
-    @needs_resync.setter
-    def needs_resync(self, value: bool) -> None:
-        if value == self._needs_resync:
-            return
-        self._needs_resync = value
-        if value:
-            self._resync_marker.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomically(self._resync_marker, {"since_ms": self._clock()})
-        else:
-            self._resync_marker.unlink(missing_ok=True)
-
-    def cut_log(self, end: int) -> None:
-        """A follower cuts its log where it diverges from its leader's. What it cuts was
-        never dispatched (the high watermark never passes a point of divergence)."""
-        if end >= self.commitlog.write_offset:
-            return
-        if end < self._dispatcher.dispatched_offset:
-            log.error(
-                "store %s replica %s cuts its log to %d, below what it dispatched (%d): consume queues and "
-                "index are cut too", self.store_id, self.replica_id, end, self._dispatcher.dispatched_offset,
-            )  # fmt: skip
-        log.warning(
-            "store %s replica %s cuts its log from %d to %d (where it diverges from its leader's)",
-            self.store_id, self.replica_id, self.commitlog.write_offset, end,
-        )  # fmt: skip
-        self._cut(end)
-
-    def reseed(self, aside: Path) -> None:
-        """A follower whose log ends before its leader's oldest segment starts over
-        (docs/replication.md "Reseeding"): its commit-log segments go to ``aside``
-        (hard links: nothing is copied), with its epoch history, tables and timer
-        checkpoint; then the log is emptied (consume queues and index with it) and it
-        needs a resync. Copying then starts at the leader's oldest segment, as for an
-        empty data directory. The caller deletes ``aside`` once the replica is in sync."""
-        try:
-            (aside / "commitlog").mkdir(parents=True)
-            for seg in self.commitlog.segments():
-                os.link(seg.path, aside / "commitlog" / seg.path.name)
-            for path in (self.epochs.path if self.epochs else None, *sorted(self._paths.config.glob("*.json"))):
-                if path is not None and path.exists():
-                    shutil.copy2(path, aside / path.name)
-            fsync_path(aside / "commitlog")
-            fsync_path(aside)
-        except OSError:
-            shutil.rmtree(aside, ignore_errors=True)  # nothing was cut: the log stays as it was
-            raise
-        if self.timer.path.exists():  # its offsets point into the log set aside
-            os.replace(self.timer.path, aside / "timer-checkpoint")
-        self.needs_resync = True
-        self._cut(0)
-        self.follower_high_watermark = 0
-
-    def _cut(self, end: int) -> None:
-        if end < self._dispatcher.dispatched_offset:
-            for cq in self._dispatcher.queues.values():
-                cq.truncate_from_commit_log_offset(end)
-            self._dispatcher.index.repair(end)
-            self._dispatcher.dispatched_offset = end
-        self.commitlog.truncate(end)
-        assert self.epochs is not None
-        self.epochs.cut(end)
-        while self._held and self._held[-1].commit_log_offset + self._held[-1].store_size > end:
-            self._held.pop()
-        self._local_durable = min(self._local_durable, end)
-
-    def copy_shipment(self, offset: int, data: bytes) -> int:
-        """Append bytes copied from the leader (checked whole records); returns the
-        log's end. Under sync flush the caller fsyncs (``flush_copied``) before it
-        reports the end."""
-        self._check_open()
-        if not self._writable or self.commitlog.broken:
-            raise error(errors_pb2.CODE_SERVICE_NOT_WRITABLE, "store stopped writing after a storage error")
-        segment_end = self.commitlog.roll_next_file(offset)
-        messages = check_copied(data, offset, segment_end)
-        try:
-            self.commitlog.append_copied(offset, data)
-        except OSError as exc:
-            if not is_disk_full(exc):
-                self._writable = False
-            raise error(errors_pb2.CODE_STORAGE_ERROR, f"copying the leader's log failed: {exc}") from None
-        self._held.extend(messages)  # not counted in rocketmq_messages_in: the leader counted them
-        end = self.commitlog.write_offset
-        if not self._sync:
-            self._local_durable = end
-            self._advance()
-        return end
-
-    async def flush_copied(self) -> int:
-        """Sync flush: fsync what was copied; returns the durable end."""
-        end = self.commitlog.write_offset
-        await asyncio.to_thread(self.commitlog.flush, end)
-        self._local_durable = max(self._local_durable, end)
-        self._advance()
-        return self._local_durable
-
-    def set_follower_high_watermark(self, hw: int) -> None:
-        if self.needs_resync and self._local_durable >= hw > 0:
-            self.needs_resync = False
-            log.info("store %s replica %s holds its leader's log again", self.store_id, self.replica_id)
-        if hw > self.follower_high_watermark:
-            self.follower_high_watermark = hw
-            self._advance()
-
-    def config_documents(self) -> tuple[bytes, bytes]:
-        """The topic and subscription-group tables as shipped to followers."""
-        return config_document(self._topics.document()), config_document(self._groups.document())
-
-    async def admit_fence(self, epoch: int, half_queue_id: int) -> None:
-        """``Fences.admit``; in a replicated group a mark that rose is first held by every
-        in-sync follower (a new leader refuses what this one refused), then checked
-        again (a newer epoch may have come meanwhile)."""
-        fences = self.transactions.fences
-        if fences.admit(epoch, half_queue_id) and self.replicated:
-            await self.state_replicated(FENCES)
-            self.transactions.fences.admit(epoch, half_queue_id)
-
-    def fences_document(self) -> tuple[int, bytes]:
-        fences = self.transactions.fences
-        return fences.version, config_document(fences.document())
-
-    def offsets_document(self) -> tuple[int, bytes]:
-        return self._offsets.version, config_document(self._offsets.rows())
-
-    @property
-    def offsets_version(self) -> int:
-        return self._offsets.version
-
-    async def state_replicated(self, kind: str) -> None:
-        """A replicated group's leader: wait until every in-sync follower has taken the
-        consume offsets (OFFSETS) or the topic and group tables (CONFIG) as they are now,
-        so a failover never takes a committed offset or a configuration change back.
-        UPSTREAM_TIMEOUT (retriable) after sync_flush_timeout_ms."""
-        if not self.replicated:
-            return
-        leadership = self.leadership
-        if leadership is None:
-            raise not_leader(*self.leader_hint)
-        version = {
-            OFFSETS: self._offsets.version,
-            CONFIG: self.config_version,
-            FENCES: self.transactions.fences.version,
-        }[kind]
-        fut = leadership.wait_state_replicated(kind, version)
-        try:
-            async with asyncio.timeout(self.settings.sync_flush_timeout_ms / 1000):
-                await fut
-        except TimeoutError:
-            what = {OFFSETS: "consume offset", CONFIG: "configuration change", FENCES: "check-loop fence"}[kind]
-            raise error(
-                errors_pb2.CODE_UPSTREAM_TIMEOUT,
-                f"the {what} is made on the leader but its followers did not take it in time",
-            ) from None
-
-    def adopt_configs(
-        self, *, topics: bytes = b"", groups: bytes = b"", offsets: bytes = b"", fences: bytes = b""
-    ) -> None:
-        """A follower takes its leader's configuration (shipped when it changed)."""
-        if topics:
-            before = {c.name for c in self._topics.all()}
-            self._topics.adopt(json.loads(topics))
-            for gone in before - {c.name for c in self._topics.all()}:
-                self._dispatcher.delete_topic(gone)  # as delete_topic on the leader
-                self._round_robin.pop(gone, None)
-            self._topics_changed()
-        if fences:
-            self.transactions.fences.adopt(json.loads(fences))
-        if groups:
-            self._groups.adopt(json.loads(groups))
-        if offsets:
-            self._offsets.adopt(json.loads(offsets))
-
-    # -- reading -------------------------------------------------------------------------
-
-    def get_message(
-        self,
-        *,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_messages: int = DEFAULT_MAX_MESSAGES,
-        message_filter: MessageFilter | None = None,
-        raw: bool = False,
-    ) -> GetMessageResult:
-        """RocketMQ's getMessage: status and next offset rules of seed 004. ``raw``: the
-        result holds the records as stored (``records``), decoded only as far as an SQL92
-        filter must read them, instead of decoded messages."""
-        cfg = self._topics.get(topic)
-        if cfg is None:
-            # Unknown: a status (NO_MATCHED_LOGIC_QUEUE, as RocketMQ's store), unless the
-            # name itself is illegal (empty, bad characters): ILLEGAL_TOPIC.
-            check_topic_name(topic)
-        if offset < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
-        if max_messages < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"max_messages {max_messages} is negative")
-        max_messages = max_messages or DEFAULT_MAX_MESSAGES
-        if queue_id < 0 or (cfg is not None and queue_id >= cfg.read_queue_nums):
-            raise error(
-                errors_pb2.CODE_ILLEGAL_QUEUE_ID,
-                f"queue {queue_id} of {topic} is not readable",
-                topic=topic, queue_id=str(queue_id),
-            )  # fmt: skip
-        cq = self._dispatcher.consume_queue(topic, queue_id)
-        if cq is None:
-            # RocketMQ creates a queue on first access: a known topic's unwritten queue
-            # is an empty queue; only an unknown one has no logic queue.
-            status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE if cfg is None else GetMessageStatus.NO_MESSAGE_IN_QUEUE
-            return GetMessageResult(status, 0, 0, 0)
-        lo, hi = cq.min_offset, cq.max_offset
-        if hi == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
-        if offset < lo:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-        if offset > hi:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi)
-        units = cq.read_units(offset, max(SCAN_BYTES, max_messages * UNIT.size) // UNIT.size)
-        if units is None:
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
-        return self._scan(units, offset, lo, hi, max_messages, message_filter, topic=topic, queue_id=queue_id, raw=raw)
-
-    def _scan(
-        self, units: bytes, offset: int, lo: int, hi: int, max_messages: int, message_filter: MessageFilter | None,
-        *, topic: str, queue_id: int, raw: bool = False,
-    ) -> GetMessageResult:  # fmt: skip
-        """Every record served is CRC-checked (once). A damaged one ends the batch: the
-        intact messages before it are returned and the next read starts at it; a read
-        that starts at it raises CODE_DATA_CORRUPTED (its metadata names the queue
-        offset after it, where a consumer may resume by committing it)."""
-        cl = self.commitlog
-        max_phy = cl.max_offset
-        memory = self._memory_window
-        predicate = message_filter.predicate if message_filter else None
-        tag_filter = message_filter if message_filter and message_filter.tags else None
-        status = GetMessageStatus.NO_MATCHED_MESSAGE
-        taken: list[StoredMessage] = []
-        records: list[bytes] = []
-        count = 0
-        total_bytes = 0
-        next_file_start = -1
-        max_phy_pulling = 0
-        scanned = 0
-        # Records of a queue often follow each other in the commit log: one pread serves
-        # those that lie in the chunk read last.
-        chunk, chunk_start, chunk_end = b"", 0, 0
-        read_ahead = self.settings.max_transfer_bytes_in_memory
-        for phys, size, tag_code in UNIT.iter_unpack(units):
-            if size == 0:
-                scanned += 1  # a gap: a record recovery found damaged, its queue rebuilt
-                continue
-            max_phy_pulling = phys
-            if next_file_start >= 0 and phys < next_file_start:
-                scanned += 1
-                continue
-            if self._batch_full(size, max_messages, total_bytes, count, in_disk=max_phy - phys > memory):
-                break
-            scanned += 1
-            if tag_filter is not None and not tag_filter.match_tag_code(tag_code):
-                if total_bytes == 0:
-                    status = GetMessageStatus.NO_MATCHED_MESSAGE
-                continue
-            if chunk_start <= phys and phys + size <= chunk_end:
-                buf: bytes | None = chunk[phys - chunk_start : phys - chunk_start + size]
-            else:
-                buf = cl.read_ahead(phys, size, read_ahead)
-                if buf is not None:
-                    chunk, chunk_start, chunk_end = buf, phys, phys + len(buf)
-                    buf = buf[:size] if len(buf) > size else buf
-            if buf is None:
-                if total_bytes == 0:
-                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                next_file_start = cl.roll_next_file(phys)
-                continue
-            try:
-                if raw and predicate is None:
-                    verify_record(buf, 0, phys)
-                    msg = None
-                else:
-                    msg = decode_record(buf, verify_crc=True, expected_offset=phys)
-            except CorruptRecord as exc:
-                self._corruption.report(phys, str(exc))
-                if count:
-                    scanned -= 1  # the next read starts at the damaged record
-                    break
-                at = offset + scanned - 1
-                raise corrupted(
-                    phys, str(exc), topic=topic, queue_id=str(queue_id), queue_offset=str(at), next_offset=str(at + 1)
-                ) from None
-            if predicate is not None and not predicate(msg.all_properties()):  # type: ignore[union-attr]
-                if total_bytes == 0:
-                    status = GetMessageStatus.NO_MATCHED_MESSAGE
-                continue
-            if raw:
-                records.append(buf)
-            else:
-                taken.append(msg)  # type: ignore[arg-type]
-            count += 1
-            total_bytes += size
-            status = GetMessageStatus.FOUND
-            next_file_start = -1
-        return GetMessageResult(
-            status,
-            offset + scanned,
-            lo,
-            hi,
-            taken,
-            suggest_pulling_from_replica=max_phy - max_phy_pulling > memory,
-            records=records,
-        )
-
-    def _batch_full(self, size: int, max_messages: int, total_bytes: int, count: int, *, in_disk: bool) -> bool:
-        """RocketMQ isTheBatchFull."""
-        if total_bytes == 0 or count == 0:
-            return False
-        if count >= max_messages:
-            return True
-        s = self.settings
-        if in_disk:
-            return total_bytes + size > s.max_transfer_bytes_on_disk or count > s.max_transfer_count_on_disk - 1
-        return total_bytes + size > s.max_transfer_bytes_in_memory or count > s.max_transfer_count_in_memory - 1
-
-    def view_message(self, commit_log_offset: int) -> StoredMessage:
-        """The record that begins at ``commit_log_offset`` (a caller's offset: see
-        ``_record_at`` for when a record counts as beginning there)."""
-        if commit_log_offset < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"commit-log offset {commit_log_offset} is negative")
-        msg = None
-        if commit_log_offset < self._dispatcher.dispatched_offset:
-            msg = self._record_at(commit_log_offset)
-        if msg is None:
-            raise _not_found(
-                errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message at commit-log offset {commit_log_offset}",
-                commit_log_offset=str(commit_log_offset),
-            )  # fmt: skip
-        return msg
-
-    def view_message_by_id(self, offset_msg_id: str) -> StoredMessage:
-        try:
-            host, port, offset = decode_offset_msg_id(offset_msg_id)
-        except ValueError as exc:
-            raise error(errors_pb2.CODE_ILLEGAL_MESSAGE_ID, str(exc), offset_msg_id=offset_msg_id) from exc
-        msg = self.view_message(offset)
-        if (msg.store_host, msg.store_port) != (host, port):
-            raise _not_found(
-                errors_pb2.CODE_MESSAGE_NOT_FOUND, f"message {offset_msg_id} (stored by {host}:{port})",
-                offset_msg_id=offset_msg_id,
-            )  # fmt: skip
-        return msg
 
     def query_messages(
-        self,
-        *,
-        topic: str = "",
-        key: str = "",
-        unique_id: str = "",
-        max_results: int = DEFAULT_MAX_MESSAGES,
-        begin_timestamp_ms: int = 0,
-        end_timestamp_ms: int = 0,
-    ) -> list[StoredMessage]:
-        """Messages by key (topic required) or by unique id (topic optional; matches a
-        half message's real topic too), stored within the time window, in commit-log
-        order: the newest ``max_results`` matches."""
-        if bool(key) == bool(unique_id):
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "query by exactly one of key and unique id")
-        if key:
-            if not topic:
-                raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "a query by key needs a topic")
-            check_topic_name(topic)
-        if max_results < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"max_results {max_results} is negative")
-        limit = min(max_results or DEFAULT_MAX_MESSAGES, MAX_QUERY_RESULTS)
-        begin = begin_timestamp_ms
-        end = end_timestamp_ms or END_OF_TIME_MS
-        index_hash = message_key_hash(topic, key) if key else unique_id_hash(unique_id)
-        found: list[StoredMessage] = []
-        dispatched = self._dispatcher.dispatched_offset
-        damaged: TxmqError | None = None
-        for offset in self._dispatcher.index.lookup(index_hash, begin_ms=begin, end_ms=end):
-            try:
-                msg = self._read_record(offset, boundary=True) if offset < dispatched else None
-            except TxmqError as exc:  # a damaged candidate: it may or may not be a match
-                damaged = damaged or exc
-                continue
-            if msg is None or not begin <= msg.store_timestamp_ms <= end:
-                continue
-            cfg = self._topics.get(msg.topic)
-            if cfg is not None and offset < cfg.since_offset:
-                continue  # a deleted namesake's message
-            if key:
-                ok = msg.topic == topic and key in msg.keys
-            else:
-                real = msg.properties.get(PROPERTY_REAL_TOPIC)
-                ok = msg.unique_id == unique_id and (not topic or topic in (msg.topic, real))
-            if ok:
-                found.append(msg)
-                if len(found) >= limit:
-                    break
-        if not found and damaged is not None:
-            raise damaged  # the only candidates are damaged: "not found" would be a guess
-        found.sort(key=lambda m: m.commit_log_offset)
-        return found
-
-    def indexed_below(self, unique_id: str, bound: int) -> bool:
-        """Whether the index holds a candidate for ``unique_id`` (its hash: collisions
-        count too) at a commit-log offset below ``bound``: a walk of one hash chain, no
-        record read."""
-        return self._dispatcher.index.any_below(unique_id_hash(unique_id), bound)
-
-    def _record_at(self, offset: int) -> StoredMessage | None:
-        """The dispatched record that begins at ``offset``, an offset a caller named
-        (ViewMessage, DecideTransactions, RequeueHalves); None when no record is known
-        to begin there. Bytes that claim to be a record at ``offset`` prove nothing: a
-        message's body may hold a well-formed record that claims the offset where the
-        body lands. A record counts only when the store's own dispatch put it there
-        (``_dispatched_at``). A record known to begin there that fails its CRC raises
-        CODE_DATA_CORRUPTED (reported); so do bytes that claim to be a record there and
-        fail their CRC, unreported (damage or a forgery: the store cannot tell)."""
-        if self._quarantine.find(offset) is not None:  # recovery found damage there
-            msg = self._read_record(offset, boundary=True)
-            return msg if msg is not None and self._dispatched_at(msg) else None
-        cl = self.commitlog
-        head = cl.read(offset, HEADER_SIZE)
-        if head is None:
-            return None
-        size, magic = read_size_and_magic(head)
-        if magic != MESSAGE_MAGIC or _PHYSICAL.unpack_from(head, PHYSICAL_OFFSET_AT)[0] != offset:
-            return None
-        buf = cl.read(offset, size) if size >= MIN_RECORD_SIZE else None
-        try:
-            if buf is None:
-                raise CorruptRecord(f"impossible size {size} at {offset}")
-            msg = decode_record(buf, verify_crc=True, expected_offset=offset)
-        except CorruptRecord as exc:
-            claimed = _claims(buf)
-            if claimed is not None and self._dispatched_at(claimed):
-                self._corruption.report(offset, str(exc))
-            raise corrupted(offset, str(exc)) from None
-        return msg if self._dispatched_at(msg) else None
-
-    def _dispatched_at(self, msg: StoredMessage) -> bool:
-        """Whether dispatch put the record ``msg`` claims to be at its commit-log offset.
-        A record that takes a queue slot: the unit at its queue offset in the consume
-        queue of its topic and queue names that offset and size (one unit read). A
-        prepared record (no queue slot, indexed): the unique-id index holds an entry
-        at that offset, in a live topic. A rolled-back record (no unit, not indexed):
-        never (txmq writes none; only a log scan could vouch for one)."""
-        offset = msg.commit_log_offset
-        if takes_queue_slot(msg.sys_flag):
-            cq = self._dispatcher.consume_queue(msg.topic, msg.queue_id)
-            unit = cq.unit(msg.queue_offset) if cq is not None else None
-            return unit is not None and unit[0] == offset and unit[1] == msg.store_size
-        if not is_indexed(msg.sys_flag):
-            return False
-        cfg = self._topics.get(msg.topic)
-        if cfg is None or offset < cfg.since_offset:
-            return False
-        return self._dispatcher.index.holds(unique_id_hash(msg.unique_id), offset)
-
-    def _read_record(self, offset: int, *, boundary: bool) -> StoredMessage | None:
-        """commitlog.read_record, with a damaged record reported and raised as
-        CODE_DATA_CORRUPTED."""
-        try:
-            return self.commitlog.read_record(offset, boundary=boundary)
-        except CorruptRecord as exc:
-            self._corruption.report(offset, str(exc))
-            raise corrupted(offset, str(exc)) from None
+        self, *, topic: str = "", key: str = "", unique_id: str = "", max_results: int = DEFAULT_MAX_MESSAGES,
+        begin_timestamp_ms: int = 0, end_timestamp_ms: int = 0,
+    ) -> list[StoredMessage]:  # fmt: skip
+        """``Reader.query_messages``: the embedding API's short cut."""
+        return self.reader.query_messages(
+            topic=topic, key=key, unique_id=unique_id, max_results=max_results,
+            begin_timestamp_ms=begin_timestamp_ms, end_timestamp_ms=end_timestamp_ms,
+        )  # fmt: skip
 
     def queue_offsets(self, topic: str, queue_id: int | None = None) -> list[QueueOffsets]:
-        cfg = self._require_topic(topic)
-        n = max(cfg.read_queue_nums, cfg.write_queue_nums)
-        if queue_id is not None and not 0 <= queue_id < n:
-            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no queue {queue_id}")
-        out = []
-        for q in [queue_id] if queue_id is not None else range(n):
-            cq = self._dispatcher.consume_queue(topic, q)
-            if cq is None:
-                out.append(QueueOffsets(q, 0, 0, 0))
-                continue
-            last = cq.unit(cq.max_offset - 1)
-            ts = self._store_timestamp(last[0]) if last else None
-            out.append(QueueOffsets(q, cq.min_offset, cq.max_offset, ts or 0))
-        return out
-
-    def _store_timestamp(self, commit_log_offset: int) -> int | None:
-        head = self.commitlog.read(commit_log_offset, HEADER_SIZE)
-        return None if head is None else read_store_timestamp(head)
-
-    def search_offset(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """The first queue offset whose message was stored at or after
-        ``timestamp_ms``; the max offset when there is none."""
-        cfg = self._require_topic(topic)
-        if not 0 <= queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
-            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no queue {queue_id}")
-        cq = self._dispatcher.consume_queue(topic, queue_id)
-        if cq is None:
-            return 0
-        lo, hi = cq.min_offset, cq.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            unit = cq.unit(mid)
-            ts = self._store_timestamp(unit[0]) if unit else None
-            if ts is None or ts < timestamp_ms:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def _require_topic(self, topic: str) -> TopicConfig:
-        check_topic_name(topic)
-        cfg = self._topics.get(topic)
-        if cfg is None:
-            raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {topic}", topic=topic)
-        return cfg
-
-    def watch_arrivals(self, topics: Sequence[str] = ()) -> ArrivalWatcher:
-        """A watcher of dispatched records (use as a context manager; iterate with
-        ``next_batch``, which returns None once the store closes)."""
-        self._check_open()
-        return self._hub.watch(topics)
-
-    # -- consume offsets -----------------------------------------------------------------
-
-    def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self._check_admin_write()
-        check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-        cfg = self._require_topic(topic)
-        if not 0 <= queue_id < cfg.read_queue_nums:
-            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"topic {topic} has no readable queue {queue_id}")
-        if offset < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {offset} is negative")
-        self.group_in_use(group)
-        self._offsets.commit(group, topic, queue_id, offset, now_ms=self._clock())
-
-    def group_in_use(self, group: str) -> SubscriptionGroupConfig:
-        """The config of a group a consumer uses (commits an offset, sends a message
-        back); a group no config names yet is created with the defaults when
-        ``auto_create_subscription_group``, else SUBSCRIPTION_GROUP_NOT_FOUND. The caller
-        checked the name."""
-        cfg = self._groups.get(group)
-        if cfg is None:
-            self._check_admin_write()
-            if not self.settings.auto_create_subscription_group:
-                raise _not_found(
-                    errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {group}", group=group
-                )
-            cfg = SubscriptionGroupConfig(group)
-            self._groups.put(cfg)
-            self.config_version += 1
-            log.info("created subscription group %s (auto_create_subscription_group)", group)
-        return cfg
-
-    def query_consume_offset(self, *, group: str, topic: str, queue_id: int) -> int | None:
-        """The committed offset, or None when the group never committed one."""
-        check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-        check_topic_name(topic)
-        if queue_id < 0:
-            raise error(errors_pb2.CODE_ILLEGAL_QUEUE_ID, f"queue id {queue_id} is negative", queue_id=str(queue_id))
-        committed = self._offsets.query(group, topic, queue_id)
-        return None if committed is None else committed.offset
-
-    def list_consume_offsets(self, *, group: str = "", topic: str = "") -> list[ConsumeOffsetView]:
-        out = []
-        for (g, t, q), committed in self._offsets.entries(group=group, topic=topic):
-            cq = self._dispatcher.consume_queue(t, q)
-            lo, hi = (cq.min_offset, cq.max_offset) if cq else (0, 0)
-            out.append(ConsumeOffsetView(g, t, q, committed.offset, lo, hi, committed.updated_at_ms))
-        return out
-
-    def now_ms(self) -> int:
-        return self._clock()
-
-    # -- topics --------------------------------------------------------------------------
-
-    def topic_configs(self) -> list[TopicConfig]:
-        """Every topic, system topics included."""
-        return self._topics.all()
-
-    def get_topic(self, name: str) -> TopicConfig:
-        cfg = self._topics.get(name)
-        if cfg is None:
-            check_topic_name(name)  # an illegal name is ILLEGAL_TOPIC, not "not found"
-            raise _not_found(errors_pb2.CODE_TOPIC_NOT_FOUND, f"topic {name}", topic=name)
-        return cfg
+        """``Reader.queue_offsets``: the embedding API's short cut."""
+        return self.reader.queue_offsets(topic, queue_id)
 
     def create_topic(
         self, name: str, *, read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0,
         attributes: dict[str, str] | None = None,
     ) -> TopicConfig:  # fmt: skip
-        """0 queue nums: default_topic_queue_nums; perm 0: read + write."""
-        self._check_admin_write()
-        check_writable_topic_name(name)
-        check_topic_attributes(attributes or {}, topic=name)
-        if self._topics.get(name) is not None:
-            raise error(errors_pb2.CODE_TOPIC_ALREADY_EXISTS, f"topic {name} already exists", topic=name)
-        n = self.settings.default_topic_queue_nums
-        cfg = TopicConfig(
-            name,
-            _queue_nums(read_queue_nums or n, "read"),
-            _queue_nums(write_queue_nums or n, "write"),
-            _perm(perm or DEFAULT_PERM),
-            dict(attributes or {}),
-            since_offset=self.commitlog.write_offset,
+        """``ConfigAdmin.create_topic``: the embedding API's short cut."""
+        return self.admin.create_topic(
+            name, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm, attributes=attributes
         )
-        check_config_size(asdict(cfg), "topic", topic=name)
-        self._topics.put(cfg)
-        self._topics_changed()
-        return cfg
 
-    def update_topic(
-        self, name: str, *, read_queue_nums: int = 0, write_queue_nums: int = 0, perm: int = 0,
-        attributes: dict[str, str] | None = None,
-    ) -> TopicConfig:  # fmt: skip
-        """0 queue nums / perm keep the current value; attributes replace the current
-        ones."""
-        self._check_admin_write()
-        check_writable_topic_name(name)
-        check_topic_attributes(attributes or {}, topic=name)
-        old = self.get_topic(name)
-        cfg = TopicConfig(
-            name,
-            _queue_nums(read_queue_nums, "read") if read_queue_nums else old.read_queue_nums,
-            _queue_nums(write_queue_nums, "write") if write_queue_nums else old.write_queue_nums,
-            _perm(perm) if perm else old.perm,
-            dict(attributes or {}),
-            since_offset=old.since_offset,
-        )
-        check_config_size(asdict(cfg), "topic", topic=name)
-        self._topics.put(cfg)
-        self._topics_changed()
-        return cfg
-
-    def delete_topic(self, name: str) -> None:
-        """Removes the config, the consume queues and the committed offsets. The records
-        stay in the commit log (until expiry) but never reach a new namesake's queues."""
-        self._check_admin_write()
-        check_writable_topic_name(name)
-        self.get_topic(name)
-        self._topics.remove(name)
-        self._dispatcher.delete_topic(name)
-        for key in [k for k in self._queue_offsets if k[0] == name]:
-            del self._queue_offsets[key]
-        self._round_robin.pop(name, None)
-        self._offsets.remove(topic=name)
-        self._topics_changed()
-
-    # -- subscription groups -------------------------------------------------------------
-
-    def subscription_groups(self) -> list[SubscriptionGroupConfig]:
-        return self._groups.all()
-
-    def get_subscription_group(self, name: str) -> SubscriptionGroupConfig:
-        cfg = self._groups.get(name)
-        if cfg is None:
-            check_group_name(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-            raise _not_found(errors_pb2.CODE_SUBSCRIPTION_GROUP_NOT_FOUND, f"subscription group {name}", group=name)
-        return cfg
-
-    def create_subscription_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
-        self._check_admin_write()
-        check_group_name(cfg.group_name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-        if self._groups.get(cfg.group_name) is not None:
-            raise error(
-                errors_pb2.CODE_SUBSCRIPTION_GROUP_ALREADY_EXISTS,
-                f"subscription group {cfg.group_name} already exists", group=cfg.group_name,
-            )  # fmt: skip
-        self._groups.put(_checked_group(cfg))
-        self.config_version += 1
-        return cfg
-
-    def update_subscription_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
-        self._check_admin_write()
-        self._check_mutable_group(cfg.group_name)
-        self.get_subscription_group(cfg.group_name)
-        self._groups.put(_checked_group(cfg))
-        self.config_version += 1
-        return cfg
-
-    def delete_subscription_group(self, name: str) -> None:
-        """Removes the group and its committed offsets."""
-        self._check_admin_write()
-        self._check_mutable_group(name)
-        self.get_subscription_group(name)
-        self._groups.remove(name)
-        self.config_version += 1
-        self._offsets.remove(group=name)
-
-    def _check_mutable_group(self, name: str) -> None:
-        check_group_name(name, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
-        if self._groups.is_system(name):
-            raise error(errors_pb2.CODE_FORBIDDEN, f"{name} is a system subscription group", group=name)
+    def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """``ConfigAdmin.commit_consume_offset``: the embedding API's short cut."""
+        self.admin.commit_consume_offset(group=group, topic=topic, queue_id=queue_id, offset=offset)
 
     # -- durability and housekeeping -----------------------------------------------------
 
@@ -1992,11 +452,6 @@ class MessageStore:
             await asyncio.to_thread(write_checkpoint, self._paths, offset, now_ms=self._clock())
             return offset
 
-    async def persist_offsets(self) -> None:
-        snap = self._offsets.snapshot()
-        if snap is not None:
-            await asyncio.to_thread(self._offsets.save, *snap)
-
     async def clean_expired_files(self) -> int:
         """Delete commit-log segments older than file_reserved_time_ms (never unflushed
         or undispatched ones), then consume-queue and index files that only point into
@@ -2005,7 +460,7 @@ class MessageStore:
         if reserved == 0:
             return 0
         keep_from = min(self._dispatcher.dispatched_offset, self.commitlog.flushed_offset)
-        timers_from = self._timer_keep_from()
+        timers_from = self.timers.keep_from_offset()
         if timers_from is not None:
             keep_from = min(keep_from, timers_from)
         deleted = self.commitlog.delete_segments(expired_before_ms=self._clock() - reserved, keep_from=keep_from)
@@ -2017,6 +472,25 @@ class MessageStore:
             await asyncio.to_thread(self._quarantine.forget_below, lo)
             log.info("deleted %d expired commit-log segments; min offset now %d", deleted, lo)
         return deleted
+
+    def figures(self) -> StoreFigures:
+        """What a metrics scrape reads (metrics.read_store)."""
+        admin = self.admin
+        progress = admin.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=HALF_QUEUE_ID)
+        half_queue = None
+        if progress is None and admin.topics.get(TRANS_HALF_TOPIC) is not None:
+            (q,) = self.reader.queue_offsets(TRANS_HALF_TOPIC, HALF_QUEUE_ID)
+            half_queue = (q.min_offset, q.max_offset)
+        replica = None
+        if self.replica is not None:
+            lead = self.replica.leadership
+            epoch = lead.epoch if lead is not None else self.replica.epochs.latest
+            replica = ReplicaFigures(self.replica.replica_id, lead, epoch, self.replica.high_watermark)
+        timer = self.timers.timer
+        return StoreFigures(
+            self.status(), self.settings.commitlog_segment_bytes, self.settings.data_dir,
+            admin.list_consume_offsets(), progress, half_queue, timer.wheel.pending, timer.last_lag_ms, replica,
+        )  # fmt: skip
 
     def status(self) -> StoreStatus:
         return StoreStatus(
@@ -2033,28 +507,6 @@ class MessageStore:
         )
 
 
-_PHYSICAL = struct.Struct(">q")  # the physical offset a record claims, at PHYSICAL_OFFSET_AT
-
-
-def _claims(buf: bytes | None) -> StoredMessage | None:
-    """What a damaged record says it is (topic, queue, queue offset, sysflag), read
-    without its CRC; None when even that does not decode."""
-    if buf is None:
-        return None
-    try:
-        return decode_record(buf, with_body=False)
-    except CorruptRecord:
-        return None
-
-
-def _born_host(address: str) -> bytes:
-    """The peer's ``host:port`` as a record's born host (unknown when unparseable)."""
-    try:
-        return encode_host(*split_host_port(address)) if address else UNKNOWN_HOST
-    except ValueError:
-        return UNKNOWN_HOST
-
-
 def _resolve(address: str) -> tuple[str, int]:
     """host:port -> (IP address, port)."""
     host, port = split_host_port(address)
@@ -2063,24 +515,3 @@ def _resolve(address: str) -> tuple[str, int]:
     except ValueError:
         host = socket.gethostbyname(host)
     return host, port
-
-
-def _queue_nums(n: int, what: str) -> int:
-    if not 1 <= n <= MAX_QUEUE_NUMS:
-        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"{what} queue nums {n} not in 1..{MAX_QUEUE_NUMS}")
-    return n
-
-
-def _perm(perm: int) -> int:
-    if not 0 < perm <= PERM_ALL:
-        raise error(
-            errors_pb2.CODE_ILLEGAL_ARGUMENT, f"perm {perm} is not a combination of 4 (read), 2 (write), 1 (inherit)"
-        )
-    return perm
-
-
-def _checked_group(cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
-    if cfg.retry_max_times < 0 or cfg.retry_queue_nums < 0:
-        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "retry_max_times and retry_queue_nums must not be negative")
-    check_config_size(asdict(cfg), "subscription group", group=cfg.group_name)
-    return cfg

@@ -43,7 +43,8 @@ import shutil
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -54,8 +55,8 @@ from txmq.protocol import HALF_QUEUE_ID, TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
 from txmq.records import count_records
 from txmq_runtime.metrics import MESSAGE_SIZE_BUCKETS, Sample, ScrapeCollector, TopicCounters
 
-if TYPE_CHECKING:
-    from .message_store import MessageStore
+from .model import ConsumeOffsetView, StoreStatus
+from .replication import Leadership
 
 #: Lag series one store reports at most per scrape (the rest are left out; see docs).
 MAX_LAG_SERIES = 10_000
@@ -253,53 +254,83 @@ def _families() -> dict[str, Metric]:
     }
 
 
-def read_store(store: MessageStore) -> Iterator[Sample]:
-    s = store.status()
+@dataclass(slots=True, frozen=True)
+class ReplicaFigures:
+    replica_id: str
+    leadership: Leadership | None  # this replica leads
+    epoch: int  # the epoch it leads, else the newest of its history
+    high_watermark: int
+
+
+@dataclass(slots=True, frozen=True)
+class StoreFigures:
+    """What a scrape reads of one store, taken in one go on its event loop
+    (``MessageStore.figures``)."""
+
+    status: StoreStatus
+    segment_bytes: int
+    data_dir: str
+    consume_offsets: list[ConsumeOffsetView]
+    #: The check loop's committed offset in the half queue (None: it has none yet), and
+    #: then the half queue's (min, max) offsets (None: no half topic).
+    half_progress: int | None
+    half_queue: tuple[int, int] | None
+    timer_pending: int
+    timer_lag_ms: int
+    replica: ReplicaFigures | None  # None: a store alone
+
+
+class Scraped(Protocol):
+    """A store as the collector reads it (MessageStore implements it)."""
+
+    def figures(self) -> StoreFigures: ...
+
+
+def read_store(store: Scraped) -> Iterator[Sample]:
+    f = store.figures()
+    s = f.status
     sid = s.store_id
     top = s.commit_log_max_offset
-    yield "size", [sid], s.segment_count * store.settings.commitlog_segment_bytes
+    yield "size", [sid], s.segment_count * f.segment_bytes
     yield "flush_behind", [sid], max(0, top - s.commit_log_flushed_offset)
     yield "dispatch_behind", [sid], max(0, top - s.dispatched_offset)
     yield "commitlog", [sid], max(0, top - s.commit_log_min_offset)
-    usage = shutil.disk_usage(store.settings.data_dir)
+    usage = shutil.disk_usage(f.data_dir)
     yield "free", [sid], usage.free
     yield "disk", [sid], usage.total
     half = 0
-    for n, row in enumerate(store.list_consume_offsets()):
+    for n, row in enumerate(f.consume_offsets):
         lag = max(0, row.max_offset - max(row.offset, row.min_offset))
         if row.consumer_group == TRANS_CHECK_GROUP and row.topic == TRANS_HALF_TOPIC and row.queue_id == HALF_QUEUE_ID:
             half = lag
         if n < MAX_LAG_SERIES:
             yield "lag", [sid, row.consumer_group, row.topic, str(row.queue_id)], lag
     if not half:
-        half = _unchecked_halves(store)
+        half = _unchecked_halves(f)
     yield "half", [sid], half
-    yield "timer_pending", [sid], store.timer.wheel.pending
-    yield "timer_lag", [sid], store.timer.last_lag_ms
-    if store.replicated:
-        yield from _replication(store, top)
+    yield "timer_pending", [sid], f.timer_pending
+    yield "timer_lag", [sid], f.timer_lag_ms
+    if f.replica is not None:
+        yield from _replication(sid, f.replica, top)
 
 
-def _replication(store: MessageStore, top: int) -> Iterator[Sample]:
-    sid, me = store.store_id, store.replica_id
-    lead = store.leadership
+def _replication(sid: str, replica: ReplicaFigures, top: int) -> Iterator[Sample]:
+    me, lead = replica.replica_id, replica.leadership
     yield "leader", [sid, me], 1 if lead is not None else 0
-    yield "epoch", [sid, me], lead.epoch if lead is not None else (store.epochs.latest if store.epochs else 0)
-    yield "hw_behind", [sid, me], max(0, top - store.high_watermark)
+    yield "epoch", [sid, me], replica.epoch
+    yield "hw_behind", [sid, me], max(0, top - replica.high_watermark)
     if lead is not None:
         yield "in_sync", [sid], len(lead.in_sync)
         for rid, view in sorted(lead.followers.items()):
             yield "follower_lag", [sid, rid], max(0, top - view.log_end)
 
 
-def _unchecked_halves(store: MessageStore) -> int:
+def _unchecked_halves(f: StoreFigures) -> int:
     """Half messages when the check loop has no progress yet: the whole half queue."""
-    if store.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_HALF_TOPIC, queue_id=HALF_QUEUE_ID) is not None:
+    if f.half_progress is not None or f.half_queue is None:
         return 0
-    if not any(c.name == TRANS_HALF_TOPIC for c in store.topic_configs()):
-        return 0
-    (q,) = store.queue_offsets(TRANS_HALF_TOPIC, HALF_QUEUE_ID)
-    return max(0, q.max_offset - q.min_offset)
+    lo, hi = f.half_queue
+    return max(0, hi - lo)
 
 
-COLLECTOR: ScrapeCollector[MessageStore] = ScrapeCollector("store", families=_families, read=read_store)
+COLLECTOR: ScrapeCollector[Scraped] = ScrapeCollector("store", families=_families, read=read_store)

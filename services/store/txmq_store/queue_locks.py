@@ -158,7 +158,7 @@ class StoreQueueLocks:
     def __init__(self, store: MessageStore, *, clock: Clock) -> None:
         self._store = store
         self.locks = QueueLocks(lease_ms=store.settings.queue_lock_lease_ms, clock=clock)
-        self._term: object | None = store.leadership
+        self._term: object | None = store.replica.leadership if store.replica is not None else None
 
     def lock(self, group: str, client_id: str, queues: Sequence[common_pb2.MessageQueue]) -> list[QueueKey]:
         keys = self._check(group, client_id, queues, topics_exist=True)
@@ -170,12 +170,12 @@ class StoreQueueLocks:
         return self.locks.unlock(group, client_id, keys)
 
     def _check_serving(self) -> None:
-        store = self._store
-        if not store.replicated:
+        store, replica = self._store, self._store.replica
+        if replica is None:
             return
-        leadership = store.leadership
+        leadership = replica.leadership
         if leadership is None:
-            raise not_leader(*store.leader_hint)
+            raise not_leader(*replica.leader_hint)
         leadership.check_writable()
         if leadership is not self._term:
             self._term = leadership
@@ -216,7 +216,7 @@ class StoreQueueLocks:
                 )
             if topics_exist:
                 try:
-                    cfg = self._store.get_topic(q.topic)
+                    cfg = self._store.admin.get_topic(q.topic)
                 except TxmqError as err:
                     err.metadata.update(where)
                     raise

@@ -43,6 +43,7 @@ import fcntl
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,26 +175,9 @@ def recover(
     cp = lo if checkpoint is None else min(max(checkpoint, lo), hi)
     queues_from = lo if rebuild_queues else cp
 
-    index = IndexService.load(paths.index, slots=index_slots, capacity=index_entries)
-    if index.invalid and not rebuild_index:
-        first = int(index.invalid[0].name)
-        if crashed and first >= cp:
-            log.warning(
-                "index file %s is not an index file (created after the checkpoint %d, cut short by a crash); "
-                "rebuilding it from the commit log", index.invalid[0], cp,
-            )  # fmt: skip
-            index.drop_from(first)
-        else:
-            log.warning(
-                "index file %s is not an index file; rebuilding the index from the commit log", index.invalid[0]
-            )
-            index.close()
-            shutil.rmtree(paths.index, ignore_errors=True)
-            index = IndexService.load(paths.index, slots=index_slots, capacity=index_entries)
-            rebuild_index = True
-        for path in index.invalid:
-            path.unlink(missing_ok=True)
-        index.invalid.clear()
+    index, rebuild_index = _load_index(
+        paths, slots=index_slots, capacity=index_entries, crashed=crashed, checkpoint=cp, rebuild=rebuild_index
+    )
     index_from = lo if rebuild_index else cp
     if crashed and not rebuild_index:
         index.repair(cp)  # what lies beyond the checkpoint may be partial
@@ -208,6 +192,65 @@ def recover(
         dispatcher.redispatch(
             msg, to_queue=msg.commit_log_offset >= queues_from, to_index=msg.commit_log_offset >= index_from
         )
+
+    # Validate the whole segment holding the checkpoint; re-dispatch from the checkpoint.
+    scan_from = min(queues_from, index_from, _segment_start(commitlog, cp))
+    end = commitlog.recover_end(
+        scan_from, redispatch_from=min(queues_from, index_from), on_record=on_record,
+        on_damaged=_on_damaged(quarantine, corruption, now_ms, damaged),
+        durable_below=cp if checkpoint is not None else lo,
+    )  # fmt: skip
+    if damaged is not None:
+        end = _replica_end(end, cp if checkpoint is not None else None, damaged, held)
+    _end_log(commitlog, end, quarantine=quarantine, index=index, cut_index=end < cp and not rebuild_index)
+    for topic in {t for t, _ in dispatcher.queues if topics.get(t) is None}:
+        dispatcher.delete_topic(topic)  # left over from a deleted topic
+    dispatched = end if hold_from is None else min(end, hold_from)
+    if dispatched < end and not rebuild_index:
+        index.repair(dispatched)
+    _cut_queues(dispatcher, dispatched, min_offset=commitlog.min_offset)
+    log.info(
+        "recovered (%s): commit log %d..%d, checkpoint %s, queues from %d, index from %d",
+        "after a crash" if crashed else "clean", lo, end, checkpoint, queues_from, index_from,
+    )  # fmt: skip
+    return dispatcher
+
+
+def _load_index(
+    paths: StorePaths, *, slots: int, capacity: int, crashed: bool, checkpoint: int, rebuild: bool
+) -> tuple[IndexService, bool]:
+    """The index files, and whether the index is rebuilt from the log: a file that does
+    not load, begun after the checkpoint of a crashed run, is dropped (re-dispatched);
+    otherwise such a file means rebuilding the whole index."""
+    index = IndexService.load(paths.index, slots=slots, capacity=capacity)
+    if index.invalid and not rebuild:
+        first = int(index.invalid[0].name)
+        if crashed and first >= checkpoint:
+            log.warning(
+                "index file %s is not an index file (created after the checkpoint %d, cut short by a crash); "
+                "rebuilding it from the commit log", index.invalid[0], checkpoint,
+            )  # fmt: skip
+            index.drop_from(first)
+        else:
+            log.warning(
+                "index file %s is not an index file; rebuilding the index from the commit log", index.invalid[0]
+            )
+            index.close()
+            shutil.rmtree(paths.index, ignore_errors=True)
+            index = IndexService.load(paths.index, slots=slots, capacity=capacity)
+            rebuild = True
+        for path in index.invalid:
+            path.unlink(missing_ok=True)
+        index.invalid.clear()
+    return index, rebuild
+
+
+def _on_damaged(
+    quarantine: Quarantine, corruption: CorruptionLog, now_ms: int, damaged: list[tuple[int, int]] | None
+) -> Callable[[int, int, str], None]:
+    """What recovery does with damage in the middle of the log: a lone store
+    quarantines it (once; a known range quietly) and keeps the records after it; a
+    replica (``damaged`` not None) notes the range: its log will end there."""
 
     def on_damaged(start: int, end: int, reason: str) -> None:
         known = quarantine.starting_at(start)
@@ -228,44 +271,46 @@ def recover(
         )  # fmt: skip
         damaged.append((start, end))  # type: ignore[union-attr]
 
-    # Validate the whole segment holding the checkpoint; re-dispatch from the checkpoint.
-    scan_from = min(queues_from, index_from, _segment_start(commitlog, cp))
-    end = commitlog.recover_end(
-        scan_from, redispatch_from=min(queues_from, index_from), on_record=on_record,
-        on_damaged=on_damaged if damaged is None else on_damaged_replica,
-        durable_below=cp if checkpoint is not None else lo,
-    )  # fmt: skip
-    if damaged is not None and checkpoint is not None and end < cp:
+    return on_damaged if damaged is None else on_damaged_replica
+
+
+def _replica_end(
+    end: int, checkpoint: int | None, damaged: list[tuple[int, int]], held: list[StoredMessage] | None
+) -> int:
+    """A replica's log end after recovery: where the first damage begins, and a log cut
+    below its checkpoint counts as damage (``damaged`` gets it); ``held`` keeps only the
+    records below the end."""
+    if checkpoint is not None and end < checkpoint:
         # Cut below the checkpoint (a file cut short): records it held durably are gone.
-        log.error("commit log ends at %d, below its checkpoint %d; copied again from the leader", end, cp)
-        damaged.append((end, cp))
+        log.error("commit log ends at %d, below its checkpoint %d; copied again from the leader", end, checkpoint)
+        damaged.append((end, checkpoint))
     if damaged:
         end = min(start for start, _ in damaged)
         if held is not None:
             held[:] = [m for m in held if m.commit_log_offset < end]
+    return end
+
+
+def _end_log(commitlog: CommitLog, end: int, *, quarantine: Quarantine, index: IndexService, cut_index: bool) -> None:
+    """The commit log ends at ``end``, durably; ``cut_index``: it was cut below the
+    checkpoint."""
     commitlog.truncate(end)
     quarantine.forget_from(end)
-    if end < cp and not rebuild_index:
+    if cut_index:
         # The log was cut below the checkpoint: its offsets from ``end`` on will be
         # written again, so the index must forget them now.
         index.repair(end)
     # A crashed process leaves its writes in the page cache: make them durable before
     # the checkpoint moves past them.
     commitlog.flush(end)
-    for topic in {t for t, _ in dispatcher.queues if topics.get(t) is None}:
-        dispatcher.delete_topic(topic)  # left over from a deleted topic
-    dispatched = end if hold_from is None else min(end, hold_from)
-    if dispatched < end and not rebuild_index:
-        index.repair(dispatched)
+
+
+def _cut_queues(dispatcher: Dispatcher, dispatched: int, *, min_offset: int) -> None:
+    """Consume queues end at what is dispatched and begin at the log's start."""
     for cq in dispatcher.queues.values():
         cq.truncate_from_commit_log_offset(dispatched)
-        cq.correct_min_offset(commitlog.min_offset)
+        cq.correct_min_offset(min_offset)
     dispatcher.dispatched_offset = dispatched
-    log.info(
-        "recovered (%s): commit log %d..%d, checkpoint %s, queues from %d, index from %d",
-        "after a crash" if crashed else "clean", lo, end, checkpoint, queues_from, index_from,
-    )  # fmt: skip
-    return dispatcher
 
 
 def _segment_start(commitlog: CommitLog, offset: int) -> int:

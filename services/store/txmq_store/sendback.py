@@ -110,7 +110,7 @@ class SendBack:
         the group's retry or dead-letter topic. ``may_consume(topic)`` raises when the
         caller may not consume the record's topic (ACLs)."""
         self._check_request(group, unique_id, delay_level, max_reconsume_times)
-        source = self._store.view_message(commit_log_offset)  # a record boundary, or MESSAGE_NOT_FOUND
+        source = self._store.reader.view_message(commit_log_offset)  # a record boundary, or MESSAGE_NOT_FOUND
         if source.unique_id != unique_id:
             raise error(
                 errors_pb2.CODE_MESSAGE_NOT_FOUND,
@@ -125,7 +125,7 @@ class SendBack:
             )  # fmt: skip
         if may_consume is not None:
             may_consume(source.topic)
-        cfg = self._store.group_in_use(group)  # created on first use, as for committed offsets
+        cfg = self._store.admin.group_in_use(group)  # created on first use, as for committed offsets
         key = (group, commit_log_offset)
         known = self._recent.get(key)
         if known is not None:
@@ -189,7 +189,7 @@ class SendBack:
         the unique-id index (the copy keeps the source's id)."""
         mark = sendback_key(group, source.commit_log_offset)
         # Not bounded by the source's store time: a wall clock stepped back would hide a copy.
-        candidates = self._store.query_messages(unique_id=source.unique_id, max_results=COPY_CANDIDATES_MAX)
+        candidates = self._store.reader.query_messages(unique_id=source.unique_id, max_results=COPY_CANDIDATES_MAX)
         for msg in candidates:  # commit-log order: the first copy first
             if msg.commit_log_offset > source.commit_log_offset and msg.properties.get(PROPERTY_SENDBACK_OF) == mark:
                 return self._outcome_of(group, msg)
@@ -202,7 +202,7 @@ class SendBack:
             topic = dlq_topic(group) if dead else retry_topic(group)
             queue_id = _int(copy.properties.get(PROPERTY_REAL_QUEUE_ID, "0"))
             queue_offset = -1
-        prefix = self._store.offset_msg_id_prefix
+        prefix = self._store.sender.offset_msg_id_prefix
         result = SendResult(
             SendStatus.OK, copy.unique_id, f"{prefix}{copy.commit_log_offset:016X}", topic, queue_id, queue_offset,
             copy.commit_log_offset,
@@ -231,14 +231,14 @@ class SendBack:
         if created:
             # Routable (and, in a replicated group, held by the followers) before the
             # first copy is stored, as an admin's CreateTopic answers.
-            await self._store.topics_propagated()
+            await self._store.admin.topics_propagated()
         copy = OutgoingMessage(
             topic, source.body, source.tags, tuple(source.keys), props, source.unique_id, source.flag, None,
             source.born_timestamp_ms,
         )  # fmt: skip
         copy.sys_flag = source.sys_flag & ~TRANSACTION_TYPE_MASK
         copy.reconsume_times = times
-        (result,) = await self._store.send([copy], system=True)
+        (result,) = await self._store.sender.send([copy], system=True)
         log.debug(
             "group %s sent back %s (offset %d, count %d) to %s", group, source.unique_id, source.commit_log_offset,
             times, topic,
@@ -248,14 +248,14 @@ class SendBack:
     def _ensure_topic(self, topic: str, queue_nums: int) -> bool:
         """Create the group's retry / dead-letter topic on this store unless it exists;
         whether it was created now."""
-        store = self._store
+        admin = self._store.admin
         try:
-            store.get_topic(topic)
+            admin.get_topic(topic)
             return False
         except TxmqError as err:
             if err.code != errors_pb2.CODE_TOPIC_NOT_FOUND:
                 raise
-        store.create_topic(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
+        admin.create_topic(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
         log.info("created topic %s with %d queue(s) for send-backs", topic, queue_nums)
         return True
 

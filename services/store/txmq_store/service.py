@@ -42,7 +42,7 @@ class TopicPublisher:
 
     async def start(self) -> None:
         await self.publish()
-        self._store.add_topic_listener(self._changed)
+        self._store.admin.add_topic_listener(self._changed)
         self._task = asyncio.create_task(self._run(), name="topic-publisher")
 
     def _changed(self) -> asyncio.Future[None]:
@@ -69,7 +69,7 @@ class TopicPublisher:
                     attributes=config.attributes,
                 )
             )
-            for config in self._store.topic_configs()
+            for config in self._store.admin.topic_configs()
         }
         await self._registration.replace(values, prefix=self._keys.store_topics(self._store_id))
 
@@ -146,7 +146,7 @@ async def setup(ctx: ServiceContext[StoreSettings]) -> ServiceParts:
             service_names=service_names,
             close=close,
             stopping=stopping,
-            instance_id=replica_instance_id(store.store_id, store.replica_id),
+            instance_id=replica_instance_id(store.store_id, store.settings.replica_id),
             kind=common_pb2.SERVICE_KIND_STORE_REPLICA,
             readiness=group.watch_ready,  # ready only while an in-sync copy of its group
         )

@@ -23,9 +23,10 @@ from .arrivals import ArrivalBatch
 from .codec import PreparedRecord
 from .configs import SubscriptionGroupConfig, TopicConfig
 from .filters import load_message_filter
-from .message_store import Appended, MessageStore
+from .message_store import MessageStore
 from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
 from .replication import CONFIG, OFFSETS
+from .send_path import Appended
 from .transactions import DecisionRequest, HalfAction
 
 MAX_ARRIVALS_PER_BATCH = 1000
@@ -93,7 +94,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def SendMessage(self, request: store_pb2.SendMessageRequest, context: grpc.aio.ServicerContext):
-        results = await self._store.send(
+        results = await self._store.sender.send(
             [to_outgoing(request.message)],
             producer_group=request.producer_group,
             transaction_prepared=request.transaction_prepared,
@@ -105,7 +106,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     @rpc
     async def SendBatch(self, request: store_pb2.SendBatchRequest, context: grpc.aio.ServicerContext):
         if request.transaction_prepared:
-            results = await self._store.send(
+            results = await self._store.sender.send(
                 [to_outgoing(m) for m in request.messages],
                 producer_group=request.producer_group,
                 transaction_prepared=True,
@@ -114,14 +115,14 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             return store_pb2.SendBatchResponse(
                 results=[store_pb2.SendResult(**fields) for fields in self._result_fields(results)]
             )
-        appended = self._store.append_records(
+        appended = self._store.sender.append_records(
             [to_outgoing(m) for m in request.messages],
             producer_group=request.producer_group,
             born_host=peer_address(context),
         )
-        status = await self._store.settle(appended)
+        status = await self._store.sender.settle(appended)
         if appended.duplicates:  # some were sent before (idempotent sends)
-            results = self._store.results(appended, status, transaction_prepared=False)
+            results = self._store.sender.results(appended, status, transaction_prepared=False)
             return store_pb2.SendBatchResponse(
                 results=[store_pb2.SendResult(**fields) for fields in self._result_fields(results)]
             )
@@ -155,7 +156,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                     await room.acquire()
                     started = time.perf_counter()
                     try:
-                        out: Appended | TxmqError = store.append_packed(
+                        out: Appended | TxmqError = store.sender.append_packed(
                             frame.records,
                             born_host=born_host,
                             transaction_prepared=frame.transaction_prepared,
@@ -189,7 +190,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     @rpc
     async def SendRecords(self, request: store_pb2.RecordFrame, context: grpc.aio.ServicerContext):
         try:
-            appended = self._store.append_packed(
+            appended = self._store.sender.append_packed(
                 request.records,
                 born_host=peer_address(context),
                 transaction_prepared=request.transaction_prepared,
@@ -203,17 +204,17 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     async def _record_ack(self, sequence: int, appended: Appended) -> store_pb2.RecordAck:
         store = self._store
         try:
-            status = await store.settle(appended)
+            status = await store.sender.settle(appended)
         except TxmqError as err:
             return store_pb2.RecordAck(sequence=sequence, error=err.to_detail())
         ack = store_pb2.RecordAck(
             sequence=sequence,
             status=store_pb2.SendStatus.ValueType(status),
-            offset_msg_id_prefix=store.offset_msg_id_prefix,
+            offset_msg_id_prefix=store.sender.offset_msg_id_prefix,
             store_id=store.store_id,
         )
         if appended.duplicates:  # some were sent before (idempotent sends): batch order
-            results = store.results(appended, status, transaction_prepared=bool(appended.real_queues))
+            results = store.sender.results(appended, status, transaction_prepared=bool(appended.real_queues))
             ack.commit_log_offsets.extend([r.commit_log_offset for r in results])
             ack.queue_offsets.extend([r.queue_offset for r in results])
             ack.queue_ids.extend([r.queue_id for r in results])
@@ -235,12 +236,12 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         self, status: int, records: Sequence[PreparedRecord], offsets: Sequence[int], queue_offsets: Sequence[int]
     ) -> store_pb2.SendBatchResponse:
         """The response to a send that is not transactional, with the fields of the
-        SendResults ``MessageStore.send`` would make, without making them. Each
+        SendResults ``SendPath.send`` would make, without making them. Each
         result starts as a copy of its queue's template (status + queue), which costs a
         fraction of setting every field by keyword."""
         resp = store_pb2.SendBatchResponse()
         add = resp.results.add
-        prefix = self._store.offset_msg_id_prefix
+        prefix = self._store.sender.offset_msg_id_prefix
         store_id = self._store.store_id
         templates: dict[tuple[str, int], store_pb2.SendResult] = {}
         for rec, offset, queue_offset in zip(records, offsets, queue_offsets):
@@ -280,7 +281,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         )
         resp = store_pb2.DecideTransactionsResponse()
         store_id = self._store.store_id
-        prefix = self._store.offset_msg_id_prefix
+        prefix = self._store.sender.offset_msg_id_prefix
         for out in outcomes:
             r = resp.results.add()
             if out.error is not None:
@@ -345,7 +346,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         appended = self._store.transactions.append_system(
             outgoing, producer_group=request.producer_group, born_host=peer_address(context)
         )
-        status = await self._store.settle(appended)
+        status = await self._store.sender.settle(appended)
         return self._records_response(status, appended.records, appended.offsets, appended.queue_offsets)
 
     @rpc
@@ -359,7 +360,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 request.filter.expression,
                 property_filter_enable=self._store.settings.property_filter_enable,
             )
-        r = self._store.get_message(
+        r = self._store.reader.get_message(
             topic=request.topic,
             queue_id=request.queue_id,
             offset=request.offset,
@@ -394,7 +395,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         # Ends when the store closes (next_batch -> None); a client that goes away
         # cancels this generator, and the context manager drops the watcher.
         with_records = request.with_records
-        with self._store.watch_arrivals(request.topics) as watcher:
+        with self._store.reader.watch_arrivals(request.topics) as watcher:
             # Initial metadata right away tells the client the watch is in place: every
             # dispatch from now on reaches it, so it can re-read what came before.
             await context.send_initial_metadata(())
@@ -425,9 +426,9 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     async def ViewMessage(self, request: store_pb2.ViewMessageRequest, context: grpc.aio.ServicerContext):
         which = request.WhichOneof("key")
         if which == "offset_msg_id":
-            m = self._store.view_message_by_id(request.offset_msg_id)
+            m = self._store.reader.view_message_by_id(request.offset_msg_id)
         elif which == "commit_log_offset":
-            m = self._store.view_message(request.commit_log_offset)
+            m = self._store.reader.view_message(request.commit_log_offset)
         else:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "give offset_msg_id or commit_log_offset")
         require(auth_pb2.RESOURCE_TYPE_TOPIC, m.topic, auth_pb2.ACTION_SUB)
@@ -435,7 +436,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def QueryMessages(self, request: store_pb2.QueryMessagesRequest, context: grpc.aio.ServicerContext):
-        found = self._store.query_messages(
+        found = self._store.reader.query_messages(
             topic=request.topic,
             key=request.key,
             unique_id=request.unique_id,
@@ -450,7 +451,9 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def GetQueueOffsets(self, request: store_pb2.GetQueueOffsetsRequest, context: grpc.aio.ServicerContext):
-        queues = self._store.queue_offsets(request.topic, request.queue_id if request.HasField("queue_id") else None)
+        queues = self._store.reader.queue_offsets(
+            request.topic, request.queue_id if request.HasField("queue_id") else None
+        )
         return store_pb2.GetQueueOffsetsResponse(
             topic=request.topic,
             queues=[
@@ -466,7 +469,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def SearchOffset(self, request: store_pb2.SearchOffsetRequest, context: grpc.aio.ServicerContext):
-        offset = self._store.search_offset(request.topic, request.queue_id, request.timestamp_ms)
+        offset = self._store.reader.search_offset(request.topic, request.queue_id, request.timestamp_ms)
         return store_pb2.SearchOffsetResponse(offset=offset)
 
     @rpc
@@ -475,7 +478,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     ):
         if request.HasField("fence"):
             await self._store.admit_fence(request.fence.epoch, request.fence.half_queue_id)
-        self._store.commit_consume_offset(
+        self._store.admin.commit_consume_offset(
             group=request.consumer_group, topic=request.topic, queue_id=request.queue_id, offset=request.offset
         )
         await self._store.state_replicated(OFFSETS)
@@ -483,7 +486,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def QueryConsumeOffset(self, request: store_pb2.QueryConsumeOffsetRequest, context: grpc.aio.ServicerContext):
-        offset = self._store.query_consume_offset(
+        offset = self._store.admin.query_consume_offset(
             group=request.consumer_group, topic=request.topic, queue_id=request.queue_id
         )
         if offset is None:
@@ -492,7 +495,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def ListConsumeOffsets(self, request: store_pb2.ListConsumeOffsetsRequest, context: grpc.aio.ServicerContext):
-        rows = self._store.list_consume_offsets(group=request.consumer_group, topic=request.topic)
+        rows = self._store.admin.list_consume_offsets(group=request.consumer_group, topic=request.topic)
         return store_pb2.ListConsumeOffsetsResponse(
             offsets=[
                 store_pb2.ConsumeOffset(
@@ -517,43 +520,43 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
     @rpc
     async def CreateTopic(self, request: store_pb2.CreateTopicRequest, context: grpc.aio.ServicerContext):
         t = request.topic
-        cfg = self._store.create_topic(
+        cfg = self._store.admin.create_topic(
             t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm,
             attributes=dict(t.attributes),
         )  # fmt: skip
-        await self._store.topics_propagated()
+        await self._store.admin.topics_propagated()
         return store_pb2.TopicResponse(topic=topic_pb(cfg))
 
     @rpc
     async def UpdateTopic(self, request: store_pb2.UpdateTopicRequest, context: grpc.aio.ServicerContext):
         t = request.topic
-        cfg = self._store.update_topic(
+        cfg = self._store.admin.update_topic(
             t.name, read_queue_nums=t.read_queue_nums, write_queue_nums=t.write_queue_nums, perm=t.perm,
             attributes=dict(t.attributes),
         )  # fmt: skip
-        await self._store.topics_propagated()
+        await self._store.admin.topics_propagated()
         return store_pb2.TopicResponse(topic=topic_pb(cfg))
 
     @rpc
     async def DeleteTopic(self, request: store_pb2.DeleteTopicRequest, context: grpc.aio.ServicerContext):
-        self._store.delete_topic(request.name)
-        await self._store.topics_propagated()
+        self._store.admin.delete_topic(request.name)
+        await self._store.admin.topics_propagated()
         return store_pb2.DeleteTopicResponse()
 
     @rpc
     async def GetTopic(self, request: store_pb2.GetTopicRequest, context: grpc.aio.ServicerContext):
-        return store_pb2.TopicResponse(topic=topic_pb(self._store.get_topic(request.name)))
+        return store_pb2.TopicResponse(topic=topic_pb(self._store.admin.get_topic(request.name)))
 
     @rpc
     async def ListTopics(self, request: store_pb2.ListTopicsRequest, context: grpc.aio.ServicerContext):
-        topics = [c for c in self._store.topic_configs() if request.include_system or not c.is_system]
+        topics = [c for c in self._store.admin.topic_configs() if request.include_system or not c.is_system]
         return store_pb2.ListTopicsResponse(topics=[topic_pb(c) for c in topics])
 
     @rpc
     async def CreateSubscriptionGroup(
         self, request: store_pb2.CreateSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
-        cfg = self._store.create_subscription_group(group_from_pb(request.group))
+        cfg = self._store.admin.create_subscription_group(group_from_pb(request.group))
         await self._store.state_replicated(CONFIG)
         return store_pb2.SubscriptionGroupResponse(group=group_pb(cfg))
 
@@ -561,7 +564,7 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
     async def UpdateSubscriptionGroup(
         self, request: store_pb2.UpdateSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
-        cfg = self._store.update_subscription_group(group_from_pb(request.group))
+        cfg = self._store.admin.update_subscription_group(group_from_pb(request.group))
         await self._store.state_replicated(CONFIG)
         return store_pb2.SubscriptionGroupResponse(group=group_pb(cfg))
 
@@ -569,7 +572,7 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
     async def DeleteSubscriptionGroup(
         self, request: store_pb2.DeleteSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
-        self._store.delete_subscription_group(request.group_name)
+        self._store.admin.delete_subscription_group(request.group_name)
         await self._store.state_replicated(CONFIG)
         return store_pb2.DeleteSubscriptionGroupResponse()
 
@@ -578,14 +581,16 @@ class StoreAdminServicer(store_pb2_grpc.StoreAdminServicer):
         self, request: store_pb2.GetSubscriptionGroupRequest, context: grpc.aio.ServicerContext
     ):
         return store_pb2.SubscriptionGroupResponse(
-            group=group_pb(self._store.get_subscription_group(request.group_name))
+            group=group_pb(self._store.admin.get_subscription_group(request.group_name))
         )
 
     @rpc
     async def ListSubscriptionGroups(
         self, request: store_pb2.ListSubscriptionGroupsRequest, context: grpc.aio.ServicerContext
     ):
-        return store_pb2.ListSubscriptionGroupsResponse(groups=[group_pb(g) for g in self._store.subscription_groups()])
+        return store_pb2.ListSubscriptionGroupsResponse(
+            groups=[group_pb(g) for g in self._store.admin.subscription_groups()]
+        )
 
     @rpc
     async def GetStoreStatus(self, request: store_pb2.GetStoreStatusRequest, context: grpc.aio.ServicerContext):

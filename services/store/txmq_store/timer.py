@@ -28,11 +28,12 @@ import asyncio
 import heapq
 import logging
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from txmq.codec_native import fields as record_fields
 from txmq.errors import TxmqError, error
 from txmq.protocol import (
     DELAY_PROPERTIES,
@@ -40,12 +41,24 @@ from txmq.protocol import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OFFSET,
+    TIMER_TOPIC,
 )
+from txmq.records import decode_properties, encode_properties_text, pop_field_properties
 from txmq.v1 import errors_pb2
 
 from . import metrics as store_metrics
+from .codec import HEADER_SIZE, CorruptRecord, PreparedRecord, encode_tail, verify_record
+from .commitlog import CommitLog
+from .configs import TopicConfigTable, WriteQueues
+from .consumequeue import UNIT
+from .dispatch import Dispatcher
 from .fileio import read_json, write_json_atomically
-from .model import SendStatus
+from .index import unique_id_hash
+from .integrity import CorruptionLog, DiskFullLog, is_disk_full
+from .model import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SendStatus, StoredMessage
+from .settings import StoreSettings
+from .validation import cached_tag_code
 
 log = logging.getLogger("txmq.store.timer")
 
@@ -64,6 +77,13 @@ PREPARE_MAX = 200_000
 INGEST_CHUNK = 4_096
 #: Delay values have at most this many digits (ms since the epoch need 13).
 MAX_DIGITS = 18
+#: A delivery the store keeps refusing for one reason (a full disk: every tick) is
+#: logged again after this long.
+PAUSE_LOG_INTERVAL_MS = 60_000
+#: The records of due timers that lie back to back are read up to this many bytes at once.
+READ_BYTES = 4 * 1024 * 1024
+#: The end of time for an index look-up (every record).
+END_OF_TIME_MS = 2**63 - 1
 
 
 def delivery_time(
@@ -201,7 +221,7 @@ class TimerCheckpoint:
 
 
 class TimerHost(Protocol):
-    """What the timer needs of the store (MessageStore implements it)."""
+    """What the timer needs of the store (``Timers`` implements it)."""
 
     def timer_queue_bounds(self) -> tuple[int, int]:
         """(min offset, max offset) of the timer queue."""
@@ -269,6 +289,7 @@ class Timer:
         self._duplicates_logged = 0
         self.dropped_total = 0
         self.last_lag_ms = 0
+        self._pause_logged: tuple[str, int] | None = None  # (the refusal, when) last logged
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -345,7 +366,7 @@ class Timer:
             try:
                 await self._deliver(offsets)
             except TxmqError as exc:
-                log.warning("timer delivery paused: %s", exc.message)
+                self._log_paused(exc.message)
                 paused = True
                 # The batch may be in the log (refused while settling): whatever is put
                 # back is checked for a copy before it is delivered again.
@@ -358,6 +379,9 @@ class Timer:
                     self.wheel.put_back(second, offsets[done:])
             if paused:
                 break
+            if self._pause_logged is not None:
+                log.info("timer delivery resumed")
+                self._pause_logged = None
             self._through = max(self._through, second)
         if self.duplicates_skipped > self._duplicates_logged:
             log.info(
@@ -368,6 +392,15 @@ class Timer:
         if self.active:
             self._prepare_ahead()
         return delivered
+
+    def _log_paused(self, reason: str) -> None:
+        """One line per refusal: again only when the reason changes or after
+        PAUSE_LOG_INTERVAL_MS (a full disk refuses every tick)."""
+        now = self._clock()
+        last = self._pause_logged
+        if last is None or last[0] != reason or now - last[1] >= PAUSE_LOG_INTERVAL_MS:
+            log.warning("timer delivery paused: %s", reason)
+            self._pause_logged = (reason, now)
 
     def _prepare_ahead(self) -> None:
         """Build some copies of the next due second's timers ahead of it."""
@@ -494,3 +527,252 @@ class Timer:
         """The lowest timer-queue offset still pending (its record must not expire)."""
         snap = self.snapshot() if self.active else TimerCheckpoint.load(self.path)
         return None if snap is None else snap.delivered_below
+
+
+class Timers:
+    """The store's side of its timer: what ``Timer`` reads and appends through (it
+    implements ``TimerHost`` on the timer queue, the commit log and the store's append
+    path), the delivery task, and the oldest record retention must keep for it.
+    ``may_run()``: whether this store delivers timers now (the writable store only: a
+    replicated group's leader once it took writes; never a follower). ``append``
+    appends copies (all or nothing, refused while the store takes no writes),
+    ``settle`` waits for them per the flush mode, ``read_record(offset, boundary=)``
+    reads a record with damage reported and raised as CODE_DATA_CORRUPTED."""
+
+    def __init__(
+        self,
+        settings: StoreSettings,
+        *,
+        path: Path,
+        clock: Callable[[], int],
+        commitlog: CommitLog,
+        dispatcher: Dispatcher,
+        topics: TopicConfigTable,
+        queues: WriteQueues,
+        corruption: CorruptionLog,
+        append: Callable[[list[PreparedRecord]], Any],
+        settle: Callable[[Any], Awaitable[SendStatus]],
+        read_record: Callable[..., StoredMessage | None],
+        may_run: Callable[[], bool],
+        disk_full: DiskFullLog,
+    ) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._commitlog = commitlog
+        self._dispatcher = dispatcher
+        self._topics = topics
+        self._queues = queues
+        self._corruption = corruption
+        self._append = append
+        self._settle = settle
+        self._read_record = read_record
+        self._may_run = may_run
+        self._disk_full = disk_full
+        self.timer = Timer(self, path=path, clock=clock)
+
+    # -- the delivery task -----------------------------------------------------------
+
+    def start(self) -> None:
+        if self._may_run():
+            self.timer.activate()  # a store that is writable at once: pending timers filed now
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Every TICK_MS: (de)activate the timer as the store becomes (un)writable,
+        deliver what is due; write the timer checkpoint every
+        flush_consume_queue_interval_ms."""
+        timer = self.timer
+        loop = asyncio.get_running_loop()
+        next_checkpoint = loop.time() + self._settings.flush_consume_queue_interval_ms / 1000
+        while not stop.is_set():
+            try:
+                if self._may_run():
+                    if not timer.active:
+                        timer.activate()
+                    await timer.tick()
+                    if loop.time() >= next_checkpoint:
+                        next_checkpoint = loop.time() + self._settings.flush_consume_queue_interval_ms / 1000
+                        await self._checkpoint()
+                elif timer.active:
+                    timer.deactivate()
+            except Exception:
+                log.exception("the timer's delivery failed; it starts again from its checkpoint")
+                timer.deactivate()
+            delay = TICK_MS / 1000
+            first = timer.wheel.first_second() if timer.active else None
+            if first is not None:  # wake at the second a timer is due, not up to a tick later
+                delay = min(delay, max(0.0, (first * 1000 - self._clock()) / 1000))
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except TimeoutError:
+                pass
+
+    async def _checkpoint(self, *, then: str = "tried again as scheduled") -> None:
+        """The timer checkpoint. A full disk refusing it is logged, not raised: delivery
+        goes on, and a restart checks what was delivered since the last checkpoint."""
+        try:
+            await self.timer.checkpoint()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self._disk_full.failed("the timer checkpoint", exc, then=then)
+        else:
+            self._disk_full.succeeded("the timer checkpoint")
+
+    async def checkpoint_quietly(self) -> None:
+        try:
+            await self._checkpoint(then="a restart checks what was delivered since the last one")
+        except Exception:
+            log.exception("writing the timer checkpoint failed")
+
+    def keep_from_offset(self) -> int | None:
+        """The commit-log offset of the oldest pending timer record (retention keeps it)."""
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        if cq is None or cq.max_offset == cq.min_offset:
+            return None
+        low = self.timer.keep_from()
+        low = cq.min_offset if low is None else max(low, cq.min_offset)
+        if not self.timer.active:
+            # A follower (or a store whose timer has not started): keep from the first
+            # timer not yet due, for a leader to come.
+            now = self._clock()
+            stop = min(cq.max_offset, low + 100_000)  # bounded: at worst it keeps more
+            while low < stop:
+                unit = cq.unit(low)
+                if unit is None or (unit[1] and unit[2] > now):
+                    break
+                low += 1
+        unit = cq.unit(low)
+        return None if unit is None else unit[0]
+
+    # -- TimerHost ----------------------------------------------------------------------
+
+    def timer_queue_bounds(self) -> tuple[int, int]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        return (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
+
+    def timer_units(self, offset: int, max_units: int) -> list[tuple[int, int, int]]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        if cq is None:
+            return []
+        out: list[tuple[int, int, int]] = []
+        while len(out) < max_units and offset < cq.max_offset:
+            units = cq.read_units(offset, max_units - len(out))
+            if units is None:  # expired: its file is gone
+                return out
+            got = list(UNIT.iter_unpack(units))
+            if not got:
+                break
+            out.extend(got)
+            offset += len(got)
+        return out
+
+    def timer_units_at(self, offsets: Sequence[int]) -> list[tuple[int, int, int] | None]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        if cq is None:
+            return [None] * len(offsets)
+        out: list[tuple[int, int, int] | None] = []
+        i, n = 0, len(offsets)
+        while i < n:
+            j = i + 1
+            while j < n and offsets[j] == offsets[j - 1] + 1:
+                j += 1  # a run of consecutive offsets: one read
+            units = cq.read_units(offsets[i], j - i)
+            got = list(UNIT.iter_unpack(units)) if units else []
+            out.extend(got)
+            out.extend(cq.unit(offsets[k]) for k in range(i + len(got), j))  # past a file's end
+            i = j
+        return out
+
+    def timer_copies(self, entries: Sequence[tuple[int, int, int]], check_below: int) -> list[PreparedRecord | str]:
+        """The real messages of timer records (timer-queue offset, commit-log offset,
+        size), built from the records' bytes: records that lie back to back are read
+        with one pread, each is CRC-checked, and its copy keeps body (and body CRC),
+        flag, born time and host, reconsume times, unique id, tags, keys and user
+        properties; REAL_TOPIC / REAL_QID go, TXMQ_TIMER_OFFSET comes. An entry below
+        ``check_below`` whose copy the real topic already holds is DUPLICATE."""
+        out: list[PreparedRecord | str] = []
+        cl = self._commitlog
+        i, n = 0, len(entries)
+        while i < n:
+            start = entries[i][1]
+            j, end = i + 1, start + entries[i][2]
+            while j < n and entries[j][1] == end and end - start < READ_BYTES:
+                end += entries[j][2]  # records back to back: one read
+                j += 1
+            span = cl.read(start, end - start)
+            for timer_offset, phys, size in entries[i:j]:
+                buf, pos = (cl.read(phys, size), 0) if span is None else (span, phys - start)
+                if buf is None:  # its segment is gone (retention keeps pending timers' segments)
+                    log.error("timer %d: no record at %d any more; not delivered", timer_offset, phys)
+                    out.append(DROPPED)
+                    continue
+                try:
+                    verify_record(buf, pos, phys)
+                    out.append(self._timer_copy(buf, pos, timer_offset, check_below))
+                except CorruptRecord as exc:
+                    self._corruption.report(phys, str(exc))
+                    log.error("timer %d: its record at %d cannot be read (%s); not delivered", timer_offset, phys, exc)
+                    out.append(DROPPED)
+            i = j
+        return out
+
+    def _timer_copy(self, buf: bytes, pos: int, timer_offset: int, check_below: int) -> PreparedRecord | str:
+        (_, body_crc, _, flag, _, phys, _, born_ts, born_host, _, _, reconsume, _, body, _, text) = record_fields(
+            buf, pos
+        )
+        props = decode_properties(text)
+        tags, keys, unique_id = pop_field_properties(props)
+        topic = props.pop(PROPERTY_REAL_TOPIC, "")
+        real_queue = props.pop(PROPERTY_REAL_QUEUE_ID, "")
+        cfg = self._topics.get(topic)
+        if cfg is None:
+            log.warning("timer %d: topic %r is gone; its delayed message %s is not delivered", timer_offset, topic,
+                        unique_id)  # fmt: skip
+            return DROPPED
+        if timer_offset < check_below and self._timer_copy_exists(topic, unique_id, timer_offset, phys, body_crc):
+            return DUPLICATE
+        queue_id = int(real_queue) if real_queue.isdigit() else -1
+        if not 0 <= queue_id < cfg.write_queue_nums:
+            queue_id = self._queues.queue_for_send(cfg, None, 0) if cfg.write_queue_nums else 0
+        props[PROPERTY_TIMER_OFFSET] = str(timer_offset)
+        tail = encode_tail(topic, encode_properties_text(unique_id, tags, keys, props))
+        return PreparedRecord(
+            topic, queue_id, flag, 0, born_ts, born_host, reconsume, 0, body, body_crc, tail,
+            HEADER_SIZE + len(body) + len(tail), cached_tag_code(tags) if tags else 0, tags, keys, unique_id,
+            props, None, True, True,
+        )  # fmt: skip
+
+    def _timer_copy_exists(self, topic: str, unique_id: str, timer_offset: int, after: int, body_crc: int) -> bool:
+        """Whether ``topic`` holds a delivered copy of a timer record (at ``after``): a
+        record after it with its unique id, carrying its timer-queue offset
+        (TXMQ_TIMER_OFFSET) and its body."""
+        want = str(timer_offset)
+        dispatched = self._dispatcher.dispatched_offset
+        for offset in self._dispatcher.index.lookup(unique_id_hash(unique_id), begin_ms=0, end_ms=END_OF_TIME_MS):
+            if not after < offset < dispatched:
+                continue
+            try:
+                msg = self._read_record(offset, boundary=True)
+            except TxmqError:
+                continue
+            if (
+                msg is not None
+                and msg.topic == topic
+                and msg.properties.get(PROPERTY_TIMER_OFFSET) == want
+                and msg.body_crc == body_crc
+            ):
+                return True
+        return False
+
+    def timer_append(self, copies: list[PreparedRecord]) -> Any:
+        return self._append(copies)
+
+    async def timer_settle(self, appended: Any) -> SendStatus:
+        return await self._settle(appended)
+
+    async def timer_flush(self, upto: int) -> None:
+        if upto > self._commitlog.flushed_offset:
+            await asyncio.to_thread(self._commitlog.flush, upto)
+
+    def timer_batch_limits(self) -> tuple[int, int]:
+        return self._settings.max_batch_messages, self._settings.max_batch_bytes

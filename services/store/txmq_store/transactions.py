@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from txmq import protocol
 from txmq.errors import TxmqError, error
@@ -57,11 +57,12 @@ from txmq.v1 import errors_pb2
 from txmq.validation import check_group
 
 from . import metrics as store_metrics
+from .admin import ConfigAdmin
+from .commitlog import CommitLog
 from .fileio import read_json, write_json_atomically
 from .model import OutgoingMessage, SendStatus, StoredMessage
-
-if TYPE_CHECKING:
-    from .message_store import Appended
+from .reads import Reader
+from .send_path import Appended, SendPath
 
 log = logging.getLogger("txmq.store.transactions")
 
@@ -190,10 +191,33 @@ class Fences:
         return False
 
 
-class Transactions:
-    """Decisions and check-loop writes of one store (``store``: a MessageStore)."""
+class TransactionStore(Protocol):
+    """What decisions need of the store (MessageStore implements it): its send path
+    (appends and their settling), its reads (records by offset, queue and index), the
+    check loop's consume offsets, the commit log's end, its clock, and fences held by a
+    group's followers before they are relied on (``admit_fence``)."""
 
-    def __init__(self, store, *, cache_entries: int, fences: Fences) -> None:
+    @property
+    def sender(self) -> SendPath: ...
+
+    @property
+    def reader(self) -> Reader: ...
+
+    @property
+    def admin(self) -> ConfigAdmin: ...
+
+    @property
+    def commitlog(self) -> CommitLog: ...
+
+    def now_ms(self) -> int: ...
+
+    async def admit_fence(self, epoch: int, half_queue_id: int) -> None: ...
+
+
+class Transactions:
+    """Decisions and check-loop writes of one store."""
+
+    def __init__(self, store: TransactionStore, *, cache_entries: int, fences: Fences) -> None:
         self._store = store
         self._cap = cache_entries
         self._book: OrderedDict[str, Known] = OrderedDict()
@@ -215,7 +239,7 @@ class Transactions:
         book[txid] = known
         book.move_to_end(txid)
         if len(book) > self._cap:
-            dispatched = self._store.dispatched_offset
+            dispatched = self._store.reader.dispatched_offset
             while len(book) > self._cap:
                 oldest = next(iter(book.values()))
                 if oldest.end > dispatched:  # not in the index yet: keep it for now
@@ -235,7 +259,9 @@ class Transactions:
         the book learns the op entries and committed copies in it in the same turn of
         the event loop, so a decision asked for before they are indexed (sync flush: at
         the fsync) still sees them. ``settle`` the result next."""
-        appended = self._store.append_records(messages, producer_group=producer_group, born_host=born_host, system=True)
+        appended = self._store.sender.append_records(
+            messages, producer_group=producer_group, born_host=born_host, system=True
+        )
         if self.learn(messages, appended):
             self.note_written_elsewhere(appended.end)
         return appended
@@ -284,12 +310,12 @@ class Transactions:
         effort: the index answers what the book does not hold). Returns entries read."""
         store = self._store
         limit = self._cap if max_entries is None else max_entries
-        start = store.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_OP_HALF_TOPIC, queue_id=0) or 0
+        start = store.admin.query_consume_offset(group=TRANS_CHECK_GROUP, topic=TRANS_OP_HALF_TOPIC, queue_id=0) or 0
         seen = 0
         offset = start
         while seen < limit:
             try:
-                r = store.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=offset, max_messages=32)
+                r = store.reader.get_message(topic=TRANS_OP_HALF_TOPIC, queue_id=0, offset=offset, max_messages=32)
             except TxmqError:  # no op topic yet, or a damaged record: stop warming
                 break
             if not r.messages:
@@ -320,21 +346,21 @@ class Transactions:
             known is None
             and half is not None
             and _origin(half) >= self.horizon
-            and not store.indexed_below(txid, self.horizon)
+            and not store.reader.indexed_below(txid, self.horizon)
         ):
             # Young, and no record of this id below the horizon (a duplicate half, e.g.
             # a producer's retried send stored after the first was decided, has one).
             return None
         copies = [
             m
-            for m in store.query_messages(unique_id=txid, max_results=1000)
+            for m in store.reader.query_messages(unique_id=txid, max_results=1000)
             if protocol.is_committed_copy(
                 unique_id=m.unique_id, sys_flag=m.sys_flag, topic=m.topic, transaction_id=txid
             )
         ]
         entries = [
             e
-            for m in store.query_messages(topic=TRANS_OP_HALF_TOPIC, key=txid, max_results=1000)
+            for m in store.reader.query_messages(topic=TRANS_OP_HALF_TOPIC, key=txid, max_results=1000)
             for e in decode_op_entries(m.properties, m.body)
             if e.transaction_id == txid
         ]
@@ -361,7 +387,7 @@ class Transactions:
         """Append the call's records; if that fails, the op entries promised to book
         entries are taken back (the records are not there)."""
         try:
-            return self._store.append_records(messages, born_host=born_host, system=True)
+            return self._store.sender.append_records(messages, born_host=born_host, system=True)
         except BaseException:
             for known, offset in self._added:
                 known.op_offsets.discard(offset)
@@ -420,7 +446,7 @@ class Transactions:
             if out.error is None and out.decision == OP_COMMIT and out.committed is None:
                 taken = local.get(requests[i].transaction_id)
                 out.committed = taken.copy if taken is not None else None
-        status = await store.settle(appended)
+        status = await store.sender.settle(appended)
         for out in outcomes:
             out.status = status
         return outcomes
@@ -483,7 +509,7 @@ class Transactions:
 
     def _half(self, commit_log_offset: int, txid: str) -> StoredMessage:
         try:
-            half = self._store.view_message(commit_log_offset)
+            half = self._store.reader.view_message(commit_log_offset)
         except TxmqError as err:
             if err.code not in (errors_pb2.CODE_MESSAGE_NOT_FOUND, errors_pb2.CODE_ILLEGAL_OFFSET):
                 raise
@@ -550,7 +576,7 @@ class Transactions:
         for txid, known in settled.items():
             known.end = max(known.end, appended.end)
             self._remember(txid, known)
-        await store.settle(appended)
+        await store.sender.settle(appended)
         return outcomes
 
 
