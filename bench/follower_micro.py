@@ -33,12 +33,12 @@ async def run(batches: int, body_bytes: int, profile: bool) -> None:
 
         leader, follower = await open_replica("a"), await open_replica("b")
         try:
-            leader.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
+            leader.replica.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
             leader.create_topic("T", read_queue_nums=8, write_queue_nums=8)
-            follower.adopt_configs(topics=leader.config_documents()[0])
+            follower.adopt_configs(topics=leader.admin.config_documents()[0])
             body = b"x" * body_bytes
             for _ in range(batches):
-                leader.append_records([OutgoingMessage(topic="T", body=body, keys=("k",)) for _ in range(64)])
+                leader.sender.append_records([OutgoingMessage(topic="T", body=body, keys=("k",)) for _ in range(64)])
             end = leader.commitlog.write_offset
             shipments, pos = [], 0
             while pos < end:
@@ -53,9 +53,9 @@ async def run(batches: int, body_bytes: int, profile: bool) -> None:
                 profiler.enable()
             t0 = time.perf_counter()
             for offset, data in shipments:
-                follower.copy_shipment(offset, data)
+                follower.replica.copy_shipment(offset, data)
             t1 = time.perf_counter()
-            follower.set_follower_high_watermark(end)
+            follower.replica.set_follower_high_watermark(end)
             t2 = time.perf_counter()
             if profile:
                 profiler.disable()

@@ -96,7 +96,7 @@ class Reader:
         message_filter: MessageFilter | None = None,
         raw: bool = False,
     ) -> GetMessageResult:
-        """RocketMQ's getMessage: status and next offset rules of seed 004. ``raw``: the
+        """RocketMQ's getMessage: status and next offset rules. ``raw``: the
         result holds the records as stored (``records``), decoded only as far as an SQL92
         filter must read them, instead of decoded messages."""
         cfg = self._topics.get(topic)
