@@ -91,9 +91,9 @@ def delivery_time(
 ) -> int:
     """When a message with these properties becomes visible: 0 when it is not delayed
     (no delay property, DELAY=0, or a time property at most PRECISION_MS ahead of
-    ``now_ms``: it is stored at once; a delay level is always waited out). CODE_ILLEGAL_DELIVERY_TIME for more than one delay property, a
-    value that is not a non-negative integer, an unknown level or a time later than
-    ``now_ms + max_delay_ms``."""
+    ``now_ms``: it is stored at once; a delay level is always waited out).
+    CODE_ILLEGAL_DELIVERY_TIME for more than one delay property, a value that is not a
+    non-negative integer, an unknown level or a time later than ``now_ms + max_delay_ms``."""
     names = [name for name in properties if name in DELAY_PROPERTIES]
     if not names:
         return 0
