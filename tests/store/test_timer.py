@@ -45,7 +45,7 @@ def test_a_time_within_the_precision_is_not_delayed() -> None:
     assert when({"TIMER_DELAY_MS": "1000"}) == 0  # <= now + 1 s: stored at once
     assert when({"TIMER_DELAY_MS": "1001"}) == NOW + 1_001
     assert when({"TIMER_DELIVER_MS": "5"}) == 0  # in the past
-    assert when({"DELAY": "1"}) == NOW + 1_000  # a level is always waited out, as RocketMQ's
+    assert when({"DELAY": "1"}) == 0  # level 1 is 1 s: within the precision
     assert when({"DELAY": "0"}) == 0  # RocketMQ: level 0 is no delay
 
 

@@ -90,8 +90,8 @@ def delivery_time(
     properties: Mapping[str, str], *, now_ms: int, levels_ms: Sequence[int], max_delay_ms: int, index: int
 ) -> int:
     """When a message with these properties becomes visible: 0 when it is not delayed
-    (no delay property, DELAY=0, or a time property at most PRECISION_MS ahead of
-    ``now_ms``: it is stored at once; a delay level is always waited out).
+    (no delay property, DELAY=0, or a time at most PRECISION_MS ahead of ``now_ms``,
+    a delay level's too: it is stored at once).
     CODE_ILLEGAL_DELIVERY_TIME for more than one delay property, a value that is not a
     non-negative integer, an unknown level or a time later than ``now_ms + max_delay_ms``."""
     names = [name for name in properties if name in DELAY_PROPERTIES]
@@ -135,9 +135,7 @@ def delivery_time(
             f"delivery time {at} is more than {max_delay_ms} ms after the store's time {now_ms}",
             index=str(index), property=name, max_delay_ms=str(max_delay_ms), deliver_at_ms=str(at),
         )  # fmt: skip
-    # A level is a delay RocketMQ's schedule service always waits out (level 1 is 1 s);
-    # a time within the timer's precision is stored at once, as RocketMQ's timer does.
-    return at if at > now_ms + (0 if name == PROPERTY_DELAY_LEVEL else PRECISION_MS) else 0
+    return at if at > now_ms + PRECISION_MS else 0
 
 
 def due_second(deliver_ms: int) -> int:
