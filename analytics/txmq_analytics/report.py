@@ -230,7 +230,8 @@ def text_summary(d: ReportData, *, top: int = 5) -> str:
         lines.append(f"transactions: {fmt_int(n)}; {parts}; {checks / n if n else 0:.2f} checks per transaction")
         for r in d.tx_summary[:top]:
             lines.append(
-                f"  {r['producer_group']} -> {r['topic']}: {r['transactions']} tx, commit {fmt_pct(r['committed_ratio'])}, "
+                f"  {r['producer_group']} -> {r['topic']}: {r['transactions']} tx,"
+                f" commit {fmt_pct(r['committed_ratio'])}, "
                 f"rollback {fmt_pct(r['rolled_back_ratio'])}, discard {fmt_pct(r['discarded_ratio'])}; "
                 f"half->outcome p50 {fmt_ms(r['latency_p50_ms'])} p95 {fmt_ms(r['latency_p95_ms'])} "
                 f"p99 {fmt_ms(r['latency_p99_ms'])}"
@@ -282,7 +283,10 @@ def _time_axis(ax: Any) -> None:
 
 def plot_lag(d: ReportData) -> bytes | None:
     stores = {r["store_id"] for r in d.group_series}
-    label = lambda r: f"{r['consumer_group']} / {r['topic']}" + (f" @{r['store_id']}" if len(stores) > 1 else "")
+
+    def label(r: dict) -> str:
+        return f"{r['consumer_group']} / {r['topic']}" + (f" @{r['store_id']}" if len(stores) > 1 else "")
+
     series = _series(d.group_series, label, "lag")
     if not series:
         return None
@@ -351,7 +355,7 @@ def plot_outcomes(d: ReportData) -> bytes | None:
     for k in ("committed", "rolled_back", "discarded", "pending"):
         vals = [r[k] for r in rows][::-1]
         ax.barh(names, vals, left=left, color=COLORS[k], label=OUTCOME_LABEL[k])
-        left = [a + b for a, b in zip(left, vals)]
+        left = [a + b for a, b in zip(left, vals, strict=True)]
     ax.set_title("Transaction outcomes per producer group and topic")
     ax.set_xlabel("transactions")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -499,7 +503,8 @@ def _header(d: ReportData) -> list[str]:
         f'<p class="meta">data from {html.escape(fmt_time(lo))} to {html.escape(fmt_time(hi))} · input '
         f"<code>{html.escape(d.input_dir)}</code> · {fmt_int(d.counts.get('offset_rows'))} offset snapshot rows, "
         f"{fmt_int(d.counts.get('transactions'))} transactions · rate window {fmt_ms(o.rate_window_ms)}, "
-        f"stall window {fmt_ms(o.stall_window_ms)} · generated {html.escape(fmt_time(int(datetime.now(UTC).timestamp() * 1000)))}</p>",
+        f"stall window {fmt_ms(o.stall_window_ms)} · generated "
+        f"{html.escape(fmt_time(int(datetime.now(UTC).timestamp() * 1000)))}</p>",
     ]  # fmt: skip
 
 
@@ -512,7 +517,8 @@ def _attention(d: ReportData) -> list[str]:
     parts = ["<h2>Needs attention</h2>"]
     if stalled:
         parts.append(
-            f'<div class="alert"><b>{plural(len(stalled), "stalled consumer queue")}</b> (lag &gt; 0 and no progress for at '
+            f'<div class="alert"><b>{plural(len(stalled), "stalled consumer queue")}</b> '
+            "(lag &gt; 0 and no progress for at "
             f"least {fmt_ms(o.stall_window_ms)}): "
             + html.escape(
                 ", ".join(
@@ -546,7 +552,8 @@ def _groups_section(d: ReportData, imgs: dict[str, str]) -> list[str]:
         "<h2>Consumer groups</h2>",
         _table(d.group_status, [
             _c("consumer_group", "group", left=True), _c("topic", "topic", left=True), _c("queues", "queues"),
-            _c("lag", "lag", fmt_int), _c("consume_rate", "consumed", fmt_rate), _c("produce_rate", "produced", fmt_rate),
+            _c("lag", "lag", fmt_int), _c("consume_rate", "consumed", fmt_rate),
+            _c("produce_rate", "produced", fmt_rate),
             ("time_to_drain_s", "time to drain", fmt_drain, False), _c("stalled_queues", "stalled queues"),
             _c("behind_min_queues", "behind min"), _c("lost_messages", "lost", fmt_int),
         ], row_class=lambda r: "stalled" if r["stalled_queues"] else "behind" if r["behind_min_queues"] else ""),
@@ -620,7 +627,8 @@ def _transactions_section(d: ReportData, imgs: dict[str, str]) -> list[str]:
             _c("producer_group", "producer group", left=True), _c("topic", "topic", left=True),
             _c("transactions", "transactions", fmt_int), _c("committed_ratio", "committed", fmt_pct),
             _c("rolled_back_ratio", "rolled back", fmt_pct), _c("discarded_ratio", "discarded", fmt_pct),
-            _c("pending", "pending", fmt_int), _c("checks_per_tx", "checks/tx", lambda v: "-" if v is None else f"{v:.2f}"),
+            _c("pending", "pending", fmt_int),
+            _c("checks_per_tx", "checks/tx", lambda v: "-" if v is None else f"{v:.2f}"),
             _c("max_checks", "max checks"), _c("latency_p50_ms", "p50", fmt_ms), _c("latency_p95_ms", "p95", fmt_ms),
             _c("latency_p99_ms", "p99", fmt_ms), _c("latency_max_ms", "max", fmt_ms),
         ]),
@@ -632,9 +640,11 @@ def _transactions_section(d: ReportData, imgs: dict[str, str]) -> list[str]:
         "<h3>By outcome</h3>",
         _table(d.tx_latency, [
             _c("producer_group", "producer group", left=True), _c("topic", "topic", left=True),
-            _c("outcome", "outcome", lambda v: OUTCOME_LABEL.get(v, v), left=True), _c("transactions", "transactions", fmt_int),
+            _c("outcome", "outcome", lambda v: OUTCOME_LABEL.get(v, v), left=True),
+            _c("transactions", "transactions", fmt_int),
             _c("checks_per_tx", "checks/tx", lambda v: "-" if v is None else f"{v:.2f}"),
-            _c("latency_p50_ms", "p50", fmt_ms), _c("latency_p95_ms", "p95", fmt_ms), _c("latency_p99_ms", "p99", fmt_ms),
+            _c("latency_p50_ms", "p50", fmt_ms), _c("latency_p95_ms", "p95", fmt_ms),
+            _c("latency_p99_ms", "p99", fmt_ms),
             _c("latency_mean_ms", "mean", fmt_ms), _c("latency_max_ms", "max", fmt_ms),
         ]),
     ]  # fmt: skip

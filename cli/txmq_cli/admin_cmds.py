@@ -147,7 +147,7 @@ def _emit_table(rows: Sequence[Row], columns: Columns, output: str) -> None:
     cells = [[h for h, _ in columns]] + [[_text(get(r)) for _, get in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     for row in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
 
 
 def _short(body: bytes, limit: int = 40) -> str:

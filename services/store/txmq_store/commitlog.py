@@ -281,7 +281,7 @@ class CommitLog:
         chunk_start = pos
         parts: list[bytes | memoryview] = []
         offsets: list[int] = []
-        for rec, queue_offset in zip(records, queue_offsets):
+        for rec, queue_offset in zip(records, queue_offsets, strict=True):
             if pos + rec.size + BLANK_SIZE > seg_end:
                 if rec.size + BLANK_SIZE > self.segment_bytes:
                     raise ValueError(f"record of {rec.size} bytes cannot fit a segment")

@@ -83,7 +83,7 @@ class Dispatcher:
         (before the records are appended: a full disk then refuses the send)."""
         key: QueueKey | None = None
         cq: ConsumeQueue | None = None
-        for rec, queue_offset in zip(records, queue_offsets):
+        for rec, queue_offset in zip(records, queue_offsets, strict=True):
             if not rec.takes_queue_slot:
                 continue
             if key != (rec.topic, rec.queue_id):
@@ -117,7 +117,7 @@ class Dispatcher:
         queues = self.queues
         entries: list[Entry] = []
         topics_get = self.topics.get
-        for rec, offset, queue_offset in zip(records, offsets, queue_offsets):
+        for rec, offset, queue_offset in zip(records, offsets, queue_offsets, strict=True):
             cfg = topics_get(rec.topic)
             if cfg is None or offset < cfg.since_offset:
                 continue  # deleted while its fsync was pending (sync mode)

@@ -573,7 +573,8 @@ class Exporter:
                 props = rec.properties
                 p = _pending_of(rec, *check_counts(props))
                 self._remember(rec.unique_id, p)  # a resume may bring it back
-                event(DISCARDED, rec.store_ms, rec.unique_id, p, half_offset=_int(props.get(PROPERTY_PREPARED_QUEUE_OFFSET), -1),
+                event(DISCARDED, rec.store_ms, rec.unique_id, p,
+                      half_offset=_int(props.get(PROPERTY_PREPARED_QUEUE_OFFSET), -1),
                       record=rec, detail=props.get(PROPERTY_DISCARD_REASON, ""))  # fmt: skip
         for qid in system_queues[TRANS_OP_HALF_TOPIC]:
             for rec in await self._read_new(TRANS_OP_HALF_TOPIC, qid):

@@ -244,7 +244,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         prefix = self._store.sender.offset_msg_id_prefix
         store_id = self._store.store_id
         templates: dict[tuple[str, int], store_pb2.SendResult] = {}
-        for rec, offset, queue_offset in zip(records, offsets, queue_offsets):
+        for rec, offset, queue_offset in zip(records, offsets, queue_offsets, strict=True):
             key = (rec.topic, rec.queue_id)
             template = templates.get(key)
             if template is None:
