@@ -283,13 +283,16 @@ class EtcdServer:
         election_timeout_ms: int = 100,
         name: str = "txmq",
         initial_cluster: str = "",
+        tls: TlsFiles | None = None,
     ) -> None:
         self.host = host
         self.client_port = client_port
         self.peer_port = peer_port
         self.data_dir = Path(data_dir)
-        client_url = f"http://{join_host_port(host, client_port)}"
-        peer_url = f"http://{join_host_port(host, peer_port)}"
+        self.tls = tls
+        scheme = "http" if tls is None else "https"
+        client_url = f"{scheme}://{join_host_port(host, client_port)}"
+        peer_url = f"{scheme}://{join_host_port(host, peer_port)}"
         self.process = ChildProcess(
             name="etcd" if name == "txmq" else f"etcd-{name}",
             argv=[
@@ -320,6 +323,7 @@ class EtcdServer:
                 str(election_timeout_ms),
                 "--log-level",
                 "info",  # its "serving client traffic" line tells readiness
+                *([] if tls is None else etcd_tls_args(tls)),
             ],
             log_path=log_path,
             own_session=True,
@@ -340,7 +344,12 @@ class EtcdServer:
         # Our etcd says it serves our address (an etcd of another cluster on that port
         # would make ours exit instead), then answers there.
         self.process.wait_log_line(etcd_serving_line(self.endpoint), timeout_s=timeout_s)
-        wait_serving(self.endpoint, process=self.process, timeout_s=max(0.1, deadline - time.monotonic()))
+        wait_serving(
+            self.endpoint,
+            process=self.process,
+            timeout_s=max(0.1, deadline - time.monotonic()),
+            credentials=None if self.tls is None else channel_credentials(self.tls),
+        )
 
     def ready_now(self) -> bool:
         """Whether this run has said it serves clients (does not wait)."""
@@ -481,6 +490,36 @@ class ClusterMember:
 
     def last_log_line(self) -> str:
         return self.member.process.log_tail(1)
+
+
+def etcd_tls_args(files: TlsFiles) -> list[str]:
+    """etcd's flags for TLS from ``files``: clients and peers on TLS, each presenting a
+    certificate signed by the CA (``--client-cert-auth``, ``--peer-client-cert-auth``)."""
+    return [
+        "--cert-file",
+        str(files.cert),
+        "--key-file",
+        str(files.key),
+        "--trusted-ca-file",
+        str(files.ca),
+        "--client-cert-auth",
+        "--peer-cert-file",
+        str(files.cert),
+        "--peer-key-file",
+        str(files.key),
+        "--peer-trusted-ca-file",
+        str(files.ca),
+        "--peer-client-cert-auth",
+    ]
+
+
+def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
+    """Mutual-TLS credentials from ``files`` (the CA, the certificate as client certificate)."""
+    return grpc.ssl_channel_credentials(
+        root_certificates=files.ca.read_bytes(),
+        private_key=files.key.read_bytes(),
+        certificate_chain=files.cert.read_bytes(),
+    )
 
 
 def tls_args(files: TlsFiles, *, mode: str = "enforcing", client_auth: str = "require") -> list[str]:

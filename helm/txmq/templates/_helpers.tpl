@@ -179,7 +179,8 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
      Secret the user created, gateway.auth.existingSecret (key existingSecretKey); nothing
      when none is named (the service's default, ""). Every service's auth_secret_key comes
      from auth.existingSecret, or, when auth is on, the Secret the chart generates
-     (txmq.authSecret). */}}
+     (txmq.authSecret). Its etcd_password comes from the key named after the service in
+     the etcd passwords' Secret (txmq.etcdAuthSecret), when there is one. */}}
 {{- define "txmq.secretEnv" -}}
 {{- $v := index .ctx.Values .service }}
 {{- if and (hasKey $v "auth") $v.auth.existingSecret }}
@@ -196,6 +197,18 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
       name: {{ .name | quote }}
       key: {{ .key | quote }}
 {{- end }}
+{{- with include "txmq.etcdAuthSecret" .ctx }}
+- name: {{ printf "TXMQ_%s_ETCD_PASSWORD" (upper $.service) }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $.service | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret of the services' etcd passwords (one key per service): etcd.auth.existingSecret; "" for none. */}}
+{{- define "txmq.etcdAuthSecret" -}}
+{{- (.Values.etcd.auth | default dict).existingSecret }}
 {{- end }}
 
 {{/* Auth of every service ---------------------------------------------------------------- */}}
