@@ -38,6 +38,8 @@ from typing import IO, TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from txmq_cli import etcd_auth
+from txmq_cli.etcd_auth import channel_credentials
 from txmq_runtime.net import join_host_port
 
 if TYPE_CHECKING:
@@ -110,6 +112,8 @@ class ChildProcess:
     def __init__(self, *, name: str, argv: Sequence[str], log_path: Path, own_session: bool = False) -> None:
         self.name = name
         self.argv = list(argv)
+        #: Set in its environment beside ours (secrets that must not show on the command line).
+        self.env: dict[str, str] = {}
         self.log_path = log_path
         # own_session: not in the terminal's process group, so Ctrl-C does not reach it
         # and its owner decides when it stops (etcd must outlive the services).
@@ -148,7 +152,7 @@ class ChildProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"},
             start_new_session=self._own_session,
         )
 
@@ -513,13 +517,16 @@ def etcd_tls_args(files: TlsFiles) -> list[str]:
     ]
 
 
-def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:
-    """Mutual-TLS credentials from ``files`` (the CA, the certificate as client certificate)."""
-    return grpc.ssl_channel_credentials(
-        root_certificates=files.ca.read_bytes(),
-        private_key=files.key.read_bytes(),
-        certificate_chain=files.cert.read_bytes(),
-    )
+def etcd_tls_client_args(files: TlsFiles) -> list[str]:
+    """A service's flags for an etcd run with ``etcd_tls_args(files)``."""
+    return [
+        "--etcd_tls_ca_file",
+        str(files.ca),
+        "--etcd_tls_cert_file",
+        str(files.cert),
+        "--etcd_tls_key_file",
+        str(files.key),
+    ]
 
 
 def tls_args(files: TlsFiles, *, mode: str = "enforcing", client_auth: str = "require") -> list[str]:
@@ -562,7 +569,13 @@ class LocalCluster:
 
     ``tls``: every service serves TLS only (tls_mode enforcing) and requires client
     certificates (tls_client_auth require), with these files (``txmq_cli.certs``; the
-    certificate is also the services' client certificate), before ``service_args``.
+    certificate is also the services' client certificate), before ``service_args``. Our
+    etcd then serves clients and peers on TLS too, requiring certificates of the same CA,
+    and the services present theirs.
+
+    ``etcd_auth`` (by default: with ``tls`` and our own etcd): etcd's auth on, with a root
+    user and an etcd user per kind of service allowed only its part of the prefix
+    (``txmq_cli.etcd_auth``; passwords in ``<data_dir>/etcd-auth``).
     """
 
     def __init__(
@@ -586,6 +599,7 @@ class LocalCluster:
         start_timeout_s: float = 60.0,
         store_replicas: int = 1,
         tls: TlsFiles | None = None,
+        etcd_auth: bool | None = None,
     ) -> None:
         if store_replicas < 1:
             raise ValueError(f"store_replicas must be at least 1, got {store_replicas}")
@@ -600,12 +614,19 @@ class LocalCluster:
                 host=host,
                 client_port=etcd_client_port,
                 peer_port=etcd_peer_port,
+                tls=tls,
             )
         )
         self.etcd_endpoints = etcd_endpoints if self.etcd is None else self.etcd.endpoint
         self.tls = tls
+        self.etcd_prefix = etcd_prefix
+        self.etcd_auth = (tls is not None and self.etcd is not None) if etcd_auth is None else etcd_auth
+        if self.etcd_auth and (tls is None or self.etcd is None):
+            raise ValueError("etcd_auth needs tls and the cluster's own etcd")
         if tls is not None:
             service_args = [*tls_args(tls), *service_args]
+            if self.etcd is not None:
+                service_args = [*etcd_tls_client_args(tls), *service_args]
         ports = {"store": store_port, "txcheck": txcheck_port, "pull": pull_port, "gateway": gateway_port}
         extra = {
             "store": ["--data_dir", str(self.data_dir / "store"), *store_args],
@@ -731,6 +752,8 @@ class LocalCluster:
         try:
             if self.etcd is not None:
                 self.etcd.start(timeout_s=self.start_timeout_s)
+            if self.etcd_auth:
+                self._secure_etcd()
             for service in self.services.values():  # concurrent start-up, then wait for each
                 service.spawn()
             for service in self.services.values():
@@ -738,6 +761,25 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def _secure_etcd(self) -> None:
+        """etcd's users and roles (``txmq_cli.etcd_auth``), auth on, and each service its
+        etcd user: the name as a flag, the password in its environment."""
+        assert self.etcd is not None and self.tls is not None
+        kinds = sorted({service.service for service in self.services.values()})
+        users = [etcd_auth.ROOT, *(etcd_auth.service_user(kind) for kind in kinds)]
+        secrets = etcd_auth.passwords(self.etcd_auth_dir, users)
+        etcd_auth.set_up(self.etcd.endpoint, self.tls, prefix=self.etcd_prefix, services=kinds, secrets=secrets)
+        for service in self.services.values():
+            user = etcd_auth.service_user(service.service)
+            if "--etcd_username" not in service.process.argv:  # after "python -m txmq_<service>", before
+                service.process.argv[3:3] = ["--etcd_username", user]  # the flags given: those win
+            service.process.env[f"TXMQ_{service.service.upper()}_ETCD_PASSWORD"] = secrets[user]
+
+    @property
+    def etcd_auth_dir(self) -> Path:
+        """Where the etcd users' passwords are kept (one 0600 file per user)."""
+        return self.data_dir / "etcd-auth"
 
     def stop(self) -> dict[str, int | None]:
         """Services first (SIGTERM): the store's clients at once, then the store (the

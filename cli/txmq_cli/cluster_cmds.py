@@ -86,8 +86,8 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @option(
     "--tls",
     is_flag=True,
-    help="Mutual TLS on every service: a throwaway CA and certificate (new on every start) in <data-dir>/tls; "
-    "clients need the files printed.",
+    help="Mutual TLS on every service and etcd, and etcd auth with a user per kind of service: a throwaway CA "
+    "and certificate (new on every start) in <data-dir>/tls; clients need the files printed.",
 )
 @option(
     "--auth-enabled",
@@ -168,9 +168,14 @@ def _echo_up(cluster: LocalCluster, files: TlsFiles | None, secret_file: Path | 
     click.echo(f"txmq is up. bootstrap address: {cluster.bootstrap}")
     for name, service in cluster.services.items():
         click.echo(f"  {name:8} {service.address}")
-    click.echo(f"  {'etcd':8} {cluster.etcd_endpoints}")
+    click.echo(f"  {'etcd':8} {'' if files is None else 'https://'}{cluster.etcd_endpoints}")
     if files is not None:
         _echo_tls(files)
+    if cluster.etcd_auth:
+        click.echo(
+            "etcd: TLS with client certificates of the CA, and etcd auth on: each kind of service has its own "
+            f"etcd user; root's password is in {cluster.etcd_auth_dir / 'root'}"
+        )
     if secret_file is not None:
         click.echo(f"auth: every call needs a user; the super user {LOCAL_ADMIN!r}'s secret is in {secret_file}")
         click.echo(f"  CLI: export TXMQ_ACCESS_KEY={LOCAL_ADMIN} TXMQ_SECRET_KEY=$(cat {secret_file})")
@@ -240,7 +245,7 @@ def _echo_tls(files: TlsFiles) -> None:
     """Where the certificates are, and how the SDK and the CLI use them."""
     ca, cert, key = str(files.ca), str(files.cert), str(files.key)
     for line in (
-        "TLS: every service serves TLS only and requires a client certificate signed by the CA (etcd is plaintext)",
+        "TLS: every service and etcd serve TLS only and require a client certificate signed by the CA",
         f"  CA           {ca}",
         f"  certificate  {cert}   (server and client certificate; new ones on every start)",
         f"  key          {key}",

@@ -12,8 +12,6 @@ certificate of another CA, it exits with one line saying why, no traceback.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +20,10 @@ import aetcd
 import pytest
 from support import EtcdServer, ServiceFactory
 from support.certs import TlsFiles, tls_files
+from support.etcdctl import etcdctl
 from support.processes import free_port
 
-from txmq_cli.cluster import ProcessExited, etcd_binary
+from txmq_cli.cluster import ProcessExited
 from txmq_runtime.etcd import etcd_client
 from txmq_runtime.etcd_access import EtcdAccess, EtcdAuthFailed
 
@@ -64,26 +63,6 @@ class SecuredEtcd:
         ]
 
 
-def etcdctl(server: EtcdServer, files: TlsFiles, *args: str, user: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ETCDCTL_API": "3"}
-    if user:
-        env["ETCDCTL_USER"] = user
-    return subprocess.run(
-        [
-            str(Path(etcd_binary()).parent / "etcdctl"),
-            f"--endpoints=https://{server.endpoint}",
-            f"--cacert={files.ca}",
-            f"--cert={files.cert}",
-            f"--key={files.key}",
-            *args,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-
-
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredEtcd]:
     base = tmp_path_factory.mktemp("etcdsec")
@@ -106,7 +85,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredEtcd]:
             ["user", "grant-role", "svc", "svc"],
             ["auth", "enable"],
         ):
-            done = etcdctl(server, files, *args)
+            done = etcdctl(server.endpoint, files, *args)
             assert done.returncode == 0, done.stderr
         yield SecuredEtcd(server, files, tls_files(base / "stranger"))
     finally:
@@ -157,7 +136,7 @@ def test_a_service_with_the_right_certificate_and_user_starts(secured: SecuredEt
         pull = factory.start("pull", *secured.service_args())
         assert pull.process.running()
         listed = etcdctl(
-            secured.server,
+            secured.server.endpoint,
             secured.files,
             "get",
             "--prefix",

@@ -128,11 +128,16 @@ async def close_client(client: aetcd.Client) -> None:
 class EtcdMirror:
     """Keeps ``sink`` equal to everything under ``prefix``: read the prefix, then watch it
     from the next revision; on any failure (etcd gone, compaction) read it again.
-    While etcd is unreachable the sink keeps its last contents."""
+    While etcd is unreachable the sink keeps its last contents.
 
-    def __init__(self, client: aetcd.Client, *, prefix: str, sink: MirrorSink) -> None:
+    ``range_end``: mirror the key range [prefix, range_end) instead (several neighbouring
+    prefixes in one read and one watch, and nothing between or beyond them, which an etcd
+    role may keep from this service)."""
+
+    def __init__(self, client: aetcd.Client, *, prefix: str, sink: MirrorSink, range_end: str | None = None) -> None:
         self._client = client
         self._prefix = prefix.encode()
+        self._range_end = None if range_end is None else range_end.encode()
         self._sink = sink
         self._loaded = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -180,10 +185,17 @@ class EtcdMirror:
             raise
 
     async def _sync_then_watch(self) -> None:
-        snapshot = await self._client.get_prefix(self._prefix)
+        if self._range_end is None:
+            snapshot = await self._client.get_prefix(self._prefix)
+        else:
+            snapshot = await self._client.get_range(self._prefix, self._range_end)
         self._sink.reset((kv.key.decode(), kv.value) for kv in snapshot)
         self._loaded.set()
-        watch = await self._client.watch_prefix(self._prefix, start_revision=snapshot.header.revision + 1)
+        start_revision = snapshot.header.revision + 1
+        if self._range_end is None:
+            watch = await self._client.watch_prefix(self._prefix, start_revision=start_revision)
+        else:
+            watch = await self._client.watch(self._prefix, range_end=self._range_end, start_revision=start_revision)
         try:
             async for event in watch:
                 key = event.kv.key.decode()
