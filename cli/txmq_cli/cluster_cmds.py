@@ -255,6 +255,48 @@ def _echo_tls(files: TlsFiles) -> None:
         click.echo(line)
 
 
+@click.command("etcd-auth-setup")
+@option("--etcd-endpoint", required=True, help="host:port of etcd's client port (TLS, --client-cert-auth).")
+@option("--etcd-prefix", default="/txmq", show_default=True, help="Key prefix in etcd the roles are granted.")
+@option("--ca-file", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM CA of etcd's certificate.")
+@option("--cert-file", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM client certificate.")
+@option("--key-file", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM key of --cert-file.")
+@option(
+    "--passwords-dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="One file per etcd user: root, store, pull, txcheck, gateway (a mounted Secret).",
+)
+@option("--wait-s", default=300.0, show_default=True, type=float, help="How long to wait for etcd to answer.")
+def etcd_auth_setup(
+    etcd_endpoint: str, etcd_prefix: str, ca_file: str, cert_file: str, key_file: str, passwords_dir: str, wait_s: float
+) -> None:
+    """Make etcd's users and roles for txmq (a user and role per kind of service, each
+    allowed only its part of the prefix) and turn etcd's auth on. Idempotent. The Helm
+    chart's set-up Job runs it; `txmq up --tls` does the same by itself."""
+    from txmq_cli import etcd_auth
+    from txmq_cli.certs import TlsFiles
+
+    directory = Path(passwords_dir)
+    secrets = {etcd_auth.ROOT: (directory / etcd_auth.ROOT).read_text().strip()}
+    for service in SERVICES:
+        secrets[etcd_auth.service_user(service)] = (directory / service).read_text().strip()
+    files = TlsFiles(Path(ca_file), Path(cert_file), Path(key_file))
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            etcd_auth.set_up(etcd_endpoint, files, prefix=etcd_prefix, services=list(SERVICES), secrets=secrets)
+            break
+        except etcd_auth.EtcdAuthSetupFailed as exc:
+            if time.monotonic() > deadline:
+                click.echo(f"not done: {exc}", err=True)
+                sys.exit(1)
+            time.sleep(2)
+    click.echo(
+        f"etcd at {etcd_endpoint}: auth on, users root and {', '.join(etcd_auth.service_user(s) for s in SERVICES)}"
+    )
+
+
 def _service_command(service: str) -> click.Command:
     @click.command(
         service,
@@ -270,5 +312,6 @@ def _service_command(service: str) -> click.Command:
 
 def register(group: click.Group) -> None:
     group.add_command(up)
+    group.add_command(etcd_auth_setup)
     for service in SERVICES:
         group.add_command(_service_command(service))

@@ -12,7 +12,9 @@ fails that way ends as any broken stream does; whoever reopens it (the mirrors, 
 registration) makes a unary call first, which renews the token.
 
 A user name or password etcd refuses is ``EtcdAuthFailed``: not an aetcd ``ClientError``,
-so nothing retries it, and start-up ends with one line saying so.
+so nothing retries it, and start-up ends with one line saying so. An etcd whose auth is
+not on yet (Kubernetes: the chart's set-up job runs beside the services) is retried
+until ``etcd_startup_timeout_ms``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aetcd
+import aetcd.exceptions
 import grpc
 from aetcd import rpc, watcher
 from pydantic import SecretStr
@@ -157,11 +160,16 @@ class _Token:
         try:
             reply = await self.stub.Authenticate(self._request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
-            # INVALID_ARGUMENT "authentication failed, invalid user ID or password";
-            # FAILED_PRECONDITION "authentication is not enabled". Anything else
-            # (etcd unreachable) is an ordinary, retried failure.
-            if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+            # INVALID_ARGUMENT "authentication failed, invalid user ID or password": for
+            # good. FAILED_PRECONDITION "authentication is not enabled": not yet (a
+            # set-up job turning it on beside the services), retried as anything else
+            # (etcd unreachable) is.
+            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise EtcdAuthFailed(f"etcd refused user {self._request.name!r}: {exc.details()}") from None
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise aetcd.exceptions.PreconditionFailedError(
+                    f"etcd's auth is not on (yet) for user {self._request.name!r}: {exc.details()}"
+                ) from None
             raise
         return str(reply.token)
 
