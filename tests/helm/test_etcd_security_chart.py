@@ -118,6 +118,13 @@ def test_the_set_up_job_reaches_etcd(docs: list[Doc]) -> None:
     assert pod_labels(job)["app.kubernetes.io/component"] in expr["values"]
 
 
+def test_notes_tell_where_the_etcd_passwords_are() -> None:
+    notes = chart.notes(SECURITY)
+    assert "etcd is locked down" in notes
+    assert "get secret txmq-etcd-auth -o jsonpath='{.data.root}' | base64 -d" in notes
+    assert "etcd is locked down" not in chart.notes({"tls": {"enabled": True}, "auth": {"enabled": True}})
+
+
 def test_your_own_etcd_passwords_win() -> None:
     docs = chart.render({**SECURITY, "etcd": {"auth": {"existingSecret": "my-etcd"}}})
     assert not find(docs, "Secret", "txmq-etcd-auth")
