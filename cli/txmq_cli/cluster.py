@@ -38,6 +38,8 @@ from typing import IO, TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from txmq_cli import etcd_auth
+from txmq_cli.etcd_auth import channel_credentials
 from txmq_runtime.net import join_host_port
 
 if TYPE_CHECKING:
@@ -110,6 +112,8 @@ class ChildProcess:
     def __init__(self, *, name: str, argv: Sequence[str], log_path: Path, own_session: bool = False) -> None:
         self.name = name
         self.argv = list(argv)
+        #: Set in its environment beside ours (secrets that must not show on the command line).
+        self.env: dict[str, str] = {}
         self.log_path = log_path
         # own_session: not in the terminal's process group, so Ctrl-C does not reach it
         # and its owner decides when it stops (etcd must outlive the services).
@@ -148,7 +152,7 @@ class ChildProcess:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **self.env, "PYTHONUNBUFFERED": "1"},
             start_new_session=self._own_session,
         )
 
@@ -283,13 +287,16 @@ class EtcdServer:
         election_timeout_ms: int = 100,
         name: str = "txmq",
         initial_cluster: str = "",
+        tls: TlsFiles | None = None,
     ) -> None:
         self.host = host
         self.client_port = client_port
         self.peer_port = peer_port
         self.data_dir = Path(data_dir)
-        client_url = f"http://{join_host_port(host, client_port)}"
-        peer_url = f"http://{join_host_port(host, peer_port)}"
+        self.tls = tls
+        scheme = "http" if tls is None else "https"
+        client_url = f"{scheme}://{join_host_port(host, client_port)}"
+        peer_url = f"{scheme}://{join_host_port(host, peer_port)}"
         self.process = ChildProcess(
             name="etcd" if name == "txmq" else f"etcd-{name}",
             argv=[
@@ -320,6 +327,7 @@ class EtcdServer:
                 str(election_timeout_ms),
                 "--log-level",
                 "info",  # its "serving client traffic" line tells readiness
+                *([] if tls is None else etcd_tls_args(tls)),
             ],
             log_path=log_path,
             own_session=True,
@@ -340,7 +348,12 @@ class EtcdServer:
         # Our etcd says it serves our address (an etcd of another cluster on that port
         # would make ours exit instead), then answers there.
         self.process.wait_log_line(etcd_serving_line(self.endpoint), timeout_s=timeout_s)
-        wait_serving(self.endpoint, process=self.process, timeout_s=max(0.1, deadline - time.monotonic()))
+        wait_serving(
+            self.endpoint,
+            process=self.process,
+            timeout_s=max(0.1, deadline - time.monotonic()),
+            credentials=None if self.tls is None else channel_credentials(self.tls),
+        )
 
     def ready_now(self) -> bool:
         """Whether this run has said it serves clients (does not wait)."""
@@ -483,6 +496,39 @@ class ClusterMember:
         return self.member.process.log_tail(1)
 
 
+def etcd_tls_args(files: TlsFiles) -> list[str]:
+    """etcd's flags for TLS from ``files``: clients and peers on TLS, each presenting a
+    certificate signed by the CA (``--client-cert-auth``, ``--peer-client-cert-auth``)."""
+    return [
+        "--cert-file",
+        str(files.cert),
+        "--key-file",
+        str(files.key),
+        "--trusted-ca-file",
+        str(files.ca),
+        "--client-cert-auth",
+        "--peer-cert-file",
+        str(files.cert),
+        "--peer-key-file",
+        str(files.key),
+        "--peer-trusted-ca-file",
+        str(files.ca),
+        "--peer-client-cert-auth",
+    ]
+
+
+def etcd_tls_client_args(files: TlsFiles) -> list[str]:
+    """A service's flags for an etcd run with ``etcd_tls_args(files)``."""
+    return [
+        "--etcd_tls_ca_file",
+        str(files.ca),
+        "--etcd_tls_cert_file",
+        str(files.cert),
+        "--etcd_tls_key_file",
+        str(files.key),
+    ]
+
+
 def tls_args(files: TlsFiles, *, mode: str = "enforcing", client_auth: str = "require") -> list[str]:
     """A service's flags for TLS from ``files`` (its certificate also its client certificate)."""
     return [
@@ -523,7 +569,13 @@ class LocalCluster:
 
     ``tls``: every service serves TLS only (tls_mode enforcing) and requires client
     certificates (tls_client_auth require), with these files (``txmq_cli.certs``; the
-    certificate is also the services' client certificate), before ``service_args``.
+    certificate is also the services' client certificate), before ``service_args``. Our
+    etcd then serves clients and peers on TLS too, requiring certificates of the same CA,
+    and the services present theirs.
+
+    ``etcd_auth`` (by default: with ``tls`` and our own etcd): etcd's auth on, with a root
+    user and an etcd user per kind of service allowed only its part of the prefix
+    (``txmq_cli.etcd_auth``; passwords in ``<data_dir>/etcd-auth``).
     """
 
     def __init__(
@@ -547,6 +599,7 @@ class LocalCluster:
         start_timeout_s: float = 60.0,
         store_replicas: int = 1,
         tls: TlsFiles | None = None,
+        etcd_auth: bool | None = None,
     ) -> None:
         if store_replicas < 1:
             raise ValueError(f"store_replicas must be at least 1, got {store_replicas}")
@@ -561,12 +614,19 @@ class LocalCluster:
                 host=host,
                 client_port=etcd_client_port,
                 peer_port=etcd_peer_port,
+                tls=tls,
             )
         )
         self.etcd_endpoints = etcd_endpoints if self.etcd is None else self.etcd.endpoint
         self.tls = tls
+        self.etcd_prefix = etcd_prefix
+        self.etcd_auth = (tls is not None and self.etcd is not None) if etcd_auth is None else etcd_auth
+        if self.etcd_auth and (tls is None or self.etcd is None):
+            raise ValueError("etcd_auth needs tls and the cluster's own etcd")
         if tls is not None:
             service_args = [*tls_args(tls), *service_args]
+            if self.etcd is not None:
+                service_args = [*etcd_tls_client_args(tls), *service_args]
         ports = {"store": store_port, "txcheck": txcheck_port, "pull": pull_port, "gateway": gateway_port}
         extra = {
             "store": ["--data_dir", str(self.data_dir / "store"), *store_args],
@@ -692,6 +752,8 @@ class LocalCluster:
         try:
             if self.etcd is not None:
                 self.etcd.start(timeout_s=self.start_timeout_s)
+            if self.etcd_auth:
+                self._secure_etcd()
             for service in self.services.values():  # concurrent start-up, then wait for each
                 service.spawn()
             for service in self.services.values():
@@ -699,6 +761,25 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+
+    def _secure_etcd(self) -> None:
+        """etcd's users and roles (``txmq_cli.etcd_auth``), auth on, and each service its
+        etcd user: the name as a flag, the password in its environment."""
+        assert self.etcd is not None and self.tls is not None
+        kinds = sorted({service.service for service in self.services.values()})
+        users = [etcd_auth.ROOT, *(etcd_auth.service_user(kind) for kind in kinds)]
+        secrets = etcd_auth.passwords(self.etcd_auth_dir, users)
+        etcd_auth.set_up(self.etcd.endpoint, self.tls, prefix=self.etcd_prefix, services=kinds, secrets=secrets)
+        for service in self.services.values():
+            user = etcd_auth.service_user(service.service)
+            if "--etcd_username" not in service.process.argv:  # after "python -m txmq_<service>", before
+                service.process.argv[3:3] = ["--etcd_username", user]  # the flags given: those win
+            service.process.env[f"TXMQ_{service.service.upper()}_ETCD_PASSWORD"] = secrets[user]
+
+    @property
+    def etcd_auth_dir(self) -> Path:
+        """Where the etcd users' passwords are kept (one 0600 file per user)."""
+        return self.data_dir / "etcd-auth"
 
     def stop(self) -> dict[str, int | None]:
         """Services first (SIGTERM): the store's clients at once, then the store (the

@@ -86,8 +86,8 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 @option(
     "--tls",
     is_flag=True,
-    help="Mutual TLS on every service: a throwaway CA and certificate (new on every start) in <data-dir>/tls; "
-    "clients need the files printed.",
+    help="Mutual TLS on every service and etcd, and etcd auth with a user per kind of service: a throwaway CA "
+    "and certificate (new on every start) in <data-dir>/tls; clients need the files printed.",
 )
 @option(
     "--auth-enabled",
@@ -168,9 +168,14 @@ def _echo_up(cluster: LocalCluster, files: TlsFiles | None, secret_file: Path | 
     click.echo(f"txmq is up. bootstrap address: {cluster.bootstrap}")
     for name, service in cluster.services.items():
         click.echo(f"  {name:8} {service.address}")
-    click.echo(f"  {'etcd':8} {cluster.etcd_endpoints}")
+    click.echo(f"  {'etcd':8} {'' if files is None else 'https://'}{cluster.etcd_endpoints}")
     if files is not None:
         _echo_tls(files)
+    if cluster.etcd_auth:
+        click.echo(
+            "etcd: TLS with client certificates of the CA, and etcd auth on: each kind of service has its own "
+            f"etcd user; root's password is in {cluster.etcd_auth_dir / 'root'}"
+        )
     if secret_file is not None:
         click.echo(f"auth: every call needs a user; the super user {LOCAL_ADMIN!r}'s secret is in {secret_file}")
         click.echo(f"  CLI: export TXMQ_ACCESS_KEY={LOCAL_ADMIN} TXMQ_SECRET_KEY=$(cat {secret_file})")
@@ -240,7 +245,7 @@ def _echo_tls(files: TlsFiles) -> None:
     """Where the certificates are, and how the SDK and the CLI use them."""
     ca, cert, key = str(files.ca), str(files.cert), str(files.key)
     for line in (
-        "TLS: every service serves TLS only and requires a client certificate signed by the CA (etcd is plaintext)",
+        "TLS: every service and etcd serve TLS only and require a client certificate signed by the CA",
         f"  CA           {ca}",
         f"  certificate  {cert}   (server and client certificate; new ones on every start)",
         f"  key          {key}",
@@ -248,6 +253,48 @@ def _echo_tls(files: TlsFiles) -> None:
         f"  CLI: export TXMQ_TLS_CA_FILE={ca} TXMQ_TLS_CERT_FILE={cert} TXMQ_TLS_KEY_FILE={key}",
     ):
         click.echo(line)
+
+
+@click.command("etcd-auth-setup")
+@option("--etcd-endpoint", required=True, help="host:port of etcd's client port (TLS, --client-cert-auth).")
+@option("--etcd-prefix", default="/txmq", show_default=True, help="Key prefix in etcd the roles are granted.")
+@option("--ca-file", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM CA of etcd's certificate.")
+@option("--cert-file", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM client certificate.")
+@option("--key-file", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM key of --cert-file.")
+@option(
+    "--passwords-dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="One file per etcd user: root, store, pull, txcheck, gateway (a mounted Secret).",
+)
+@option("--wait-s", default=300.0, show_default=True, type=float, help="How long to wait for etcd to answer.")
+def etcd_auth_setup(
+    etcd_endpoint: str, etcd_prefix: str, ca_file: str, cert_file: str, key_file: str, passwords_dir: str, wait_s: float
+) -> None:
+    """Make etcd's users and roles for txmq (a user and role per kind of service, each
+    allowed only its part of the prefix) and turn etcd's auth on. Idempotent. The Helm
+    chart's set-up Job runs it; `txmq up --tls` does the same by itself."""
+    from txmq_cli import etcd_auth
+    from txmq_cli.certs import TlsFiles
+
+    directory = Path(passwords_dir)
+    secrets = {etcd_auth.ROOT: (directory / etcd_auth.ROOT).read_text().strip()}
+    for service in SERVICES:
+        secrets[etcd_auth.service_user(service)] = (directory / service).read_text().strip()
+    files = TlsFiles(Path(ca_file), Path(cert_file), Path(key_file))
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            etcd_auth.set_up(etcd_endpoint, files, prefix=etcd_prefix, services=list(SERVICES), secrets=secrets)
+            break
+        except etcd_auth.EtcdAuthSetupFailed as exc:
+            if time.monotonic() > deadline:
+                click.echo(f"not done: {exc}", err=True)
+                sys.exit(1)
+            time.sleep(2)
+    click.echo(
+        f"etcd at {etcd_endpoint}: auth on, users root and {', '.join(etcd_auth.service_user(s) for s in SERVICES)}"
+    )
 
 
 def _service_command(service: str) -> click.Command:
@@ -265,5 +312,6 @@ def _service_command(service: str) -> click.Command:
 
 def register(group: click.Group) -> None:
     group.add_command(up)
+    group.add_command(etcd_auth_setup)
     for service in SERVICES:
         group.add_command(_service_command(service))

@@ -93,7 +93,7 @@ FIXED_OR_OFF_PORTS = frozenset({"metrics_port", "tls_port", "probe_port", "plain
 #: the gateway's secret_key from gateway.auth.existingSecret (key existingSecretKey), every
 #: service's auth_secret_key from auth.existingSecret (key existingSecretKey).
 SECRET_SETTINGS: dict[str, frozenset[str]] = {
-    service: frozenset({"auth_secret_key"} & set(cls.model_fields))
+    service: frozenset({"auth_secret_key", "etcd_password"} & set(cls.model_fields))
     | ({"secret_key"} if service == "gateway" else set())
     for service, cls in SERVICES.items()
 }

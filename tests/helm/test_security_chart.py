@@ -280,6 +280,7 @@ def test_your_own_certificate_and_secret_win() -> None:
         **SECURITY,
         "tls": {"secretName": "my-tls"},
         "auth": {"existingSecret": "my-auth", "existingSecretKey": "key"},
+        "etcd": {"auth": {"existingSecret": "my-etcd-auth"}},
     }
     docs = chart.render(values)
     assert not find(docs, "Secret")
@@ -289,6 +290,8 @@ def test_your_own_certificate_and_secret_win() -> None:
             assert {v["name"]: v for v in pod_spec(w)["volumes"]}["tls"]["secret"]["secretName"] == "my-tls"
             ref = env_var(c, f"TXMQ_{service.upper()}_AUTH_SECRET_KEY")["valueFrom"]["secretKeyRef"]
             assert ref == {"name": "my-auth", "key": "key"}
+            ref = env_var(c, f"TXMQ_{service.upper()}_ETCD_PASSWORD")["valueFrom"]["secretKeyRef"]
+            assert ref == {"name": "my-etcd-auth", "key": service}
     notes = chart.notes(values)
     assert "get secret my-auth -o jsonpath='{.data.key}' | base64 -d" in notes
     assert "KEEPS" not in notes  # the user's own Secret: the chart neither made nor keeps it

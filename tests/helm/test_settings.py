@@ -67,13 +67,21 @@ def fields(service: str) -> list[str]:
 GATEWAY_AUTH = {"existingSecret": "gw-auth", "existingSecretKey": "secret-key"}
 #: The Secret every service's auth_secret_key comes from (top-level auth.*).
 SERVICES_AUTH = {"existingSecret": "txmq-auth", "existingSecretKey": "auth-secret-key"}
-SECRETS = {("gw-auth", "secret-key"): "the-secret-key", ("txmq-auth", "auth-secret-key"): "services-secret-key-0123"}
+#: The Secret of the services' etcd passwords (etcd.auth.existingSecret), a key per service.
+ETCD_AUTH = "txmq-etcd-auth"
+SECRETS = {
+    ("gw-auth", "secret-key"): "the-secret-key",
+    ("txmq-auth", "auth-secret-key"): "services-secret-key-0123",
+    **{(ETCD_AUTH, service): f"{service}-etcd-password" for service in ("store", "pull", "txcheck", "gateway")},
+}
 #: TLS on (tls.*): every service on enforcing mutual TLS with the mounted Secret.
 TLS = {"enabled": True, "secretName": "txmq-tls"}
 
 
 def secret_source(service: str, name: str) -> dict[str, str]:
     """The Secret (existingSecret, existingSecretKey) a secret setting comes from."""
+    if name == "etcd_password":
+        return {"existingSecret": ETCD_AUTH, "existingSecretKey": service}
     return GATEWAY_AUTH if (service, name) == ("gateway", "secret_key") else SERVICES_AUTH
 
 
@@ -156,7 +164,13 @@ def test_rendered_env_names_are_the_settings_fields(service: str, default_docs: 
 def test_secret_settings_are_rendered_from_the_secret_only() -> None:
     """With gateway.auth.existingSecret and auth.existingSecret every setting has its env
     var, the secret ones from a secretKeyRef (never a literal value)."""
-    docs = chart.render({"auth": SERVICES_AUTH, "gateway": {"auth": GATEWAY_AUTH, "settings": {"access_key": "ak"}}})
+    docs = chart.render(
+        {
+            "auth": SERVICES_AUTH,
+            "etcd": {"auth": {"existingSecret": ETCD_AUTH}},
+            "gateway": {"auth": GATEWAY_AUTH, "settings": {"access_key": "ak"}},
+        }
+    )
     for service in SERVICES:
         for c in service_containers(docs, service):
             prefix = f"TXMQ_{service.upper()}_"
@@ -305,6 +319,7 @@ def test_every_setting_reaches_the_service_when_changed(monkeypatch: pytest.Monk
     # Secret settings are not values: they come from the Secrets gateway.auth (which a
     # changed access_key needs anyway) and auth name.
     values["auth"] = SERVICES_AUTH
+    values["etcd"] = {"auth": {"existingSecret": ETCD_AUTH}}
     for service in SERVICES:
         for name in settings_schema.secret_settings(service):
             source = secret_source(service, name)

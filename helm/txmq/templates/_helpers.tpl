@@ -78,8 +78,9 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- define "txmq.etcd.initialCluster" -}}
 {{- $full := include "txmq.fullname" . }}
 {{- $members := list }}
+{{- $scheme := ternary "https" "http" (eq (include "txmq.etcdSecured" .) "true") }}
 {{- range $i := until (int .Values.etcd.replicas) }}
-{{- $members = append $members (printf "%s-etcd-%d=http://%s-etcd-%d.%s.%s.svc.%s:%d" $full $i $full $i (include "txmq.etcd.headless" $) $.Release.Namespace $.Values.clusterDomain (int $.Values.etcd.peerPort)) }}
+{{- $members = append $members (printf "%s-etcd-%d=%s://%s-etcd-%d.%s.%s.svc.%s:%d" $full $i $scheme $full $i (include "txmq.etcd.headless" $) $.Release.Namespace $.Values.clusterDomain (int $.Values.etcd.peerPort)) }}
 {{- end }}
 {{- join "," $members }}
 {{- end }}
@@ -136,6 +137,12 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- $_ := set $computed "tls_key_file" (printf "%s/tls.key" $tlsDir) }}
 {{- $_ := set $computed "tls_ca_file" (printf "%s/ca.crt" $tlsDir) }}
 {{- $_ := set $computed "tls_server_name" (include "txmq.tlsServerName" $ctx) }}
+{{- if include "txmq.etcdSecured" $ctx }}
+{{- $_ := set $computed "etcd_tls_ca_file" (printf "%s/ca.crt" $tlsDir) }}
+{{- $_ := set $computed "etcd_tls_cert_file" (printf "%s/tls.crt" $tlsDir) }}
+{{- $_ := set $computed "etcd_tls_key_file" (printf "%s/tls.key" $tlsDir) }}
+{{- $_ := set $computed "etcd_username" (printf "txmq-%s" $service) }}
+{{- end }}
 {{- end }}
 {{- /* "" never reaches a service: enforcing mutual TLS with tls.enabled (or
      security.enabled), else off. */}}
@@ -179,7 +186,8 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
      Secret the user created, gateway.auth.existingSecret (key existingSecretKey); nothing
      when none is named (the service's default, ""). Every service's auth_secret_key comes
      from auth.existingSecret, or, when auth is on, the Secret the chart generates
-     (txmq.authSecret). */}}
+     (txmq.authSecret). Its etcd_password comes from the key named after the service in
+     the etcd passwords' Secret (txmq.etcdAuthSecret), when there is one. */}}
 {{- define "txmq.secretEnv" -}}
 {{- $v := index .ctx.Values .service }}
 {{- if and (hasKey $v "auth") $v.auth.existingSecret }}
@@ -196,6 +204,40 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
       name: {{ .name | quote }}
       key: {{ .key | quote }}
 {{- end }}
+{{- with include "txmq.etcdAuthSecret" .ctx }}
+- name: {{ printf "TXMQ_%s_ETCD_PASSWORD" (upper $.service) }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $.service | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret of the services' etcd passwords (one key per service):
+     etcd.auth.existingSecret, else the one the chart makes for its own locked-down etcd
+     (txmq.etcdSecured); "" for none. */}}
+{{- define "txmq.etcdAuthSecret" -}}
+{{- if (.Values.etcd.auth | default dict).existingSecret }}
+{{- .Values.etcd.auth.existingSecret }}
+{{- else if include "txmq.etcdSecured" . }}
+{{- include "txmq.etcdAuthSecretName" . }}
+{{- end }}
+{{- end }}
+
+{{- define "txmq.etcdAuthSecretName" -}}
+{{- printf "%s-etcd-auth" (include "txmq.fullname" .) }}
+{{- end }}
+
+{{/* "true" when the chart's own etcd is locked down (security.enabled): client and peer
+     TLS with the release's certificate, client certificates required, etcd's auth on
+     with a user per kind of service (the set-up Job, etcd/auth-job.yaml). */}}
+{{- define "txmq.etcdSecured" -}}
+{{- if and .Values.etcd.enabled (.Values.security | default dict).enabled }}true{{ end }}
+{{- end }}
+
+{{/* Where the etcd pods mount the release's TLS Secret. */}}
+{{- define "txmq.etcdTlsDir" -}}
+/etc/etcd/tls
 {{- end }}
 
 {{/* Auth of every service ---------------------------------------------------------------- */}}
@@ -361,8 +403,8 @@ podAntiAffinity:
 {{/* The DNS names of the release's certificate (generated or cert-manager's), as JSON:
      the name internal calls check, every Service (store, pull, txcheck, gateway,
      bootstrap, the stores' headless Service) in each spelling, each store pod's own name
-     (which it advertises), localhost (a `txmq` command run in a pod) and
-     tls.extraDnsNames. */}}
+     (which it advertises), with a locked-down etcd (txmq.etcdSecured) its client Service
+     and members, localhost (a `txmq` command run in a pod) and tls.extraDnsNames. */}}
 {{- define "txmq.tlsDnsNames" -}}
 {{- $full := include "txmq.fullname" . }}
 {{- $ns := .Release.Namespace }}
@@ -373,6 +415,11 @@ podAntiAffinity:
 {{- $names = concat $names (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns $domain)) }}
 {{- end }}
 {{- $names = append $names (printf "*.%s-store-headless.%s.svc.%s" $full $ns $domain) }}
+{{- if include "txmq.etcdSecured" . }}
+{{- $svc := printf "%s-etcd" $full }}
+{{- $names = concat $names (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns $domain)) }}
+{{- $names = append $names (printf "*.%s.%s.svc.%s" (include "txmq.etcd.headless" .) $ns $domain) }}
+{{- end }}
 {{- $names = concat $names (list "localhost") (.Values.tls.extraDnsNames | default list) }}
 {{- $names | uniq | toJson }}
 {{- end }}

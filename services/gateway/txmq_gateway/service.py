@@ -93,11 +93,13 @@ def quiet_header_encoding_log() -> None:
 
 async def handle_signer(ctx: ServiceContext[GatewaySettings]) -> HandleSigner:
     """The signer of transaction handles, keyed by the cluster's secret in etcd (made by
-    the first gateway that starts): a handle one gateway issued is accepted by all."""
+    the first gateway that starts): a handle one gateway issued is accepted by all. With
+    auth the secret is sealed in etcd under auth_secret_key (txmq_runtime.secrets)."""
     key = secrets.secret_key(ctx.keys.prefix, HANDLE_KEY_SECRET)
     timeout_s = ctx.settings.etcd_startup_timeout_ms / 1000
+    box = None if ctx.security is None else secrets.SecretBox(ctx.security.secret_key)
     try:
-        return HandleSigner(await secrets.get_or_create(ctx.etcd, key, give_up_after_s=timeout_s))
+        return HandleSigner(await secrets.get_or_create(ctx.etcd, key, give_up_after_s=timeout_s, box=box))
     except RETRYABLE as exc:
         raise StartupFailed(f"could not read the transaction-handle key {key} from etcd: {exc}") from None
     except secrets.SecretUnusable as exc:

@@ -22,6 +22,7 @@ from tenacity.retry import retry_base
 from txmq_runtime import keepalive
 from txmq_runtime.backoff import BackoffPolicy
 from txmq_runtime.backoff import retrying as backoff_retrying
+from txmq_runtime.etcd_access import EtcdAccess, EtcdClient
 from txmq_runtime.net import join_host_port, split_host_port
 
 log = logging.getLogger("txmq.etcd")
@@ -43,20 +44,25 @@ _CHANNEL_OPTIONS = {
 }
 
 
-def etcd_client(endpoints: str) -> aetcd.Client:
-    """A client for ``endpoints`` (comma-separated ``host:port``; ``http://`` allowed).
+def etcd_client(endpoints: str, access: EtcdAccess | None = None) -> aetcd.Client:
+    """A client for ``endpoints`` (comma-separated ``host:port``; ``http://`` and
+    ``https://`` allowed), through etcd's checks with ``access`` (TLS, client certificate,
+    user: ``txmq_runtime.etcd_access``; None: plaintext, no user).
 
     One endpoint may be any host name. Several must be IP addresses: they become one
     gRPC ``ipv4:``/``ipv6:`` target, so the channel itself fails over between members.
     (For host names, use one DNS name that resolves to every member.)
     """
-    hosts = [split_host_port(e.strip().removeprefix("http://")) for e in endpoints.split(",") if e.strip()]
+    access = access or EtcdAccess()
+    hosts = [split_host_port(_bare(e)) for e in endpoints.split(",") if e.strip()]
     if not hosts:
         raise ValueError("no etcd endpoint given")
+    if access.ca is None and any(e.strip().startswith("https://") for e in endpoints.split(",")):
+        raise ValueError(f"etcd endpoints {endpoints!r} are https:// but no etcd_tls_ca_file is given")
     if len(hosts) == 1:
         host, port = hosts[0]
         host = f"[{host}]" if ":" in host else host  # aetcd dials f"{host}:{port}"
-        return aetcd.Client(host=host, port=port, timeout=_CALL_TIMEOUT_S, options=_channel_options())
+        return EtcdClient(host=host, port=port, access=access, timeout=_CALL_TIMEOUT_S, options=_channel_options())
     try:
         versions = {ipaddress.ip_address(host).version for host, _ in hosts}
     except ValueError:
@@ -70,7 +76,13 @@ def etcd_client(endpoints: str) -> aetcd.Client:
     target = f"{scheme}:" + ",".join(join_host_port(h, p) for h, p in hosts)
     # aetcd dials f"{host}:{port}": hand it the target split at its last colon.
     head, _, last_port = target.rpartition(":")
-    return aetcd.Client(host=head, port=int(last_port), timeout=_CALL_TIMEOUT_S, options=_channel_options())
+    return EtcdClient(
+        host=head, port=int(last_port), access=access, timeout=_CALL_TIMEOUT_S, options=_channel_options()
+    )
+
+
+def _bare(endpoint: str) -> str:
+    return endpoint.strip().removeprefix("http://").removeprefix("https://")
 
 
 def _channel_options() -> dict[str, int]:
@@ -116,18 +128,25 @@ async def close_client(client: aetcd.Client) -> None:
 class EtcdMirror:
     """Keeps ``sink`` equal to everything under ``prefix``: read the prefix, then watch it
     from the next revision; on any failure (etcd gone, compaction) read it again.
-    While etcd is unreachable the sink keeps its last contents."""
+    While etcd is unreachable the sink keeps its last contents.
 
-    def __init__(self, client: aetcd.Client, *, prefix: str, sink: MirrorSink) -> None:
+    ``range_end``: mirror the key range [prefix, range_end) instead (several neighbouring
+    prefixes in one read and one watch, and nothing between or beyond them, which an etcd
+    role may keep from this service)."""
+
+    def __init__(self, client: aetcd.Client, *, prefix: str, sink: MirrorSink, range_end: str | None = None) -> None:
         self._client = client
         self._prefix = prefix.encode()
+        self._range_end = None if range_end is None else range_end.encode()
         self._sink = sink
         self._loaded = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: The last failure worth retrying: the cause of start's TimeoutError.
+        self._last_error: BaseException | None = None
 
     async def start(self, *, timeout_s: float) -> None:
         """Start mirroring; return once the first snapshot is in the sink."""
-        self._task = asyncio.create_task(retrying(again_on_return=True)(self._sync_then_watch), name="etcd-mirror")
+        self._task = asyncio.create_task(retrying(again_on_return=True)(self._attempt), name="etcd-mirror")
         loaded = asyncio.create_task(self._loaded.wait())
         await asyncio.wait({loaded, self._task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         if loaded.done():
@@ -138,7 +157,9 @@ class EtcdMirror:
             task.result()  # a failure that is not worth retrying: raise it
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        raise TimeoutError(f"could not read {self._prefix.decode()!r} from etcd within {timeout_s} s")
+        raise TimeoutError(f"could not read {self._prefix.decode()!r} from etcd within {timeout_s} s") from (
+            self._last_error
+        )
 
     async def close(self) -> None:
         """Stop mirroring. Bounded: a watch cancelled while aetcd's watcher is busy (a watch
@@ -156,11 +177,25 @@ class EtcdMirror:
                 self._prefix.decode(), 2 * MIRROR_CLOSE_TIMEOUT_S,
             )  # fmt: skip
 
+    async def _attempt(self) -> None:
+        try:
+            await self._sync_then_watch()
+        except RETRYABLE as exc:
+            self._last_error = exc
+            raise
+
     async def _sync_then_watch(self) -> None:
-        snapshot = await self._client.get_prefix(self._prefix)
+        if self._range_end is None:
+            snapshot = await self._client.get_prefix(self._prefix)
+        else:
+            snapshot = await self._client.get_range(self._prefix, self._range_end)
         self._sink.reset((kv.key.decode(), kv.value) for kv in snapshot)
         self._loaded.set()
-        watch = await self._client.watch_prefix(self._prefix, start_revision=snapshot.header.revision + 1)
+        start_revision = snapshot.header.revision + 1
+        if self._range_end is None:
+            watch = await self._client.watch_prefix(self._prefix, start_revision=start_revision)
+        else:
+            watch = await self._client.watch(self._prefix, range_end=self._range_end, start_revision=start_revision)
         try:
             async for event in watch:
                 key = event.kv.key.decode()

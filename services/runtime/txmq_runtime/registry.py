@@ -81,6 +81,12 @@ class EtcdKeys:
         _check_segment("topic", topic)
         return self.store_topics(store_id) + topic
 
+    def view_range(self) -> tuple[str, str]:
+        """[start, end) of the keys a ClusterView reads: ``services/`` through ``stores/``
+        (``store-groups/`` lies between). Nothing else under the prefix: users, secrets
+        and the other services' own keys need not be readable by every service."""
+        return f"{self.prefix}/services/", f"{self.prefix}/stores0"  # "0" follows "/": the end of stores/
+
     def parse(self, key: str) -> ServiceKey | StoreTopicKey | None:
         """What a key under the prefix names; None for keys this layout does not own."""
         if not key.startswith(self.root):
@@ -393,7 +399,8 @@ class ClusterView:
         self._client = client
         self._keys = keys
         self._state = ClusterState(keys)
-        self._mirror = EtcdMirror(client, prefix=keys.root, sink=self._state)
+        start, end = keys.view_range()
+        self._mirror = EtcdMirror(client, prefix=start, range_end=end, sink=self._state)
 
     async def start(self, *, timeout_s: float) -> None:
         await self._mirror.start(timeout_s=timeout_s)
@@ -426,7 +433,8 @@ class ClusterView:
         answers from the copy)."""
         fresh = ClusterState(self._keys)
         try:
-            snapshot = await self._client.get_prefix(self._keys.root.encode())
+            start, end = self._keys.view_range()
+            snapshot = await self._client.get_range(start.encode(), end.encode())
         except RETRYABLE as exc:
             log.warning("etcd read for %s failed, answering from the cached view: %s", what, exc)
             return None

@@ -6,8 +6,17 @@ every process, however they race, returns the bytes etcd holds. So replicas of a
 behind one load balancer, and restarts, share the same key (the gateway signs its
 transaction handles with one).
 
-The value is the raw key bytes. Deleting it, or overwriting it, invalidates whatever was
-signed with the old key once the processes holding it restart.
+With a ``SecretBox`` (a process with ``auth_enabled``: the box's key is derived from
+``auth_secret_key``) the value is **sealed** the way users' secrets are: AES-256-GCM
+under a key derived with HKDF-SHA256 (its own derivation label), the etcd key as
+associated data, behind ``SEALED_MARK``. Whoever reads etcd (a backup, a role that
+reaches the key) then learns nothing without ``auth_secret_key``. A raw value written
+before sealing is sealed in place on the first read with a box, the same bytes, so what
+was signed with it stays valid. Without a box the value is the raw key bytes: a process
+without auth has nothing to seal with.
+
+Deleting the value, or overwriting it, invalidates whatever was signed with the old key
+once the processes holding it restart.
 """
 
 from __future__ import annotations
@@ -18,6 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 import aetcd
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from txmq_runtime.etcd import retrying
 
@@ -29,8 +42,39 @@ SECRET_BYTES = 32
 MIN_SECRET_BYTES = 16
 
 
+#: How a sealed value begins (a raw random one does so with probability 2**-120).
+SEALED_MARK = b"txmq-sealed-v1:"
+_NONCE_BYTES = 12
+
+
 class SecretUnusable(Exception):
-    """The key in etcd holds something that cannot serve as a secret (too short)."""
+    """The key in etcd holds something that cannot serve as a secret (too short, or
+    sealed with a key this process does not have)."""
+
+
+class SecretBox:
+    """Seals cluster secrets: AES-256-GCM under a key derived (HKDF-SHA256) from the
+    services' secret, as ``txmq_runtime.auth.Sealer`` seals users' secrets, with its own
+    label (a sealed user secret opens nothing here) and the etcd key as associated data
+    (a sealed value cannot be moved to another key)."""
+
+    def __init__(self, service_secret: str) -> None:
+        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"txmq cluster secrets v1").derive(
+            service_secret.encode()
+        )
+        self._aead = AESGCM(key)
+
+    def seal(self, key: str, secret: bytes) -> bytes:
+        nonce = os.urandom(_NONCE_BYTES)
+        return SEALED_MARK + nonce + self._aead.encrypt(nonce, secret, key.encode())
+
+    def open(self, key: str, sealed: bytes) -> bytes | None:
+        """The secret; None when it was not sealed with this box's key for ``key``."""
+        body = sealed.removeprefix(SEALED_MARK)
+        try:
+            return self._aead.decrypt(body[:_NONCE_BYTES], body[_NONCE_BYTES:], key.encode())
+        except InvalidTag:
+            return None
 
 
 def secret_key(etcd_prefix: str, name: str) -> str:
@@ -47,28 +91,35 @@ async def get_or_create(
     size: int = SECRET_BYTES,
     give_up_after_s: float | None = None,
     random_bytes: Callable[[int], bytes] = os.urandom,
+    box: SecretBox | None = None,
 ) -> bytes:
     """The secret at ``key``; when absent, ``size`` random bytes are put there first
     (create-if-absent: of several processes racing, one write wins and all return it).
+    With ``box`` the value in etcd is sealed (module docstring).
 
     etcd errors are retried (``txmq_runtime.etcd.retrying``) until ``give_up_after_s``,
-    then raised. SecretUnusable when the stored value is shorter than MIN_SECRET_BYTES."""
+    then raised. SecretUnusable when the stored value is shorter than MIN_SECRET_BYTES,
+    or sealed and ``box`` cannot open it."""
     if size < MIN_SECRET_BYTES:
         raise ValueError(f"a secret needs at least {MIN_SECRET_BYTES} bytes, not {size}")
     k = key.encode()
 
     async def attempt() -> tuple[bool, bytes]:
         tx = etcd.transactions
+        made = random_bytes(size)
         created, responses = await etcd.transaction(
             compare=[tx.version(k) == 0],
-            success=[tx.put(k, random_bytes(size)), tx.get(k)],
+            success=[tx.put(k, made if box is None else box.seal(key, made)), tx.get(k)],
             failure=[tx.get(k)],
         )
         return created, _value(responses[-1] if responses else None)
 
     created: bool
-    value: bytes
-    created, value = await retrying(give_up_after_s=give_up_after_s)(attempt)
+    stored: bytes
+    created, stored = await retrying(give_up_after_s=give_up_after_s)(attempt)
+    value = _opened(key, stored, box)
+    if box is not None and not stored.startswith(SEALED_MARK) and len(value) >= MIN_SECRET_BYTES:
+        await _seal_in_place(etcd, key, stored, box, give_up_after_s=give_up_after_s)
     if len(value) < MIN_SECRET_BYTES:
         raise SecretUnusable(
             f"etcd key {key} holds {len(value)} bytes; a secret needs at least {MIN_SECRET_BYTES} "
@@ -77,6 +128,41 @@ async def get_or_create(
     if created:
         log.info("made the secret %s (%d random bytes)", key, len(value))
     return value
+
+
+def _opened(key: str, stored: bytes, box: SecretBox | None) -> bytes:
+    """The secret in ``stored``: opened when sealed, as it is when raw."""
+    if not stored.startswith(SEALED_MARK):
+        return stored
+    if box is None:
+        raise SecretUnusable(
+            f"etcd key {key} is sealed, and this process has no auth_secret_key to open it (turn auth_enabled on)"
+        )
+    opened = box.open(key, stored)
+    if opened is None:
+        raise SecretUnusable(
+            f"etcd key {key} is sealed with another auth_secret_key (use the cluster's, or delete the key to have a "
+            "new one made; whatever the old one signed becomes invalid)"
+        )
+    return opened
+
+
+async def _seal_in_place(
+    etcd: aetcd.Client, key: str, raw: bytes, box: SecretBox, *, give_up_after_s: float | None
+) -> None:
+    """Replace the raw value written before sealing by the same secret sealed, unless
+    someone changed it meanwhile (then they wrote it; it is theirs)."""
+    k = key.encode()
+
+    async def attempt() -> bool:
+        tx = etcd.transactions
+        done, _ = await etcd.transaction(
+            compare=[tx.value(k) == raw], success=[tx.put(k, box.seal(key, raw))], failure=[]
+        )
+        return bool(done)
+
+    if await retrying(give_up_after_s=give_up_after_s)(attempt):
+        log.info("sealed the secret %s in place (it was stored raw)", key)
 
 
 def _value(response: Any) -> bytes:

@@ -45,6 +45,7 @@ from txmq.v1 import auth_pb2, auth_pb2_grpc, common_pb2
 from txmq_runtime import calls, keepalive, metrics, tls
 from txmq_runtime.auth_service import AuthServicer, AuthStartupError, Security
 from txmq_runtime.etcd import RETRYABLE, close_client, etcd_client
+from txmq_runtime.etcd_access import EtcdAccess, EtcdAuthFailed
 from txmq_runtime.grpc_errors import RejectUnparseable
 from txmq_runtime.net import join_host_port
 from txmq_runtime.registry import ClusterView, EtcdKeys, Registration, encode, kind_name
@@ -196,13 +197,14 @@ async def run_service(*, kind: int, settings: S, setup: Setup[S]) -> None:
 async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setup[S]) -> None:
     name = kind_name(kind)
     ka, material, security = _configure_links(settings)
+    access = _etcd_access(settings)
     ports = _bind_service(settings, ka, material, security)
     keys = EtcdKeys(settings.etcd_prefix)
     health_servicer = health.aio.HealthServicer()
     for health_name in ("", READY_HEALTH_SERVICE):
         await health_servicer.set(health_name, health_pb2.HealthCheckResponse.NOT_SERVING)
     probe_server, probe_port = _bind_probe(settings, health_servicer)
-    etcd = etcd_client(settings.etcd_endpoints)  # after every bind: a failed one leaves no client
+    etcd = etcd_client(settings.etcd_endpoints, access)  # after every bind: a failed one leaves no client
 
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(close_client, etcd)
@@ -248,6 +250,21 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         await signals.stop.wait()
         lifecycle.info("%s %s stopping", name, instance_id)
     lifecycle.info("%s %s stopped", name, instance_id)
+
+
+def _etcd_access(settings: ServiceSettings) -> EtcdAccess:
+    """What the etcd client presents (TLS files, user); StartupFailed when a file is bad."""
+    try:
+        return EtcdAccess.load(settings)
+    except tls.TlsError as exc:
+        raise StartupFailed(str(exc)) from None
+
+
+def _last_error(exc: BaseException) -> str:
+    """``: <the last etcd error>`` when the timeout carries one (a TLS handshake etcd
+    refused, a permission etcd denied), else nothing."""
+    cause = exc.__cause__
+    return "" if cause is None else f": last error: {' '.join(str(cause).split())}"
 
 
 def _configure_links(settings: ServiceSettings) -> tuple[keepalive.Keepalive, tls.TlsMaterial | None, Security | None]:
@@ -325,10 +342,13 @@ async def _join_cluster(
     startup_s = settings.etcd_startup_timeout_ms / 1000
     try:
         await cluster.start(timeout_s=startup_s)
-    except TimeoutError:
+    except EtcdAuthFailed as exc:
+        raise StartupFailed(f"{exc} (--etcd-username; --etcd-password)") from None
+    except TimeoutError as exc:
         raise StartupFailed(
             f"etcd at {settings.etcd_endpoints} not reachable within {startup_s:g} s "
-            "(--etcd-endpoints; --etcd-startup-timeout-ms)"
+            f"(--etcd-endpoints; --etcd-startup-timeout-ms{'; --etcd-tls-*' if settings.etcd_tls_ca_file else ''})"
+            f"{_last_error(exc)}"
         ) from None
     stack.push_async_callback(cluster.close)
     if security is not None:

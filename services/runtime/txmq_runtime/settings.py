@@ -189,6 +189,35 @@ class ServiceSettings(BaseSettings):
             taken.setdefault(value, name)
         return self
 
+    etcd_tls_ca_file: str = Field(
+        "",
+        description="PEM CA bundle etcd's certificate is checked with; set: the links to etcd use TLS "
+        "(etcd's --cert-file), else plaintext.",
+    )
+    etcd_tls_cert_file: str = Field(
+        "",
+        description="PEM client certificate presented to etcd (for etcd's --client-cert-auth); needs "
+        "etcd_tls_ca_file and etcd_tls_key_file.",
+    )
+    etcd_tls_key_file: str = Field("", description="PEM private key of etcd_tls_cert_file.")
+    etcd_username: str = Field(
+        "", description="etcd user this service acts as (etcd's auth enabled); needs etcd_password."
+    )
+    etcd_password: SecretStr = Field(
+        SecretStr(""),
+        description="Password of etcd_username (from a Secret or env var, never a flag in production).",
+    )
+
+    @model_validator(mode="after")
+    def _etcd_access_is_complete(self) -> Self:
+        if bool(self.etcd_tls_cert_file) != bool(self.etcd_tls_key_file):
+            raise ValueError("etcd_tls_cert_file and etcd_tls_key_file go together (a client certificate and its key)")
+        if self.etcd_tls_cert_file and not self.etcd_tls_ca_file:
+            raise ValueError("etcd_tls_cert_file needs etcd_tls_ca_file (TLS to etcd is on only with a CA)")
+        if bool(self.etcd_username) != bool(self.etcd_password.get_secret_value()):
+            raise ValueError("etcd_username and etcd_password go together")
+        return self
+
     auth_enabled: bool = Field(
         False,
         description="Authenticate every call (signed with a user's access key + secret key, or a client certificate "
