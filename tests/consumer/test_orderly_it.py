@@ -162,11 +162,21 @@ def test_two_orderly_consumers_never_interleave_on_a_queue(
         b = _child(cluster, group, topic, rec_b, "consumer-b", tmp_path)
         _send(producer, topic, 40, sent)
 
+        last_send = time.monotonic()
+
         def b_took_over() -> bool:
+            nonlocal last_send
             assert b is not None and b.running(), b.log_tail() if b else ""
             b_events = _read(rec_b)[0]
             a_queues = {e.queue for e in _read(rec_a)[0]}
-            return any(e.end is not None and e.queue in a_queues for e in b_events)
+            if any(e.end is not None and e.queue in a_queues for e in b_events):
+                return True
+            # a may drain everything before b's rebalance hands it a queue: keep a
+            # little coming, so the queue b takes over has something to consume.
+            if time.monotonic() - last_send > 1.0:
+                _send(producer, topic, 1, sent)
+                last_send = time.monotonic()
+            return False
 
         wait_until(b_took_over, timeout_s=60, what="b consuming a queue a consumed before (a hand-over)")
         a_before = sum(e.end is not None for e in _read(rec_a)[0])
