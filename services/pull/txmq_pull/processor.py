@@ -233,7 +233,11 @@ class PullProcessor:
             self._feed.ensure(v.key.store_id)
         if req.HasField("commit_offset"):
             await v.store.commit_consume_offset(
-                group=v.group, topic=v.key.topic, queue_id=v.key.queue_id, offset=req.commit_offset
+                group=v.group,
+                topic=v.key.topic,
+                queue_id=v.key.queue_id,
+                offset=req.commit_offset,
+                client_id=req.client_id,
             )
         hold_ms = self._hold_time_ms(req)
         if hold_ms <= 0:
@@ -336,7 +340,11 @@ class PullProcessor:
             raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {req.offset} is negative")
         _, store = await self._clients.resolve(req.queue)
         await store.commit_consume_offset(
-            group=req.consumer_group, topic=req.queue.topic, queue_id=req.queue.queue_id, offset=req.offset
+            group=req.consumer_group,
+            topic=req.queue.topic,
+            queue_id=req.queue.queue_id,
+            offset=req.offset,
+            client_id=req.client_id,
         )
 
     async def query_offset(self, req: pull_pb2.QueryConsumerOffsetRequest) -> pull_pb2.QueryConsumerOffsetResponse:

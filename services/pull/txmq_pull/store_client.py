@@ -83,9 +83,13 @@ class StoreClient:
     async def get_message(self, request: store_pb2.GetMessageRequest) -> store_pb2.GetMessageResponse:
         return await _call(lambda: self._store.GetMessage(request, timeout=self._timeout_s))
 
-    async def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def commit_consume_offset(
+        self, *, group: str, topic: str, queue_id: int, offset: int, client_id: str = ""
+    ) -> None:
+        """``client_id`` (an orderly consumer's) has the store fence the commit with the
+        queue's lock (``CODE_QUEUE_LOCKED``)."""
         request = store_pb2.CommitConsumeOffsetRequest(
-            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset
+            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset, client_id=client_id
         )
         await _call(lambda: self._store.CommitConsumeOffset(request, timeout=self._timeout_s))
 

@@ -509,18 +509,20 @@ class UnlockQueuesResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class CommitConsumeOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "fence")
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "fence", "client_id")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     offset: int
     fence: Fence
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class CommitConsumeOffsetResponse(_message.Message):
     __slots__ = ()
