@@ -166,9 +166,7 @@ class PullProcessor:
         if not self.settings.service_readable:
             raise error(errors_pb2.CODE_SERVICE_NOT_READABLE, "pulling is forbidden on this pull service")
         store_id, store = await self._clients.resolve(req.queue)
-        group = await self.configs.get(
-            ("group", store_id, req.consumer_group), lambda: self._find_group(store_id, store, req.consumer_group)
-        )
+        group = await self.group_config(store_id, store, req.consumer_group)
         if group.HasField("consume_enable") and not group.consume_enable:
             raise error(
                 errors_pb2.CODE_CONSUME_DISABLED,
@@ -199,6 +197,10 @@ class PullProcessor:
             max_messages=req.max_messages or DEFAULT_MAX_MESSAGES,
             raw_records=req.raw_records,
         )
+
+    async def group_config(self, store_id: str, store: StoreClient, name: str) -> common_pb2.SubscriptionGroupConfig:
+        """The group's config on a store (cached for ``config_cache_ttl_ms``)."""
+        return await self.configs.get(("group", store_id, name), lambda: self._find_group(store_id, store, name))
 
     async def _find_group(self, store_id: str, store: StoreClient, name: str) -> common_pb2.SubscriptionGroupConfig:
         """RocketMQ's findSubscriptionGroupConfig: the store's group, created on first use

@@ -115,6 +115,12 @@ class StoreClient:
         request = store_pb2.GetTopicRequest(name=name)
         return (await _call(lambda: self._admin.GetTopic(request, timeout=self._timeout_s))).topic
 
+    async def create_topic(self, name: str, *, queue_nums: int) -> common_pb2.TopicConfig:
+        request = store_pb2.CreateTopicRequest(
+            topic=common_pb2.TopicConfig(name=name, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
+        )
+        return (await _call(lambda: self._admin.CreateTopic(request, timeout=self._timeout_s))).topic
+
     async def get_subscription_group(self, name: str) -> common_pb2.SubscriptionGroupConfig:
         request = store_pb2.GetSubscriptionGroupRequest(group_name=name)
         return (await _call(lambda: self._admin.GetSubscriptionGroup(request, timeout=self._timeout_s))).group
