@@ -45,6 +45,9 @@ PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 #: txmq: on a retry or dead-letter copy, ``<group>@<commit-log offset>`` of the record the
 #: group sent back (the store answers a repeated send-back of that record with this copy).
 PROPERTY_SENDBACK_OF = "TXMQ_SENDBACK_OF"
+#: txmq: on a message re-sent from a dead-letter topic, ``<group>@<commit-log offset>`` of
+#: the dead letter (the store answers a repeated resend of it with this message).
+PROPERTY_RESEND_OF = "TXMQ_RESEND_OF"
 
 # -- delayed messages (RocketMQ 5's timer properties, RocketMQ 4's delay levels) ----------
 
