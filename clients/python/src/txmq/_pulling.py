@@ -23,7 +23,7 @@ from txmq._convert import message_ext_from_proto, message_queue_to_proto
 from txmq._failures import FailureLog, retriable
 from txmq._subscription import Subscription
 from txmq.errors import InternalError, NotFoundError, TxmqError, UnavailableError
-from txmq.message import MessageExt, MessageQueue
+from txmq.message import MessageExt, MessageQueue, SendStatus
 from txmq.models import ServiceKind, TopicRoute
 from txmq.records import decode_messages
 from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
@@ -234,6 +234,8 @@ class PullClient:
             queue_id=r.queue.queue_id,
             queue_offset=r.queue_offset,
             duplicate=r.duplicate,
+            # The copy is stored whatever the status (an unset one is taken as OK).
+            status=SendStatus(r.status) if r.status else SendStatus.OK,
         )
 
     # -- membership ----------------------------------------------------------------------
