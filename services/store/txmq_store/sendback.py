@@ -6,11 +6,12 @@ docs/consumers.md "Retries and dead letters").
 - The count is the **stored record's** reconsume count plus one (never a number the
   consumer sends), so the retry limit holds however slowly or often a message is
   consumed (RocketMQ #8332). ``uncounted`` keeps the count (RocketMQ #10050).
-- The copy keeps the body, tags, keys, flag, born time, user properties and the unique
-  id; it carries ``RETRY_TOPIC`` (the topic first consumed, kept by a copy of a copy),
-  ``ORIGIN_MESSAGE_ID``, a ``DELAY`` level (retry copies) or ``TXMQ_DLQ_ORIGIN_TOPIC``
-  (dead letters, the gateway's convention), and ``TXMQ_SENDBACK_OF`` =
-  ``<group>@<commit-log offset of the record sent back>``.
+- The copy keeps the body, tags, keys, flag, born time, user properties, the message
+  type and group (``copied_properties``) and the unique id; it carries ``RETRY_TOPIC``
+  (the topic first consumed, kept by a copy of a copy), ``ORIGIN_MESSAGE_ID``, a
+  ``DELAY`` level (retry copies) or ``TXMQ_DLQ_ORIGIN_TOPIC`` (dead letters, the
+  gateway's convention), and ``TXMQ_SENDBACK_OF`` = ``<group>@<commit-log offset of the
+  record sent back>``.
 - **Idempotent**: a send-back of a record the group sent back before is answered with
   the first copy, nothing stored. In memory: the send-backs in flight and the recent
   ones; beyond that (and after a restart): the copy keeps the source's unique id, so the
@@ -47,8 +48,8 @@ from txmq.protocol import (
     PROPERTY_SENDBACK_OF,
     RETRY_LEVEL_BASE,
     TRANSACTION_TYPE_MASK,
+    copied_properties,
     dlq_topic,
-    is_system_property,
     is_system_topic,
     retry_topic,
 )
@@ -223,7 +224,7 @@ class SendBack:
         origin = source.properties.get(PROPERTY_RETRY_TOPIC) or source.topic
         times = source.reconsume_times if uncounted else source.reconsume_times + 1
         dead = delay_level == -1 or (not uncounted and times > limit)
-        props = {k: v for k, v in source.properties.items() if not is_system_property(k) and k not in DELAY_PROPERTIES}
+        props = {k: v for k, v in copied_properties(source.properties).items() if k not in DELAY_PROPERTIES}
         props[PROPERTY_RETRY_TOPIC] = origin
         props[PROPERTY_ORIGIN_MESSAGE_ID] = source.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or source.unique_id
         props[PROPERTY_SENDBACK_OF] = sendback_key(group, source.commit_log_offset)
@@ -315,8 +316,8 @@ class DeadLetterResend:
 
     A dead letter is a record of ``%DLQ%<group>`` on this store, named by its unique id
     (found through the unique-id index; every dead letter of the group with that id is
-    resent). The new message keeps the body, tags, keys, flag, born time and user
-    properties, with a count of 0, ``ORIGIN_MESSAGE_ID`` = the dead letter's id and
+    resent). The new message keeps the body, tags, keys, flag, born time, user
+    properties and the message type and group, with a count of 0, ``ORIGIN_MESSAGE_ID`` = the dead letter's id and
     ``TXMQ_RESEND_OF`` = ``<group>@<the dead letter's commit-log offset>``; its unique id
     is ``resend_id``. Resending a dead letter resent before stores nothing and answers
     the first message (``duplicate``): the one in flight, else the one the unique-id
@@ -380,7 +381,7 @@ class DeadLetterResend:
         future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         self._in_flight[offset] = future
         try:
-            props = {k: v for k, v in letter.properties.items() if not is_system_property(k)}
+            props = copied_properties(letter.properties)
             props[PROPERTY_ORIGIN_MESSAGE_ID] = letter.unique_id
             props[PROPERTY_RESEND_OF] = mark
             message = OutgoingMessage(
