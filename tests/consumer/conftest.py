@@ -20,12 +20,23 @@ from support import ServiceFactory
 from support.topics import Topics
 from support.waiting import unique_name, wait_until
 
+from txmq import PushConsumer
+from txmq.message import MessageQueue
+
 CONSUMER_EXPIRY_MS = 2000
 
 
 unique = unique_name  # the consumer tests' name for it
+
+
+def assigned(consumer: PushConsumer, topic: str) -> set[MessageQueue]:
+    """``consumer``'s queues of ``topic``: its assignment also holds its share of the
+    group's %RETRY% queues (the retry topic exists from the group's first heartbeat)."""
+    return {q for q in consumer.assignment() if q.topic == topic}
+
+
 # bootstrap, admin, new_topic (a Topics) and producer: tests/conftest.py
-__all__ = ["Topics", "unique", "wait_until"]
+__all__ = ["Topics", "assigned", "unique", "wait_until"]
 
 
 @dataclass(frozen=True)

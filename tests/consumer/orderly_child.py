@@ -51,7 +51,7 @@ def main() -> None:
     consumer.start()
     shown: list[int] | None = None
     while True:
-        now = sorted(q.queue_id for q in consumer.assignment())
+        now = sorted(q.queue_id for q in consumer.assignment() if q.topic == topic)  # not %RETRY%
         if now != shown:
             write("assign " + " ".join(map(str, now)))
             shown = now

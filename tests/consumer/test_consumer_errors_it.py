@@ -28,7 +28,7 @@ from txmq import (
 from txmq.errors import BadRequestError
 from txmq.v1 import errors_pb2
 
-from .conftest import Topics, unique, wait_until
+from .conftest import Topics, assigned, unique, wait_until
 from .consumer_settings import FAST
 
 
@@ -65,7 +65,7 @@ def test_bad_sql92_fails_start_with_the_sql_error_code(bootstrap: str, new_topic
     consumer.subscribe(topic, "region = 'eu'", ExpressionType.SQL92)
     consumer.start()
     try:
-        wait_until(lambda: len(consumer.assignment()) == 4, what=f"queues of {topic} assigned")
+        wait_until(lambda: len(assigned(consumer, topic)) == 4, what=f"queues of {topic} assigned")
         # Subscribing again while running is checked the same way, and changes nothing.
         with pytest.raises(BadRequestError) as again:
             consumer.subscribe(topic, "region = ", ExpressionType.SQL92)

@@ -34,6 +34,7 @@ from .conftest import (
     Delivery,
     Topics,
     assert_no_concurrent_consumption,
+    assigned,
     unique,
     wait_until,
 )
@@ -79,8 +80,8 @@ def fast(fast_cluster: Cluster) -> Iterator[tuple[Cluster, Topics, Producer]]:
         topics.delete_all()
 
 
-def _shares_split(a: PushConsumer, b: PushConsumer, n_queues: int) -> bool:
-    qa, qb = a.assignment(), b.assignment()
+def _shares_split(a: PushConsumer, b: PushConsumer, n_queues: int, topic: str) -> bool:
+    qa, qb = assigned(a, topic), assigned(b, topic)
     return bool(qa) and bool(qb) and not (qa & qb) and len(qa | qb) == n_queues
 
 
@@ -91,21 +92,21 @@ def test_two_consumers_share_then_one_shuts_down(fast: tuple[Cluster, Topics, Pr
     b = _recording_consumer(cluster, group, topic, "consumer-b", log, pause=0.01)
     a.start()
     try:
-        wait_until(lambda: len(a.assignment()) == 4, what="a alone owns every queue")
+        wait_until(lambda: len(assigned(a, topic)) == 4, what="a alone owns every queue")
         first = _send(producer, topic, 20, "first")
         b.start()
         # b joins: a gives two queues away, b takes them after the membership settled.
-        wait_until(lambda: _shares_split(a, b, 4), what="the queues split between a and b")
-        assert len(a.assignment()) == len(b.assignment()) == 2
+        wait_until(lambda: _shares_split(a, b, 4, topic), what="the queues split between a and b")
+        assert len(assigned(a, topic)) == len(assigned(b, topic)) == 2
         second = _send(producer, topic, 40, "second")
         wait_until(lambda: set(first) <= log.consumed_ids(), what="first batch consumed")
         wait_until(lambda: len({d.msg_id for d in log.by("consumer-b")} & set(second)) >= 5, what="b consuming")
         b.shutdown()  # mid-batch: its offsets are committed at the lowest message not done
         b_stopped = time.monotonic()
-        assert not b.assignment()
+        assert not assigned(b, topic)
         third = _send(producer, topic, 20, "third")
         # b told the pull service it left; a, alone, takes every queue.
-        wait_until(lambda: len(a.assignment()) == 4, what="a takes b's queues over")
+        wait_until(lambda: len(assigned(a, topic)) == 4, what="a takes b's queues over")
         wait_until(lambda: set(first + second + third) <= log.consumed_ids(), what="every message consumed")
     finally:
         b.shutdown()
@@ -156,7 +157,7 @@ def test_survivor_takes_over_from_a_killed_consumer(fast: tuple[Cluster, Topics,
             assert child.running(), child.log_tail()
             _, assignments = _read_record(record)
             theirs = set(assignments[-1]) if assignments else set()
-            mine = {q.queue_id for q in survivor.assignment()}
+            mine = {q.queue_id for q in assigned(survivor, topic)}
             return bool(mine) and bool(theirs) and not (mine & theirs) and len(mine | theirs) == 4
 
         wait_until(split, what="the queues split between the child and the survivor")
@@ -165,7 +166,7 @@ def test_survivor_takes_over_from_a_killed_consumer(fast: tuple[Cluster, Topics,
         child.kill()  # SIGKILL: no commit, no goodbye
         killed_at = time.monotonic()
         after = _send(producer, topic, 20, "after")
-        wait_until(lambda: len(survivor.assignment()) == 4, what="the survivor takes the child's queues over")
+        wait_until(lambda: len(assigned(survivor, topic)) == 4, what="the survivor takes the child's queues over")
         child_deliveries, _ = _read_record(record)
         consumed = log.consumed_ids() | {d.msg_id for d in child_deliveries if d.end is not None}
         wait_until(
@@ -280,7 +281,7 @@ def test_consume_from_last_offset_skips_older_messages(
     c.subscribe(topic)
     c.register_message_listener(lambda msgs: got.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS)
     with c:
-        wait_until(lambda: len(c.assignment()) == 1)
+        wait_until(lambda: len(assigned(c, topic)) == 1)
         with PullConsumer(group, session_cluster.bootstrap) as pc:
             (mq,) = pc.fetch_message_queues(topic)
             wait_until(lambda: pc.fetch_offset(mq) == 1, what="the start offset committed")
@@ -337,11 +338,11 @@ def test_a_consumer_that_cannot_heartbeat_gives_its_queues_up(
     c.subscribe(topic)
     c.register_message_listener(lambda msgs: got.extend(m.body for m in msgs) or ConsumeStatus.CONSUME_SUCCESS)
     with c:
-        wait_until(lambda: len(c.assignment()) == 2)
+        wait_until(lambda: len(assigned(c, topic)) == 2)
         fault.blocked.set()
         # Others would take its queues once the pull service forgets it: it stops first.
-        wait_until(lambda: not c.assignment(), what="queues given up")
+        wait_until(lambda: not assigned(c, topic), what="queues given up")
         producer.send(Message(topic, b"while-away"))
         fault.blocked.clear()
-        wait_until(lambda: len(c.assignment()) == 2, what="queues taken again")
+        wait_until(lambda: len(assigned(c, topic)) == 2, what="queues taken again")
         wait_until(lambda: b"while-away" in got)

@@ -32,7 +32,7 @@ from txmq import (
 from txmq.protocol import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, dlq_topic, retry_topic
 from txmq_cli.main import cli
 
-from .conftest import RETRY_DELAY_LEVELS, RETRY_DELAY_S, Cluster, Topics, unique, wait_until
+from .conftest import RETRY_DELAY_LEVELS, RETRY_DELAY_S, Cluster, Topics, assigned, unique, wait_until
 from .consumer_settings import FAST
 
 
@@ -153,11 +153,11 @@ def test_uncounted_answer_redelivers_without_counting(env) -> None:  # type: ign
     rec.answer = lambda m: (
         ConsumeStatus.RECONSUME_LATER_UNCOUNTED if len(rec.of(b"later")) <= 3 else ConsumeStatus.CONSUME_SUCCESS
     )
-    # LAST_OFFSET (the default): the retry topic, created by the first send-back after the
-    # consumer started, is still read from its first message.
+    # LAST_OFFSET (the default): the retry topic, which the group never committed on, is
+    # still read from its first message.
     consumer = _consumer(cluster, group, topic, rec, max_reconsume_times=1, consume_from=ConsumeFromWhere.LAST_OFFSET)
     with consumer:
-        wait_until(lambda: consumer.assignment(), what="the topic's queue taken")
+        wait_until(lambda: assigned(consumer, topic), what="the topic's queue taken")
         producer.send(Message(topic, b"later"))
         wait_until(lambda: len(rec.of(b"later")) == 4, what="four deliveries")
     # never counted, so never dead-lettered although 4 deliveries > 1 + max_reconsume_times

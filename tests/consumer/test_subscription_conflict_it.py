@@ -14,7 +14,7 @@ from txmq import Admin, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Pr
 from txmq.errors import ConflictError
 from txmq.v1 import errors_pb2
 
-from .conftest import Cluster, Topics, unique, wait_until
+from .conftest import Cluster, Topics, assigned, unique, wait_until
 from .consumer_settings import FAST
 
 
@@ -56,7 +56,7 @@ def test_different_tags_the_second_is_refused_naming_the_first(
     caplog.set_level(logging.ERROR, logger="txmq.consumer")
     a.start()
     try:
-        wait_until(lambda: len(a.assignment()) == 4, what="a alone owns every queue")
+        wait_until(lambda: len(assigned(a, topic)) == 4, what="a alone owns every queue")
         b.start()  # does not raise: the refusal comes with its heartbeats
         wait_until(lambda: b.subscription_conflict is not None, what="b's heartbeat refused")
         err = b.subscription_conflict
@@ -67,14 +67,14 @@ def test_different_tags_the_second_is_refused_naming_the_first(
             assert part in err.message
         sent_a = [producer.send(Message(topic, b"a", tags="TagA")).msg_id for _ in range(8)]
         wait_until(lambda: set(sent_a) <= seen_a, what="a consumes every queue")
-        assert not b.assignment() and len(a.assignment()) == 4 and not seen_b
+        assert not assigned(b, topic) and len(assigned(a, topic)) == 4 and not seen_b
         assert a.subscription_conflict is None
         refusals = [r for r in caplog.records if "refuses its subscription" in r.getMessage()]
         assert len(refusals) == 1  # once per change, not once per heartbeat
         # a leaves: b defines the group anew and takes every queue
         a.shutdown()
         wait_until(lambda: b.subscription_conflict is None, what="b accepted once a left")
-        wait_until(lambda: len(b.assignment()) == 4, what="b owns every queue")
+        wait_until(lambda: len(assigned(b, topic)) == 4, what="b owns every queue")
         sent_b = [producer.send(Message(topic, b"b", tags="TagB")).msg_id for _ in range(8)]
         wait_until(lambda: set(sent_b) <= seen_b, what="b consumes")
     finally:
@@ -91,7 +91,9 @@ def test_same_tags_both_consume(fast: tuple[Cluster, Topics, Producer]) -> None:
     a.start()
     b.start()
     try:
-        wait_until(lambda: len(a.assignment()) == len(b.assignment()) == 2, what="the queues split between a and b")
+        wait_until(
+            lambda: len(assigned(a, topic)) == len(assigned(b, topic)) == 2, what="the queues split between a and b"
+        )
         assert a.subscription_conflict is None and b.subscription_conflict is None
         sent = [producer.send(Message(topic, b"x", tags="TagB")).msg_id for _ in range(8)]
         wait_until(lambda: set(sent) <= seen, what="every message consumed")

@@ -170,7 +170,7 @@ def test_the_seed_decides_the_cases() -> None:
 
 
 def test_every_target_and_class_gets_cases() -> None:
-    gen = _generator(3, requests=2 * len(enumerate_targets(ALL_SERVICES)) + 1000)
+    gen = _generator(4, requests=2 * len(enumerate_targets(ALL_SERVICES)) + 1000)
     cases = list(gen.cases())
     assert {c.target.path for c in cases} == {t.path for t in gen.targets}
     assert {c.input_class for c in cases} == {*CLASS_WEIGHTS, "metadata"}
@@ -182,7 +182,7 @@ def test_every_target_and_class_gets_cases() -> None:
 
 def test_huge_values_stay_within_the_budget() -> None:
     requests, budget = 500, 6 * MB
-    gen = _generator(5, requests=requests, max_bytes=budget)
+    gen = _generator(6, requests=requests, max_bytes=budget)
     sizes = [c.size for c in gen.cases()]
     # Values of 64 KB and less are not paid from the budget.
     assert sum(sizes) <= budget + requests * 80 * 1024

@@ -7,7 +7,7 @@ from v2 consumers as RocketMQ hides RETRY_TOPIC."""
 
 from __future__ import annotations
 
-from txmq.protocol import DLQ_GROUP_TOPIC_PREFIX, PROPERTY_DLQ_ORIGIN_TOPIC, is_system_property
+from txmq.protocol import DLQ_GROUP_TOPIC_PREFIX, PROPERTY_DLQ_ORIGIN_TOPIC, copied_properties
 from txmq.v1 import common_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer_state import InFlight, Subscription
@@ -34,8 +34,9 @@ class DeadLetterQueues:
 def dead_letter_copy(view: common_pb2.MessageView, dlq_topic: str, origin_topic: str) -> common_pb2.Message:
     """The message as sent to a dead-letter topic: body, tag, keys, unique id, flag,
     born time and properties kept, minus what the system set for the original's
-    delivery (REAL_TOPIC, transaction bookkeeping, ...); TXMQ_DLQ_ORIGIN_TOPIC names
-    the origin."""
+    delivery (REAL_TOPIC, transaction bookkeeping, ...) but with its message type and
+    group, as the store's dead letters (``copied_properties``); TXMQ_DLQ_ORIGIN_TOPIC
+    names the origin."""
     src = view.message
     copy = common_pb2.Message(
         topic=dlq_topic,
@@ -46,9 +47,6 @@ def dead_letter_copy(view: common_pb2.MessageView, dlq_topic: str, origin_topic:
         flag=src.flag,
         born_timestamp_ms=src.born_timestamp_ms or view.store_timestamp_ms,
     )
-    for name, value in src.properties.items():
-        if is_system_property(name):
-            continue
-        copy.properties[name] = value
+    copy.properties.update(copied_properties(src.properties))
     copy.properties[PROPERTY_DLQ_ORIGIN_TOPIC] = origin_topic
     return copy

@@ -22,6 +22,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from txmq import protocol
 from txmq.protocol import (
     PROPERTY_CHECK_IMMUNITY,
+    PROPERTY_MESSAGE_TYPE,
     PROPERTY_REAL_TOPIC,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TIMER_DELIVER_MS,
@@ -31,8 +32,8 @@ from txmq_gateway.status import GatewayError, shorten
 from txmq_gateway.v2 import Code, pb
 
 PROPERTY_MESSAGE_GROUP = PROPERTY_SHARDING_KEY
-# The gateway's own (a system prefix of txmq.protocol, so never user properties).
-PROPERTY_MESSAGE_TYPE = "__RMQ_MESSAGE_TYPE"
+# The gateway's own (a system prefix of txmq.protocol, so never user properties);
+# PROPERTY_MESSAGE_TYPE is txmq.protocol's: copies of a message keep it.
 PROPERTY_BORN_HOST = "__RMQ_BORN_HOST"
 #: v2 system properties txmq carries as RocketMQ-named message properties.
 V2_CARRIED_PROPERTIES = frozenset({PROPERTY_MESSAGE_GROUP, PROPERTY_CHECK_IMMUNITY})

@@ -166,9 +166,7 @@ class PullProcessor:
         if not self.settings.service_readable:
             raise error(errors_pb2.CODE_SERVICE_NOT_READABLE, "pulling is forbidden on this pull service")
         store_id, store = await self._clients.resolve(req.queue)
-        group = await self.configs.get(
-            ("group", store_id, req.consumer_group), lambda: self._find_group(store_id, store, req.consumer_group)
-        )
+        group = await self.group_config(store_id, store, req.consumer_group)
         if group.HasField("consume_enable") and not group.consume_enable:
             raise error(
                 errors_pb2.CODE_CONSUME_DISABLED,
@@ -199,6 +197,10 @@ class PullProcessor:
             max_messages=req.max_messages or DEFAULT_MAX_MESSAGES,
             raw_records=req.raw_records,
         )
+
+    async def group_config(self, store_id: str, store: StoreClient, name: str) -> common_pb2.SubscriptionGroupConfig:
+        """The group's config on a store (cached for ``config_cache_ttl_ms``)."""
+        return await self.configs.get(("group", store_id, name), lambda: self._find_group(store_id, store, name))
 
     async def _find_group(self, store_id: str, store: StoreClient, name: str) -> common_pb2.SubscriptionGroupConfig:
         """RocketMQ's findSubscriptionGroupConfig: the store's group, created on first use
@@ -233,7 +235,11 @@ class PullProcessor:
             self._feed.ensure(v.key.store_id)
         if req.HasField("commit_offset"):
             await v.store.commit_consume_offset(
-                group=v.group, topic=v.key.topic, queue_id=v.key.queue_id, offset=req.commit_offset
+                group=v.group,
+                topic=v.key.topic,
+                queue_id=v.key.queue_id,
+                offset=req.commit_offset,
+                client_id=req.client_id,
             )
         hold_ms = self._hold_time_ms(req)
         if hold_ms <= 0:
@@ -336,7 +342,11 @@ class PullProcessor:
             raise error(errors_pb2.CODE_ILLEGAL_OFFSET, f"offset {req.offset} is negative")
         _, store = await self._clients.resolve(req.queue)
         await store.commit_consume_offset(
-            group=req.consumer_group, topic=req.queue.topic, queue_id=req.queue.queue_id, offset=req.offset
+            group=req.consumer_group,
+            topic=req.queue.topic,
+            queue_id=req.queue.queue_id,
+            offset=req.offset,
+            client_id=req.client_id,
         )
 
     async def query_offset(self, req: pull_pb2.QueryConsumerOffsetRequest) -> pull_pb2.QueryConsumerOffsetResponse:

@@ -15,6 +15,7 @@ from txmq_pull.keda_servicer import ExternalScalerServicer, add_external_scaler_
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.metrics import HELD_PULLS
 from txmq_pull.processor import PullProcessor, store_max_offsets
+from txmq_pull.retry_topics import RetryTopics
 from txmq_pull.servicer import PullServicer, add_pull_servicer
 from txmq_pull.settings import PullSettings
 from txmq_pull.store_client import ClusterLocator, StoreClients, StoreLocator
@@ -91,7 +92,10 @@ def build_core(settings: PullSettings, locator: StoreLocator, *, clock: Clock | 
     )
     processor = PullProcessor(settings, clients=clients, hold=hold, clock=clock, feed=feed)
     groups = ConsumerGroups(clock, expiry_ms=settings.consumer_expiry_ms)
-    servicer = PullServicer(processor, groups, clock=clock, deadline_margin_ms=settings.deadline_margin_ms)
+    retry_topics = RetryTopics(clients, processor.group_config)
+    servicer = PullServicer(
+        processor, groups, clock=clock, deadline_margin_ms=settings.deadline_margin_ms, retry_topics=retry_topics
+    )
     scaler = (
         Scaler(StoreLag(clients), clock=clock, stream_interval_ms=settings.keda_stream_interval_ms)
         if settings.keda_scaler_enabled

@@ -10,6 +10,7 @@ from txmq.v1 import pull_pb2, pull_pb2_grpc
 from txmq_pull.membership import ConsumerGroups
 from txmq_pull.metrics import pulled
 from txmq_pull.processor import PullProcessor
+from txmq_pull.retry_topics import RetryTopics
 from txmq_runtime.clock import Clock
 from txmq_runtime.grpc_errors import rpc
 
@@ -18,10 +19,17 @@ SERVICE_NAME = pull_pb2.DESCRIPTOR.services_by_name["Pull"].full_name
 
 class PullServicer(pull_pb2_grpc.PullServicer):
     def __init__(
-        self, processor: PullProcessor, groups: ConsumerGroups, *, clock: Clock, deadline_margin_ms: int
+        self,
+        processor: PullProcessor,
+        groups: ConsumerGroups,
+        *,
+        clock: Clock,
+        deadline_margin_ms: int,
+        retry_topics: RetryTopics,
     ) -> None:
         self._processor = processor
         self._groups = groups
+        self._retry_topics = retry_topics
         self._clock = clock
         self._margin_ms = deadline_margin_ms
 
@@ -61,6 +69,9 @@ class PullServicer(pull_pb2_grpc.PullServicer):
             leaving=request.leaving,
             subscriptions=list(request.subscriptions),
         )
+        if not request.leaving:
+            # Before the answer: the member's first rebalance then finds the retry topic.
+            await self._retry_topics.ensure(request.consumer_group, request.topics)
         return pull_pb2.ConsumerHeartbeatResponse(consumer_ids=ids)
 
 

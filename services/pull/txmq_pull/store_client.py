@@ -83,9 +83,13 @@ class StoreClient:
     async def get_message(self, request: store_pb2.GetMessageRequest) -> store_pb2.GetMessageResponse:
         return await _call(lambda: self._store.GetMessage(request, timeout=self._timeout_s))
 
-    async def commit_consume_offset(self, *, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def commit_consume_offset(
+        self, *, group: str, topic: str, queue_id: int, offset: int, client_id: str = ""
+    ) -> None:
+        """``client_id`` (an orderly consumer's) has the store fence the commit with the
+        queue's lock (``CODE_QUEUE_LOCKED``)."""
         request = store_pb2.CommitConsumeOffsetRequest(
-            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset
+            consumer_group=group, topic=topic, queue_id=queue_id, offset=offset, client_id=client_id
         )
         await _call(lambda: self._store.CommitConsumeOffset(request, timeout=self._timeout_s))
 
@@ -110,6 +114,12 @@ class StoreClient:
     async def get_topic(self, name: str) -> common_pb2.TopicConfig:
         request = store_pb2.GetTopicRequest(name=name)
         return (await _call(lambda: self._admin.GetTopic(request, timeout=self._timeout_s))).topic
+
+    async def create_topic(self, name: str, *, queue_nums: int) -> common_pb2.TopicConfig:
+        request = store_pb2.CreateTopicRequest(
+            topic=common_pb2.TopicConfig(name=name, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
+        )
+        return (await _call(lambda: self._admin.CreateTopic(request, timeout=self._timeout_s))).topic
 
     async def get_subscription_group(self, name: str) -> common_pb2.SubscriptionGroupConfig:
         request = store_pb2.GetSubscriptionGroupRequest(group_name=name)

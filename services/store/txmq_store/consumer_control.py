@@ -5,6 +5,8 @@ of the store that holds their queues.
   or ``%DLQ%<group>`` (``sendback.py``; docs/consumers.md "Retries and dead letters").
 - ``LockQueues`` / ``UnlockQueues``: the leased queue locks of orderly consumption
   (``queue_locks.py``; docs/consumers.md "Orderly consumption").
+- ``ResendDeadLetters``: dead letters sent again to their origin topic, each once
+  (``sendback.py``; ``txmq dlq resend``).
 
 A thin servicer: requests are checked and mapped here, the decisions are the cores'.
 """
@@ -19,8 +21,9 @@ from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.grpc_errors import rpc
 
 from .message_store import MessageStore
+from .model import SendResult
 from .queue_locks import StoreQueueLocks
-from .sendback import SendBack
+from .sendback import DeadLetterResend, SendBack
 
 
 class ConsumerControlServicer(store_pb2_grpc.ConsumerControlServicer):
@@ -28,6 +31,7 @@ class ConsumerControlServicer(store_pb2_grpc.ConsumerControlServicer):
         self._store = store
         self.queue_locks = StoreQueueLocks(store, clock=clock)  # LockQueues / UnlockQueues
         self._send_back = SendBack(store)
+        self._resend = DeadLetterResend(store)
 
     @rpc
     async def SendBack(self, request: store_pb2.SendBackRequest, context: grpc.aio.ServicerContext):
@@ -40,18 +44,37 @@ class ConsumerControlServicer(store_pb2_grpc.ConsumerControlServicer):
             uncounted=request.uncounted,
             may_consume=_may_consume,
         )
-        r = outcome.result
-        result = store_pb2.SendResult(
+        return store_pb2.SendBackResponse(
+            result=self._result_pb(outcome.result, duplicate=outcome.duplicate),
+            dead_lettered=outcome.dead_lettered,
+            reconsume_times=outcome.reconsume_times,
+        )
+
+    @rpc
+    async def ResendDeadLetters(self, request: store_pb2.ResendDeadLettersRequest, context: grpc.aio.ServicerContext):
+        resent = await self._resend.resend(
+            group=request.group, unique_ids=list(request.unique_ids), may_consume=_may_consume
+        )
+        return store_pb2.ResendDeadLettersResponse(
+            resent=[
+                store_pb2.ResentDeadLetter(
+                    dead_letter_id=r.dead_letter_id,
+                    commit_log_offset=r.commit_log_offset,
+                    result=self._result_pb(r.result, duplicate=r.result.duplicate),
+                )
+                for r in resent
+            ]
+        )
+
+    def _result_pb(self, r: SendResult, *, duplicate: bool) -> store_pb2.SendResult:
+        return store_pb2.SendResult(
             status=store_pb2.SendStatus.ValueType(r.status),
             msg_id=r.msg_id,
             offset_msg_id=r.offset_msg_id,
             queue=common_pb2.MessageQueue(topic=r.topic, store_id=self._store.store_id, queue_id=r.queue_id),
             queue_offset=r.queue_offset,
             commit_log_offset=r.commit_log_offset,
-            duplicate=outcome.duplicate,
-        )
-        return store_pb2.SendBackResponse(
-            result=result, dead_lettered=outcome.dead_lettered, reconsume_times=outcome.reconsume_times
+            duplicate=duplicate,
         )
 
     @rpc
@@ -70,5 +93,6 @@ class ConsumerControlServicer(store_pb2_grpc.ConsumerControlServicer):
 
 
 def _may_consume(topic: str) -> None:
-    """The handler check of SendBack (protos/ACCESS.md): Sub on the record's topic."""
+    """The handler check of SendBack and ResendDeadLetter (protos/ACCESS.md): Sub on the
+    record's topic (the dead letter's origin topic)."""
     require(auth_pb2.RESOURCE_TYPE_TOPIC, topic, auth_pb2.ACTION_SUB)

@@ -169,6 +169,22 @@ class StoreQueueLocks:
         keys = self._check(group, client_id, queues, topics_exist=False)
         return self.locks.unlock(group, client_id, keys)
 
+    def check_commit(self, group: str, client_id: str, topic: str, queue_id: int) -> None:
+        """Refuse (``CODE_QUEUE_LOCKED``) an offset commit of ``client_id`` on a queue
+        another client of the group holds under a live lease: the committer's lock lapsed
+        (or it never had one), and moving the offset would overwrite the holder's
+        progress. A queue nobody holds is left to the caller, as without locks."""
+        self._check_serving()  # a new term forgets the old one's table first
+        holder = self.locks.holder(group, topic, queue_id)
+        if holder is not None and holder != client_id:
+            raise error(
+                errors_pb2.CODE_QUEUE_LOCKED,
+                f"queue {topic}:{queue_id} of group {group} is locked by another client; "
+                f"{client_id} may not commit its offset",
+                topic=topic,
+                queue_id=str(queue_id),
+            )
+
     def _check_serving(self) -> None:
         store, replica = self._store, self._store.replica
         if replica is None:

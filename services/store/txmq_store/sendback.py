@@ -6,11 +6,12 @@ docs/consumers.md "Retries and dead letters").
 - The count is the **stored record's** reconsume count plus one (never a number the
   consumer sends), so the retry limit holds however slowly or often a message is
   consumed (RocketMQ #8332). ``uncounted`` keeps the count (RocketMQ #10050).
-- The copy keeps the body, tags, keys, flag, born time, user properties and the unique
-  id; it carries ``RETRY_TOPIC`` (the topic first consumed, kept by a copy of a copy),
-  ``ORIGIN_MESSAGE_ID``, a ``DELAY`` level (retry copies) or ``TXMQ_DLQ_ORIGIN_TOPIC``
-  (dead letters, the gateway's convention), and ``TXMQ_SENDBACK_OF`` =
-  ``<group>@<commit-log offset of the record sent back>``.
+- The copy keeps the body, tags, keys, flag, born time, user properties, the message
+  type and group (``copied_properties``) and the unique id; it carries ``RETRY_TOPIC``
+  (the topic first consumed, kept by a copy of a copy), ``ORIGIN_MESSAGE_ID``, a
+  ``DELAY`` level (retry copies) or ``TXMQ_DLQ_ORIGIN_TOPIC`` (dead letters, the
+  gateway's convention), and ``TXMQ_SENDBACK_OF`` = ``<group>@<commit-log offset of the
+  record sent back>``.
 - **Idempotent**: a send-back of a record the group sent back before is answered with
   the first copy, nothing stored. In memory: the send-backs in flight and the recent
   ones; beyond that (and after a restart): the copy keeps the source's unique id, so the
@@ -19,14 +20,20 @@ docs/consumers.md "Retries and dead letters").
 
 The delay itself is the store's send path's business (a message with a DELAY property
 waits in the timer when the store has one); this core only names the level.
+
+``DeadLetterResend`` (``ConsumerControl.ResendDeadLetters``, ``txmq dlq resend``): dead
+letters sent again to their origin topic as new messages, each once, with the same kind
+of durable idempotence.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from txmq.errors import TxmqError, error
@@ -36,12 +43,13 @@ from txmq.protocol import (
     PROPERTY_DLQ_ORIGIN_TOPIC,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_RESEND_OF,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SENDBACK_OF,
     RETRY_LEVEL_BASE,
     TRANSACTION_TYPE_MASK,
+    copied_properties,
     dlq_topic,
-    is_system_property,
     is_system_topic,
     retry_topic,
 )
@@ -216,7 +224,7 @@ class SendBack:
         origin = source.properties.get(PROPERTY_RETRY_TOPIC) or source.topic
         times = source.reconsume_times if uncounted else source.reconsume_times + 1
         dead = delay_level == -1 or (not uncounted and times > limit)
-        props = {k: v for k, v in source.properties.items() if not is_system_property(k) and k not in DELAY_PROPERTIES}
+        props = {k: v for k, v in copied_properties(source.properties).items() if k not in DELAY_PROPERTIES}
         props[PROPERTY_RETRY_TOPIC] = origin
         props[PROPERTY_ORIGIN_MESSAGE_ID] = source.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or source.unique_id
         props[PROPERTY_SENDBACK_OF] = sendback_key(group, source.commit_log_offset)
@@ -260,10 +268,10 @@ class SendBack:
         return True
 
 
-def _cancelled(commit_log_offset: int) -> Exception:
+def _cancelled(commit_log_offset: int, what: str = "send-back", again: str = "send it back again") -> Exception:
     return error(
         errors_pb2.CODE_SERVICE_NOT_READY,
-        f"the send-back of the record at commit-log offset {commit_log_offset} was cut off; send it back again",
+        f"the {what} of the record at commit-log offset {commit_log_offset} was cut off; {again}",
         commit_log_offset=str(commit_log_offset),
     )
 
@@ -277,3 +285,117 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         return 0
+
+
+#: Dead-letter ids one ResendDeadLetters request may name.
+MAX_RESEND_IDS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Resent:
+    """A dead letter (``dead_letter_id``, at ``commit_log_offset``) and the message its
+    resend stored (or, resent before, the first one: ``result.duplicate``)."""
+
+    dead_letter_id: str
+    commit_log_offset: int
+    result: SendResult
+
+
+def resend_id(store_id: str, group: str, commit_log_offset: int, unique_id: str) -> str:
+    """The unique id of the message a resend of a dead letter stores (32 uppercase hex
+    digits, as any): derived from the dead letter, so a second resend is the same
+    message, found again through the unique-id index. Not the dead letter's own id: that
+    one is the original message's, on the same topic."""
+    text = f"{store_id}/{group}@{commit_log_offset}/{unique_id}".encode()
+    return hashlib.blake2b(text, digest_size=16, person=b"txmq-dlq-resend").hexdigest().upper()
+
+
+class DeadLetterResend:
+    """The ResendDeadLetters core of one store (one event loop: no locks): dead letters
+    of a group sent again to their origin topic as new messages, each once.
+
+    A dead letter is a record of ``%DLQ%<group>`` on this store, named by its unique id
+    (found through the unique-id index; every dead letter of the group with that id is
+    resent). The new message keeps the body, tags, keys, flag, born time, user
+    properties and the message type and group, with a count of 0, ``ORIGIN_MESSAGE_ID`` = the dead letter's id and
+    ``TXMQ_RESEND_OF`` = ``<group>@<the dead letter's commit-log offset>``; its unique id
+    is ``resend_id``. Resending a dead letter resent before stores nothing and answers
+    the first message (``duplicate``): the one in flight, else the one the unique-id
+    index lists with that mark (durable, as send-backs)."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+        self._in_flight: dict[int, asyncio.Future[SendResult]] = {}
+
+    async def resend(
+        self, *, group: str, unique_ids: Sequence[str], may_consume: Callable[[str], None] | None = None
+    ) -> list[Resent]:
+        """Resend the dead letters of ``group`` with these ids that this store holds (ids
+        it does not hold are left out of the answer). ``may_consume(topic)`` raises when
+        the caller may not consume an origin topic (ACLs): checked for every dead letter
+        before any is resent."""
+        check_group_name(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        if len(unique_ids) > MAX_RESEND_IDS:
+            raise error(
+                errors_pb2.CODE_ILLEGAL_ARGUMENT,
+                f"{len(unique_ids)} dead letters named in one request, at most {MAX_RESEND_IDS}",
+            )  # fmt: skip
+        if not all(unique_ids):
+            raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "an empty unique id: name each dead letter")
+        topic = dlq_topic(group)
+        letters: list[tuple[StoredMessage, str]] = []
+        for unique_id in dict.fromkeys(unique_ids):
+            found = self._store.reader.query_messages(unique_id=unique_id, max_results=COPY_CANDIDATES_MAX)
+            for letter in found:  # commit-log order
+                if letter.topic != topic:
+                    continue  # the original message, its retry copies, another group's dead letter
+                origin = letter.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC, "")
+                if not origin:
+                    raise error(
+                        errors_pb2.CODE_ILLEGAL_ARGUMENT,
+                        f"dead letter {unique_id} names no origin topic ({PROPERTY_DLQ_ORIGIN_TOPIC})",
+                        unique_id=unique_id,
+                    )  # fmt: skip
+                if may_consume is not None:
+                    may_consume(origin)
+                letters.append((letter, origin))
+        return [
+            Resent(letter.unique_id, letter.commit_log_offset, await self._resend_one(group, letter, origin))
+            for letter, origin in letters
+        ]
+
+    async def _resend_one(self, group: str, letter: StoredMessage, origin: str) -> SendResult:
+        offset = letter.commit_log_offset
+        pending = self._in_flight.get(offset)
+        if pending is not None:
+            return dataclasses.replace(await asyncio.shield(pending), duplicate=True)
+        new_id = resend_id(self._store.store_id, group, offset, letter.unique_id)
+        mark = sendback_key(group, offset)
+        for msg in self._store.reader.query_messages(unique_id=new_id, max_results=COPY_CANDIDATES_MAX):
+            if msg.topic == origin and msg.properties.get(PROPERTY_RESEND_OF) == mark:
+                prefix = self._store.sender.offset_msg_id_prefix
+                return SendResult(
+                    SendStatus.OK, msg.unique_id, f"{prefix}{msg.commit_log_offset:016X}", msg.topic, msg.queue_id,
+                    msg.queue_offset, msg.commit_log_offset, duplicate=True,
+                )  # fmt: skip
+        future: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        self._in_flight[offset] = future
+        try:
+            props = copied_properties(letter.properties)
+            props[PROPERTY_ORIGIN_MESSAGE_ID] = letter.unique_id
+            props[PROPERTY_RESEND_OF] = mark
+            message = OutgoingMessage(
+                origin, letter.body, letter.tags, tuple(letter.keys), props, new_id, letter.flag, None,
+                letter.born_timestamp_ms,
+            )  # fmt: skip
+            (result,) = await self._store.sender.send([message], system=True)
+        except BaseException as exc:
+            failure = exc if isinstance(exc, Exception) else _cancelled(offset, "resend", "resend it")
+            future.set_exception(failure)
+            future.exception()
+            raise
+        finally:
+            del self._in_flight[offset]
+        future.set_result(result)
+        log.info("group %s resent dead letter %s to %s as %s", group, letter.unique_id, origin, new_id)
+        return result

@@ -25,6 +25,7 @@ from .configs import SubscriptionGroupConfig, TopicConfig
 from .filters import load_message_filter
 from .message_store import MessageStore
 from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
+from .queue_locks import StoreQueueLocks
 from .replication import CONFIG, OFFSETS
 from .send_path import Appended
 from .transactions import DecisionRequest, HalfAction
@@ -64,8 +65,10 @@ def peer_address(context: grpc.aio.ServicerContext) -> str:
 
 
 class StoreServicer(store_pb2_grpc.StoreServicer):
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, *, queue_locks: StoreQueueLocks) -> None:
         self._store = store
+        # ConsumerControl's queue locks: they fence commits that name a client.
+        self._queue_locks = queue_locks
 
     def _result_fields(self, results: list[SendResult]) -> Iterator[dict[str, Any]]:
         """SendResult fields per result; one shared MessageQueue per queue of a batch."""
@@ -478,6 +481,8 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     ):
         if request.HasField("fence"):
             await self._store.admit_fence(request.fence.epoch, request.fence.half_queue_id)
+        if request.client_id:
+            self._queue_locks.check_commit(request.consumer_group, request.client_id, request.topic, request.queue_id)
         self._store.admin.commit_consume_offset(
             group=request.consumer_group, topic=request.topic, queue_id=request.queue_id, offset=request.offset
         )
@@ -675,9 +680,10 @@ def add_store_servicers(server: grpc.aio.Server, store: MessageStore) -> list[st
     (reflection)."""
     from .consumer_control import ConsumerControlServicer
 
-    store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(store), server)
+    control = ConsumerControlServicer(store)
+    store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(store, queue_locks=control.queue_locks), server)
     store_pb2_grpc.add_StoreAdminServicer_to_server(StoreAdminServicer(store), server)
-    store_pb2_grpc.add_ConsumerControlServicer_to_server(ConsumerControlServicer(store), server)
+    store_pb2_grpc.add_ConsumerControlServicer_to_server(control, server)
     return [
         store_pb2.DESCRIPTOR.services_by_name[name].full_name for name in ("Store", "StoreAdmin", "ConsumerControl")
     ]

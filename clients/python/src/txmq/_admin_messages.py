@@ -9,14 +9,16 @@ from dataclasses import dataclass
 from txmq._admin_base import AdminBase, Store
 from txmq._convert import message_ext_from_proto
 from txmq.errors import BadRequestError, NotFoundError
-from txmq.ids import decode_offset_msg_id, new_unique_id
+from txmq.ids import decode_offset_msg_id
 from txmq.message import MessageExt
-from txmq.protocol import PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID, dlq_topic, is_system_property
-from txmq.v1 import common_pb2, errors_pb2, store_pb2
+from txmq.protocol import PROPERTY_DLQ_ORIGIN_TOPIC, dlq_topic
+from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_topic
 
 #: Dead letters read per GetMessage call (``Admin.list_dead_letters``).
 _DLQ_PAGE = 256
+#: Dead letters named per ResendDeadLetters call (the store takes at most 1000).
+_RESEND_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +39,8 @@ class DeadLetter:
 @dataclass(frozen=True, slots=True)
 class ResentDeadLetter:
     """A dead letter sent again to its origin topic, as a new message ``msg_id`` whose
-    ORIGIN_MESSAGE_ID property names the dead letter (``dead_letter_id``)."""
+    ORIGIN_MESSAGE_ID property names the dead letter (``dead_letter_id``); ``duplicate``:
+    it was resent before, and this is the first message (nothing stored now)."""
 
     dead_letter_id: str
     msg_id: str
@@ -45,6 +48,7 @@ class ResentDeadLetter:
     store_id: str
     queue_id: int
     queue_offset: int
+    duplicate: bool = False  # resent before: the first message, nothing stored now
 
 
 class MessageAdmin(AdminBase):
@@ -142,34 +146,54 @@ class MessageAdmin(AdminBase):
         self, group: str, ids: Sequence[str] | None = None, *, store_id: str | None = None
     ) -> list[ResentDeadLetter]:
         """Send dead letters of ``group`` again to their origin topic, on the store that
-        holds them: each as a new message (a fresh unique id) with the body, tags, keys
-        and user properties of the dead letter and ORIGIN_MESSAGE_ID = its id. ``ids``:
-        only the dead letters with these unique ids (an id none has raises NotFoundError
-        MESSAGE_NOT_FOUND, before anything is sent); None: every one. The dead letters
-        stay in the dead-letter topic. The store's system send is used (the property is
-        reserved): with auth on, a super user's call."""
-        letters = self.list_dead_letters(group, store_id=store_id, max_results=1_000_000)
+        holds them (``ConsumerControl.ResendDeadLetters``): each as a new message with
+        the body, tags, keys and user properties of the dead letter and
+        ORIGIN_MESSAGE_ID = its id. Each dead letter is resent once: asked again, the
+        store answers the first message (``duplicate``). The dead letters stay in the
+        dead-letter topic. Needs Sub on the group and on the origin topics.
+
+        ``ids``: the dead letters with these unique ids, asked of every store (or
+        ``store_id``); an id no store holds raises NotFoundError MESSAGE_NOT_FOUND once
+        the others were resent (running it again resends nothing twice). None: every
+        one, listed first (``list_dead_letters``: reading ``%DLQ%<group>`` needs Sub on
+        that topic)."""
+        check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
+        stores = self._stores(store_id)
+        if ids is None:
+            held: dict[str, list[str]] = {}
+            for d in self.list_dead_letters(group, store_id=store_id, max_results=1_000_000):
+                held.setdefault(d.store_id, []).append(d.msg_id)
+            asked = {s.store_id: list(dict.fromkeys(held[s.store_id])) for s in stores if s.store_id in held}
+        else:
+            wanted = list(dict.fromkeys(ids))
+            asked = {s.store_id: wanted for s in stores}
+        resent: list[ResentDeadLetter] = []
+        for store in stores:
+            names = asked.get(store.store_id, [])
+            stub = self._core.stub(store.address, store_pb2_grpc.ConsumerControlStub)
+            for i in range(0, len(names), _RESEND_BATCH):
+                request = store_pb2.ResendDeadLettersRequest(group=group, unique_ids=names[i : i + _RESEND_BATCH])
+                for r in self._call(store, stub.ResendDeadLetters, request).resent:
+                    q = r.result.queue
+                    resent.append(
+                        ResentDeadLetter(
+                            r.dead_letter_id,
+                            r.result.msg_id,
+                            q.topic,
+                            q.store_id,
+                            q.queue_id,
+                            r.result.queue_offset,
+                            r.result.duplicate,
+                        )
+                    )
         if ids is not None:
-            wanted = set(ids)
-            missing = sorted(wanted - {d.msg_id for d in letters})
+            missing = [i for i in dict.fromkeys(ids) if i not in {r.dead_letter_id for r in resent}]
             if missing:
                 raise NotFoundError(
                     f"group {group} has no dead letter {missing[0]!r}",
                     code=errors_pb2.CODE_MESSAGE_NOT_FOUND,
                     metadata={"unique_id": missing[0], "group": group},
                 )
-            letters = [d for d in letters if d.msg_id in wanted]
-        stores = {s.store_id: s for s in self._stores(store_id)}
-        resent: list[ResentDeadLetter] = []
-        for d in letters:
-            store = stores.get(d.store_id)
-            if store is None:
-                raise NotFoundError(f"store {d.store_id!r} is not live", code=errors_pb2.CODE_STORE_NOT_FOUND)
-            request = store_pb2.PutSystemMessagesRequest(messages=[_resend_message(d)])
-            (r,) = self._call(store, self._store_stub(store).PutSystemMessages, request).results
-            resent.append(
-                ResentDeadLetter(d.msg_id, r.msg_id, r.queue.topic, r.queue.store_id, r.queue.queue_id, r.queue_offset)
-            )
         return resent
 
 
@@ -183,26 +207,3 @@ def _dead_letter(store_id: str, m: MessageExt) -> DeadLetter:
         offset_msg_id=m.offset_msg_id,
         message=m,
     )
-
-
-def _resend_message(d: DeadLetter) -> store_pb2.SystemMessage:
-    if not d.origin_topic:
-        raise BadRequestError(
-            f"dead letter {d.msg_id} names no origin topic ({PROPERTY_DLQ_ORIGIN_TOPIC})",
-            code=errors_pb2.CODE_ILLEGAL_ARGUMENT,
-            metadata={"unique_id": d.msg_id},
-        )
-    m = d.message
-    props = {k: v for k, v in m.properties.items() if not is_system_property(k)}
-    props[PROPERTY_ORIGIN_MESSAGE_ID] = d.msg_id
-    message = common_pb2.Message(
-        topic=d.origin_topic,
-        body=m.body,
-        tags=m.tags or "",
-        keys=list(m.keys),
-        properties=props,
-        unique_id=new_unique_id(),
-        flag=m.flag,
-        born_timestamp_ms=m.born_timestamp_ms,
-    )
-    return store_pb2.SystemMessage(message=message)

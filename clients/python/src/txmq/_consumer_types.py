@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from txmq.message import MessageExt
+from txmq.message import MessageExt, SendStatus
 from txmq.v1 import common_pb2, pull_pb2
 
 
@@ -101,7 +101,10 @@ class SendBackResult:
     (redelivered after a delay) or, past the retry limit, ``%DLQ%<group>``
     (``dead_lettered``). ``reconsume_times`` is the copy's count, ``msg_id`` its unique id
     (the message's own); ``duplicate``: the store had this record sent back by the group
-    before and answered with that first copy."""
+    before and answered with that first copy. ``status``: as a send's; the copy is
+    stored whatever it says (FLUSH_REPLICA_TIMEOUT: written on the leader, not yet held
+    by every in-sync replica, and it may still become visible), so the send-back is done
+    and is not repeated."""
 
     topic: str
     dead_lettered: bool
@@ -112,3 +115,4 @@ class SendBackResult:
     queue_id: int
     queue_offset: int
     duplicate: bool = False
+    status: SendStatus = SendStatus.OK

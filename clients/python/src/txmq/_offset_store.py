@@ -5,7 +5,9 @@ A queue starts at the group's committed offset; on a queue the group never commi
 on, at ``consume_from`` (a retry queue: at its first message), and that start is
 committed at once. Afterwards the commit point of a queue is its lowest message not
 done (``ProcessQueue.commit_point``); it is committed every ``commit_interval_s``, when
-the queue is released and on shutdown, only when it moved.
+the queue is released and on shutdown, only when it moved. An orderly consumer's
+commits name it, and the store refuses one on a queue another client has locked
+(``CODE_QUEUE_LOCKED``): the queue's lock lapsed, whatever this side trusted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from txmq._process_queue import ProcessQueue
 from txmq._push_context import PushContext
 from txmq.errors import TxmqError
 from txmq.message import MessageQueue
+from txmq.v1 import errors_pb2
 
 
 class OffsetStore:
@@ -59,6 +62,9 @@ class OffsetStore:
         try:
             c._client.commit_offset(pq.mq, point)
         except TxmqError as err:
+            if c._orderly is not None and err.code == errors_pb2.CODE_QUEUE_LOCKED:
+                c._orderly.commit_refused(pq)  # the store says another client holds it
+                return
             c._handle(("commit", pq.mq), what, err)
             return
         c._failures.recovered(("commit", pq.mq), f"consumer {c.client_id}: {what}")

@@ -12,7 +12,9 @@ consumption").
   and the second half is the margin (a slow answer, a pause, clock rates). A lock not
   renewed in time, or refused on renewal, *lapses*: no new batch of the queue starts,
   its offset is no longer committed, and the consumer releases the queue (``take_lapsed``)
-  and locks it again like a new one (reading the committed offset then).
+  and locks it again like a new one (reading the committed offset then). The store
+  fences commits too: one it refuses because another client holds the lock
+  (``CODE_QUEUE_LOCKED``) lapses the lock the same way (``commit_refused``).
 - **One consume thread per queue**, messages in queue-offset order,
   ``batch_size`` at a time (``submit`` schedules a queue's task when none is scheduled).
 - **Failures**: RECONSUME_LATER, an exception or any other answer suspends the queue for
@@ -217,6 +219,21 @@ class OrderlyService:
         """An offset of ``pq`` may be committed only while its lock is trusted: after
         that another consumer may hold the queue and have committed further."""
         return self.valid(pq)
+
+    def commit_refused(self, pq: ProcessQueue) -> None:
+        """The store refused a commit of ``pq`` (``CODE_QUEUE_LOCKED``): another client
+        holds its lock, whatever this side trusted (a pause past the margin, a clock that
+        ran slow). The lock lapses now: no new batch, and the queue is released and
+        locked again like a new one, from the committed offset (the holder's)."""
+        with self._lock:
+            q = self._queues.get(pq.mq)
+            if q is None or q.pq is not pq:
+                return
+            q.valid_until = min(q.valid_until, self._now())
+        log.warning(
+            "consumer %s: the store refused a commit of %s: another consumer holds its lock", self.client_id, pq.mq
+        )
+        self.check_lapsed()
 
     def renew(self) -> float:
         """One renewal round: lock again every queue held, one request per store; the

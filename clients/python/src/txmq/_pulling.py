@@ -23,7 +23,7 @@ from txmq._convert import message_ext_from_proto, message_queue_to_proto
 from txmq._failures import FailureLog, retriable
 from txmq._subscription import Subscription
 from txmq.errors import InternalError, NotFoundError, TxmqError, UnavailableError
-from txmq.message import MessageExt, MessageQueue
+from txmq.message import MessageExt, MessageQueue, SendStatus
 from txmq.models import ServiceKind, TopicRoute
 from txmq.records import decode_messages
 from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
@@ -38,11 +38,14 @@ LONG_POLL_DEADLINE_MARGIN_S = 3.0
 
 
 class PullClient:
-    def __init__(self, core: ClientCore, group: str, *, timeout: float) -> None:
+    def __init__(self, core: ClientCore, group: str, *, timeout: float, commit_client_id: str = "") -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         self.core = core
         self.group = group
         self.timeout = timeout
+        # An orderly consumer's id: its commits name it, so the store refuses one on a
+        # queue another client has locked (CODE_QUEUE_LOCKED). Empty: commits unfenced.
+        self.commit_client_id = commit_client_id
         # Set before the core closes: a call racing the close must not open a new
         # channel (Channels would) for a long poll nobody ends.
         self.closed = False
@@ -154,7 +157,7 @@ class PullClient:
 
     def commit_offset(self, mq: MessageQueue, offset: int) -> None:
         request = pull_pb2.UpdateConsumerOffsetRequest(
-            consumer_group=self.group, queue=message_queue_to_proto(mq), offset=offset
+            consumer_group=self.group, queue=message_queue_to_proto(mq), offset=offset, client_id=self.commit_client_id
         )
         self._offset_call(mq, lambda stub: stub.UpdateConsumerOffset, request)
 
@@ -231,6 +234,8 @@ class PullClient:
             queue_id=r.queue.queue_id,
             queue_offset=r.queue_offset,
             duplicate=r.duplicate,
+            # The copy is stored whatever the status (an unset one is taken as OK).
+            status=SendStatus(r.status) if r.status else SendStatus.OK,
         )
 
     # -- membership ----------------------------------------------------------------------

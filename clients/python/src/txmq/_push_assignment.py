@@ -16,6 +16,7 @@ from txmq._push_context import PushContext, retry_topic_absent
 from txmq._rebalance import allocate_averagely
 from txmq.errors import TxmqError
 from txmq.message import MessageQueue
+from txmq.v1 import errors_pb2
 
 log = logging.getLogger("txmq.consumer")
 
@@ -90,7 +91,12 @@ class QueueAssignment:
             locked_until = c._orderly.lock_new(mq)  # before the offset is read
             if locked_until is None:
                 return False
-        offset = self._offsets.start_offset(mq)
+        try:
+            offset = self._offsets.start_offset(mq)
+        except TxmqError as err:
+            if c._orderly is not None and err.code == errors_pb2.CODE_QUEUE_LOCKED:
+                return False  # the lock ran out already and another client took it
+            raise
         pq = ProcessQueue(mq, offset)
         pq.committed = offset
         if c._orderly is not None and locked_until is not None:

@@ -454,7 +454,9 @@ class PushConsumer:
                 tls=config.tls,
                 credentials=config.credentials,
             )
-            client = PullClient(core, self.group, timeout=config.timeout_s)
+            # Orderly: the store fences the commits with the queue locks.
+            fence = self.client_id if config.orderly else ""
+            client = PullClient(core, self.group, timeout=config.timeout_s, commit_client_id=fence)
             subs = list(self._subs.values())
             self._state = "starting"
         try:

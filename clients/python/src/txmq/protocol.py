@@ -45,6 +45,9 @@ PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 #: txmq: on a retry or dead-letter copy, ``<group>@<commit-log offset>`` of the record the
 #: group sent back (the store answers a repeated send-back of that record with this copy).
 PROPERTY_SENDBACK_OF = "TXMQ_SENDBACK_OF"
+#: txmq: on a message re-sent from a dead-letter topic, ``<group>@<commit-log offset>`` of
+#: the dead letter (the store answers a repeated resend of it with this message).
+PROPERTY_RESEND_OF = "TXMQ_RESEND_OF"
 
 # -- delayed messages (RocketMQ 5's timer properties, RocketMQ 4's delay levels) ----------
 
@@ -112,12 +115,25 @@ RESERVED_PROPERTIES: frozenset[str] = frozenset(
 )  # fmt: skip
 #: Names with these prefixes are the system's too: txmq's own and the gateway's.
 SYSTEM_PROPERTY_PREFIXES = ("TXMQ_", "__RMQ_")
+#: The gateway's: a message's RocketMQ 5 type (NORMAL, FIFO, DELAY, TRANSACTION), as its
+#: producer sent it (a system property; the message group is ``PROPERTY_SHARDING_KEY``).
+PROPERTY_MESSAGE_TYPE = "__RMQ_MESSAGE_TYPE"
+#: System properties a copy of a stored message keeps (retry and dead-letter copies, a
+#: dead letter resent): what the message is, not how it was delivered.
+COPIED_SYSTEM_PROPERTIES = frozenset({PROPERTY_MESSAGE_TYPE})
 
 
 def is_system_property(name: str) -> bool:
     """Whether the system set this property (a consumer's copy or a dead letter does
     not carry it on): a reserved name or a system prefix."""
     return name in RESERVED_PROPERTIES or name.startswith(SYSTEM_PROPERTY_PREFIXES)
+
+
+def copied_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """The properties a copy of a stored message carries over (retry and dead-letter
+    copies, by the store or the gateway, and a dead letter resent): the user's, the
+    message group (``__SHARDINGKEY``, not a system name) and the message type."""
+    return {k: v for k, v in properties.items() if k in COPIED_SYSTEM_PROPERTIES or not is_system_property(k)}
 
 
 # -- sysflag (RocketMQ MessageSysFlag): the transaction type bits ------------------------

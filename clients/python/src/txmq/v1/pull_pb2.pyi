@@ -65,14 +65,16 @@ class PullMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., records: _Optional[bytes] = ..., store_id: _Optional[str] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "queue", "offset")
+    __slots__ = ("consumer_group", "queue", "offset", "client_id")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     queue: _common_pb2.MessageQueue
     offset: int
-    def __init__(self, consumer_group: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., queue: _Optional[_Union[_common_pb2.MessageQueue, _Mapping]] = ..., offset: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class UpdateConsumerOffsetResponse(_message.Message):
     __slots__ = ()

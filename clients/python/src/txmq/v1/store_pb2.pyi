@@ -476,6 +476,30 @@ class SendBackResponse(_message.Message):
     reconsume_times: int
     def __init__(self, result: _Optional[_Union[SendResult, _Mapping]] = ..., dead_lettered: _Optional[bool] = ..., reconsume_times: _Optional[int] = ...) -> None: ...
 
+class ResendDeadLettersRequest(_message.Message):
+    __slots__ = ("group", "unique_ids")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    unique_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., unique_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ResentDeadLetter(_message.Message):
+    __slots__ = ("dead_letter_id", "commit_log_offset", "result")
+    DEAD_LETTER_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    dead_letter_id: str
+    commit_log_offset: int
+    result: SendResult
+    def __init__(self, dead_letter_id: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., result: _Optional[_Union[SendResult, _Mapping]] = ...) -> None: ...
+
+class ResendDeadLettersResponse(_message.Message):
+    __slots__ = ("resent",)
+    RESENT_FIELD_NUMBER: _ClassVar[int]
+    resent: _containers.RepeatedCompositeFieldContainer[ResentDeadLetter]
+    def __init__(self, resent: _Optional[_Iterable[_Union[ResentDeadLetter, _Mapping]]] = ...) -> None: ...
+
 class LockQueuesRequest(_message.Message):
     __slots__ = ("group", "client_id", "queues")
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -509,18 +533,20 @@ class UnlockQueuesResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class CommitConsumeOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "fence")
+    __slots__ = ("consumer_group", "topic", "queue_id", "offset", "fence", "client_id")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     offset: int
     fence: Fence
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class CommitConsumeOffsetResponse(_message.Message):
     __slots__ = ()

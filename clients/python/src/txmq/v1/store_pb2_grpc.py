@@ -807,6 +807,11 @@ class ConsumerControlStub:
                 request_serializer=txmq_dot_v1_dot_store__pb2.UnlockQueuesRequest.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_store__pb2.UnlockQueuesResponse.FromString,
                 _registered_method=True)
+        self.ResendDeadLetters = channel.unary_unary(
+                '/txmq.v1.ConsumerControl/ResendDeadLetters',
+                request_serializer=txmq_dot_v1_dot_store__pb2.ResendDeadLettersRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.ResendDeadLettersResponse.FromString,
+                _registered_method=True)
 
 
 class ConsumerControlServicer:
@@ -850,6 +855,19 @@ class ConsumerControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResendDeadLetters(self, request, context):
+        """`txmq dlq resend`: the group's dead letters with these unique ids that this store
+        holds (records of %DLQ%<group>, found through the unique-id index) sent again to
+        their origin topic (TXMQ_DLQ_ORIGIN_TOPIC), each as a new message: body, tags, keys
+        and user properties kept, a count of 0, ORIGIN_MESSAGE_ID = the dead letter's id, a
+        unique id derived from the dead letter. Resending a dead letter again stores nothing
+        and answers the first message (result.duplicate), also after a restart. The dead
+        letters stay where they are. Ids the store does not hold are left out of the answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumerControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -867,6 +885,11 @@ def add_ConsumerControlServicer_to_server(servicer, server):
                     servicer.UnlockQueues,
                     request_deserializer=txmq_dot_v1_dot_store__pb2.UnlockQueuesRequest.FromString,
                     response_serializer=txmq_dot_v1_dot_store__pb2.UnlockQueuesResponse.SerializeToString,
+            ),
+            'ResendDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResendDeadLetters,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.ResendDeadLettersRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.ResendDeadLettersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -954,6 +977,33 @@ class ConsumerControl:
             '/txmq.v1.ConsumerControl/UnlockQueues',
             txmq_dot_v1_dot_store__pb2.UnlockQueuesRequest.SerializeToString,
             txmq_dot_v1_dot_store__pb2.UnlockQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResendDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.ConsumerControl/ResendDeadLetters',
+            txmq_dot_v1_dot_store__pb2.ResendDeadLettersRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.ResendDeadLettersResponse.FromString,
             options,
             channel_credentials,
             insecure,
