@@ -299,9 +299,10 @@ def dlq_list(group: str, store_id: str | None, max_results: int, endpoint: str, 
 def dlq_resend(
     group: str, ids: tuple[str, ...], resend_all: bool, store_id: str | None, endpoint: str, output: str
 ) -> None:
-    """Send dead letters of GROUP again to their origin topic, as new messages (fresh
-    unique ids; ORIGIN_MESSAGE_ID names the dead letter). They stay in the dead-letter
-    topic. Needs a super user when auth is on."""
+    """Send dead letters of GROUP again to their origin topic, as new messages
+    (ORIGIN_MESSAGE_ID names the dead letter). They stay in the dead-letter topic. Each
+    is resent once (again: the first message, nothing stored). Needs Sub on GROUP and on
+    the origin topics when auth is on (--all also reads %DLQ%GROUP)."""
     if bool(ids) == resend_all:
         raise click.UsageError("give --id ID (one or more) or --all")
     with Admin(endpoint, **client_options()) as admin:
