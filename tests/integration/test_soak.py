@@ -42,7 +42,7 @@ KEEPALIVE = (
     "--keepalive-timeout-ms", "5000",
     "--keepalive-permit-time-ms", "500",
 )  # fmt: skip
-IDLE_S = 30.0  # 60 policy windows
+IDLE_S = 15.0  # 30 policy windows
 # A consumer elsewhere pulls without holding now and then: the pull service's channel to
 # the store carries a call every few seconds, as in a quiet production cluster. (A call
 # re-arms gRPC's default client ping budget, two pings without data; without calls the
