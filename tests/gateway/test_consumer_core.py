@@ -28,7 +28,7 @@ from txmq_gateway import consumer_state as consumer_module
 from txmq_gateway.consumer import SimpleConsumerCore
 from txmq_gateway.consumer_receipts import ReceiptHandle
 from txmq_gateway.consumer_state import Delivery
-from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, encode_token
+from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, HandleSigner, TransactionHandle, encode_token
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
@@ -83,6 +83,10 @@ class Env:
         return await self.core.change_invisible_duration(**args)
 
 
+#: The cluster's handle key, as every gateway of a cluster holds it.
+SIGNER = HandleSigner.ephemeral()
+
+
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
     clock = ManualClock()
@@ -96,6 +100,7 @@ async def env() -> AsyncIterator[Env]:
             GatewaySettings(**settings),
             clock=clock,
             commit_interval_ms=3_600_000,  # tests flush explicitly
+            handles=SIGNER,
         )
         cores.append(core)
         return core
@@ -273,15 +278,36 @@ async def test_malformed_and_foreign_handles_are_refused(env: Env) -> None:
         encode_token({"e": 1, "s": "s1", "t": TOPIC, "q": 0, "o": 0, "v": 1}),
     ):
         await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, receipt_handle=bad))
-    h = ReceiptHandle.decode(d.receipt_handle)
-    other_epoch = ReceiptHandle("other", h.store_id, h.topic, h.queue_id, h.offset, h.version).encode()
+    h = ReceiptHandle.decode(d.receipt_handle, SIGNER)
+    other_epoch = ReceiptHandle("other", h.store_id, h.topic, h.queue_id, h.offset, h.version).encode(SIGNER)
     await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, receipt_handle=other_epoch))
-    wrong_offset = ReceiptHandle(h.epoch, h.store_id, h.topic, h.queue_id, h.offset + 1, h.version).encode()
+    wrong_offset = ReceiptHandle(h.epoch, h.store_id, h.topic, h.queue_id, h.offset + 1, h.version).encode(SIGNER)
     await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, receipt_handle=wrong_offset))
     await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, topic="Other"))
     await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, group="OtherGroup"))
     await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, message_id="not-its-id"))
     await env.ack(d)  # still valid after all that
+
+
+async def test_a_forged_or_altered_handle_is_refused(env: Env) -> None:
+    """A client that knows the format cannot make a handle for a message it was not
+    given, nor change one it was given: handles carry the cluster key's signature."""
+    env.backend.put("m0")
+    env.backend.put("m1")
+    [d] = await env.receive(batch_size=1)
+    h = ReceiptHandle.decode(d.receipt_handle, SIGNER)
+    fields = {"e": h.epoch, "s": h.store_id, "t": h.topic, "q": h.queue_id, "o": h.offset, "v": h.version}
+    unsigned = encode_token(fields)  # the handle's exact fields, without a signature
+    other_key = ReceiptHandle(h.epoch, h.store_id, h.topic, h.queue_id, h.offset, h.version).encode(
+        HandleSigner.ephemeral()
+    )
+    encoded, _, mac = d.receipt_handle.partition(".")
+    altered = encode_token({**fields, "g": h.owner, "o": h.offset + 1}) + "." + mac
+    as_transaction_id = SIGNER.encode(TransactionHandle(h.store_id, 0, h.offset, "x"))
+    for forged in (unsigned, other_key, altered, as_transaction_id, encoded + ".", d.receipt_handle + "x"):
+        err = await expect_code(Code.INVALID_RECEIPT_HANDLE, env.ack(d, receipt_handle=forged))
+        assert "not issued by txmq" in err.message, err.message
+    await env.ack(d)  # the genuine one still works
 
 
 async def test_expired_handle_is_refused(env: Env) -> None:

@@ -48,7 +48,7 @@ from txmq import Admin
 from txmq_gateway.auth import Authenticator, SingleKey, sign
 from txmq_gateway.consumer import SimpleConsumerCore
 from txmq_gateway.consumer_receipts import ReceiptHandle
-from txmq_gateway.convert import duration
+from txmq_gateway.convert import HandleSigner, duration
 from txmq_gateway.ownership import (
     FORWARDED_HEADER,
     Forwarder,
@@ -72,6 +72,8 @@ TTL_MS = 2_000
 GROUP = "G"
 TOPIC = "T"
 AK, SK = "ak", "sk"
+#: The cluster's handle key: every gateway of a cluster holds the same one.
+SIGNER = HandleSigner.ephemeral()
 
 
 async def eventually(what: str, predicate: Any, timeout_s: float = 5.0) -> None:
@@ -124,9 +126,9 @@ def test_forwarded_metadata_keeps_the_clients_headers_and_marks_the_call() -> No
 
 def test_receipt_handles_name_the_owner() -> None:
     h = ReceiptHandle("e1", "s1", TOPIC, 0, 5, 7, "gw-a")
-    assert ReceiptHandle.decode(h.encode()) == h
+    assert ReceiptHandle.decode(h.encode(SIGNER), SIGNER) == h
     plain = ReceiptHandle("e1", "s1", TOPIC, 0, 5, 7)
-    assert ReceiptHandle.decode(plain.encode()).owner == ""
+    assert ReceiptHandle.decode(plain.encode(SIGNER), SIGNER).owner == ""
 
 
 # -- GroupOwnership against etcd -----------------------------------------------------------
@@ -333,7 +335,7 @@ async def start_gateway(name: str, etcd: Any, prefix: str, backend: FakeBackend)
     settings = GatewaySettings(min_invisible_duration_ms=1_000)
     server = grpc.aio.server()
     address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    consumer = SimpleConsumerCore(backend, settings, commit_interval_ms=3_600_000, instance_id=name)  # type: ignore[arg-type]
+    consumer = SimpleConsumerCore(backend, settings, commit_interval_ms=3_600_000, instance_id=name, handles=SIGNER)  # type: ignore[arg-type]
     clients = ClientHub(backend, settings)  # type: ignore[arg-type]
     owners = GroupOwnership(
         etcd, etcd_prefix=prefix, instance_id=name, address=address, ttl_ms=TTL_MS, on_lost=consumer.drop_group
@@ -383,7 +385,7 @@ async def test_two_gateways_split_a_groups_messages_and_either_takes_acks(
     got_b, status = await b.receive(2, client_id="c2")  # forwarded to a
     assert status.code == Code.OK and not b.ownership.owns(GROUP)
     assert not set(ids(got_a)) & set(ids(got_b)) and len(got_a) == len(got_b) == 2
-    assert all(ReceiptHandle.decode(m.system_properties.receipt_handle).owner == "a" for m in got_a + got_b)
+    assert all(ReceiptHandle.decode(m.system_properties.receipt_handle, SIGNER).owner == "a" for m in got_a + got_b)
     # The owner heard of b's client through the forwarded call (auto-renew liveness).
     assert a.clients.client("c2") is not None and b.clients.client("c2") is None
 
@@ -475,7 +477,7 @@ async def test_when_the_owner_loses_the_group_the_other_serves_it_from_the_commi
     got, status = await b.receive(4)
     assert status.code == Code.OK and b.ownership.owns(GROUP)
     assert ids(got) == ids(held[2:])
-    assert all(ReceiptHandle.decode(m.system_properties.receipt_handle).owner == "b" for m in got)
+    assert all(ReceiptHandle.decode(m.system_properties.receipt_handle, SIGNER).owner == "b" for m in got)
     await eventually("a's mirror", lambda: (a.ownership.directory.owner(GROUP) or Owner("", "", 0)).instance_id == "b")
     # a's old handle reaches b (forwarded by group) and is refused there, naming a.
     stale = await a.stub.AckMessage(

@@ -148,6 +148,7 @@ from txmq_gateway.consumer_state import (
     retrieve,
     tag_matcher,
 )
+from txmq_gateway.convert import HandleSigner
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
@@ -180,6 +181,7 @@ class SimpleConsumerCore:
         epoch: str | None = None,
         instance_id: str = "",
         tuning: ConsumerTuning | None = None,
+        handles: HandleSigner | None = None,
     ) -> None:
         self.backend = backend
         self.settings = settings
@@ -188,7 +190,11 @@ class SimpleConsumerCore:
         self._subscriptions: Subscriptions = {}
         self._background: set[asyncio.Task[None]] = set()
         self._receipts = Receipts(
-            self._subscriptions, self.tuning, epoch=epoch or secrets.token_hex(4), instance_id=instance_id
+            self._subscriptions,
+            self.tuning,
+            epoch=epoch or secrets.token_hex(4),
+            instance_id=instance_id,
+            signer=handles or HandleSigner.ephemeral(),
         )
         dead_letters = DeadLetterQueues(backend)
         self._tracker = InFlightTracker(clock, self.tuning, self._receipts, dead_letters, self._background)

@@ -2,7 +2,9 @@
 the gateway epoch that issued them, the message's queue and offset, and the version of
 its delivery. Every redelivery and change issues a new version, so older handles stop
 working; a handle of another epoch (before a restart, or before the group moved to this
-gateway) is refused."""
+gateway) is refused. Handles are signed with the cluster's handle key (as transaction
+ids are: convert.HandleSigner), so a client can neither forge one for a message it was
+not given nor alter one it was given."""
 
 from __future__ import annotations
 
@@ -11,9 +13,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from txmq_gateway.consumer_state import ConsumerTuning, InFlight, Subscription, Subscriptions
-from txmq_gateway.convert import decode_token, encode_token
+from txmq_gateway.convert import HandleSigner
 from txmq_gateway.status import GatewayError
 from txmq_gateway.v2 import Code
+
+# What the MAC covers before the encoded fields: a transaction id's MAC under the same
+# key never passes for a receipt handle, nor one of these for a transaction id.
+_RECEIPT_MAC_CONTEXT = b"txmq-gateway receipt-handle v1\x00"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +37,7 @@ class ReceiptHandle:
     version: int
     owner: str = ""
 
-    def encode(self) -> str:
+    def encode(self, signer: HandleSigner) -> str:
         fields: dict[str, object] = {
             "e": self.epoch,
             "s": self.store_id,
@@ -42,12 +48,13 @@ class ReceiptHandle:
         }
         if self.owner:
             fields["g"] = self.owner
-        return encode_token(fields)
+        return signer.sign(fields, context=_RECEIPT_MAC_CONTEXT)
 
     @classmethod
-    def decode(cls, token: str) -> ReceiptHandle:
-        """ValueError when ``token`` is not a receipt handle of a gateway."""
-        fields = decode_token(token)
+    def decode(cls, token: str, signer: HandleSigner) -> ReceiptHandle:
+        """ValueError saying why when ``token`` is not a receipt handle this cluster's
+        gateways issued."""
+        fields = signer.open(token, context=_RECEIPT_MAC_CONTEXT)
         try:
             values = (fields["e"], fields["s"], fields["t"], fields["q"], fields["o"], fields["v"])
         except KeyError:
@@ -65,8 +72,17 @@ class Receipts:
     """Issues the handles of this gateway epoch, finds the in-flight message a handle
     names, and remembers the handles acked lately (a retried ack answers OK)."""
 
-    def __init__(self, subscriptions: Subscriptions, tuning: ConsumerTuning, *, epoch: str, instance_id: str) -> None:
+    def __init__(
+        self,
+        subscriptions: Subscriptions,
+        tuning: ConsumerTuning,
+        *,
+        epoch: str,
+        instance_id: str,
+        signer: HandleSigner,
+    ) -> None:
         self.epoch = epoch
+        self._signer = signer
         self.instance_id = instance_id  # named in receipt handles
         self._subscriptions = subscriptions
         self._tuning = tuning
@@ -80,16 +96,18 @@ class Receipts:
         q = entry.queue
         return ReceiptHandle(
             self.epoch, q.store_id, sub.topic, q.queue_id, entry.offset, entry.version, self.instance_id
-        ).encode()
+        ).encode(self._signer)
 
     def find(self, group: str, topic: str, receipt_handle: str, message_id: str) -> tuple[Subscription, InFlight]:
         """The in-flight message a current handle names; INVALID_RECEIPT_HANDLE when the
         handle is malformed, from another gateway epoch, or superseded. Whether it
         expired is the caller's question (an auto-renewed message is renewed first)."""
         try:
-            handle = ReceiptHandle.decode(receipt_handle)
-        except ValueError:
-            raise GatewayError(Code.INVALID_RECEIPT_HANDLE, "the receipt handle is malformed") from None
+            handle = ReceiptHandle.decode(receipt_handle, self._signer)
+        except ValueError as exc:
+            raise GatewayError(
+                Code.INVALID_RECEIPT_HANDLE, f"the receipt handle was not issued by txmq: {exc}"
+            ) from None
         if handle.epoch != self.epoch:
             issuer = f"gateway {handle.owner}" if handle.owner else "another gateway instance"
             raise GatewayError(

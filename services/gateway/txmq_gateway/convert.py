@@ -216,7 +216,9 @@ class TransactionHandle:
 
 
 class HandleSigner:
-    """Encodes transaction handles as v2 transaction ids a client cannot forge or alter:
+    """Encodes transaction handles as v2 transaction ids a client cannot forge or alter
+    (and, with ``sign``/``open``, other tokens such as receipt handles, each kind under
+    its own context string):
     ``<fields>.<mac>``, the fields base64url JSON, the MAC base64url HMAC-SHA256 (first
     16 bytes) over a context string and the exact encoded fields, keyed by a server key.
     Every gateway of a cluster holds the same key (an etcd secret, HANDLE_KEY_SECRET), so
@@ -233,9 +235,29 @@ class HandleSigner:
         (tests, and cores built without the cluster's key)."""
         return cls(os.urandom(32))
 
-    def _mac(self, fields: str) -> bytes:
-        mac = hmac.new(self._key, _HANDLE_MAC_CONTEXT + fields.encode(), hashlib.sha256)
+    def _mac(self, fields: str, context: bytes = _HANDLE_MAC_CONTEXT) -> bytes:
+        mac = hmac.new(self._key, context + fields.encode(), hashlib.sha256)
         return mac.digest()[:HANDLE_MAC_BYTES]
+
+    def sign(self, fields: dict[str, object], *, context: bytes) -> str:
+        """``fields`` as a token only this cluster's gateways accept: ``<fields>.<mac>``,
+        the MAC over ``context`` (which kind of token) and the encoded fields."""
+        encoded = encode_token(fields)
+        return f"{encoded}.{_b64encode(self._mac(encoded, context))}"
+
+    def open(self, token: str, *, context: bytes) -> dict[str, object]:
+        """The fields of a token ``sign`` made with ``context``; ValueError saying why
+        when it is not one (no signature, not in the format, a MAC that does not match)."""
+        encoded, dot, mac_text = token.partition(".")
+        if not (dot and encoded and mac_text):
+            raise ValueError("it carries no signature")
+        try:
+            mac = _b64decode(mac_text)
+        except ValueError:
+            raise ValueError("not in the gateway's format") from None
+        if not hmac.compare_digest(mac, self._mac(encoded, context)):
+            raise ValueError("its signature does not match (altered, or issued by another cluster)")
+        return decode_token(encoded)
 
     def encode(self, handle: TransactionHandle) -> str:
         fields = encode_token(

@@ -139,7 +139,7 @@ async def setup(ctx: ServiceContext[GatewaySettings]) -> ServiceParts:
     # The id the runtime registers this instance under (named here: group owners in etcd
     # and receipt handles carry it).
     instance_id = settings.instance_id or f"gateway-{socket.gethostname()}-{os.getpid()}"
-    consumer = SimpleConsumerCore(backend, settings, instance_id=instance_id)
+    consumer = SimpleConsumerCore(backend, settings, instance_id=instance_id, handles=handles)
     GATEWAY_METRICS.add(consumer)
     clients = ClientHub(backend, settings, on_client_gone=consumer.client_gone, handles=handles)
     # Consumer groups are owned by one replica each (ownership.py): its lease lives as
