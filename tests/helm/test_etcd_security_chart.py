@@ -155,11 +155,10 @@ def test_etcd_is_as_before_without_security_or_with_an_external_etcd(values: dic
 
 
 def test_the_rendered_job_and_service_work_against_a_real_locked_down_etcd(tmp_path: Path) -> None:
-    from support.processes import free_port, private_prefix
+    from support.processes import free_port, new_etcd, private_prefix
 
     from helm.test_settings import _health, resolve_env
     from txmq_cli.certs import TlsFiles
-    from txmq_cli.cluster import EtcdServer
 
     tls_dir, passwords_dir = tmp_path / "tls", tmp_path / "etcd-auth"
     prefix = private_prefix()
@@ -180,13 +179,7 @@ def test_the_rendered_job_and_service_work_against_a_real_locked_down_etcd(tmp_p
     for name, content in passwords.items():
         (passwords_dir / name).write_text(content)
     files = TlsFiles(tls_dir / "ca.crt", tls_dir / "tls.crt", tls_dir / "tls.key")
-    etcd = EtcdServer(
-        data_dir=tmp_path / "etcd",
-        log_path=tmp_path / "etcd.log",
-        client_port=free_port(),
-        peer_port=free_port(),
-        tls=files,
-    )
+    etcd = new_etcd(tmp_path, tls=files)
     etcd.start()
     try:
         entrypoint = str(Path(sys.executable).parent / "txmq")

@@ -21,7 +21,7 @@ import pytest
 from support import EtcdServer, ServiceFactory
 from support.certs import TlsFiles, tls_files
 from support.etcdctl import etcdctl
-from support.processes import free_port
+from support.processes import new_etcd
 
 from txmq_cli.cluster import ProcessExited
 from txmq_runtime.etcd import etcd_client
@@ -67,13 +67,7 @@ class SecuredEtcd:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredEtcd]:
     base = tmp_path_factory.mktemp("etcdsec")
     files = tls_files(base / "tls")
-    server = EtcdServer(
-        data_dir=base / "etcd",
-        log_path=base / "etcd.log",
-        client_port=free_port(),
-        peer_port=free_port(),
-        tls=files,
-    )
+    server = new_etcd(base, tls=files)
     server.start()
     try:
         for args in (

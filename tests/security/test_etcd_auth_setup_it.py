@@ -14,20 +14,14 @@ from pathlib import Path
 from support import ServiceFactory
 from support.certs import tls_files
 from support.etcdctl import etcdctl
-from support.processes import free_port
+from support.processes import new_etcd
 
-from txmq_cli.cluster import EtcdServer, etcd_tls_client_args
+from txmq_cli.cluster import etcd_tls_client_args
 
 
 def test_a_service_waits_for_the_set_up_then_starts(tmp_path: Path) -> None:
     files = tls_files(tmp_path / "tls")
-    etcd = EtcdServer(
-        data_dir=tmp_path / "etcd",
-        log_path=tmp_path / "etcd.log",
-        client_port=free_port(),
-        peer_port=free_port(),
-        tls=files,
-    )
+    etcd = new_etcd(tmp_path, tls=files)
     etcd.start()
     factory = ServiceFactory(etcd_endpoints=etcd.endpoint, base_dir=tmp_path)
     passwords = tmp_path / "passwords"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import aetcd
 
+from txmq_cli.certs import TlsFiles
 from txmq_cli.cluster import EtcdServer, LocalCluster, ServiceProcess
 
 _PORTS_GIVEN: set[int] = set()
@@ -55,13 +56,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise RuntimeError(f"no free port on {host} in {first}..{low - 1}")
 
 
-def new_etcd(base_dir: Path) -> EtcdServer:
-    """An etcd (not started yet) on free ports with its data and log under ``base_dir``."""
+def new_etcd(base_dir: Path, *, tls: TlsFiles | None = None) -> EtcdServer:
+    """An etcd (not started yet) on free ports with its data and log under ``base_dir``;
+    with ``tls``, serving clients and peers over TLS and requiring client certificates."""
     return EtcdServer(
         data_dir=base_dir / "etcd",
         log_path=base_dir / "etcd.log",
         client_port=free_port(),
         peer_port=free_port(),
+        tls=tls,
     )
 
 
