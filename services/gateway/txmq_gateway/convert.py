@@ -247,23 +247,33 @@ class HandleSigner:
 
     def open(self, token: str, *, context: bytes) -> dict[str, object]:
         """The fields of a token ``sign`` made with ``context``; ValueError saying why
-        when it is not one (no signature, not in the format, a MAC that does not match)."""
+        when it is not one (no signature, not in the format, a MAC that does not match,
+        malformed fields)."""
         encoded, dot, mac_text = token.partition(".")
-        if not (dot and encoded and mac_text):
+        if not dot:
             raise ValueError("it carries no signature")
         try:
+            if not (encoded and mac_text):
+                raise ValueError("empty part")
             mac = _b64decode(mac_text)
+            _b64decode(encoded)
         except ValueError:
             raise ValueError("not in the gateway's format") from None
         if not hmac.compare_digest(mac, self._mac(encoded, context)):
             raise ValueError("its signature does not match (altered, or issued by another cluster)")
-        return decode_token(encoded)
+        try:
+            return decode_token(encoded)
+        except ValueError as exc:  # (a valid MAC over bad fields: only with a leaked key)
+            raise ValueError(f"malformed fields ({exc})") from None
 
     def encode(self, handle: TransactionHandle) -> str:
-        fields = encode_token(
-            {"s": handle.store_id, "c": handle.commit_log_offset, "q": handle.queue_offset, "t": handle.transaction_id}
-        )
-        return f"{fields}.{_b64encode(self._mac(fields))}"
+        fields = {
+            "s": handle.store_id,
+            "c": handle.commit_log_offset,
+            "q": handle.queue_offset,
+            "t": handle.transaction_id,
+        }
+        return self.sign(fields, context=_HANDLE_MAC_CONTEXT)
 
     def decode(self, token: str) -> TransactionHandle:
         """The handle of a transaction id this cluster's gateways issued; anything else
@@ -271,20 +281,12 @@ class HandleSigner:
         GatewayError(INVALID_TRANSACTION_ID) saying why."""
         if len(token) > MAX_TRANSACTION_ID_CHARS:
             raise _not_ours(token, f"longer than {MAX_TRANSACTION_ID_CHARS} characters ({len(token)})")
-        fields, dot, mac_text = token.partition(".")
-        if not dot:
-            raise _not_ours(token, "it carries no signature")
         try:
-            if not (fields and mac_text):
-                raise ValueError("empty part")
-            mac = _b64decode(mac_text)
-            _b64decode(fields)
-        except ValueError:
-            raise _not_ours(token, "not in the gateway's format") from None
-        if not hmac.compare_digest(mac, self._mac(fields)):
-            raise _not_ours(token, "its signature does not match (altered, or issued by another cluster)")
+            fields = self.open(token, context=_HANDLE_MAC_CONTEXT)
+        except ValueError as exc:
+            raise _not_ours(token, str(exc)) from None
         try:
-            return _handle_of(decode_token(fields))
+            return _handle_of(fields)
         except ValueError as exc:  # (a valid MAC over bad fields: only with a leaked key)
             raise _not_ours(token, f"malformed fields ({exc})") from None
 
