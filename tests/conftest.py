@@ -33,6 +33,8 @@ Tests on the one session etcd alone stay in the fast loop.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -152,3 +154,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slow") is None and _slow_reason(item) is not None:
             item.add_marker(pytest.mark.slow)
+
+
+class _DiskWatch:
+    """Free space on the temp directories' file system, read after every test: the suite
+    once filled CI's disk, and the summary says how close it came."""
+
+    def __init__(self) -> None:
+        self.start = self.lowest = 0
+        self.lowest_after = ""
+
+    def read(self, nodeid: str) -> None:
+        free = shutil.disk_usage(tempfile.gettempdir()).free
+        if not self.start:
+            self.start = self.lowest = free
+        if free < self.lowest:
+            self.lowest, self.lowest_after = free, nodeid
+
+
+_disk = _DiskWatch()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _disk.read(nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _disk.start:
+        gib = 1 << 30
+        terminalreporter.write_line(
+            f"disk: {_disk.start / gib:.1f} GiB free at the start, lowest {_disk.lowest / gib:.1f} GiB"
+            + (f" (after {_disk.lowest_after})" if _disk.lowest_after else "")
+        )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.scratch import scoped_dir
 
 pytest.importorskip("pyspark", reason="analytics extra not installed")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -126,8 +127,8 @@ def scenario_events() -> tuple[list[dict], list[dict]]:
 
 
 @pytest.fixture(scope="module")
-def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("export")
+def export_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = scoped_dir(request, tmp_path_factory, "export")
     offsets, queues = scenario_offsets(), scenario_queues()
     for k in range(K):
         write_table(out, "offsets", offsets[k], at_ms=T0 + k * STEP, store_id=STORE)
@@ -142,11 +143,11 @@ def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def job(spark: Any, export_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def job(spark: Any, export_dir: Path, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     from txmq_analytics.compute import Options
     from txmq_analytics.job import run_job
 
-    out = tmp_path_factory.mktemp("analytics")
+    out = scoped_dir(request, tmp_path_factory, "analytics")
     printed: list[str] = []
     result = run_job(spark, export_dir, out, options=Options(rate_window_ms=300_000, stall_window_ms=300_000),
                      progress=False, echo=printed.append)  # fmt: skip

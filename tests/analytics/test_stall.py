@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.scratch import scoped_dir
 
 pytest.importorskip("pyspark", reason="analytics extra not installed")
 pytest.importorskip("pyarrow")
@@ -40,11 +41,13 @@ class RealExport:
 
 
 @pytest.fixture(scope="module")
-async def real_export(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RealExport]:
+async def real_export(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[RealExport]:
     """Orders q0: 20 messages, then 5 more per snapshot; g-live consumes them, g-stuck
     committed 3 at t0 and never again. Orders q1: 10 messages, g-idle caught up at t0;
     5 arrive between the first and second snapshot. Snapshots at t0 + 10 min, + 20 s, + 40 s."""
-    root = tmp_path_factory.mktemp("real-export")
+    root = scoped_dir(request, tmp_path_factory, "real-export")
     clock = ManualClock()
     settings = StoreSettings(data_dir=str(root / "store"), flush_interval_ms=3_600_000)  # type: ignore[call-arg]
     store = await MessageStore.open(settings, advertised_address="127.0.0.1:1", clock=clock)

@@ -27,6 +27,7 @@ from pathlib import Path
 import grpc
 import pytest
 from support import ServiceFactory
+from support.scratch import scoped_dir
 
 from txmq import Admin, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PullConsumer, PushConsumer
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
@@ -41,8 +42,10 @@ QUEUES = 4
 
 
 @pytest.fixture(scope="module")
-def lock_cluster(etcd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:  # type: ignore[no-untyped-def]
-    factory = ServiceFactory(etcd_endpoints=etcd.endpoint, base_dir=tmp_path_factory.mktemp("orderly-cluster"))
+def lock_cluster(etcd, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:  # type: ignore[no-untyped-def]
+    factory = ServiceFactory(
+        etcd_endpoints=etcd.endpoint, base_dir=scoped_dir(request, tmp_path_factory, "orderly-cluster")
+    )
     try:
         factory.store("--queue_lock_lease_ms", str(LEASE_MS))
         pull = factory.start("pull", "--consumer_expiry_ms", "2000")

@@ -146,7 +146,7 @@ class Podman:
 
     def txmq_images(self, base: str, tag: str) -> tuple[str, str]:
         """The Dockerfile's runtime and analytics targets, built on ``base``."""
-        started = time.monotonic()
+        started, wall_started = time.monotonic(), time.time()
         refs = []
         for target, suffix in (("runtime", ""), ("analytics", "-analytics")):
             ref = f"localhost/txmq:{tag}{suffix}"
@@ -157,7 +157,17 @@ class Podman:
             self(*args, str(ROOT), timeout=1200)
             refs.append(ref)
         self.log(f"txmq images {', '.join(refs)}: built in {time.monotonic() - started:.0f} s")
+        self.prune_older_than(wall_started)
         return refs[0], refs[1]
+
+    def prune_older_than(self, wall_time: float) -> None:
+        """Drop untagged images made before ``wall_time``: earlier builds' stages, replaced by this
+        build. Every build of changed sources leaves ~4 GB of them behind, which filled CI's disk;
+        this build's own stages are kept as the next build's layer cache."""
+        done = self("image", "prune", "--force", "--filter", f"until={int(wall_time)}", timeout=300)
+        pruned = [line for line in done.stdout.splitlines() if line.strip()]
+        if pruned:
+            self.log(f"pruned {len(pruned)} untagged images of earlier builds")
 
 
 def etcd_server_binary() -> Path:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.scratch import scoped_dir
 
 from tests.deploy import engine, kube
 from tests.deploy.cluster import Release
@@ -96,7 +97,9 @@ def release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     work = kube.workload(chart.render(values(images)))
     say(f"rendered: {len(work.pods)} pods ({', '.join(p.name for p in work.pods)}); "
         f"not run here: {', '.join(f'{k} {len(v)}' for k, v in sorted(work.not_run.items()))}")  # fmt: skip
-    rel = Release(podman, work, namespace=NS, domain=DOMAIN, state=tmp_path_factory.mktemp("deploy"), log=say)
+    rel = Release(
+        podman, work, namespace=NS, domain=DOMAIN, state=scoped_dir(request, tmp_path_factory, "deploy"), log=say
+    )
     try:
         rel.start()
         say(f"every pod ready in {rel.wait_ready(timeout_s=240):.1f} s")

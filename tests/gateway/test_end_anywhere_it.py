@@ -21,6 +21,7 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 from support import EtcdServer, LocalCluster, ServiceProcess, free_port, new_local_cluster
 from support.processes import private_prefix
+from support.scratch import scoped_dir
 
 from txmq import Admin
 from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
@@ -35,8 +36,8 @@ class Two:
 
 
 @pytest.fixture(scope="module")
-def two(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Two]:
-    base = tmp_path_factory.mktemp("end-anywhere")
+def two(etcd: EtcdServer, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Two]:
+    base = scoped_dir(request, tmp_path_factory, "end-anywhere")
     prefix = private_prefix()
     cluster = new_local_cluster(base, etcd_endpoints=etcd.endpoint, etcd_prefix=prefix)
     cluster.start()

@@ -17,15 +17,18 @@ from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc as svc_grpc
 from support import EtcdServer, LocalCluster, new_local_cluster
 from support.processes import private_prefix
+from support.scratch import scoped_dir
 
 from txmq import Admin
 from txmq.v1 import store_pb2, store_pb2_grpc
 
 
 @pytest.fixture(scope="module")
-def cluster(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def cluster(
+    etcd: EtcdServer, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
     cluster = new_local_cluster(
-        tmp_path_factory.mktemp("v2-calls"), etcd_endpoints=etcd.endpoint, etcd_prefix=private_prefix()
+        scoped_dir(request, tmp_path_factory, "v2-calls"), etcd_endpoints=etcd.endpoint, etcd_prefix=private_prefix()
     )
     cluster.start()
     try:

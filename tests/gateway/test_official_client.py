@@ -41,6 +41,7 @@ from support import (
     ServiceProcess,
     free_port,
 )
+from support.scratch import scoped_dir
 from support.scripts import (
     GATEWAY_FAST,
     ClientEnv,
@@ -94,8 +95,10 @@ GatewayEnv = ClientEnv
 
 
 @pytest.fixture(scope="module")
-def gateway_env(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayEnv]:
-    with client_env(etcd.endpoint, tmp_path_factory.mktemp("gateway-cluster")) as env:
+def gateway_env(
+    etcd: EtcdServer, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayEnv]:
+    with client_env(etcd.endpoint, scoped_dir(request, tmp_path_factory, "gateway-cluster")) as env:
         yield env
 
 

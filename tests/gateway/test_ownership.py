@@ -40,6 +40,7 @@ from support import (
 )
 from support.clock import ManualClock
 from support.processes import private_prefix
+from support.scratch import scoped_dir
 from support.scripts import Background, Run
 
 from gateway.test_consumer_core import FakeBackend
@@ -509,8 +510,10 @@ class TwoGateways:
 
 
 @pytest.fixture(scope="module")
-def two_gateways(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoGateways]:
-    base = tmp_path_factory.mktemp("two-gateways")
+def two_gateways(
+    etcd: EtcdServer, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TwoGateways]:
+    base = scoped_dir(request, tmp_path_factory, "two-gateways")
     prefix = private_prefix()
     cluster = new_local_cluster(base, etcd_endpoints=etcd.endpoint, etcd_prefix=prefix, gateway_args=list(GATEWAY_ARGS))
     cluster.start()

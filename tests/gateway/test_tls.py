@@ -16,6 +16,7 @@ import grpc
 import pytest
 from support import LocalCluster, ServiceProcess, free_port
 from support.certs import tls_files
+from support.scratch import scoped_dir
 
 from txmq import Admin
 from txmq_gateway.v2 import pb, svc, svc_grpc
@@ -32,8 +33,10 @@ class TlsGateway:
 
 
 @pytest.fixture(scope="module")
-def tls_gateway(txmq_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsGateway]:
-    directory = tmp_path_factory.mktemp("gateway-tls")
+def tls_gateway(
+    txmq_cluster: LocalCluster, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TlsGateway]:
+    directory = scoped_dir(request, tmp_path_factory, "gateway-tls")
     files = tls_files(directory)  # a CA and a certificate for 127.0.0.1 / localhost it signed
     ca, cert, key = files.ca, files.cert, files.key
     tls_port = free_port()

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from support import EtcdServer
 from support.processes import new_local_cluster, private_prefix
+from support.scratch import scoped_dir
 from support.scripts import (
     GATEWAY_FAST,
     TXCHECK_FAST,
@@ -81,8 +82,8 @@ def creds(user: str, secret: str | None = None) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def env(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    base = tmp_path_factory.mktemp("users-cluster")
+def env(etcd: EtcdServer, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    base = scoped_dir(request, tmp_path_factory, "users-cluster")
     cluster = new_local_cluster(
         base,
         etcd_endpoints=etcd.endpoint,

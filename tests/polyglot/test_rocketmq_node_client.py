@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 from support import EtcdServer
+from support.scratch import scoped_dir
 from support.scripts import (
     ClientEnv,
     ScriptRunner,
@@ -99,8 +100,10 @@ class Scripts(ScriptRunner):
 
 
 @pytest.fixture(scope="module")
-def node_env(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeEnv]:
-    with client_env(etcd.endpoint, tmp_path_factory.mktemp("rmq-node-cluster")) as env:
+def node_env(
+    etcd: EtcdServer, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NodeEnv]:
+    with client_env(etcd.endpoint, scoped_dir(request, tmp_path_factory, "rmq-node-cluster")) as env:
         yield env
 
 

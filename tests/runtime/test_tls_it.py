@@ -22,6 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support import EtcdServer, ServiceFactory, ServiceProcess
 from support.certs import TlsFiles, service_tls_args, tls_files, write_certificates
+from support.scratch import scoped_dir
 from support.topics import consume_all
 
 from txmq import (
@@ -64,8 +65,10 @@ class TlsCluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(etcd: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
-    base = tmp_path_factory.mktemp("tls")
+def cluster(
+    etcd: EtcdServer, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TlsCluster]:
+    base = scoped_dir(request, tmp_path_factory, "tls")
     files = tls_files(base / "certs")
     stranger = tls_files(base / "stranger")
     factory = ServiceFactory(etcd_endpoints=etcd.endpoint, base_dir=base)

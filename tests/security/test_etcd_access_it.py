@@ -22,6 +22,7 @@ from support import EtcdServer, ServiceFactory
 from support.certs import TlsFiles, tls_files
 from support.etcdctl import etcdctl
 from support.processes import new_etcd
+from support.scratch import scoped_dir
 
 from txmq_cli.cluster import ProcessExited
 from txmq_runtime.etcd import etcd_client
@@ -64,8 +65,8 @@ class SecuredEtcd:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredEtcd]:
-    base = tmp_path_factory.mktemp("etcdsec")
+def secured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredEtcd]:
+    base = scoped_dir(request, tmp_path_factory, "etcdsec")
     files = tls_files(base / "tls")
     server = new_etcd(base, tls=files)
     server.start()

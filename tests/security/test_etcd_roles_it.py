@@ -20,6 +20,7 @@ from support import LocalCluster
 from support.certs import tls_files
 from support.etcdctl import etcdctl
 from support.processes import new_local_cluster
+from support.scratch import scoped_dir
 
 from txmq import Admin, Message, Producer, TlsConfig
 from txmq_cli.etcd_auth import service_user
@@ -28,8 +29,8 @@ PREFIX = "/txmq"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    base = tmp_path_factory.mktemp("etcdroles")
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    base = scoped_dir(request, tmp_path_factory, "etcdroles")
     local = new_local_cluster(base, tls=tls_files(base / "tls"))
     local.start()
     try:
