@@ -12,6 +12,7 @@ import click
 from txmq import Admin, Policy, TxmqError
 from txmq.access import ACTIONS
 from txmq.v1 import errors_pb2
+from txmq_cli import key_cmds
 from txmq_cli.admin_cmds import _admin_command
 from txmq_cli.credentials import client_options
 from txmq_cli.options import option
@@ -209,3 +210,4 @@ def register(group: click.Group) -> None:
     group.add_command(user)
     group.add_command(acl)
     group.add_command(whoami)
+    group.add_command(key_cmds.auth)

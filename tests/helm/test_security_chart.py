@@ -631,3 +631,19 @@ def test_rendered_pods_start_on_the_generated_certificate_and_secret(etcd: Any, 
     for service, proc in reversed(started):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, (service, (tmp_path / f"{service}.log").read_text()[-2000:])
+
+
+def test_a_key_roll_gives_every_service_the_accepted_key() -> None:
+    """auth.acceptedSecret (during a roll of the secret key): every service also accepts the
+    key in that Secret; without auth it means nothing and renders nothing."""
+    values = {"auth": {"enabled": True, "acceptedSecret": "txmq-auth-next", "acceptedSecretKey": "k"}}
+    docs = chart.render(values)
+    for service in SERVICES:
+        for w in service_workloads(docs, service):
+            c = container(w, service)
+            ref = env_var(c, f"TXMQ_{service.upper()}_AUTH_ACCEPTED_SECRET_KEY")["valueFrom"]["secretKeyRef"]
+            assert ref == {"name": "txmq-auth-next", "key": "k"}
+    off = chart.render({"auth": {"acceptedSecret": "txmq-auth-next"}})
+    for service in SERVICES:
+        for w in service_workloads(off, service):
+            assert f"TXMQ_{service.upper()}_AUTH_ACCEPTED_SECRET_KEY" not in env_values(container(w, service))

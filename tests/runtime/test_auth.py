@@ -184,6 +184,26 @@ def test_signatures_on_a_manual_clock() -> None:
     assert code([], {"x509_common_name": [b"nobody"]}) == errors_pb2.CODE_INVALID_CREDENTIALS
 
 
+def test_during_a_key_roll_the_services_identity_signs_with_either_key() -> None:
+    """The book holds one secret for the services' identity; a process accepting both keys
+    of a roll takes a signature with either for that identity, and for no other user."""
+    old, new = "old-service-secret-0123", "new-service-secret-4567"
+    keys, sealer = AuthKeys("/t"), Sealer(new, (old,))
+    book = book_with(sealer, keys, ("svc", new, True, False), ("alice", "alice-secret", False, False))
+    clock = ManualClock(wall_ms=NOW_S * 1000)
+    auth = Authenticator(book, clock_skew_ms=60_000, clock=clock, own_identity=("svc", (new, old)))
+    for secret in (new, old):
+        assert auth.authenticate(signed("svc", secret, NOW_S), {}, "").username == "svc"
+    for who, secret in (("svc", "a-third-secret-key-x"), ("alice", old), ("alice", new)):
+        with pytest.raises(TxmqError) as err:
+            auth.authenticate(signed(who, secret, NOW_S), {}, "")
+        assert err.value.code == errors_pb2.CODE_INVALID_CREDENTIALS
+    # Without the roll's key only the book's secret signs.
+    alone = Authenticator(book, clock_skew_ms=60_000, clock=clock, own_identity=("svc", (new,)))
+    with pytest.raises(TxmqError):
+        alone.authenticate(signed("svc", old, NOW_S), {}, "")
+
+
 def test_sealed_secrets() -> None:
     sealer = Sealer("service-secret-0123456789")
     sealed = sealer.seal("alice", "s3cret-value")

@@ -186,7 +186,8 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
      Secret the user created, gateway.auth.existingSecret (key existingSecretKey); nothing
      when none is named (the service's default, ""). Every service's auth_secret_key comes
      from auth.existingSecret, or, when auth is on, the Secret the chart generates
-     (txmq.authSecret). Its etcd_password comes from the key named after the service in
+     (txmq.authSecret); during a key roll auth_accepted_secret_key comes from
+     auth.acceptedSecret. Its etcd_password comes from the key named after the service in
      the etcd passwords' Secret (txmq.etcdAuthSecret), when there is one. */}}
 {{- define "txmq.secretEnv" -}}
 {{- $v := index .ctx.Values .service }}
@@ -203,6 +204,13 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
     secretKeyRef:
       name: {{ .name | quote }}
       key: {{ .key | quote }}
+{{- end }}
+{{- if and .ctx.Values.auth.acceptedSecret (include "txmq.authSecret" .ctx) }}
+- name: {{ printf "TXMQ_%s_AUTH_ACCEPTED_SECRET_KEY" (upper .service) }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .ctx.Values.auth.acceptedSecret | quote }}
+      key: {{ .ctx.Values.auth.acceptedSecretKey | quote }}
 {{- end }}
 {{- with include "txmq.etcdAuthSecret" .ctx }}
 - name: {{ printf "TXMQ_%s_ETCD_PASSWORD" (upper $.service) }}

@@ -97,7 +97,7 @@ async def handle_signer(ctx: ServiceContext[GatewaySettings]) -> HandleSigner:
     auth the secret is sealed in etcd under auth_secret_key (txmq_runtime.secrets)."""
     key = secrets.secret_key(ctx.keys.prefix, HANDLE_KEY_SECRET)
     timeout_s = ctx.settings.etcd_startup_timeout_ms / 1000
-    box = None if ctx.security is None else secrets.SecretBox(ctx.security.secret_key)
+    box = None if ctx.security is None else secrets.SecretBox(ctx.security.secret_key, ctx.security.secret_keys[1:])
     try:
         return HandleSigner(await secrets.get_or_create(ctx.etcd, key, give_up_after_s=timeout_s, box=box))
     except RETRYABLE as exc:

@@ -21,15 +21,10 @@ import dataclasses
 import hmac
 import ipaddress
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from google.protobuf import json_format
 from google.protobuf.descriptor import FileDescriptor, MethodDescriptor
 from google.protobuf.message import Message
@@ -43,6 +38,7 @@ from txmq.protocol import is_system_topic
 from txmq.v1 import auth_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2, txcheck_pb2
 from txmq_runtime.clock import Clock, SystemClock
 from txmq_runtime.grpc_errors import OncePer, abort, screened
+from txmq_runtime.secrets import Keyring
 
 log = logging.getLogger("txmq.auth")
 #: One line per administrative call and (rate-limited) per denied call.
@@ -294,26 +290,23 @@ def validate_acl(acl: auth_pb2.Acl) -> CompiledAcl:
 
 
 class Sealer:
-    """AES-256-GCM under a key derived (HKDF-SHA256) from the cluster's service secret;
-    the username is the associated data, so a sealed secret cannot be moved to another user."""
+    """Users' secrets sealed with a ``Keyring`` under its own label; the username is the
+    associated data, so a sealed secret cannot be moved to another user."""
 
-    def __init__(self, service_secret: str) -> None:
-        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"txmq user secrets v1").derive(
-            service_secret.encode()
-        )
-        self._aead = AESGCM(key)
+    def __init__(self, service_secret: str, accepted: Sequence[str] = ()) -> None:
+        self._ring = Keyring(b"txmq user secrets v1", service_secret, accepted)
 
     def seal(self, username: str, secret: str) -> bytes:
-        nonce = os.urandom(12)
-        return nonce + self._aead.encrypt(nonce, secret.encode(), username.encode())
+        return self._ring.seal(secret.encode(), username.encode())
 
     def open(self, username: str, sealed: bytes) -> str | None:
-        """The secret, or None when it was not sealed with this key (or tampered with)."""
-        if len(sealed) < 13:
+        """The secret, or None when no key of the ring sealed it (or it was tampered with)."""
+        opened = self._ring.open(sealed, username.encode())
+        if opened is None:
             return None
         try:
-            return self._aead.decrypt(sealed[:12], sealed[12:], username.encode()).decode()
-        except (InvalidTag, UnicodeDecodeError):
+            return opened.decode()
+        except UnicodeDecodeError:
             return None
 
 
@@ -424,10 +417,20 @@ def _text(value: str | bytes) -> str:
 class Authenticator:
     """Turns a call's metadata (and TLS peer) into a Principal."""
 
-    def __init__(self, book: UserBook, *, clock_skew_ms: int, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        book: UserBook,
+        *,
+        clock_skew_ms: int,
+        clock: Clock | None = None,
+        own_identity: tuple[str, Sequence[str]] | None = None,
+    ) -> None:
         self._book = book
         self._skew_s = clock_skew_ms / 1000
         self._clock = clock or SystemClock()
+        # The services' identity and the keys this process takes for it: during a key roll
+        # its peers sign with the old or the new key while the book holds only one of them.
+        self._own_access_key, self._own_secrets = own_identity or ("", ())
 
     def authenticate(
         self, metadata: Sequence[tuple[str, str | bytes]] | None, auth_context: Mapping[str, Sequence[bytes]], peer: str
@@ -493,8 +496,12 @@ class Authenticator:
             )
         access_key = fields.get("Credential", "")
         secret = self._book.secret_for(access_key)
-        expected = signing.sign(secret or "\0", date)
-        if secret is None or not hmac.compare_digest(expected, fields.get("Signature", "").lower()):
+        candidates = [secret or "\0"]
+        if secret is not None and access_key == self._own_access_key:
+            candidates += [s for s in self._own_secrets if s != secret]
+        given = fields.get("Signature", "").lower()
+        matched = [hmac.compare_digest(signing.sign(s, date), given) for s in candidates]
+        if secret is None or not any(matched):
             raise error(errors_pb2.CODE_INVALID_CREDENTIALS, "unknown access key or a signature that does not match")
         return access_key
 

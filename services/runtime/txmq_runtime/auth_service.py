@@ -38,12 +38,25 @@ class AuthStartupError(Exception):
 class Security:
     """Auth for one service process: the book, the interceptor, the service's identity."""
 
-    def __init__(self, *, prefix: str, access_key: str, secret_key: str, clock_skew_ms: int) -> None:
+    def __init__(
+        self,
+        *,
+        prefix: str,
+        access_key: str,
+        secret_key: str,
+        clock_skew_ms: int,
+        accepted_secret_keys: tuple[str, ...] = (),
+    ) -> None:
         self.keys = AuthKeys(prefix)
-        self.sealer = Sealer(secret_key)
+        self.sealer = Sealer(secret_key, accepted_secret_keys)
         self.book = UserBook(self.keys, self.sealer)
         self.guard = Guard(self.book)
-        self.authenticator = Authenticator(self.book, clock_skew_ms=clock_skew_ms)
+        #: Every key this process takes as the services' identity: its own first (what it
+        #: signs and seals with), then the other one of a key roll.
+        self.secret_keys = (secret_key, *accepted_secret_keys)
+        self.authenticator = Authenticator(
+            self.book, clock_skew_ms=clock_skew_ms, own_identity=(access_key, self.secret_keys)
+        )
         self.interceptor = Authorize(self.authenticator, self.guard)
         self.access_key = access_key
         self.secret_key = secret_key
@@ -55,7 +68,7 @@ class Security:
         self._mirror = EtcdMirror(etcd, prefix=self.keys.root, sink=self.book)
         await self._mirror.start(timeout_s=timeout_s)
         known = self.book.users.get(self.access_key)
-        if known is None or known.secret != self.secret_key or not known.user.super_user:
+        if known is None or known.secret not in self.secret_keys or not known.user.super_user:
             raise AuthStartupError(
                 f"user {self.access_key} in etcd is not this service's identity (auth_secret_key differs, "
                 "or it is not a super user)"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aetcd
@@ -52,29 +52,49 @@ class SecretUnusable(Exception):
     sealed with a key this process does not have)."""
 
 
-class SecretBox:
-    """Seals cluster secrets: AES-256-GCM under a key derived (HKDF-SHA256) from the
-    services' secret, as ``txmq_runtime.auth.Sealer`` seals users' secrets, with its own
-    label (a sealed user secret opens nothing here) and the etcd key as associated data
-    (a sealed value cannot be moved to another key)."""
+class Keyring:
+    """AES-256-GCM keys derived (HKDF-SHA256, under ``label``) from the services' secret
+    and from the other secrets a process accepts during a key roll (docs/security.md
+    "Rotating auth_secret_key"). Seals with the first; opens with whichever fits, so a
+    value sealed under the old or the new secret opens on either side of the roll."""
 
-    def __init__(self, service_secret: str) -> None:
-        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"txmq cluster secrets v1").derive(
-            service_secret.encode()
-        )
-        self._aead = AESGCM(key)
+    def __init__(self, label: bytes, service_secret: str, accepted: Sequence[str] = ()) -> None:
+        secrets = [service_secret, *(a for a in accepted if a and a != service_secret)]
+        self._aeads = [
+            AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=label).derive(s.encode()))
+            for s in secrets
+        ]
+
+    def seal(self, data: bytes, associated: bytes) -> bytes:
+        nonce = os.urandom(_NONCE_BYTES)
+        return nonce + self._aeads[0].encrypt(nonce, data, associated)
+
+    def open(self, sealed: bytes, associated: bytes) -> bytes | None:
+        """The data; None when no key of the ring sealed it (or it was tampered with)."""
+        if len(sealed) <= _NONCE_BYTES:
+            return None
+        for aead in self._aeads:
+            try:
+                return aead.decrypt(sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:], associated)
+            except InvalidTag:
+                continue
+        return None
+
+
+class SecretBox:
+    """Seals cluster secrets: a ``Keyring`` under its own label (a sealed user secret,
+    ``txmq_runtime.auth.Sealer``, opens nothing here) with the etcd key as associated data
+    (a sealed value cannot be moved to another key), behind ``SEALED_MARK``."""
+
+    def __init__(self, service_secret: str, accepted: Sequence[str] = ()) -> None:
+        self._ring = Keyring(b"txmq cluster secrets v1", service_secret, accepted)
 
     def seal(self, key: str, secret: bytes) -> bytes:
-        nonce = os.urandom(_NONCE_BYTES)
-        return SEALED_MARK + nonce + self._aead.encrypt(nonce, secret, key.encode())
+        return SEALED_MARK + self._ring.seal(secret, key.encode())
 
     def open(self, key: str, sealed: bytes) -> bytes | None:
-        """The secret; None when it was not sealed with this box's key for ``key``."""
-        body = sealed.removeprefix(SEALED_MARK)
-        try:
-            return self._aead.decrypt(body[:_NONCE_BYTES], body[_NONCE_BYTES:], key.encode())
-        except InvalidTag:
-            return None
+        """The secret; None when it was not sealed with one of this box's keys for ``key``."""
+        return self._ring.open(sealed.removeprefix(SEALED_MARK), key.encode())
 
 
 def secret_key(etcd_prefix: str, name: str) -> str:

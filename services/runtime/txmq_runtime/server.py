@@ -505,10 +505,12 @@ def _security(settings: ServiceSettings) -> Security | None:
         return None
     secret = settings.auth_secret_key.get_secret_value()
     calls.configure_credentials(signing.Credentials(settings.auth_access_key, secret))
+    accepted = settings.auth_accepted_secret_key.get_secret_value()
     return Security(
         prefix=settings.etcd_prefix,
         access_key=settings.auth_access_key,
         secret_key=secret,
+        accepted_secret_keys=(accepted,) if accepted else (),
         clock_skew_ms=settings.auth_clock_skew_ms,
     )
 

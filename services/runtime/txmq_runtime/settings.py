@@ -233,6 +233,12 @@ class ServiceSettings(BaseSettings):
         description="Secret key of auth_access_key (at least 16 characters; from a Secret, never a flag in "
         "production). It also seals users' secrets in etcd. Required with auth_enabled.",
     )
+    auth_accepted_secret_key: SecretStr = Field(
+        SecretStr(""),
+        description="During a roll of auth_secret_key only: the other key (the new one before the switch, the old "
+        "one after it). Values sealed with it still open, and the services' identity signed with it is still "
+        "taken; auth_secret_key alone signs and seals (docs/security.md, rotating auth_secret_key).",
+    )
     auth_clock_skew_ms: int = Field(
         900_000,
         ge=1_000,
@@ -247,6 +253,9 @@ class ServiceSettings(BaseSettings):
                 raise ValueError("auth_enabled needs auth_access_key (the services' own identity)")
             if len(self.auth_secret_key.get_secret_value()) < 16:
                 raise ValueError("auth_enabled needs auth_secret_key of at least 16 characters")
+            accepted = self.auth_accepted_secret_key.get_secret_value()
+            if accepted and len(accepted) < 16:
+                raise ValueError("auth_accepted_secret_key needs at least 16 characters, as auth_secret_key")
         return self
 
     @model_validator(mode="after")
