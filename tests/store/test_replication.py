@@ -5,6 +5,7 @@ manual clock, and a leader and a follower store in one process copying records."
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from support.clock import ManualClock
@@ -528,6 +529,43 @@ async def test_a_follower_behind_the_leaders_oldest_segment_sets_its_log_aside_a
     assert bodies and bodies == [
         m.body for m in follower.reader.get_message(topic="T", queue_id=0, offset=lo, max_messages=64).messages
     ]
+
+
+async def test_a_reseed_that_cannot_set_the_log_aside_says_so_once_and_cuts_nothing(
+    stores: StoreFactory, monkeypatch, caplog
+) -> None:
+    """Setting the log aside needs hard links; where they fail (another file system, a
+    full disk) the follower keeps its log, stays out of the in-sync set and tries again,
+    with one line in the log, not a traceback every 0.2 s."""
+    from txmq.errors import error
+    from txmq.v1 import errors_pb2, store_pb2
+    from txmq_runtime.registry import EtcdKeys
+    from txmq_store.group import StoreGroup
+
+    store = await stores.open("b", replica_id="b")
+    store.replica.become_leader(epoch=1, in_sync=frozenset("b"), min_in_sync=1)  # to have a log to set aside
+    store.create_topic("T", read_queue_nums=1, write_queue_nums=1)
+    await store.sender.settle(store.sender.append_records([msg(b"kept", topic="T")]))
+    end = store.commitlog.write_offset
+    group = StoreGroup(
+        store, etcd=object(), keys=EtcdKeys("/t"), settings=store.settings, address="b:1", published=None,
+        clock=ManualClock(),
+    )  # fmt: skip
+    group.state = store_pb2.StoreGroupState(epoch=1, leader="a", in_sync=["a"])
+
+    def no_links(src, dst) -> None:  # type: ignore[no-untyped-def]
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr("txmq_store.replica.os.link", no_links)
+    behind = error(errors_pb2.CODE_REPLICA_BEHIND_LOG_START, "behind", log_end="0", log_start="9")
+    with caplog.at_level("ERROR", logger="txmq"):
+        assert group._reseed("a", behind) is False
+        assert group._reseed("a", behind) is False
+    said = [r for r in caplog.records if "could not set its log aside" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is None
+    assert "Invalid cross-device link" in said[0].getMessage()
+    assert store.commitlog.write_offset == end and not store.replica.needs_resync
+    assert not any(name.startswith("reseeded-") for name in os.listdir(store.settings.data_dir))
 
 
 async def test_stopping_a_follower_ends_even_when_its_stream_swallows_the_cancellation(monkeypatch) -> None:

@@ -673,6 +673,7 @@ class StoreGroup:
         self._set_aside = sorted(Path(settings.data_dir).glob(f"{RESEEDED}*"))
         self._cleanup: asyncio.Task[None] | None = None
         self._reseed_refused = False
+        self._reseed_failed = False
 
     def _new_lease(self) -> FencedLease:
         return FencedLease(
@@ -793,7 +794,18 @@ class StoreGroup:
             "is in sync again) and copied again from the leader's oldest segment",
             store.store_id, me, err.metadata.get("log_end", "?"), leader, err.metadata.get("log_start", "?"), aside,
         )  # fmt: skip
-        self._replica.reseed(aside)
+        try:
+            self._replica.reseed(aside)
+        except OSError as exc:  # e.g. no hard links on this file system, or the disk full
+            if not self._reseed_failed:
+                log.error(
+                    "store group %s: replica %s could not set its log aside in %s (%s); nothing was cut, it stays "
+                    "out of the in-sync set and tries again (said once)",
+                    store.store_id, me, aside, exc.strerror or exc,
+                )  # fmt: skip
+            self._reseed_failed = True
+            return False
+        self._reseed_failed = False
         self._set_aside.append(aside)
         return True
 
