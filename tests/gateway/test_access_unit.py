@@ -356,6 +356,9 @@ class Recorder:
     def terminate(self, *_: Any) -> None:
         self.calls.append("terminate")
 
+    def claim(self, *_: Any) -> None:
+        pass
+
 
 def servicer(recorder: Recorder, clients: Any = None) -> MessagingServicer:
     return MessagingServicer(
@@ -421,6 +424,38 @@ async def test_without_a_valid_user_every_call_is_unauthorized(
     done = await rpc.NotifyClientTermination(svc.NotifyClientTerminationRequest(), Context(metadata))  # type: ignore[arg-type]
     assert done.status.code == Code.UNAUTHORIZED
     assert recorder.calls == []
+
+
+def as_client(client_id: str, user: str) -> Context:
+    return Context([("x-mq-client-id", client_id), *signed(user)[1:]])
+
+
+async def test_a_client_id_belongs_to_the_user_who_first_named_it() -> None:
+    """Another user naming a client id in use is refused before anything is done: it could
+    otherwise end that client's producer channels or release its auto-renewed messages.
+    Once the client is forgotten the id is free again; super users may act for any client."""
+    hub = ClientHub(None, GatewaySettings(etcd_endpoints="127.0.0.1:1"))  # type: ignore[arg-type]
+    rpc = servicer(Recorder(), clients=hub)
+    beat = svc.HeartbeatRequest(client_type=pb.PRODUCER)
+    assert (await rpc.Heartbeat(beat, as_client("shared", "writer"))).status.code == Code.OK  # type: ignore[arg-type]
+    before = denied_count("NotifyClientTermination", "access_denied")
+    for call in (
+        rpc.Heartbeat(beat, as_client("shared", "reader")),  # type: ignore[arg-type]
+        rpc.NotifyClientTermination(svc.NotifyClientTerminationRequest(), as_client("shared", "reader")),  # type: ignore[arg-type]
+    ):
+        refused = await call
+        assert refused.status.code == Code.FORBIDDEN
+        assert "client id 'shared' is in use by another user" in refused.status.message
+    assert denied_count("NotifyClientTermination", "access_denied") == before + 1
+    frames = [f async for f in rpc.Telemetry(_commands(), as_client("shared", "reader"))]  # type: ignore[arg-type]
+    assert [f.status.code for f in frames] == [Code.FORBIDDEN]
+    assert hub.client("shared") is not None  # not ended by the refused termination
+    root = await rpc.Heartbeat(beat, as_client("shared", "root"))  # type: ignore[arg-type]
+    assert root.status.code == Code.OK
+    done = await rpc.NotifyClientTermination(svc.NotifyClientTerminationRequest(), as_client("shared", "writer"))  # type: ignore[arg-type]
+    assert done.status.code == Code.OK and hub.client("shared") is None
+    assert (await rpc.Heartbeat(beat, as_client("shared", "reader"))).status.code == Code.OK  # type: ignore[arg-type]
+    await hub.close()
 
 
 async def test_a_refused_receive_is_one_status_frame() -> None:

@@ -150,6 +150,8 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
             access_key = self.auth.check(context.invocation_metadata())
             if self.access is not None and access_key is not None:
                 principal = self.access.principal(access_key, context.peer())
+                if not principal.super_user:  # super users may act for any client
+                    self.clients.claim(client_id_of(context), principal.username)
                 if request is not None:
                     self.access.check(method, principal, request)
         except GatewayError as err:

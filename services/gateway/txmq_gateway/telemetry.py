@@ -280,6 +280,8 @@ class _Client:
     group: str = ""
     last_seen_ms: int = 0
     sessions: set[_Session] = field(default_factory=set)
+    #: With auth: the user whose calls first named this client id (``claim``).
+    user: str | None = None
 
 
 _STOP = None  # queued to end a session's stream
@@ -357,6 +359,24 @@ class ClientHub:
             client.group = group
         client.last_seen_ms = self._clock.now_ms()
         self._ensure_sweeper()
+
+    def claim(self, client_id: str, username: str) -> None:
+        """With auth, a client id belongs to the user whose call first named it, until the
+        client is forgotten (terminated, or expired after ``client_expiry_ms`` without a
+        sign of life). The id names a client's state here (its producer channels and the
+        transaction checks they receive, its auto-renewed messages), so another user's
+        call naming it is refused (FORBIDDEN): a user who guesses another's client id
+        cannot end that client's channels, take its checks or release its messages."""
+        if not client_id:
+            return
+        client = self._client(client_id)
+        if client.user is None:
+            client.user = username
+            self._ensure_sweeper()
+        elif client.user != username:
+            raise GatewayError(
+                Code.FORBIDDEN, f"client id {client_id[:128]!r} is in use by another user; each client needs its own"
+            )
 
     def terminate(self, client_id: str, group: str) -> None:
         """NotifyClientTermination: close the client's producer channels and forget it
