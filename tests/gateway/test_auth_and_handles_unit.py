@@ -495,3 +495,17 @@ async def test_rpcs_not_served_are_unimplemented_without_an_error_logged(caplog:
     finally:
         await server.stop(0)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_verified_client_certificate_names_the_user_of_an_unsigned_call() -> None:
+    secrets = {"alice": b"a-secret", "bob": b"b-secret"}
+    auth = Authenticator(secrets.get, clock=ManualClock(wall_ms=NOW_MS))
+    assert auth.check([], certificate_user="alice") == "alice"
+    with pytest.raises(GatewayError) as info:
+        auth.check([], certificate_user="ghost")
+    assert (info.value.code, info.value.message) == (Code.UNAUTHORIZED, "the client certificate names no enabled user")
+    # A signature, when there is one, wins: a wrong one is refused whatever the certificate says.
+    assert auth.check(signed(NOW, ak="bob", sk="b-secret"), certificate_user="alice") == "bob"
+    with pytest.raises(GatewayError) as info:
+        auth.check(signed(NOW, ak="bob", sk="a-secret"), certificate_user="alice")
+    assert info.value.message == BAD_CREDENTIALS

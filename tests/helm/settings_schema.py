@@ -91,9 +91,10 @@ FIXED_OR_OFF_PORTS = frozenset({"metrics_port", "tls_port", "probe_port", "plain
 #: release and shown by `helm get values`), refused there by the schema. The chart sets
 #: their env var from a Secret the user created (templates/_helpers.tpl, txmq.secretEnv):
 #: the gateway's secret_key from gateway.auth.existingSecret (key existingSecretKey), every
-#: service's auth_secret_key from auth.existingSecret (key existingSecretKey).
+#: service's auth_secret_key from auth.existingSecret (key existingSecretKey), and during a
+#: key roll its auth_accepted_secret_key from auth.acceptedSecret.
 SECRET_SETTINGS: dict[str, frozenset[str]] = {
-    service: frozenset({"auth_secret_key", "etcd_password"} & set(cls.model_fields))
+    service: frozenset({"auth_secret_key", "auth_accepted_secret_key", "etcd_password"} & set(cls.model_fields))
     | ({"secret_key"} if service == "gateway" else set())
     for service, cls in SERVICES.items()
 }

@@ -67,11 +67,14 @@ def fields(service: str) -> list[str]:
 GATEWAY_AUTH = {"existingSecret": "gw-auth", "existingSecretKey": "secret-key"}
 #: The Secret every service's auth_secret_key comes from (top-level auth.*).
 SERVICES_AUTH = {"existingSecret": "txmq-auth", "existingSecretKey": "auth-secret-key"}
+#: The other key of a key roll (auth.acceptedSecret).
+ACCEPTED_AUTH = {"existingSecret": "txmq-auth-next", "existingSecretKey": "next-key"}
 #: The Secret of the services' etcd passwords (etcd.auth.existingSecret), a key per service.
 ETCD_AUTH = "txmq-etcd-auth"
 SECRETS = {
     ("gw-auth", "secret-key"): "the-secret-key",
     ("txmq-auth", "auth-secret-key"): "services-secret-key-0123",
+    ("txmq-auth-next", "next-key"): "services-next-secret-4567",
     **{(ETCD_AUTH, service): f"{service}-etcd-password" for service in ("store", "pull", "txcheck", "gateway")},
 }
 #: TLS on (tls.*): every service on enforcing mutual TLS with the mounted Secret.
@@ -82,6 +85,8 @@ def secret_source(service: str, name: str) -> dict[str, str]:
     """The Secret (existingSecret, existingSecretKey) a secret setting comes from."""
     if name == "etcd_password":
         return {"existingSecret": ETCD_AUTH, "existingSecretKey": service}
+    if name == "auth_accepted_secret_key":
+        return ACCEPTED_AUTH
     return GATEWAY_AUTH if (service, name) == ("gateway", "secret_key") else SERVICES_AUTH
 
 
@@ -162,11 +167,16 @@ def test_rendered_env_names_are_the_settings_fields(service: str, default_docs: 
 
 @chart.needs_helm
 def test_secret_settings_are_rendered_from_the_secret_only() -> None:
-    """With gateway.auth.existingSecret and auth.existingSecret every setting has its env
-    var, the secret ones from a secretKeyRef (never a literal value)."""
+    """With gateway.auth.existingSecret, auth.existingSecret and auth.acceptedSecret (a key
+    roll) every setting has its env var, the secret ones from a secretKeyRef (never a
+    literal value)."""
     docs = chart.render(
         {
-            "auth": SERVICES_AUTH,
+            "auth": {
+                **SERVICES_AUTH,
+                "acceptedSecret": ACCEPTED_AUTH["existingSecret"],
+                "acceptedSecretKey": ACCEPTED_AUTH["existingSecretKey"],
+            },
             "etcd": {"auth": {"existingSecret": ETCD_AUTH}},
             "gateway": {"auth": GATEWAY_AUTH, "settings": {"access_key": "ak"}},
         }
@@ -318,7 +328,11 @@ def test_every_setting_reaches_the_service_when_changed(monkeypatch: pytest.Monk
     values["tls"] = TLS
     # Secret settings are not values: they come from the Secrets gateway.auth (which a
     # changed access_key needs anyway) and auth name.
-    values["auth"] = SERVICES_AUTH
+    values["auth"] = {
+        **SERVICES_AUTH,
+        "acceptedSecret": ACCEPTED_AUTH["existingSecret"],
+        "acceptedSecretKey": ACCEPTED_AUTH["existingSecretKey"],
+    }
     values["etcd"] = {"auth": {"existingSecret": ETCD_AUTH}}
     for service in SERVICES:
         for name in settings_schema.secret_settings(service):

@@ -94,12 +94,19 @@ class Authenticator:
     def enabled(self) -> bool:
         return self.secret_for is not None
 
-    def check(self, metadata: Metadata | None) -> str | None:
+    def check(self, metadata: Metadata | None, *, certificate_user: str | None = None) -> str | None:
         """The access key that signed the call (None when authentication is off); raise
-        GatewayError(UNAUTHORIZED) saying why when it is not signed as it must be."""
+        GatewayError(UNAUTHORIZED) saying why when it is not signed as it must be. A call
+        that is not signed but came with a verified client certificate is taken as the
+        user ``certificate_user`` (its common name) names, when that user exists and is
+        enabled; a signature, when there is one, wins."""
         if self.secret_for is None:
             return None
         header = header_text(metadata, AUTHORIZATION_HEADER, Code.UNAUTHORIZED)
+        if not header and certificate_user is not None:
+            if self.secret_for(certificate_user) is None:
+                raise GatewayError(Code.UNAUTHORIZED, "the client certificate names no enabled user")
+            return certificate_user
         if not header:
             raise GatewayError(Code.UNAUTHORIZED, "authorization header is required")
         fields = parse_authorization(header)

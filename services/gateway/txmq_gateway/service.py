@@ -39,16 +39,24 @@ OWNERSHIP_STARTUP_TIMEOUT_S = 30.0
 
 def serve_tls(server: grpc.aio.Server, settings: GatewaySettings, address: str) -> str:
     """Add the v2 TLS port (same services as the service port) with the service's
-    certificate (tls_cert_file, tls_key_file) and no client certificates, whatever
-    tls_mode and tls_client_auth say of the service port; its host:port for routes."""
+    certificate (tls_cert_file, tls_key_file) and client certificates as
+    tls_port_client_auth says, whatever tls_mode and tls_client_auth say of the service
+    port; its host:port for routes."""
     try:
         key = read_pem(settings.tls_key_file, setting="tls_key_file", kind="PRIVATE KEY")
         cert = read_pem(settings.tls_cert_file, setting="tls_cert_file", kind="CERTIFICATE")
+        ca = None
+        if settings.tls_port_client_auth != "none":
+            ca = read_pem(settings.tls_ca_file, setting="tls_ca_file", kind="CERTIFICATE")
     except TlsError as exc:
         raise StartupFailed(str(exc)) from None
     target = join_host_port(settings.host, settings.tls_port)
+    # gRPC's Python API has no "ask, but let in without one": a CA comes with requiring one.
+    credentials = grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=settings.tls_port_client_auth == "require"
+    )
     try:
-        port = server.add_secure_port(target, grpc.ssl_server_credentials([(key, cert)]))
+        port = server.add_secure_port(target, credentials)
     except RuntimeError:  # grpc: "Failed to bind to address ..."
         raise StartupFailed(f"cannot listen on {target} (in use?); choose another with --tls-port") from None
     host, _, _ = address.rpartition(":")

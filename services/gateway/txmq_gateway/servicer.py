@@ -51,6 +51,12 @@ def client_id_of(context: grpc.aio.ServicerContext) -> str:
     return header_text(context.invocation_metadata(), CLIENT_ID_HEADER, Code.BAD_REQUEST)
 
 
+def certificate_user(context: grpc.aio.ServicerContext) -> str | None:
+    """The common name of the client certificate the TLS port verified (None: none)."""
+    names = context.auth_context().get("x509_common_name") or ()
+    return names[0].decode(errors="replace") if names else None
+
+
 def over_tls(context: grpc.aio.ServicerContext) -> bool:
     return context.auth_context().get("transport_security_type") == [b"ssl"]
 
@@ -147,7 +153,8 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
         counted and logged, otherwise."""
         principal = None
         try:
-            access_key = self.auth.check(context.invocation_metadata())
+            certificate = certificate_user(context) if self.access is not None else None
+            access_key = self.auth.check(context.invocation_metadata(), certificate_user=certificate)
             if self.access is not None and access_key is not None:
                 principal = self.access.principal(access_key, context.peer())
                 if not principal.super_user:  # super users may act for any client

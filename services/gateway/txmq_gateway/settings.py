@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from txmq_runtime.settings import ServiceSettings, service_config
@@ -23,8 +25,14 @@ class GatewaySettings(ServiceSettings):
         ge=-1,
         le=65535,
         description="Also serve the v2 protocol over TLS on this port (0 picks a free one; -1: no TLS), with "
-        "tls_cert_file and tls_key_file and no client certificates (RocketMQ's Java client uses TLS by default). "
-        "The service port stays as tls_mode says (plaintext by default).",
+        "tls_cert_file and tls_key_file, client certificates as tls_port_client_auth says (RocketMQ's Java "
+        "client uses TLS by default). The service port stays as tls_mode says (plaintext by default).",
+    )
+    tls_port_client_auth: Literal["none", "require"] = Field(
+        "none",
+        description="Client certificates on tls_port: none (not asked for: what RocketMQ's clients expect) or "
+        "require (a connection without one that tls_ca_file verifies is refused). With auth_enabled, a call that is "
+        "not signed is taken as the user its certificate's common name names, on any port that verified one.",
     )
     route_client_endpoints: bool = Field(
         False,
@@ -78,6 +86,10 @@ class GatewaySettings(ServiceSettings):
     def _tls_needs_files(self) -> GatewaySettings:
         if self.tls_port >= 0 and not (self.tls_cert_file and self.tls_key_file):
             raise ValueError("tls_port needs tls_cert_file and tls_key_file")
+        if self.tls_port_client_auth != "none" and (self.tls_port < 0 or not self.tls_ca_file):
+            raise ValueError(
+                "tls_port_client_auth needs tls_port and tls_ca_file (the CA client certificates are checked with)"
+            )
         for name in ("port", "plaintext_port", "probe_port"):
             if self.tls_port > 0 and getattr(self, name) == self.tls_port:
                 raise ValueError(f"tls_port ({self.tls_port}) must differ from {name}")
