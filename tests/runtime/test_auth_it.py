@@ -14,6 +14,7 @@ import grpc
 import pytest
 from support.certs import LOOPBACK, Authority, TlsFiles, cert_pem, key_pem, service_tls_args
 from support.processes import ServiceFactory
+from support.waiting import wait_until
 
 from txmq import Admin, Message, Policy, Producer, TlsConfig, signing
 from txmq.errors import ERROR_DETAIL_KEY, TxmqError, UnauthenticatedError
@@ -332,6 +333,10 @@ def test_users_and_acls_through_the_admin_api(cluster: Cluster) -> None:
         ]
         assert {u.username for u in root.list_users()} >= {"alice", "bob", "carol", SERVICE_KEY}
         assert "carol" in root.list_acls()
+    with Admin(cluster.addresses["store"], tls=cluster.tls, credentials=ROOT) as at_store:
+        # Written through the pull service; the store's copy of the book follows by its own
+        # etcd watch, a moment later (a loaded machine made that moment visible).
+        wait_until(lambda: "carol" in at_store.list_acls(), what="carol's ACL in the store's copy of the book")
     carol_creds = creds("carol", "carol-secret-1")
     with Admin(cluster.addresses["store"], tls=cluster.tls, credentials=carol_creds) as carol_admin:
         assert carol_admin.whoami()["username"] == "carol"
