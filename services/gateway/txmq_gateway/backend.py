@@ -207,6 +207,18 @@ class Backend:
             if err.code != errors_pb2.CODE_TOPIC_ALREADY_EXISTS:
                 raise
 
+    async def decide(self, store_id: str, decision: store_pb2.TransactionDecision) -> store_pb2.DecisionResult:
+        """The store holding the half message decides (DecideTransactions, first decision
+        wins, atomically); its result for ``decision``, refusal included."""
+        request = store_pb2.DecideTransactionsRequest(decisions=[decision])
+        stub = self.store(store_id)
+        reply = await call(lambda: stub.DecideTransactions(request, timeout=self.timeout_s))
+        if len(reply.results) != 1:
+            raise error(
+                errors_pb2.CODE_INTERNAL_ERROR, f"store {store_id} answered {len(reply.results)} decisions of 1"
+            )
+        return reply.results[0]
+
     # -- pull ------------------------------------------------------------------------
 
     async def pull(self, request: pull_pb2.PullMessageRequest) -> pull_pb2.PullMessageResponse:
@@ -221,7 +233,8 @@ class Backend:
 
     async def end_transaction(self, request: txcheck_pb2.EndTransactionRequest) -> txcheck_pb2.EndTransactionResponse:
         """END_TRANSACTION on the live txcheck replicas in turn until one decides (a
-        retriable error moves on; a repeated decision is answered as the first)."""
+        retriable error moves on; a repeated decision is answered as the first): where
+        the store could not be asked itself (``decide``)."""
         return await self._first_live(
             common_pb2.SERVICE_KIND_TXCHECK,
             lambda channel: txcheck_pb2_grpc.TransactionStub(channel).EndTransaction(request, timeout=self.timeout_s),
