@@ -31,8 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from txmq.errors import TxmqError
-from txmq.v1 import errors_pb2, route_pb2, store_pb2, txcheck_pb2
+from txmq.v1 import route_pb2, store_pb2, txcheck_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import HandleSigner, TransactionHandle, decoded_body, to_txmq_message
 from txmq_gateway.settings import GatewaySettings
@@ -308,11 +307,7 @@ class ProducerCore:
 
     async def end_transaction(self, request: svc.EndTransactionRequest) -> None:
         """COMMIT / ROLLBACK of a half message sent through a gateway (any replica: the
-        transaction id carries the store and offsets), decided by that store itself
-        (DecideTransactions, under the gateway's identity: the client's Pub on the topic
-        was checked here, and the half message's group is that topic). When the store
-        fails retriably or is not live, through txcheck as before (a repeated decision is
-        answered like the first)."""
+        transaction id carries the store and offsets)."""
         handle = self.handles.decode(request.transaction_id)
         if request.message_id and request.message_id != handle.transaction_id:
             raise GatewayError(
@@ -327,28 +322,6 @@ class ProducerCore:
             raise GatewayError(Code.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
         if not request.topic.name:
             raise GatewayError(Code.ILLEGAL_TOPIC, "topic is required")
-        from_check = request.source == pb.SOURCE_SERVER_CHECK
-        try:
-            result = await self.backend.decide(
-                handle.store_id,
-                store_pb2.TransactionDecision(
-                    commit_log_offset=handle.commit_log_offset,
-                    tran_state_table_offset=handle.queue_offset,
-                    transaction_id=handle.transaction_id,
-                    producer_group=request.topic.name,
-                    decision=_TO_STORE[resolution],
-                    from_transaction_check=from_check,
-                ),
-            )
-            if not result.HasField("error"):
-                return
-            raise TxmqError.from_detail(result.error)
-        except TxmqError as err:
-            if not (err.retriable or err.code == errors_pb2.CODE_STORE_NOT_FOUND):
-                raise
-            log.info(
-                "END_TRANSACTION of %s at store %s: %s; through txcheck", handle.transaction_id, handle.store_id, err
-            )
         await self.backend.end_transaction(
             txcheck_pb2.EndTransactionRequest(
                 producer_group=request.topic.name,
@@ -356,13 +329,7 @@ class ProducerCore:
                 commit_log_offset=handle.commit_log_offset,
                 tran_state_table_offset=handle.queue_offset,
                 resolution=resolution,
-                from_transaction_check=from_check,
+                from_transaction_check=request.source == pb.SOURCE_SERVER_CHECK,
                 store_id=handle.store_id,
             )
         )
-
-
-_TO_STORE = {
-    txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT: store_pb2.DECISION_COMMIT,
-    txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK: store_pb2.DECISION_ROLLBACK,
-}
