@@ -491,9 +491,21 @@ def _first_answer(core: ClientCore, rpc: str, request: Any, *, timeout: float) -
 
 
 def query_transaction(core: ClientCore, transaction_id: str, *, timeout: float = 5.0) -> TransactionInfo:
-    """QueryTransaction through any live txcheck replica."""
+    """QueryTransaction through any live txcheck replica; a read, so retried with backoff
+    while every replica fails retriably (one restarting; the channel reconnecting after
+    it was down), until ``timeout``."""
     request = txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id)
-    return transaction_info_from_proto(_first_answer(core, "QueryTransaction", request, timeout=timeout))
+    deadline = time.monotonic() + timeout
+    backoff = Backoff(first=_MIN_RETRY_DELAY_S, maximum=_MAX_RETRY_DELAY_S)
+    while True:
+        try:
+            answer = _first_answer(core, "QueryTransaction", request, timeout=max(0.1, deadline - time.monotonic()))
+            return transaction_info_from_proto(answer)
+        except TxmqError as err:
+            remaining = deadline - time.monotonic()
+            if not err.retriable or remaining <= 0:
+                raise
+            time.sleep(min(backoff.next_delay(), remaining))
 
 
 def resume_transaction(
