@@ -13,6 +13,7 @@ decision is answered like the first.
 from __future__ import annotations
 
 import threading
+import time
 
 from txmq._client import call
 from txmq.errors import TxmqError, UpstreamTimeoutError
@@ -57,6 +58,7 @@ class StoreEnds:
         reads it); raises a call's failure (``UpstreamTimeoutError`` when no answer
         came within ``timeout``)."""
         item = _Pending(decision)
+        deadline = time.monotonic() + timeout
         with self._lock:
             self._queue.append(item)
             item.lead = not self._busy
@@ -71,7 +73,7 @@ class StoreEnds:
                         f"no answer to END_TRANSACTION within {timeout:.3f}s (the store may have decided it)"
                     )
         if item.lead:
-            self._send(max(timeout, _MIN_CALL_S))
+            self._send(max(deadline - time.monotonic(), _MIN_CALL_S))
         return item.outcome()
 
     def _send(self, timeout: float) -> None:
