@@ -1,6 +1,7 @@
-"""The gateway's side of txmq: stores (send, offsets), pull instances (long polling with
-filters) and txcheck replicas (END_TRANSACTION, producer channels), found in the
-cluster view. Failures are raised as typed ``TxmqError``s (the callee's ErrorDetail)."""
+"""The gateway's side of txmq: stores (send, offsets, END_TRANSACTION's decision), pull
+instances (long polling with filters) and txcheck replicas (END_TRANSACTION where the
+store cannot take it, producer channels), found in the cluster view. Failures are
+raised as typed ``TxmqError``s (the callee's ErrorDetail)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ T = TypeVar("T")
 _CLOSE_TIMEOUT_S = 5.0
 # How long a held pull may outlive its hold on the pull service's side.
 _PULL_MARGIN_S = 5.0
+_TO_STORE = {
+    txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT: store_pb2.DECISION_COMMIT,
+    txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK: store_pb2.DECISION_ROLLBACK,
+}
 
 
 class Backend:
@@ -220,12 +225,50 @@ class Backend:
     # -- txcheck ---------------------------------------------------------------------
 
     async def end_transaction(self, request: txcheck_pb2.EndTransactionRequest) -> txcheck_pb2.EndTransactionResponse:
-        """END_TRANSACTION on the live txcheck replicas in turn until one decides (a
-        retriable error moves on; a repeated decision is answered as the first)."""
+        """A COMMIT / ROLLBACK decided by the store holding the half message itself
+        (DecideTransactions, first decision wins, atomically; under the gateway's
+        identity: the client's Pub on the topic was checked here, and the half message's
+        group is that topic). When that store fails retriably or is not live, and for
+        anything else, END_TRANSACTION on the live txcheck replicas in turn until one
+        decides (a retriable error moves on; a repeated decision is answered as the
+        first)."""
+        decision = _TO_STORE.get(request.resolution)
+        if decision is not None:
+            try:
+                return await self._decide(request, decision)
+            except TxmqError as err:
+                if not (err.retriable or err.code == errors_pb2.CODE_STORE_NOT_FOUND):
+                    raise
+                log.info("END_TRANSACTION of %s at store %s: %s; through txcheck", request.transaction_id,
+                         request.store_id, err)  # fmt: skip
         return await self._first_live(
             common_pb2.SERVICE_KIND_TXCHECK,
             lambda channel: txcheck_pb2_grpc.TransactionStub(channel).EndTransaction(request, timeout=self.timeout_s),
         )
+
+    async def _decide(
+        self, request: txcheck_pb2.EndTransactionRequest, decision: store_pb2.Decision
+    ) -> txcheck_pb2.EndTransactionResponse:
+        stub = self.store(request.store_id)
+        call_request = store_pb2.DecideTransactionsRequest(
+            decisions=[
+                store_pb2.TransactionDecision(
+                    commit_log_offset=request.commit_log_offset,
+                    tran_state_table_offset=request.tran_state_table_offset,
+                    transaction_id=request.transaction_id,
+                    producer_group=request.producer_group,
+                    decision=decision,
+                    from_transaction_check=request.from_transaction_check,
+                )
+            ]
+        )
+        reply = await call(lambda: stub.DecideTransactions(call_request, timeout=self.timeout_s))
+        if len(reply.results) != 1:
+            raise error(errors_pb2.CODE_INTERNAL_ERROR, f"the store answered {len(reply.results)} decisions of 1")
+        [result] = reply.results
+        if result.HasField("error"):
+            raise TxmqError.from_detail(result.error)
+        return txcheck_pb2.EndTransactionResponse(committed=result.committed if result.HasField("committed") else None)
 
     async def _first_live(self, kind: int, rpc: Callable[[grpc.aio.Channel], Awaitable[T]]) -> T:
         """``rpc`` on the live instances of ``kind`` in turn until one answers; a

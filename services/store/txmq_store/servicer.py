@@ -12,9 +12,8 @@ from typing import Any
 import grpc
 
 from txmq.errors import TxmqError, error
-from txmq.protocol import OP_COMMIT, OP_ROLLBACK
 from txmq.v1 import auth_pb2, common_pb2, errors_pb2, store_pb2, store_pb2_grpc
-from txmq_runtime.auth import on_behalf_of, permits, publish_check, require
+from txmq_runtime.auth import permits, publish_check, require
 from txmq_runtime.grpc_errors import rpc
 from txmq_runtime.metrics import RpcMetrics
 
@@ -22,20 +21,19 @@ from . import metrics as store_metrics
 from .arrivals import ArrivalBatch
 from .codec import PreparedRecord
 from .configs import SubscriptionGroupConfig, TopicConfig
+from .decisions_rpc import TIMEOUTS, TO_PB_DECISION, decisions_response, producer_requests, relayed_requests
 from .filters import load_message_filter
 from .message_store import MessageStore
 from .model import GetMessageStatus, OutgoingMessage, SendResult, StoredMessage
 from .queue_locks import StoreQueueLocks
 from .replication import CONFIG, OFFSETS
 from .send_path import Appended
-from .transactions import DecisionRequest, HalfAction
+from .transactions import HalfAction
 
 MAX_ARRIVALS_PER_BATCH = 1000
 # SendStream: frames appended but not yet acknowledged, per stream (then reading waits).
 MAX_UNACKED_FRAMES = 64
 _FRAMES = RpcMetrics()  # SendStream frames, timed one by one (the interceptor skips streams)
-_DECISION = {store_pb2.DECISION_COMMIT: OP_COMMIT, store_pb2.DECISION_ROLLBACK: OP_ROLLBACK}
-_TO_PB_DECISION = {v: k for k, v in _DECISION.items()}
 
 
 _NO_PROPERTIES: Mapping[str, str] = types.MappingProxyType({})
@@ -264,51 +262,26 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def DecideTransactions(self, request: store_pb2.DecideTransactionsRequest, context: grpc.aio.ServicerContext):
-        outcomes = await self._store.transactions.decide(
-            [
-                DecisionRequest(
-                    d.commit_log_offset,
-                    d.tran_state_table_offset,
-                    d.transaction_id,
-                    d.producer_group,
-                    _DECISION.get(d.decision, ""),
-                    d.from_transaction_check,
-                    on_behalf_of(d.acting_user, d.acting_source),
-                )
-                for d in request.decisions
-            ],
-            transaction_timeout_ms=request.transaction_timeout_ms,
+        store = self._store
+        TIMEOUTS.compare(request.transaction_timeout_ms, store.settings.transaction_timeout_ms)
+        outcomes = await store.transactions.decide(
+            relayed_requests(request),
             epoch=request.fence.epoch,
             half_queue_id=request.fence.half_queue_id,
             born_host=peer_address(context),
         )
-        resp = store_pb2.DecideTransactionsResponse()
-        store_id = self._store.store_id
-        prefix = self._store.sender.offset_msg_id_prefix
-        for out in outcomes:
-            r = resp.results.add()
-            if out.error is not None:
-                r.error.CopyFrom(out.error.to_detail())
-                continue
-            r.decision = _TO_PB_DECISION[out.decision]
-            r.first = out.first
-            r.status = out.status
-            c = out.committed
-            if c is not None:
-                v = r.committed
-                v.message.topic = c.topic
-                v.message.queue_id = c.queue_id
-                v.message.unique_id = c.unique_id
-                v.message.tags = c.tags
-                v.message.keys.extend(c.keys)
-                v.offset_msg_id = f"{prefix}{c.commit_log_offset:016X}"
-                v.queue_offset = c.queue_offset
-                v.commit_log_offset = c.commit_log_offset
-                v.store_timestamp_ms = c.store_timestamp_ms
-                v.sys_flag = c.sys_flag
-                v.prepared_transaction_offset = c.prepared_transaction_offset
-                v.store_id = store_id
-        return resp
+        return decisions_response(
+            outcomes, store_id=store.store_id, offset_msg_id_prefix=store.sender.offset_msg_id_prefix
+        )
+
+    @rpc
+    async def EndTransactions(self, request: store_pb2.EndTransactionsRequest, context: grpc.aio.ServicerContext):
+        """A producer's ENDs, decided here as DecideTransactions' are (never fenced)."""
+        store = self._store
+        outcomes = await store.transactions.decide(producer_requests(request), born_host=peer_address(context))
+        return decisions_response(
+            outcomes, store_id=store.store_id, offset_msg_id_prefix=store.sender.offset_msg_id_prefix
+        )
 
     @rpc
     async def RequeueHalves(self, request: store_pb2.RequeueHalvesRequest, context: grpc.aio.ServicerContext):
@@ -325,7 +298,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 r.error.CopyFrom(out.error.to_detail())
                 continue
             if out.decided:
-                r.decided = _TO_PB_DECISION[out.decided]
+                r.decided = TO_PB_DECISION[out.decided]
                 continue
             r.commit_log_offset = out.commit_log_offset
             r.queue_offset = out.queue_offset

@@ -68,6 +68,16 @@ class StoreSettings(ServiceSettings):
         ge=1,
         description="Transaction decisions kept in memory (the decision book); older ones are read from the index.",
     )
+    transaction_timeout_ms: int = Field(
+        6_000,
+        ge=0,
+        description=(
+            "RocketMQ transactionTimeOut, as the store applies it: a commit or rollback that does not answer a "
+            "check, for a half message that set CHECK_IMMUNITY_TIME_IN_SECONDS, is refused (TRANSACTION_EXPIRED) "
+            "once max(that, this) has passed since the half message was born, whoever relays it. txcheck's "
+            "setting of the same name ages half messages for its check loop: give both the same value."
+        ),
+    )
     property_filter_enable: bool = Field(True, description="Allow SQL92 filters (RocketMQ enablePropertyFilter).")
 
     timer_max_delay_ms: int = Field(

@@ -63,11 +63,11 @@ from .fileio import read_json, write_json_atomically
 from .model import OutgoingMessage, SendStatus, StoredMessage
 from .reads import Reader
 from .send_path import Appended, SendPath
+from .settings import StoreSettings
 
 log = logging.getLogger("txmq.store.transactions")
 
 _WORD = {OP_COMMIT: "commit", OP_ROLLBACK: "rollback"}
-DEFAULT_TRANSACTION_TIMEOUT_MS = 6_000
 
 # Requeue actions (store.proto RequeueAction).
 CHECK, WAIT, IMMUNITY, DISCARD = 1, 2, 3, 4
@@ -194,8 +194,12 @@ class Fences:
 class TransactionStore(Protocol):
     """What decisions need of the store (MessageStore implements it): its send path
     (appends and their settling), its reads (records by offset, queue and index), the
-    check loop's consume offsets, the commit log's end, its clock, and fences held by a
-    group's followers before they are relied on (``admit_fence``)."""
+    check loop's consume offsets, the commit log's end, its clock, its settings (the
+    transaction timeout of the late-decision rule), and fences held by a group's
+    followers before they are relied on (``admit_fence``)."""
+
+    @property
+    def settings(self) -> StoreSettings: ...
 
     @property
     def sender(self) -> SendPath: ...
@@ -401,15 +405,17 @@ class Transactions:
         self,
         requests: Sequence[DecisionRequest],
         *,
-        transaction_timeout_ms: int = 0,
         epoch: int = 0,
         half_queue_id: int = HALF_QUEUE_ID,
         born_host: str = "",
     ) -> list[DecisionOutcome]:
+        """Decide ``requests`` (each item its own outcome), from any caller: txcheck,
+        a gateway, or a producer straight (EndTransactions). The late-decision rule uses
+        the store's own ``transaction_timeout_ms``, whoever relays the decision."""
         store = self._store
         await store.admit_fence(epoch, half_queue_id)
         self._added = []
-        timeout_ms = transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
+        timeout_ms = store.settings.transaction_timeout_ms
         now = store.now_ms()
         outcomes: list[DecisionOutcome] = []
         copies: list[tuple[int, OutgoingMessage]] = []  # (outcome index, copy)

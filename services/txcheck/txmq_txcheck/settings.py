@@ -15,7 +15,12 @@ class TxcheckSettings(ServiceSettings):
         30_000, ge=10, description="How often the check loop runs (RocketMQ transactionCheckInterval)."
     )
     transaction_timeout_ms: int = Field(
-        6_000, ge=0, description="A half message younger than this is not checked (RocketMQ transactionTimeOut)."
+        6_000,
+        ge=0,
+        description=(
+            "A half message younger than this is not checked (RocketMQ transactionTimeOut). When a decision is "
+            "too late is the store's setting of the same name: give both the same value."
+        ),
     )
     transaction_check_max: int = Field(
         15, ge=1, description="Checks before a transaction is discarded to TRANS_CHECK_MAX_TIME_TOPIC."

@@ -16,12 +16,16 @@ END_TRANSACTION. When no answer arrives, the transaction service checks a live p
 of the group through its channel: ``check_local_transaction`` runs on a bounded
 executor and its answer goes back as END_TRANSACTION flagged from-check.
 
-END_TRANSACTION goes to any live txcheck replica, which passes it to the store at once:
-the store decides (the first decision wins, atomically), so no check-loop leader is
-involved. It is retried, within ``end_transaction_timeout``, while the service answers
-a retriable error (a store restarting or, in a replicated store group, changing
-leader; a replica unreachable): a repeated decision is answered as the first one, so
-retries are safe (docs/transactions.md).
+A COMMIT or ROLLBACK goes straight to the store that holds the half message (its
+``EndTransactions``; the store is the one named in the half's send result, found in the
+topic's route): the store decides (the first decision wins, atomically), so neither the
+transaction service nor a check-loop leader is involved, and ENDs of concurrent threads
+to one store share calls. When the store fails retriably (restarting or, in a
+replicated store group, changing leader), or has no such call, the END goes as before
+through any live txcheck replica, which passes it to the store, and both are retried
+within ``end_transaction_timeout``: a repeated decision is answered as the first one, so
+retries are safe (docs/transactions.md). UNKNOWN decides nothing and goes to txcheck,
+which records it.
 
 ``query_transaction`` / ``resume_transaction`` here take a ``ClientCore``; the
 producer has methods of the same names.
@@ -44,7 +48,8 @@ from txmq._backoff import Backoff
 from txmq._channel import ProducerChannel
 from txmq._client import ClientCore, call
 from txmq._convert import message_ext_from_proto, send_result_from_proto
-from txmq.errors import BadRequestError, TxmqError, UnavailableError
+from txmq._store_ends import StoreEnds
+from txmq.errors import BadRequestError, NotImplementedYetError, TxmqError, UnavailableError
 from txmq.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from txmq.models import ServiceKind
 from txmq.producer import Producer
@@ -133,6 +138,8 @@ class TransactionProducer(Producer):
         self._end_timeout = end_transaction_timeout
         self._executor: ThreadPoolExecutor | None = None
         self._channel: ProducerChannel | None = None
+        self._store_ends: dict[str, StoreEnds] = {}  # store address -> its ENDs
+        self._no_store_ends: set[str] = set()  # stores without EndTransactions (older txmq)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -250,7 +257,7 @@ class TransactionProducer(Producer):
             from_transaction_check=from_check,
             store_id=result.message_queue.store_id,
         )
-        self._call_end(request)
+        self._call_end(request, topic=result.message_queue.topic)
 
     def query_transaction(self, transaction_id: str, *, timeout: float = 5.0) -> TransactionInfo:
         """A transaction's state and timeline (QueryTransaction)."""
@@ -283,25 +290,47 @@ class TransactionProducer(Producer):
             if address != first:
                 yield address
 
-    def _call_end(self, request: txcheck_pb2.EndTransactionRequest) -> None:
-        """END_TRANSACTION: up the open producer channel when its replica answers ENDs
-        there, else (or when that gave no answer, or a retriable refusal) as unary calls,
-        retried on retriable errors (each live replica in turn, then again after a
-        backoff) until ``end_transaction_timeout``; other errors raise."""
+    def _call_end(self, request: txcheck_pb2.EndTransactionRequest, *, topic: str = "") -> None:
+        """END_TRANSACTION: a commit or rollback of a half message of ``topic`` straight to
+        its store first (``_end_at_store``). Else, or when that failed retriably: up the
+        open producer channel when its replica answers ENDs there, else (or when that gave
+        no answer, or a retriable refusal) as unary calls, retried on retriable errors
+        (the store again, then each live replica in turn, then again after a backoff)
+        until ``end_transaction_timeout``; other errors raise."""
         deadline = time.monotonic() + self._end_timeout
+        direct = bool(topic and request.store_id) and request.resolution in _TO_STORE
+        last: TxmqError | None = None
+        if direct:
+            try:
+                if self._end_at_store(request, topic, deadline):
+                    return
+            except TxmqError as err:
+                if not err.retriable:
+                    raise
+                last = err
+                log.info("END_TRANSACTION of %s at its store: %s; through txcheck", request.transaction_id, err)
         channel = self._channel
         if channel is not None:
             result = channel.end(request, timeout=min(_STREAM_END_WAIT_S, self._end_timeout))
             if result is not None:
                 if not result.HasField("error"):
                     return
-                err = TxmqError.from_detail(result.error)
-                if not err.retriable:
-                    raise err
+                refused = TxmqError.from_detail(result.error)
+                if not refused.retriable:
+                    raise refused
         core = self._started_core()
         backoff = Backoff(first=_MIN_RETRY_DELAY_S, maximum=_MAX_RETRY_DELAY_S)
-        last: TxmqError | None = None
+        retry_store = False
         while True:
+            if retry_store:
+                try:
+                    if self._end_at_store(request, topic, deadline):
+                        return
+                except TxmqError as err:
+                    if not err.retriable:
+                        raise
+                    last = err
+            retry_store = direct
             for address in self._txcheck_addresses(max(0.1, deadline - time.monotonic())):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -320,6 +349,53 @@ class TransactionProducer(Producer):
                 break
             time.sleep(min(backoff.next_delay(), remaining))
         raise last or UnavailableError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
+
+    def _end_at_store(self, request: txcheck_pb2.EndTransactionRequest, topic: str, deadline: float) -> bool:
+        """One try of a COMMIT / ROLLBACK at the store holding the half message (the
+        topic's route names its address): True once the store decided it or answered
+        the same decision again; False where that store is not in the route or has no
+        EndTransactions. Raises the store's refusal or a failed call (retriable ones
+        mark the route stale: the store group may have a new leader)."""
+        core = self._started_core()
+        try:
+            route = core.routes.get(topic, timeout=max(0.1, deadline - time.monotonic()))
+            address = route.store_address(request.store_id)
+        except TxmqError as err:
+            log.debug("END_TRANSACTION of %s: no route to store %s: %s", request.transaction_id, request.store_id, err)
+            return False
+        if address in self._no_store_ends:
+            return False
+        decision = store_pb2.ProducerDecision(
+            commit_log_offset=request.commit_log_offset,
+            tran_state_table_offset=request.tran_state_table_offset,
+            transaction_id=request.transaction_id,
+            producer_group=request.producer_group,
+            decision=_TO_STORE[request.resolution],
+            from_transaction_check=request.from_transaction_check,
+        )
+        try:
+            result = self._ends_to(address).end(decision, max(0.0, deadline - time.monotonic()))
+            if result.HasField("error"):
+                raise TxmqError.from_detail(result.error)
+        except NotImplementedYetError as err:
+            if not err.transport:
+                raise
+            log.info("store %s has no EndTransactions (%s): ENDs through txcheck", address, err)
+            self._no_store_ends.add(address)
+            return False
+        except TxmqError as err:
+            if err.retriable:
+                core.routes.mark_stale(topic)
+            raise
+        return True
+
+    def _ends_to(self, address: str) -> StoreEnds:
+        with self._lock:
+            ends = self._store_ends.get(address)
+            if ends is None:
+                stub = self._started_core().stub(address, store_pb2_grpc.StoreStub)
+                ends = self._store_ends[address] = StoreEnds(stub)
+            return ends
 
     def _on_checks(self, checks: Sequence[txcheck_pb2.CheckTransactionState]) -> None:
         """Hand checks to the check threads; waits (the channel's reader thread) while
@@ -369,7 +445,7 @@ class TransactionProducer(Producer):
             channel = self._channel
             if channel is None or not channel.send(txcheck_pb2.ProducerCommand(end_transaction=request)):
                 try:
-                    self._call_end(request)
+                    self._call_end(request, topic=check.message.message.topic)
                 except TxmqError as err:
                     log.warning("answer to the check of %s failed: %s", check.transaction_id, err)
         finally:
@@ -381,6 +457,10 @@ _SLOT_WAIT_S = 0.5
 _STREAM_END_WAIT_S = 2.0
 _MIN_RETRY_DELAY_S = 0.05
 _MAX_RETRY_DELAY_S = 1.0
+_TO_STORE = {
+    txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT: store_pb2.DECISION_COMMIT,
+    txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK: store_pb2.DECISION_ROLLBACK,
+}
 
 
 def txcheck_addresses(core: ClientCore, *, timeout: float) -> list[str]:
@@ -411,9 +491,21 @@ def _first_answer(core: ClientCore, rpc: str, request: Any, *, timeout: float) -
 
 
 def query_transaction(core: ClientCore, transaction_id: str, *, timeout: float = 5.0) -> TransactionInfo:
-    """QueryTransaction through any live txcheck replica."""
+    """QueryTransaction through any live txcheck replica; a read, so retried with backoff
+    while every replica fails retriably (one restarting; the channel reconnecting after
+    it was down), until ``timeout``."""
     request = txcheck_pb2.QueryTransactionRequest(transaction_id=transaction_id)
-    return transaction_info_from_proto(_first_answer(core, "QueryTransaction", request, timeout=timeout))
+    deadline = time.monotonic() + timeout
+    backoff = Backoff(first=_MIN_RETRY_DELAY_S, maximum=_MAX_RETRY_DELAY_S)
+    while True:
+        try:
+            answer = _first_answer(core, "QueryTransaction", request, timeout=max(0.1, deadline - time.monotonic()))
+            return transaction_info_from_proto(answer)
+        except TxmqError as err:
+            remaining = deadline - time.monotonic()
+            if not err.retriable or remaining <= 0:
+                raise
+            time.sleep(min(backoff.next_delay(), remaining))
 
 
 def resume_transaction(

@@ -210,6 +210,28 @@ class DecideTransactionsRequest(_message.Message):
     fence: Fence
     def __init__(self, decisions: _Optional[_Iterable[_Union[TransactionDecision, _Mapping]]] = ..., transaction_timeout_ms: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
 
+class ProducerDecision(_message.Message):
+    __slots__ = ("commit_log_offset", "tran_state_table_offset", "transaction_id", "producer_group", "decision", "from_transaction_check")
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRAN_STATE_TABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    FROM_TRANSACTION_CHECK_FIELD_NUMBER: _ClassVar[int]
+    commit_log_offset: int
+    tran_state_table_offset: int
+    transaction_id: str
+    producer_group: str
+    decision: Decision
+    from_transaction_check: bool
+    def __init__(self, commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., from_transaction_check: _Optional[bool] = ...) -> None: ...
+
+class EndTransactionsRequest(_message.Message):
+    __slots__ = ("decisions",)
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    decisions: _containers.RepeatedCompositeFieldContainer[ProducerDecision]
+    def __init__(self, decisions: _Optional[_Iterable[_Union[ProducerDecision, _Mapping]]] = ...) -> None: ...
+
 class DecisionResult(_message.Message):
     __slots__ = ("error", "decision", "first", "committed", "status")
     ERROR_FIELD_NUMBER: _ClassVar[int]

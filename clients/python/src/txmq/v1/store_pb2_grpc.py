@@ -109,6 +109,11 @@ class StoreStub:
                 request_serializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsRequest.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.FromString,
                 _registered_method=True)
+        self.EndTransactions = channel.unary_unary(
+                '/txmq.v1.Store/EndTransactions',
+                request_serializer=txmq_dot_v1_dot_store__pb2.EndTransactionsRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.FromString,
+                _registered_method=True)
         self.RequeueHalves = channel.unary_unary(
                 '/txmq.v1.Store/RequeueHalves',
                 request_serializer=txmq_dot_v1_dot_store__pb2.RequeueHalvesRequest.SerializeToString,
@@ -241,6 +246,19 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTransactions(self, request, context):
+        """For producers: END_TRANSACTION (commit or rollback) straight at the store that holds
+        the half messages, without the transaction service in between. The same decision as
+        DecideTransactions (validated against the half record, first decision wins,
+        atomically, one append per call, each item its own result), taken for the caller:
+        its producer group must be the half message's (TRANSACTION_MISMATCH), it needs Pub on
+        that group and on the half message's topic, and a late decision is refused by the
+        store's own transaction_timeout_ms. docs/transactions.md, "END straight to the store".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RequeueHalves(self, request, context):
         """Internal, for the check loop: put half records back at the tail of the half queue
         (to check them, to wait for a producer, to keep an immune half checkable) or
@@ -328,6 +346,11 @@ def add_StoreServicer_to_server(servicer, server):
             'DecideTransactions': grpc.unary_unary_rpc_method_handler(
                     servicer.DecideTransactions,
                     request_deserializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.SerializeToString,
+            ),
+            'EndTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransactions,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.EndTransactionsRequest.FromString,
                     response_serializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.SerializeToString,
             ),
             'RequeueHalves': grpc.unary_unary_rpc_method_handler(
@@ -740,6 +763,33 @@ class Store:
             target,
             '/txmq.v1.Store/DecideTransactions',
             txmq_dot_v1_dot_store__pb2.DecideTransactionsRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.Store/EndTransactions',
+            txmq_dot_v1_dot_store__pb2.EndTransactionsRequest.SerializeToString,
             txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.FromString,
             options,
             channel_credentials,
