@@ -190,9 +190,13 @@ def test_every_service_exports_what_it_did(service_factory: ServiceFactory) -> N
         producer.send_message_in_transaction(Message(topic, b"rollback"))
         listener.execute = LocalTransactionState.UNKNOWN
         pending = producer.send_message_in_transaction(Message(topic, b"unknown"))
-        wait_for("the checked commit", lambda: delta("txcheck", "rocketmq_commit_messages_total") == 2)
+        # The producer's own ENDs go straight to the store; the check's answer through txcheck.
+        decided = "txmq_store_transaction_decisions_total"
+        wait_for("the checked commit", lambda: delta("store", decided, decision="commit", outcome="first") == 2)
         assert pending.transaction_id in listener.checked
-    assert delta("txcheck", "rocketmq_rollback_messages_total") == 1
+    assert delta("store", decided, decision="rollback", outcome="first") == 1
+    assert delta("txcheck", "rocketmq_commit_messages_total") == 1  # the checked one, relayed
+    assert delta("txcheck", "rocketmq_rollback_messages_total") == 0
     sent = delta("txcheck", "txmq_txcheck_checks_sent_total")
     answered = delta("txcheck", "txmq_txcheck_checks_answered_total")
     assert 1 <= answered <= sent
