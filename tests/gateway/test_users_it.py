@@ -28,6 +28,7 @@ from support.processes import new_local_cluster, private_prefix
 from support.scratch import scoped_dir
 from support.scripts import (
     GATEWAY_FAST,
+    STORE_FAST,
     TXCHECK_FAST,
     Run,
     ScriptRunner,
@@ -90,6 +91,7 @@ def env(etcd: EtcdServer, request: pytest.FixtureRequest, tmp_path_factory: pyte
         etcd_prefix=private_prefix(),
         service_args=list(AUTH_FLAGS),
         txcheck_args=list(TXCHECK_FAST),
+        store_args=list(STORE_FAST),
         gateway_args=list(GATEWAY_FAST),
     )
     cluster.start()

@@ -30,7 +30,7 @@ import grpc
 import pytest
 from support import EtcdServer, LocalCluster, new_local_cluster
 from support.processes import private_prefix
-from support.scripts import TXCHECK_FAST, ScriptRunner, wait_for
+from support.scripts import STORE_FAST, TXCHECK_FAST, ScriptRunner, wait_for
 
 from txmq import Admin, LocalTransactionState, Message, Producer, TransactionListener, TransactionProducer
 from txmq.v1 import common_pb2, pull_pb2, pull_pb2_grpc
@@ -113,6 +113,7 @@ def idle_cluster(etcd: EtcdServer, tmp_path: Path) -> Iterator[LocalCluster]:
         etcd_prefix=private_prefix(),
         service_args=list(KEEPALIVE),
         txcheck_args=list(TXCHECK_FAST),
+        store_args=list(STORE_FAST),
         # No backstop re-check of held pulls: only the arrival stream can wake one.
         pull_args=["--hold-check-interval-ms", "600000"],
     )

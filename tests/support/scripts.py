@@ -230,6 +230,9 @@ TXCHECK_FAST = (
     "--transaction_check_max", "40",
 )  # fmt: skip
 GATEWAY_FAST = ("--min_invisible_duration_ms", "1000")
+#: The store applies the late-decision rule with its own transaction_timeout_ms: the same
+#: value as txcheck's (a store that differs says so in a WARNING).
+STORE_FAST = ("--transaction_timeout_ms", "500")
 
 
 @dataclass
@@ -255,6 +258,7 @@ def client_env(etcd_endpoint: str, base: Path) -> Iterator[ClientEnv]:
         etcd_endpoints=etcd_endpoint,
         etcd_prefix=prefix,
         txcheck_args=list(TXCHECK_FAST),
+        store_args=list(STORE_FAST),
         gateway_args=list(GATEWAY_FAST),
     )
     cluster.start()
