@@ -65,7 +65,7 @@ class Outcome:
         self._unset.release()
 
     def result(self, timeout: float | None = None) -> Any:
-        if not self._unset.acquire(timeout=-1 if timeout is None else timeout):
+        if not self._unset.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             raise TimeoutError
         self._unset.release()  # readable again, by anyone
         if self._error is not None:
