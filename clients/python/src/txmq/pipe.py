@@ -233,7 +233,10 @@ class SendPipe:
         entry = Entry(blob, count)
         with self._cond:
             self._book.add(entry)
-            self._cond.notify_all()
+            # The frames thread waits until a frame can go: wake it only then (an ack
+            # that frees room wakes it otherwise), each wake-up is a thread switch.
+            if self._book.can_send():
+                self._cond.notify_all()
         return entry
 
     def withdraw(self, entry: Entry) -> bool:
@@ -275,7 +278,8 @@ class SendPipe:
             for ack in self._call:
                 with self._cond:
                     outcomes = self._book.answer(ack)
-                    self._cond.notify_all()  # room for another frame, or entries back in line
+                    if self._book.can_send():  # room for another frame, and entries waiting
+                        self._cond.notify_all()
                 _settle(outcomes)
             err: TxmqError = UnavailableError("the store ended the send stream")
         except grpc.RpcError as exc:
