@@ -70,7 +70,7 @@ class _FrameLine:
     order, at most ``limit`` unacknowledged: a deque and at most one waiting future each
     way. Per frame this costs a fraction of an ``asyncio.Queue`` and ``Semaphore``."""
 
-    __slots__ = ("_items", "_limit", "_unacked", "_reader", "_writer")
+    __slots__ = ("_items", "_limit", "_reader", "_unacked", "_writer")
 
     def __init__(self, limit: int) -> None:
         self._items: deque[Any] = deque()

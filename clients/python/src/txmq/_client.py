@@ -84,7 +84,7 @@ class Channels:
         )
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
-        self._stubs: dict[tuple[str, type], object] = {}
+        self._stubs: dict[tuple[str, Callable[[grpc.Channel], object]], object] = {}
 
     def stub(self, address: str, stub_type: Callable[[grpc.Channel], Stub]) -> Stub:
         key = (address, stub_type)

@@ -45,7 +45,7 @@ class Outcome:
     released once set: waiting and waking cost one C-level lock operation each, where a
     ``concurrent.futures.Future`` runs a Python ``Condition`` (a new lock per wait)."""
 
-    __slots__ = ("_unset", "_value", "_error")
+    __slots__ = ("_error", "_unset", "_value")
 
     def __init__(self) -> None:
         self._unset = threading.Lock()
