@@ -197,8 +197,9 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         line = _FrameLine(MAX_UNACKED_FRAMES)
         may_publish = publish_check()  # the topics are inside the records
         # Each frame is timed like a call (rocketmq_rpc_latency, action SendStream): from
-        # its arrival to its ack, under the status a refusal would have.
-        timed_ok = _FRAMES.child("Store", "SendStream", "OK")
+        # its arrival to its ack, under the status a refusal would have. The OK series is
+        # looked up once per stream, at its first OK frame.
+        timed_ok = None
 
         async def read() -> None:
             try:
@@ -233,6 +234,8 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                     result = TxmqError.from_detail(ack.error).grpc_status.name
                     _FRAMES.observe("Store", "SendStream", result, time.perf_counter() - started)
                 else:
+                    if timed_ok is None:
+                        timed_ok = _FRAMES.child("Store", "SendStream", "OK")
                     timed_ok.observe((time.perf_counter() - started) * 1000)
                 yield ack
                 line.acked()
