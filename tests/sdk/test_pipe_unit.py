@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from txmq.errors import BadRequestError, NotImplementedYetError, TxmqError, UnavailableError
-from txmq.pipe import AsyncFramePipe, Entry, PipeSettings, SendPipe
+from txmq.pipe import AsyncFramePipe, Entry, Outcome, PipeSettings, SendPipe
 from txmq.v1 import errors_pb2, store_pb2
 
 WAIT_S = 10
@@ -98,6 +98,23 @@ def raised(entry: Entry) -> TxmqError:
 
 def pipe(stub: ScriptedStub, **settings: object) -> SendPipe:
     return SendPipe(stub, producer_group="g", settings=PipeSettings(**settings))  # type: ignore[arg-type]
+
+
+def test_an_outcome_is_set_once_and_read_by_any_thread() -> None:
+    waiting = Outcome()
+    assert not waiting.done()
+    with pytest.raises(TimeoutError):
+        waiting.result(0.01)
+    with pytest.raises(TimeoutError):
+        waiting.result(-1.0)  # a deadline already past: no wait, as a Future
+    threading.Timer(0.05, waiting.set_result, [("acked", 0)]).start()
+    assert waiting.result(WAIT_S) == ("acked", 0)
+    assert waiting.done() and waiting.result(0) == ("acked", 0)  # read again
+    failed = Outcome()
+    failed.set_exception(UnavailableError("gone"))
+    for _ in range(2):
+        with pytest.raises(UnavailableError):
+            failed.result(0)
 
 
 def test_waiting_entries_share_the_next_frame_in_order() -> None:

@@ -146,11 +146,16 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
         self._handlers: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     def observe(self, service: str, action: str, result: str, elapsed_s: float) -> None:
+        self.child(service, action, result).observe(elapsed_s * 1000)
+
+    def child(self, service: str, action: str, result: str) -> Any:
+        """The histogram of one label set (observe milliseconds), for a caller that times
+        many events under the same labels (a stream's messages)."""
         key = (service, action, result)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = self._histogram.labels(service, action, result)
-        child.observe(elapsed_s * 1000)
+        return child
 
     async def intercept_service(
         self,

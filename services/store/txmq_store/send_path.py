@@ -543,6 +543,11 @@ class SendPath:
             return status
         return await self.gate.wait_replicated(appended.end)
 
+    def settled_at_once(self) -> SendStatus | None:
+        """The status ``settle`` would give any append without waiting (async flush, a
+        store alone: OK), so a caller may skip awaiting it; None when it must wait."""
+        return SendStatus.OK if self._group_commit is None and self.gate is None else None
+
     async def _wait_durable(self, end: int) -> SendStatus:
         assert self._group_commit is not None
         fut = self._group_commit.request(end)
@@ -654,9 +659,21 @@ def _half_record(
     return prepare(msg, index, TRANS_HALF_TOPIC, 0, extra, sys_flag & ~TRANSACTION_TYPE_MASK)
 
 
+#: Peer address -> born host: a stream's frames (and a connection's calls) come from one
+#: peer, parsed once.
+_BORN_HOSTS: dict[str, bytes] = {}
+
+
 def _born_host(address: str) -> bytes:
     """The peer's ``host:port`` as a record's born host (unknown when unparseable)."""
+    cached = _BORN_HOSTS.get(address)
+    if cached is not None:
+        return cached
     try:
-        return encode_host(*split_host_port(address)) if address else UNKNOWN_HOST
+        born = encode_host(*split_host_port(address)) if address else UNKNOWN_HOST
     except ValueError:
-        return UNKNOWN_HOST
+        born = UNKNOWN_HOST
+    if len(_BORN_HOSTS) >= 4096:  # bounded: peers come and go
+        _BORN_HOSTS.clear()
+    _BORN_HOSTS[address] = born
+    return born

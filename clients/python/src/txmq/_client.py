@@ -84,10 +84,13 @@ class Channels:
         )
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
-        self._stubs: dict[tuple[str, type], object] = {}
+        self._stubs: dict[tuple[str, Callable[[grpc.Channel], object]], object] = {}
 
     def stub(self, address: str, stub_type: Callable[[grpc.Channel], Stub]) -> Stub:
         key = (address, stub_type)
+        found = self._stubs.get(key)  # made once per store: most calls end here, unlocked
+        if found is not None:
+            return found  # type: ignore[return-value]
         with self._lock:
             found = self._stubs.get(key)
             if found is None:
@@ -135,8 +138,7 @@ class RouteCache:
         self._last_good: str | None = None
 
     def get(self, topic: str, *, timeout: float) -> TopicRoute:
-        with self._lock:
-            cached = self._routes.get(topic)
+        cached = self._routes.get(topic)  # one dict read: atomic, no lock needed
         if cached is not None and time.monotonic() - cached.fetched_at < self._refresh_interval:
             return cached.route
         try:

@@ -27,7 +27,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,14 +39,48 @@ from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
 Acked = tuple[store_pb2.RecordAck, int]
 
 
+class Outcome:
+    """What a thread waits for: set once (a result or an exception), then read by
+    ``result(timeout)``, raising ``TimeoutError`` when it is not set in time. A held lock
+    released once set: waiting and waking cost one C-level lock operation each, where a
+    ``concurrent.futures.Future`` runs a Python ``Condition`` (a new lock per wait)."""
+
+    __slots__ = ("_error", "_unset", "_value")
+
+    def __init__(self) -> None:
+        self._unset = threading.Lock()
+        self._unset.acquire()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return not self._unset.locked()
+
+    def set_result(self, value: Any) -> None:
+        self._value = value
+        self._unset.release()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._unset.release()
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self._unset.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            raise TimeoutError
+        self._unset.release()  # readable again, by anyone
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 @dataclass(slots=True, eq=False)
 class Entry:
-    """What one caller sends: ``count`` records back to back in ``blob``. ``future`` is a
-    ``concurrent.futures.Future`` (threads) or an ``asyncio.Future`` (asyncio)."""
+    """What one caller sends: ``count`` records back to back in ``blob``. ``future`` is an
+    ``Outcome`` (threads) or an ``asyncio.Future`` (asyncio)."""
 
     blob: bytes
     count: int
-    future: Any = field(default_factory=Future)
+    future: Any = field(default_factory=Outcome)
     queued: bool = True  # not yet taken into a frame
 
 
@@ -200,7 +233,10 @@ class SendPipe:
         entry = Entry(blob, count)
         with self._cond:
             self._book.add(entry)
-            self._cond.notify_all()
+            # The frames thread waits until a frame can go: wake it only then (an ack
+            # that frees room wakes it otherwise), each wake-up is a thread switch.
+            if self._book.can_send():
+                self._cond.notify_all()
         return entry
 
     def withdraw(self, entry: Entry) -> bool:
@@ -242,7 +278,8 @@ class SendPipe:
             for ack in self._call:
                 with self._cond:
                     outcomes = self._book.answer(ack)
-                    self._cond.notify_all()  # room for another frame, or entries back in line
+                    if self._book.can_send():  # room for another frame, and entries waiting
+                        self._cond.notify_all()
                 _settle(outcomes)
             err: TxmqError = UnavailableError("the store ended the send stream")
         except grpc.RpcError as exc:

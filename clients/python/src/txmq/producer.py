@@ -6,7 +6,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import TimeoutError as FutureTimeout
 from types import TracebackType
 from typing import TypeVar
 
@@ -116,6 +115,8 @@ class Producer:
         self._lock = threading.Lock()
         self._core: ClientCore | None = None
         self._selectors: dict[str, QueueSelector] = {}
+        # topic -> (its route, that route's write queues): see _write_queues.
+        self._queues: dict[str, tuple[TopicRoute, list[MessageQueue]]] = {}
         self._streams = send_stream and not interceptors
         self._pipe_settings = PipeSettings(linger_ms, max_frame_bytes, max_in_flight_frames)
         self._pipes: dict[tuple[str, bool], SendPipe] = {}
@@ -215,6 +216,9 @@ class Producer:
         if not self._streams or address in self._unary_only:
             return None
         key = (address, prepared)
+        pipe = self._pipes.get(key)  # open: most sends end here, unlocked
+        if pipe is not None and pipe.failed is None:
+            return pipe
         with self._lock:
             pipe = self._pipes.get(key)
             if pipe is None or pipe.failed is not None:
@@ -270,7 +274,7 @@ class Producer:
         has no SendStream (then the caller sends unary, now and later)."""
         try:
             return entry.future.result(timeout=max(0.0, remaining))
-        except FutureTimeout:
+        except TimeoutError:
             withdrawn = pipe.withdraw(entry)
             raise UpstreamTimeoutError(
                 f"no acknowledgement within {remaining:.3f}s"
@@ -331,6 +335,15 @@ class Producer:
             raise RuntimeError("the producer is not started: call start() or use it in a with block")
         return core
 
+    def _write_queues(self, route: TopicRoute, queue_id: int | None) -> list[MessageQueue]:
+        """``_write_queues`` of a route, worked out once per route object (a refresh
+        replaces the route, it does not change it)."""
+        cached = self._queues.get(route.topic)
+        if cached is None or cached[0] is not route:
+            cached = self._queues[route.topic] = (route, _write_queues(route, None))
+        queues = cached[1]
+        return queues if queue_id is None else _pinned(route, queues, queue_id)
+
     def _send_with_retry(self, topic: str, queue_id: int | None, attempt: Attempt[T], *, timeout: float | None) -> T:
         core = self._started_core()
         budget = self._send_timeout if timeout is None else timeout
@@ -348,7 +361,7 @@ class Producer:
             try:
                 route = core.routes.get(topic, timeout=deadline - time.monotonic())
                 alone = len({q.store_id for q in route.queues}) == 1
-                mq = selector.select(_write_queues(route, queue_id), avoid_store=failed_store)
+                mq = selector.select(self._write_queues(route, queue_id), avoid_store=failed_store)
                 address = route.store_address(mq.store_id)
                 store = core.stub(address, store_pb2_grpc.StoreStub)
                 return attempt(store, mq, deadline - time.monotonic(), address)
@@ -420,12 +433,16 @@ def _write_queues(route: TopicRoute, queue_id: int | None) -> list[MessageQueue]
     queues = route.write_queues()
     if not queues:
         raise ForbiddenError(f"topic {route.topic!r} has no writable queue", code=errors_pb2.CODE_TOPIC_NOT_WRITABLE)
-    if queue_id is not None:
-        queues = [q for q in queues if q.queue_id == queue_id]
-        if not queues:
-            raise BadRequestError(
-                f"topic {route.topic!r} has no writable queue {queue_id}",
-                code=errors_pb2.CODE_ILLEGAL_QUEUE_ID,
-                metadata={"queue_id": str(queue_id)},
-            )
-    return queues
+    return queues if queue_id is None else _pinned(route, queues, queue_id)
+
+
+def _pinned(route: TopicRoute, queues: list[MessageQueue], queue_id: int) -> list[MessageQueue]:
+    """The write queues with id ``queue_id`` (a message that pins its queue)."""
+    pinned = [q for q in queues if q.queue_id == queue_id]
+    if not pinned:
+        raise BadRequestError(
+            f"topic {route.topic!r} has no writable queue {queue_id}",
+            code=errors_pb2.CODE_ILLEGAL_QUEUE_ID,
+            metadata={"queue_id": str(queue_id)},
+        )
+    return pinned
