@@ -14,7 +14,8 @@ EndTransaction makes, so either path admits the same ENDs.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from txmq.protocol import OP_COMMIT, OP_ROLLBACK
 from txmq.v1 import store_pb2
@@ -30,35 +31,25 @@ TO_PB_DECISION = {v: k for k, v in _DECISION.items()}
 
 def relayed_requests(request: store_pb2.DecideTransactionsRequest) -> list[DecisionRequest]:
     """DecideTransactions' items: each checked for the user it names (auth on)."""
-    return [
-        DecisionRequest(
-            d.commit_log_offset,
-            d.tran_state_table_offset,
-            d.transaction_id,
-            d.producer_group,
-            _DECISION.get(d.decision, ""),
-            d.from_transaction_check,
-            on_behalf_of(d.acting_user, d.acting_source),
-        )
-        for d in request.decisions
-    ]
+    return [_request(d, on_behalf_of(d.acting_user, d.acting_source)) for d in request.decisions]
 
 
 def producer_requests(request: store_pb2.EndTransactionsRequest) -> list[DecisionRequest]:
     """EndTransactions' items: checked for the caller (auth on, not a super user)."""
     may_publish = publish_check()
-    return [
-        DecisionRequest(
-            d.commit_log_offset,
-            d.tran_state_table_offset,
-            d.transaction_id,
-            d.producer_group,
-            _DECISION.get(d.decision, ""),
-            d.from_transaction_check,
-            may_publish,
-        )
-        for d in request.decisions
-    ]
+    return [_request(d, may_publish) for d in request.decisions]
+
+
+def _request(d: Any, check: Callable[[str], None] | None) -> DecisionRequest:
+    return DecisionRequest(
+        d.commit_log_offset,
+        d.tran_state_table_offset,
+        d.transaction_id,
+        d.producer_group,
+        _DECISION.get(d.decision, ""),
+        d.from_transaction_check,
+        check,
+    )
 
 
 class TimeoutAgreement:

@@ -301,14 +301,11 @@ class TransactionProducer(Producer):
         direct = bool(topic and request.store_id) and request.resolution in _TO_STORE
         last: TxmqError | None = None
         if direct:
-            try:
-                if self._end_at_store(request, topic, deadline):
-                    return
-            except TxmqError as err:
-                if not err.retriable:
-                    raise
-                last = err
-                log.info("END_TRANSACTION of %s at its store: %s; through txcheck", request.transaction_id, err)
+            decided, last = self._store_decides(request, topic, deadline)
+            if decided:
+                return
+            if last is not None:
+                log.info("END_TRANSACTION of %s at its store: %s; through txcheck", request.transaction_id, last)
         channel = self._channel
         if channel is not None:
             result = channel.end(request, timeout=min(_STREAM_END_WAIT_S, self._end_timeout))
@@ -323,13 +320,10 @@ class TransactionProducer(Producer):
         retry_store = False
         while True:
             if retry_store:
-                try:
-                    if self._end_at_store(request, topic, deadline):
-                        return
-                except TxmqError as err:
-                    if not err.retriable:
-                        raise
-                    last = err
+                decided, refused_here = self._store_decides(request, topic, deadline)
+                if decided:
+                    return
+                last = refused_here or last
             retry_store = direct
             for address in self._txcheck_addresses(max(0.1, deadline - time.monotonic())):
                 remaining = deadline - time.monotonic()
@@ -349,6 +343,18 @@ class TransactionProducer(Producer):
                 break
             time.sleep(min(backoff.next_delay(), remaining))
         raise last or UnavailableError("no txcheck service is live", code=errors_pb2.CODE_UNAVAILABLE)
+
+    def _store_decides(
+        self, request: txcheck_pb2.EndTransactionRequest, topic: str, deadline: float
+    ) -> tuple[bool, TxmqError | None]:
+        """``_end_at_store``: whether the store decided, and its retriable refusal (None
+        when there was none); any other refusal raises."""
+        try:
+            return self._end_at_store(request, topic, deadline), None
+        except TxmqError as err:
+            if not err.retriable:
+                raise
+            return False, err
 
     def _end_at_store(self, request: txcheck_pb2.EndTransactionRequest, topic: str, deadline: float) -> bool:
         """One try of a COMMIT / ROLLBACK at the store holding the half message (the
