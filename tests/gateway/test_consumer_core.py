@@ -27,7 +27,7 @@ from txmq.v1 import common_pb2, errors_pb2
 from txmq_gateway import consumer_state as consumer_module
 from txmq_gateway.consumer import SimpleConsumerCore
 from txmq_gateway.consumer_receipts import ReceiptHandle
-from txmq_gateway.consumer_state import Delivery
+from txmq_gateway.consumer_state import ConsumerTuning, Delivery
 from txmq_gateway.convert import PROPERTY_MESSAGE_GROUP, HandleSigner, TransactionHandle, encode_token
 from txmq_gateway.settings import GatewaySettings
 from txmq_gateway.status import GatewayError
@@ -94,10 +94,11 @@ async def env() -> AsyncIterator[Env]:
     backend.add_topic()
     cores: list[SimpleConsumerCore] = []
 
-    def make(**settings: Any) -> SimpleConsumerCore:
+    def make(tuning: ConsumerTuning | None = None, **settings: Any) -> SimpleConsumerCore:
         core = SimpleConsumerCore(
             backend,  # type: ignore[arg-type]
             GatewaySettings(**settings),
+            tuning=tuning,
             clock=clock,
             commit_interval_ms=3_600_000,  # tests flush explicitly
             handles=SIGNER,
@@ -834,8 +835,8 @@ async def test_fifo_groups_are_per_queue(env: Env) -> None:
     assert sorted(bodies(await env.receive())) == ["q0-g1-a", "q1-g1-a"]
 
 
-async def test_fifo_waiting_messages_are_bounded_per_queue(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(consumer_module, "MAX_WAITING_PER_QUEUE", 3)
+async def test_fifo_waiting_messages_are_bounded_per_queue(env: Env) -> None:
+    env.core = env.make(tuning=ConsumerTuning(max_waiting_per_queue=3))
     for body in ("g1-a", "g1-b", "g1-c", "g1-d", "g1-e"):
         put_group(env, body, "g1")
     put_group(env, "plain-x", None)
@@ -854,8 +855,8 @@ async def test_fifo_waiting_messages_are_bounded_per_queue(env: Env, monkeypatch
     assert bodies(await env.receive(batch_size=10)) == ["g1-c"]
 
 
-async def test_fifo_a_saturated_queue_does_not_hold_up_the_others(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(consumer_module, "MAX_WAITING_PER_QUEUE", 2)
+async def test_fifo_a_saturated_queue_does_not_hold_up_the_others(env: Env) -> None:
+    env.core = env.make(tuning=ConsumerTuning(max_waiting_per_queue=2))
     env.backend.add_topic(TOPIC, {"s1": 2})
     for body in ("g1-a", "g1-b", "g1-c", "g1-d"):
         put_group(env, body, "g1", queue_id=0)

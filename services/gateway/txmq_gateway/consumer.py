@@ -90,7 +90,7 @@ Choices, compared with the RocketMQ 5 proxy (for docs/gateway.md):
   held up. RocketMQ's orderly pop locks the whole queue while any of its messages is in
   flight; txmq holds back only the group, which keeps the order of every group and
   lets the rest of the queue flow. The cursor reads past held-back messages: they wait
-  in the gateway's memory (body included), at most ``MAX_WAITING_PER_QUEUE`` per queue;
+  in the gateway's memory (body included), at most ``max_waiting_per_queue`` per queue;
   a queue with that many waiting is not read further until some are released (a stuck
   group, e.g. an auto-renewed head, would otherwise pull its whole backlog into memory;
   the price is that the queue's other groups wait too, as on RocketMQ). Waiting
@@ -111,7 +111,7 @@ The pieces, one job each; ``SimpleConsumerCore`` (here) validates the calls, run
 receive loop and the offset committer, and owns the state they share:
 
 - consumer_state.py: the state (subscriptions, queues, in-flight messages, batches),
-  ``MAX_WAITING_PER_QUEUE`` and ``ConsumerTuning`` (the timings and limits above);
+  ``ConsumerTuning`` (the timings and limits above);
 - consumer_receipts.py: receipt handles, issued and resolved (``Receipts``);
 - consumer_inflight.py: deadlines, auto-renewal, redelivery and settlement of delivered
   messages, FIFO release (``InFlightTracker``);
@@ -322,7 +322,9 @@ class SimpleConsumerCore:
     def _subscription(self, group: str, topic: str) -> Subscription:
         sub = self._subscriptions.get((group, topic))
         if sub is None:
-            sub = self._subscriptions[(group, topic)] = Subscription(group, topic)
+            sub = self._subscriptions[(group, topic)] = Subscription(
+                group, topic, max_waiting=self.tuning.max_waiting_per_queue
+            )
         return sub
 
     async def _readable_queues(self, sub: Subscription) -> list[QueueState]:

@@ -77,6 +77,12 @@ class ConsumerTuning(BaseModel):
         ge=0,
         description="How many of the latest acked handles are remembered: a repeated ack of one answers OK.",
     )
+    max_waiting_per_queue: int = Field(
+        default=MAX_WAITING_PER_QUEUE,
+        ge=1,
+        description="FIFO: messages read past an undelivered one of their group, kept at most per queue; the "
+        "queue is not read further until some move on.",
+    )
     min_scan_rounds: int = Field(
         default=MIN_SCAN_ROUNDS,
         ge=1,
@@ -137,6 +143,7 @@ class QueueState:
     waiting: dict[int, common_pb2.MessageView] = field(default_factory=dict)
     # Waiting messages whose predecessor is settled: deliverable, in release order.
     ready: dict[int, None] = field(default_factory=dict)
+    max_waiting: int = MAX_WAITING_PER_QUEUE  # ConsumerTuning.max_waiting_per_queue
 
     @property
     def key(self) -> QueueKey:
@@ -145,7 +152,7 @@ class QueueState:
     @property
     def saturated(self) -> bool:
         """Too many messages wait: do not read further."""
-        return len(self.waiting) >= MAX_WAITING_PER_QUEUE
+        return len(self.waiting) >= self.max_waiting
 
     def commit_target(self) -> int | None:
         """The lowest offset not yet acked (waiting messages included): what the group's
@@ -183,9 +190,10 @@ class Signal:
 class Subscription:
     """The pop state of one (group, topic)."""
 
-    def __init__(self, group: str, topic: str) -> None:
+    def __init__(self, group: str, topic: str, *, max_waiting: int = MAX_WAITING_PER_QUEUE) -> None:
         self.group = group
         self.topic = topic
+        self.max_waiting = max_waiting
         self.queues: dict[QueueKey, QueueState] = {}
         self.deadlines: list[tuple[int, int, InFlight]] = []  # (deadline, ticket, entry)
         self.live = 0  # in-flight entries
@@ -197,7 +205,7 @@ class Subscription:
     def queue(self, store_id: str, queue_id: int) -> QueueState:
         q = self.queues.get((store_id, queue_id))
         if q is None:
-            q = self.queues[(store_id, queue_id)] = QueueState(store_id, queue_id)
+            q = self.queues[(store_id, queue_id)] = QueueState(store_id, queue_id, max_waiting=self.max_waiting)
         return q
 
 
