@@ -677,7 +677,7 @@ def format_ratios(ratios: list[dict]) -> str:
             t = f"  (target >= {x['target']:.1f}x: {verdict})"
         if x.get("noisy"):
             t += "  [NOISY: a side ran on a busy machine]"
-        lines.append(f"{x['numerator']:>18} / {x['denominator']:<17} {r:>7}{t}")
+        lines.append(f"{x['numerator']:>22} / {x['denominator']:<22} {r:>7}{t}")
     return "\n".join(lines)
 
 
