@@ -253,3 +253,24 @@ def test_tiny_nats_run_on_its_own_loop(tmp_path):
         total = 40 if row["mode"] == "single" else 256
         assert row["client_path"] == "uvloop@8" and row["messages"] == total, row
         assert row["stored"] == total + 16 and not row["error"], row
+
+
+def test_report_keeps_one_peer_client_path_apart(tmp_path):
+    import json
+    from dataclasses import asdict
+
+    from bench import report
+
+    def res(sc, path):
+        system, mode = sc.split(":")
+        return asdict(produce.Result(scenario=sc, system=system, mode=mode, round=0, client_path=path))
+
+    files = []
+    for name, path in (("a", "conn@4"), ("b", "asyncio@4")):
+        f = tmp_path / f"{name}.json"
+        f.write_text(json.dumps({"results": [res("redis:batch", path), res("txmq-async:batch", "sdk@4")]}))
+        files.append(f)
+    for want, kept in (("asyncio", ["asyncio@4"]), ("conn@4", ["conn@4"]), (None, ["conn@4", "asyncio@4"])):
+        results, _ = report.load(files, None, want)
+        assert [r.client_path for r in results if r.system == "redis"] == kept
+        assert sum(r.system == "txmq-async" for r in results) == 2  # txmq rows are not filtered
