@@ -248,7 +248,8 @@ class RedisBenchTarget(RedisTarget):
     """``redis-benchmark`` (C, ships with Redis) sending the same XADDs: ``-c`` connections
     = requests in flight, ``-P`` = the batch size (1 for singles), a body of the same
     size (printable, as it travels on the command line). The ceiling a client gets out of
-    this server on this machine; the harness's own client only reads back XLEN."""
+    this server on this machine; the harness's own client only reads back XLEN. The tool
+    runs to its count: ``--max-seconds`` does not cut it short."""
 
     native = True
 
