@@ -3,9 +3,11 @@
     .venv/bin/python -m bench.produce            # full run (see docs/benchmarks.md)
     .venv/bin/python -m bench.produce --quick    # a short run
 
-One client process (asyncio), ``--concurrency`` requests in flight for every system.
-A request is one message (``single``) or ``--batch-size`` messages (``batch``: txmq
-SendBatch, a Redis pipeline of XADDs, JetStream async publishes awaited together).
+One client process, ``--concurrency`` requests in flight (a peer's client path may set its
+own, ``--peer-client``). A request is one message (``single``) or ``--batch-size`` messages
+(``batch``: txmq SendBatch, a Redis pipeline of XADDs, JetStream async publishes awaited
+together). Each peer is driven by its fastest Python client path for the shape
+(``bench.peers.BEST_PEER_CLIENT``); ``redis-bench`` rows are Redis's own C tool, the ceiling.
 Every scenario starts a fresh server in a temp dir on free loopback ports, warms up,
 measures, reads back the stored count, and stops the server. Each scenario stops after its
 message count or ``--max-seconds``, whichever comes first.
@@ -32,7 +34,15 @@ from pathlib import Path
 import click
 
 from bench import procs
-from bench.peers import NatsTarget, RedisTarget, nats_version, redis_version
+from bench.peers import (
+    NatsTarget,
+    RedisBenchTarget,
+    RedisTarget,
+    nats_version,
+    parse_peer_clients,
+    peer_client,
+    redis_version,
+)
 from bench.targets import Target
 from bench.txmq_target import Etcd, TxmqTarget, store_available
 
@@ -53,6 +63,9 @@ SYSTEMS = {
     "redis": ("Redis Streams XADD, no AOF, no RDB", "none"),
     "redis-aof": ("Redis Streams XADD, appendonly yes + appendfsync always", "sync"),
     "nats": ("NATS JetStream, file storage (default sync_interval)", "async"),
+    # Redis's own C benchmark tool against the same servers: what a client can get out of them.
+    "redis-bench": ("redis-benchmark (C) XADD against Redis without AOF: the client ceiling", "none"),
+    "redis-aof-bench": ("redis-benchmark (C) XADD against Redis, appendfsync always", "sync"),
     # Not in "all": a no-op grpc.aio store (bench/null_store.py), the gRPC + client ceiling.
     "grpc-null": ("no-op gRPC store (bench/null_store.py): the gRPC + Python client ceiling", "none"),
 }
@@ -68,6 +81,10 @@ RATIOS = [
     ("txmq-sync:single", "redis-aof:single", None, "single-send sync txmq vs Redis XADD (appendfsync always)"),
     ("txmq-async:batch", "nats:batch", None, "batched async txmq vs JetStream async publish"),
     ("txmq-async:single", "nats:single", None, "single-send async txmq vs JetStream publish"),
+    # How close the Python client gets to what redis-benchmark (C) gets from the same server.
+    ("redis:batch", "redis-bench:batch", None, "Redis, best Python client path vs redis-benchmark, batches"),
+    ("redis:single", "redis-bench:single", None, "Redis, best Python client path vs redis-benchmark, singles"),
+    ("redis-aof:batch", "redis-aof-bench:batch", None, "Redis AOF, best Python path vs redis-benchmark, batches"),
     (
         "txmq-async:batch",
         "grpc-null:batch",
@@ -103,6 +120,7 @@ class Config:
     rounds: int
     scenarios: list[str]
     txmq_client: str
+    peer_client: str = "best"
     store_args: list[str] = field(default_factory=list)
     sdk_options: dict[str, object] = field(default_factory=dict)
     profile: bool = False
@@ -118,6 +136,8 @@ class Result:
     round: int
     description: str = ""
     client: str = ""
+    # Short name of the client path (txmq: sdk / stubs; peers: path@in-flight; native@N).
+    client_path: str = ""
     messages: int = 0
     requests: int = 0
     seconds: float = 0.0
@@ -186,10 +206,15 @@ class _Tally:
         }
 
 
+def in_flight(target: Target, cfg: Config) -> int:
+    """Requests in flight: the target's client path's own count, else ``--concurrency``."""
+    return target.in_flight or cfg.concurrency
+
+
 def drive_threads(target: Target, mode: str, tally: _Tally, cfg: Config, body: bytes) -> dict:
-    """``drive`` for a blocking client (the SDK's sync Producer): ``cfg.concurrency``
-    plain threads, each calling it in a loop, as an application would; no event loop
-    between the application and the client."""
+    """``drive`` for a blocking client (the SDK's sync Producer, Redis's sync paths): one
+    plain thread per request in flight, each calling it in a loop, as an application
+    would; no event loop between the application and the client."""
     deadline = time.monotonic() + cfg.max_seconds
     errors: list[BaseException] = []
 
@@ -206,7 +231,7 @@ def drive_threads(target: Target, mode: str, tally: _Tally, cfg: Config, body: b
             errors.append(exc)
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=worker, name=f"bench-client-{i}") for i in range(cfg.concurrency)]
+    threads = [threading.Thread(target=worker, name=f"bench-client-{i}") for i in range(in_flight(target, cfg))]
     for t in threads:
         t.start()
     for t in threads:
@@ -218,11 +243,19 @@ def drive_threads(target: Target, mode: str, tally: _Tally, cfg: Config, body: b
 
 
 async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes, bar=None) -> dict:
-    """Send ``total`` messages with ``cfg.concurrency`` requests in flight; stop early at
+    """Send ``total`` messages with ``in_flight`` requests in flight; stop early at
     ``cfg.max_seconds``. Returns counts, elapsed time and request latencies."""
+    if target.native:
+        return await asyncio.to_thread(target.run_native, mode, total, cfg.batch_size, in_flight(target, cfg))
     tally = _Tally(1 if mode == "single" else cfg.batch_size, total, bar)
     if target.blocking:
         return await asyncio.to_thread(drive_threads, target, mode, tally, cfg, body)
+    # On the client's own loop when it has one (its connections live there).
+    return await target.on_loop(drive_tasks(target, mode, tally, cfg, body))
+
+
+async def drive_tasks(target: Target, mode: str, tally: _Tally, cfg: Config, body: bytes) -> dict:
+    """``drive`` for an asyncio client: one task per request in flight, on this loop."""
     deadline = time.monotonic() + cfg.max_seconds
 
     async def worker() -> None:
@@ -235,7 +268,7 @@ async def drive(target: Target, mode: str, total: int, cfg: Config, body: bytes,
             tally.finish(n, time.perf_counter() - t0)
 
     t0 = time.perf_counter()
-    tasks = [asyncio.create_task(worker()) for _ in range(cfg.concurrency)]
+    tasks = [asyncio.create_task(worker()) for _ in range(in_flight(target, cfg))]
     gathered = asyncio.gather(*tasks)
     try:
         # Hard bound: the soft deadline plus time for the last in-flight requests.
@@ -263,7 +296,8 @@ def parse_sdk_options(items: tuple[str, ...]) -> dict[str, object]:
     return out
 
 
-def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
+def make_target(scenario: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
+    system = scenario.split(":")[0]
     if system.startswith(("txmq-", "txmq3-", "txmqauth-", "txmqnoidem-")):
         return TxmqTarget(
             workdir,
@@ -288,12 +322,14 @@ def make_target(system: str, cfg: Config, workdir: Path, etcd: Etcd) -> Target:
             concurrency=cfg.concurrency,
             store_module="bench.null_store",
         )
-    if system == "redis":
-        return RedisTarget(workdir, aof_always=False, concurrency=cfg.concurrency)
-    if system == "redis-aof":
-        return RedisTarget(workdir, aof_always=True, concurrency=cfg.concurrency)
+    if system in ("redis-bench", "redis-aof-bench"):
+        aof = system == "redis-aof-bench"
+        return RedisBenchTarget(workdir, aof_always=aof, concurrency=cfg.concurrency, body_bytes=cfg.body_bytes)
+    path = peer_client(parse_peer_clients(cfg.peer_client), scenario)
+    if system in ("redis", "redis-aof"):
+        return RedisTarget(workdir, aof_always=system == "redis-aof", path=path, concurrency=cfg.concurrency)
     if system == "nats":
-        return NatsTarget(workdir, concurrency=cfg.concurrency, batch_size=cfg.batch_size)
+        return NatsTarget(workdir, path=path, concurrency=cfg.concurrency, batch_size=cfg.batch_size)
     raise ValueError(system)
 
 
@@ -400,11 +436,11 @@ async def run_scenario(
     total = cfg.messages if mode == "batch" else cfg.single_messages
     body = os.urandom(cfg.body_bytes)
     workdir = tmp.sub(f"{scenario.replace(':', '-')}-r{rnd}")
-    target = make_target(system, cfg, workdir, etcd)
+    target = make_target(scenario, cfg, workdir, etcd)
     prof = None
     try:
         await asyncio.wait_for(target.start(), timeout=90)
-        res.client = target.client_info
+        res.client, res.client_path = target.client_info, target.client_path
         warm = min(cfg.warmup_messages, total)
         if warm:
             wcfg = Config(**{**asdict(cfg), "max_seconds": min(cfg.max_seconds, 30)})
@@ -432,7 +468,8 @@ async def run_scenario(
             if bar is not None:
                 bar.close()
         res.server_cpu_s = target.server_cpu_s() - srv0
-        res.client_cpu_s = time.process_time() - cli0
+        # A native tool is the client: its CPU, not the harness's (which only waits).
+        res.client_cpu_s = time.process_time() - cli0 + r.get("tool_cpu_s", 0.0)
         # py-spy's own CPU is ours too (it is not someone else's noise).
         ours = res.server_cpu_s + res.client_cpu_s + (procs.proc_cpu_s(prof.pid) if prof else 0.0)
         other = procs.system_busy_s() - sys0 - ours
@@ -449,14 +486,15 @@ async def run_scenario(
             res.kernel_cpu_pct = max(0.0, res.other_cpu_pct - res.foreign_cpu_pct)
         res.msgs_per_s = res.messages / res.seconds if res.seconds else 0.0
         res.mib_per_s = res.msgs_per_s * cfg.body_bytes / MIB
-        res.lat_p50_ms = percentile(r["lat"], 0.50) * 1000
-        res.lat_p99_ms = percentile(r["lat"], 0.99) * 1000
+        res.lat_p50_ms = r.get("p50_ms", percentile(r["lat"], 0.50) * 1000)
+        res.lat_p99_ms = r.get("p99_ms", percentile(r["lat"], 0.99) * 1000)
         res.expected_stored = getattr(target, "probe_messages", 0) + warm + res.messages
         res.stored = await asyncio.wait_for(target.stored_count(), timeout=30)
         if res.stored != res.expected_stored:
             res.error = f"stored {res.stored} != acknowledged {res.expected_stored}"
     except Exception as e:  # noqa: BLE001 - one failed scenario must not stop the others
         res.client = res.client or target.client_info
+        res.client_path = res.client_path or target.client_path
         res.error = f"{type(e).__name__}: {e}".strip()[:2000]
     finally:
         if prof is not None:
@@ -485,6 +523,17 @@ def pick_scenarios(spec: str) -> list[str]:
             raise click.BadParameter(f"{pat!r} matches none of {', '.join(KNOWN_SCENARIOS)}")
         out += [h for h in hits if h not in out]
     return [s for s in KNOWN_SCENARIOS if s in out]  # canonical order
+
+
+def check_peer_clients(spec: str, scenarios: list[str]) -> None:
+    """Resolve ``--peer-client`` for every picked peer scenario now, not mid-run."""
+    try:
+        items = parse_peer_clients(spec)
+        for sc in scenarios:
+            if sc.split(":")[0] in ("redis", "redis-aof", "nats"):
+                peer_client(items, sc)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--peer-client") from None
 
 
 def machine_info() -> dict:
@@ -546,7 +595,7 @@ def best_of_rounds(results: list[Result]) -> dict[str, Result]:
 
 def format_table(rows: dict[str, Result]) -> str:
     hdr = (
-        f"{'scenario':<18} {'msgs/s':>9} {'MiB/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'scenario':<22} {'client':<11} {'msgs/s':>9} {'MiB/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
         f"{'srv us/m':>8} {'cli us/m':>8} "
         f"{'srv cpu%':>8} {'cli cpu%':>8} {'krn cpu%':>8} {'oth cpu%':>8} {'msgs':>8}  note"
     )
@@ -556,7 +605,7 @@ def format_table(rows: dict[str, Result]) -> str:
         if r is None:
             continue
         if r.error and not r.messages:
-            lines.append(f"{sc:<18} {'FAILED':>9}  {r.error.splitlines()[0][:100]}")
+            lines.append(f"{sc:<22} {r.client_path:<11} {'FAILED':>9}  {r.error.splitlines()[0][:100]}")
             continue
         srv = 100 * r.server_cpu_s / r.seconds if r.seconds else 0
         cli = 100 * r.client_cpu_s / r.seconds if r.seconds else 0
@@ -568,13 +617,31 @@ def format_table(rows: dict[str, Result]) -> str:
         if r.foreign_cpu_pct > NOISY_OTHER_CPU_PCT:
             notes.append("NOISY (machine busy)")
         lines.append(
-            f"{sc:<18} {r.msgs_per_s:>9,.0f} {r.mib_per_s:>7.1f} {r.lat_p50_ms:>7.2f} "
+            f"{sc:<22} {r.client_path:<11} {r.msgs_per_s:>9,.0f} {r.mib_per_s:>7.1f} {r.lat_p50_ms:>7.2f} "
             f"{r.lat_p99_ms:>7.2f} {1e6 * r.server_cpu_s / r.messages:>8.1f} "
             f"{1e6 * r.client_cpu_s / r.messages:>8.1f} "
             f"{srv:>8.0f} {cli:>8.0f} {r.kernel_cpu_pct:>8.0f} "
             f"{r.foreign_cpu_pct:>8.0f} "
             f"{r.messages:>8}  {'; '.join(notes)}"
         )
+    return "\n".join(lines)
+
+
+def format_clients(rows: dict[str, Result]) -> str:
+    """One line per client: per system, or per scenario where single and batch differ."""
+    by_system: dict[str, set[str]] = {}
+    for r in rows.values():
+        by_system.setdefault(r.system, set()).add(r.client)
+    lines, seen = [], set()
+    for sc in KNOWN_SCENARIOS:
+        r = rows.get(sc)
+        if r is None or not r.client:
+            continue
+        if len(by_system[r.system]) > 1:
+            lines.append(f"  {sc}: {r.client}")
+        elif r.system not in seen:
+            seen.add(r.system)
+            lines.append(f"  {r.system}: {r.client}")
     return "\n".join(lines)
 
 
@@ -610,7 +677,7 @@ def format_ratios(ratios: list[dict]) -> str:
             t = f"  (target >= {x['target']:.1f}x: {verdict})"
         if x.get("noisy"):
             t += "  [NOISY: a side ran on a busy machine]"
-        lines.append(f"{x['numerator']:>18} / {x['denominator']:<17} {r:>7}{t}")
+        lines.append(f"{x['numerator']:>22} / {x['denominator']:<22} {r:>7}{t}")
     return "\n".join(lines)
 
 
@@ -699,6 +766,14 @@ async def run_all(cfg: Config, progress: bool, keep: bool, run_id: str) -> list[
     help="SDK (txmq.Producer) or raw gRPC stubs.",
 )
 @click.option(
+    "--peer-client",
+    default="best",
+    show_default=True,
+    help="Client path per peer scenario: comma list of [system[:mode]=]path[@in-flight], later items "
+    "win; 'best' = the fastest measured per shape. Paths: redis asyncio|sync|conn, nats asyncio|uvloop. "
+    "E.g. 'redis*=asyncio' (the old client), 'best,nats:single=asyncio@4'.",
+)
+@click.option(
     "--store-arg",
     "store_args",
     multiple=True,
@@ -750,6 +825,7 @@ def main(
     rounds,
     scenarios,
     txmq_client,
+    peer_client,
     store_args,
     sdk_options,
     profile,
@@ -769,6 +845,7 @@ def main(
     if warmup_messages is None:
         warmup_messages = min(5000, max(messages, single_messages) // 20)
     picked = pick_scenarios(scenarios)
+    check_peer_clients(peer_client, picked)
     wants_txmq = any(s.startswith("txmq") for s in picked)
     if wants_txmq and not store_available() and not os.environ.get("TXMQ_BENCH_STORE_MODULE"):
         click.echo("txmq store not found (services/store/txmq_store/__main__.py); txmq scenarios will fail", err=True)
@@ -783,6 +860,7 @@ def main(
         rounds=rounds,
         scenarios=picked,
         txmq_client=txmq_client,
+        peer_client=peer_client,
         store_args=list(store_args),
         sdk_options=parse_sdk_options(sdk_options),
         profile=profile or profile_native,
@@ -799,14 +877,22 @@ def main(
     except (KeyboardInterrupt, asyncio.CancelledError):
         click.echo("interrupted: the servers it started are stopped, nothing written", err=True)
         sys.exit(130)
-    rows = best_of_rounds(results)
+    path = report_and_save(cfg, results, started, out or RESULTS_DIR / f"produce-{run_id}.json")
+    click.echo(f"\nJSON: {path}")
+    if any(r.error for r in results):
+        sys.exit(1)
 
+
+def report_and_save(cfg: Config, results: list[Result], started: dt.datetime, path: Path) -> Path:
+    """Print the table, ratios and profiles of a finished run; write its JSON to ``path``."""
+    rows = best_of_rounds(results)
     info = machine_info()
     click.echo("")
     click.echo(f"produce benchmark  {started:%Y-%m-%d %H:%M} UTC  {info['cores']} cores  {info['cpu']}")
     click.echo(
-        f"body {body_bytes} B, batch {batch_size}, {concurrency} requests in flight, "
-        f"one client process; rounds: {rounds}" + (" (median of the quiet ones)" if rounds > 1 else "")
+        f"body {cfg.body_bytes} B, batch {cfg.batch_size}, {cfg.concurrency} requests in flight "
+        f"(unless the client column says otherwise), one client process; rounds: {cfg.rounds}"
+        + (" (median of the quiet ones)" if cfg.rounds > 1 else "")
     )
     click.echo("")
     print_report(rows)
@@ -828,12 +914,9 @@ def main(
         "summary": {sc: asdict(r) for sc, r in rows.items()},
         "ratios": compute_ratios(rows),
     }
-    path = out or RESULTS_DIR / f"produce-{run_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=2) + "\n")
-    click.echo(f"\nJSON: {path}")
-    if any(r.error for r in results):
-        sys.exit(1)
+    return path
 
 
 def print_report(rows: dict[str, Result]) -> None:
@@ -846,10 +929,8 @@ def print_report(rows: dict[str, Result]) -> None:
         "cli = this client, krn = kernel threads + irq/softirq (writeback, journal, "
         "loopback), oth = other processes (NOISY above 25%)"
     )
-    clients: dict[str, str] = {}
-    for r in rows.values():
-        clients.setdefault(r.system, r.client)
-    click.echo("clients:\n" + "\n".join(f"  {k}: {v}" for k, v in clients.items() if v))
+    click.echo("clients (client column: path@requests in flight):")
+    click.echo(format_clients(rows))
     ratios = compute_ratios(rows)
     if ratios:
         click.echo("")

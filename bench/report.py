@@ -4,7 +4,8 @@
 
 Rounds of the same scenario from several files are pooled (median of the quiet rounds).
 A scenario run with different txmq clients in different files is kept apart: pass
-``--client sdk`` or ``--client stubs`` to pick one.
+``--client sdk`` or ``--client stubs`` to pick one; likewise ``--peer-path`` picks the
+peer rows of one client path (``conn``, ``asyncio@4``, ...).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import click
 from bench.produce import Result, best_of_rounds, print_report
 
 
-def load(paths: list[Path], client: str | None) -> tuple[list[Result], list[dict]]:
+def load(paths: list[Path], client: str | None, peer_path: str | None = None) -> tuple[list[Result], list[dict]]:
     fields = {f.name for f in dataclasses.fields(Result)}
     results, docs = [], []
     for p in paths:
@@ -30,6 +31,9 @@ def load(paths: list[Path], client: str | None) -> tuple[list[Result], list[dict
                 is_sdk = r.client.startswith("txmq SDK")
                 if (client == "sdk") != is_sdk:
                     continue
+            if peer_path and r.system in ("redis", "redis-aof", "nats"):
+                if peer_path not in (r.client_path, r.client_path.split("@")[0]):
+                    continue
             results.append(r)
     return results, docs
 
@@ -39,8 +43,13 @@ def load(paths: list[Path], client: str | None) -> tuple[list[Result], list[dict
 @click.option(
     "--client", type=click.Choice(["sdk", "stubs"]), default=None, help="Only txmq rows measured with this client."
 )
-def main(files: tuple[Path, ...], client: str | None) -> None:
-    results, docs = load(list(files), client)
+@click.option(
+    "--peer-path",
+    default=None,
+    help="Only Redis / NATS rows measured on this client path: a name (conn) or name@in-flight (asyncio@4).",
+)
+def main(files: tuple[Path, ...], client: str | None, peer_path: str | None) -> None:
+    results, docs = load(list(files), client, peer_path)
     for p, d in zip(files, docs, strict=True):
         m = d.get("machine", {})
         c = d.get("config", {})

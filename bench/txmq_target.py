@@ -132,6 +132,10 @@ class TxmqTarget(Target):
         return f"raw stubs, grpc.aio {grpc.__version__}, one channel{self.fallback_note}"
 
     @property
+    def client_path(self) -> str:
+        return f"{self.client}@{self.concurrency}"
+
+    @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.child.port}"
 
