@@ -44,7 +44,7 @@ class TokenBucket:
     """One user's bucket in one direction: R bytes a second, at most R held; ``tokens``
     below 0 is debt."""
 
-    __slots__ = ("user", "direction", "rate", "tokens", "at_ms", "_charged", "_throttled")
+    __slots__ = ("_charged", "_throttled", "at_ms", "direction", "rate", "tokens", "user")
 
     def __init__(self, user: str, direction: str, rate: int, now_ms: int) -> None:
         self.user = user
@@ -77,8 +77,7 @@ class TokenBucket:
             self._throttled.inc()
             raise error(
                 errors_pb2.CODE_QUOTA_EXCEEDED,
-                f"user {self.user} is over its {self.direction} quota of {self.rate} bytes/s: "
-                f"retry in {wait_ms} ms",
+                f"user {self.user} is over its {self.direction} quota of {self.rate} bytes/s: retry in {wait_ms} ms",
                 user=self.user,
                 quota=self.direction,
                 bytes_per_second=str(self.rate),
