@@ -10,7 +10,7 @@ import pytest
 from support.clock import ManualClock
 
 from txmq.errors import TooManyRequestsError, TxmqError
-from txmq.v1 import auth_pb2, errors_pb2, pull_pb2, store_pb2
+from txmq.v1 import auth_pb2, common_pb2, errors_pb2, pull_pb2, store_pb2
 from txmq_runtime import auth
 from txmq_runtime.auth import AuthKeys, Guard, Principal, Sealer, UserBook
 from txmq_runtime.auth_service import stored_user
@@ -24,6 +24,7 @@ from txmq_runtime.quotas import (
     admit_fetch,
     charge_fetch,
     charge_produce,
+    charged_bytes,
     quotas_of,
 )
 
@@ -144,7 +145,7 @@ def test_the_hooks_charge_the_caller() -> None:
     send = store_pb2.RecordFrame(sequence=1, records=b"x" * 3000)  # 30 s of debt: no refill in between
     charged = CHARGED.labels("carol", PRODUCE)._value.get()
     as_caller(book, carol, charge_produce, send)  # admitted, into debt
-    assert CHARGED.labels("carol", PRODUCE)._value.get() == charged + send.ByteSize()
+    assert CHARGED.labels("carol", PRODUCE)._value.get() == charged + 3000  # the records
     with pytest.raises(TxmqError) as err:
         as_caller(book, carol, charge_produce, send)
     assert err.value.code == errors_pb2.CODE_QUOTA_EXCEEDED and err.value.metadata["quota"] == "produce"
@@ -166,3 +167,12 @@ def test_a_negative_quota_is_refused() -> None:
     with pytest.raises(TxmqError) as err:
         auth.validate_user(auth_pb2.User(username="u", produce_bytes_per_second=-1), secret_required=False)
     assert err.value.code == errors_pb2.CODE_ILLEGAL_ARGUMENT
+
+
+def test_what_a_request_or_an_answer_is_charged() -> None:
+    assert charged_bytes(store_pb2.RecordFrame(sequence=7, records=b"r" * 500)) == 500
+    assert charged_bytes(pull_pb2.PullMessageResponse(records=b"r" * 400, store_id="s")) == 400
+    answer = pull_pb2.PullMessageResponse(messages=[common_pb2.MessageView(message=common_pb2.Message(body=b"m"))])
+    assert charged_bytes(answer) == answer.ByteSize()
+    send = store_pb2.SendMessageRequest(message=common_pb2.Message(topic="T", body=b"b" * 300))
+    assert charged_bytes(send) == send.ByteSize() > 300
