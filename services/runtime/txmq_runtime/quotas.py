@@ -7,8 +7,8 @@ in debt (``CODE_QUOTA_EXCEEDED``, retriable, ``retry_after_ms`` = debt / R); oth
 is admitted and charged its bytes, which may take the bucket into debt: a request larger
 than the burst still passes, once, and the user then waits it off.
 
-Rates are read from the user book (``UserBook``) at every request, so a change is seen at
-the next one. Super users (the services' own identity included) have no quota whatever
+Rates follow the user book (``UserBook``), read again whenever it changes, so a change
+is seen at the next request. Super users (the services' own identity included) have no quota whatever
 their fields say; without auth nobody has one. The buckets live in the process, as
 Kafka's live in a broker: a user spread over three stores may send three times its rate.
 
