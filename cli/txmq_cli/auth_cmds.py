@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import click
 
 from txmq import Admin, Policy, TxmqError
-from txmq.access import ACTIONS
+from txmq.access import ACTIONS, User
 from txmq.v1 import errors_pb2
 from txmq_cli import key_cmds
 from txmq_cli.admin_cmds import _admin_command
@@ -20,6 +20,10 @@ from txmq_cli.options import option
 
 def _admin(endpoint: str) -> Admin:
     return Admin(endpoint, **client_options())
+
+
+_PRODUCE_HELP = "Byte-rate quota on sends, per store (0: none; super users have none)."
+_FETCH_HELP = "Byte-rate quota on pulls, per pull service (0: none; super users have none)."
 
 
 @click.group()
@@ -38,11 +42,21 @@ def user() -> None:
     help="The user's secret key, 8..128 characters (asked for when not given).",
 )
 @option("--super", "super_user", is_flag=True, help="A super user: passes every permission check.")
+@option("--produce-bytes-per-second", "produce_bps", type=click.IntRange(min=0), default=0, help=_PRODUCE_HELP)
+@option("--fetch-bytes-per-second", "fetch_bps", type=click.IntRange(min=0), default=0, help=_FETCH_HELP)
 @_admin_command
-def user_create(username: str, secret_key: str, super_user: bool, endpoint: str, output: str) -> None:
+def user_create(
+    username: str, secret_key: str, super_user: bool, produce_bps: int, fetch_bps: int, endpoint: str, output: str
+) -> None:
     """Create USERNAME (no permissions until `txmq acl allow`)."""
     with _admin(endpoint) as admin:
-        created = admin.create_user(username, secret_key, super_user=super_user)
+        created = admin.create_user(
+            username,
+            secret_key,
+            super_user=super_user,
+            produce_bytes_per_second=produce_bps,
+            fetch_bytes_per_second=fetch_bps,
+        )
     _emit_users([created], output)
 
 
@@ -51,13 +65,29 @@ def user_create(username: str, secret_key: str, super_user: bool, endpoint: str,
 @option("--secret-key", envvar="TXMQ_NEW_SECRET_KEY", help="A new secret key.")
 @option("--super/--no-super", "super_user", default=None, help="Make or unmake a super user.")
 @option("--disable/--enable", "disabled", default=None, help="A disabled user is refused at once.")
+@option("--produce-bytes-per-second", "produce_bps", type=click.IntRange(min=0), default=None, help=_PRODUCE_HELP)
+@option("--fetch-bytes-per-second", "fetch_bps", type=click.IntRange(min=0), default=None, help=_FETCH_HELP)
 @_admin_command
 def user_update(
-    username: str, secret_key: str | None, super_user: bool | None, disabled: bool | None, endpoint: str, output: str
+    username: str,
+    secret_key: str | None,
+    super_user: bool | None,
+    disabled: bool | None,
+    produce_bps: int | None,
+    fetch_bps: int | None,
+    endpoint: str,
+    output: str,
 ) -> None:
-    """Change USERNAME's secret key, super-user flag or state."""
+    """Change USERNAME's secret key, super-user flag, state or byte-rate quotas."""
     with _admin(endpoint) as admin:
-        updated = admin.update_user(username, secret_key=secret_key, super_user=super_user, disabled=disabled)
+        updated = admin.update_user(
+            username,
+            secret_key=secret_key,
+            super_user=super_user,
+            disabled=disabled,
+            produce_bytes_per_second=produce_bps,
+            fetch_bytes_per_second=fetch_bps,
+        )
     _emit_users([updated], output)
 
 
@@ -80,17 +110,28 @@ def user_list(endpoint: str, output: str) -> None:
     _emit_users(users, output)
 
 
-def _emit_users(users: Sequence[object], output: str) -> None:
+def _emit_users(users: Sequence[User], output: str) -> None:
     rows = [
-        {"username": u.username, "super_user": u.super_user, "disabled": u.disabled}  # type: ignore[attr-defined]
+        {
+            "username": u.username,
+            "super_user": u.super_user,
+            "disabled": u.disabled,
+            "produce_bytes_per_second": u.produce_bytes_per_second,
+            "fetch_bytes_per_second": u.fetch_bytes_per_second,
+        }
         for u in users
     ]
     if output == "json":
         click.echo(json.dumps(rows, indent=2))
         return
-    for r in rows:
-        flags = [f for f, on in (("super", r["super_user"]), ("disabled", r["disabled"])) if on]
-        click.echo(f"{r['username']}{'  (' + ', '.join(flags) + ')' if flags else ''}")
+    for u in users:
+        flags = [f for f, on in (("super", u.super_user), ("disabled", u.disabled)) if on]
+        flags += [
+            f"{direction} quota {rate} B/s"
+            for direction, rate in (("produce", u.produce_bytes_per_second), ("fetch", u.fetch_bytes_per_second))
+            if rate
+        ]
+        click.echo(f"{u.username}{'  (' + ', '.join(flags) + ')' if flags else ''}")
 
 
 @click.group()

@@ -13,6 +13,7 @@ from txmq_pull.processor import PullProcessor
 from txmq_pull.retry_topics import RetryTopics
 from txmq_runtime.clock import Clock
 from txmq_runtime.grpc_errors import rpc
+from txmq_runtime.quotas import admit_fetch, charge_fetch
 
 SERVICE_NAME = pull_pb2.DESCRIPTOR.services_by_name["Pull"].full_name
 
@@ -37,12 +38,14 @@ class PullServicer(pull_pb2_grpc.PullServicer):
     async def PullMessage(
         self, request: pull_pb2.PullMessageRequest, context: grpc.aio.ServicerContext
     ) -> pull_pb2.PullMessageResponse:
+        admit_fetch()  # the caller's byte-rate quota: refused while in debt
         remaining_s = context.time_remaining()
         answer_by_ms = None
         if remaining_s is not None:
             answer_by_ms = self._clock.now_ms() + int(remaining_s * 1000) - self._margin_ms
         response = await self._processor.pull(request, answer_by_ms=answer_by_ms)
         pulled(request, response)
+        charge_fetch(response)
         return response
 
     @rpc

@@ -260,6 +260,8 @@ def validate_user(user: auth_pb2.User, *, secret_required: bool) -> None:
             errors_pb2.CODE_ILLEGAL_ARGUMENT,
             f"username must be 1..{USERNAME_MAX_CHARS} characters of [A-Za-z0-9_.-] (got {len(name)} characters)",
         )
+    if user.produce_bytes_per_second < 0 or user.fetch_bytes_per_second < 0:
+        raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, "a byte-rate quota is 0 (none) or more bytes a second")
     secret = user.secret_key
     if secret or secret_required:
         if not SECRET_MIN_CHARS <= len(secret) <= SECRET_MAX_CHARS:
@@ -587,6 +589,13 @@ def current_principal() -> Principal | None:
     """The caller of the RPC being served; None when auth is off."""
     caller = _CALLER.get()
     return caller.principal if caller else None
+
+
+def current_caller() -> tuple[Principal, UserBook] | None:
+    """The caller of the RPC being served and the user book that knows it (where its
+    quotas are: txmq_runtime.quotas); None when auth is off."""
+    caller = _CALLER.get()
+    return (caller.principal, caller.guard.book) if caller else None
 
 
 def require(rtype: int, name: str, action: int) -> None:

@@ -17,6 +17,7 @@ from txmq.v1 import auth_pb2, common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.auth import permits, publish_check, require
 from txmq_runtime.grpc_errors import rpc
 from txmq_runtime.metrics import RpcMetrics
+from txmq_runtime.quotas import charge_produce
 
 from . import metrics as store_metrics
 from .arrivals import ArrivalBatch
@@ -140,6 +141,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def SendMessage(self, request: store_pb2.SendMessageRequest, context: grpc.aio.ServicerContext):
+        charge_produce(request)  # the caller's byte-rate quota
         results = await self._store.sender.send(
             [to_outgoing(request.message)],
             producer_group=request.producer_group,
@@ -151,6 +153,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @rpc
     async def SendBatch(self, request: store_pb2.SendBatchRequest, context: grpc.aio.ServicerContext):
+        charge_produce(request)  # the caller's byte-rate quota
         if request.transaction_prepared:
             results = await self._store.sender.send(
                 [to_outgoing(m) for m in request.messages],
@@ -205,6 +208,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                     await line.room()
                     started = time.perf_counter()
                     try:
+                        charge_produce(frame)  # the caller's byte-rate quota: refused, an error ack
                         out: Appended | TxmqError = sender.append_packed(
                             frame.records,
                             born_host=born_host,
@@ -244,6 +248,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     @rpc
     async def SendRecords(self, request: store_pb2.RecordFrame, context: grpc.aio.ServicerContext):
         try:
+            charge_produce(request)  # the caller's byte-rate quota
             appended = self._store.sender.append_packed(
                 request.records,
                 born_host=peer_address(context),

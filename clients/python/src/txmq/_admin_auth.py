@@ -13,9 +13,25 @@ R = TypeVar("R")
 
 
 class AuthAdmin(AdminBase):
-    def create_user(self, username: str, secret_key: str, *, super_user: bool = False) -> User:
+    def create_user(
+        self,
+        username: str,
+        secret_key: str,
+        *,
+        super_user: bool = False,
+        produce_bytes_per_second: int = 0,
+        fetch_bytes_per_second: int = 0,
+    ) -> User:
+        """``*_bytes_per_second``: the user's byte-rate quotas on each store (sends) and
+        pull service (pulls); 0: none. Super users have none."""
         request = auth_pb2.CreateUserRequest(
-            user=auth_pb2.User(username=username, secret_key=secret_key, super_user=super_user)
+            user=auth_pb2.User(
+                username=username,
+                secret_key=secret_key,
+                super_user=super_user,
+                produce_bytes_per_second=produce_bytes_per_second,
+                fetch_bytes_per_second=fetch_bytes_per_second,
+            )
         )
         return User.from_proto(self._auth(lambda s: s.CreateUser, request).user)
 
@@ -26,14 +42,19 @@ class AuthAdmin(AdminBase):
         secret_key: str | None = None,
         super_user: bool | None = None,
         disabled: bool | None = None,
+        produce_bytes_per_second: int | None = None,
+        fetch_bytes_per_second: int | None = None,
     ) -> User:
-        """Change what is given; the rest stays (a new secret takes effect at once)."""
+        """Change what is given; the rest stays (a new secret, like a new quota, takes
+        effect at once; a quota of 0 removes it)."""
         current = self.get_user(username)
         user = auth_pb2.User(
             username=username,
             secret_key=secret_key or "",
             super_user=current.super_user if super_user is None else super_user,
             disabled=current.disabled if disabled is None else disabled,
+            produce_bytes_per_second=_or(produce_bytes_per_second, current.produce_bytes_per_second),
+            fetch_bytes_per_second=_or(fetch_bytes_per_second, current.fetch_bytes_per_second),
         )
         return User.from_proto(self._auth(lambda s: s.UpdateUser, auth_pb2.UpdateUserRequest(user=user)).user)
 
@@ -77,3 +98,7 @@ class AuthAdmin(AdminBase):
     def _auth(self, method: Callable[[auth_pb2_grpc.AuthStub], Callable[..., R]], request: object) -> R:
         """Any service answers the Auth service (with auth on): asked as routes are."""
         return self._core.routes.ask_any(auth_pb2_grpc.AuthStub, method, request, timeout=self._timeout)
+
+
+def _or(given: int | None, current: int) -> int:
+    return current if given is None else given

@@ -33,10 +33,15 @@ class User:
     super_user: bool = False
     disabled: bool = False
     created_at_ms: int = 0
+    #: Byte-rate quotas per service process (docs/security.md "Quotas"); 0: none.
+    produce_bytes_per_second: int = 0
+    fetch_bytes_per_second: int = 0
 
     @classmethod
     def from_proto(cls, u: auth_pb2.User) -> User:
-        return cls(u.username, u.super_user, u.disabled, u.created_at_ms)
+        return cls(
+            u.username, u.super_user, u.disabled, u.created_at_ms, u.produce_bytes_per_second, u.fetch_bytes_per_second
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,18 +76,22 @@ class Access(_message.Message):
     def __init__(self, scope: _Optional[_Union[AccessScope, str]] = ..., checks: _Optional[_Iterable[_Union[ResourceCheck, _Mapping]]] = ..., handler_checks: _Optional[str] = ...) -> None: ...
 
 class User(_message.Message):
-    __slots__ = ("username", "secret_key", "super_user", "disabled", "created_at_ms")
+    __slots__ = ("username", "secret_key", "super_user", "disabled", "created_at_ms", "produce_bytes_per_second", "fetch_bytes_per_second")
     USERNAME_FIELD_NUMBER: _ClassVar[int]
     SECRET_KEY_FIELD_NUMBER: _ClassVar[int]
     SUPER_USER_FIELD_NUMBER: _ClassVar[int]
     DISABLED_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCE_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    FETCH_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     username: str
     secret_key: str
     super_user: bool
     disabled: bool
     created_at_ms: int
-    def __init__(self, username: _Optional[str] = ..., secret_key: _Optional[str] = ..., super_user: _Optional[bool] = ..., disabled: _Optional[bool] = ..., created_at_ms: _Optional[int] = ...) -> None: ...
+    produce_bytes_per_second: int
+    fetch_bytes_per_second: int
+    def __init__(self, username: _Optional[str] = ..., secret_key: _Optional[str] = ..., super_user: _Optional[bool] = ..., disabled: _Optional[bool] = ..., created_at_ms: _Optional[int] = ..., produce_bytes_per_second: _Optional[int] = ..., fetch_bytes_per_second: _Optional[int] = ...) -> None: ...
 
 class Policy(_message.Message):
     __slots__ = ("resource", "actions", "decision", "source_ips")

@@ -64,6 +64,7 @@ class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CODE_BATCH_TOO_LARGE: _ClassVar[Code]
     CODE_TOO_MANY_REQUESTS: _ClassVar[Code]
     CODE_DISK_FULL: _ClassVar[Code]
+    CODE_QUOTA_EXCEEDED: _ClassVar[Code]
     CODE_INTERNAL_ERROR: _ClassVar[Code]
     CODE_STORAGE_ERROR: _ClassVar[Code]
     CODE_DATA_CORRUPTED: _ClassVar[Code]
@@ -129,6 +130,7 @@ CODE_MESSAGE_PROPERTIES_TOO_LARGE: Code
 CODE_BATCH_TOO_LARGE: Code
 CODE_TOO_MANY_REQUESTS: Code
 CODE_DISK_FULL: Code
+CODE_QUOTA_EXCEEDED: Code
 CODE_INTERNAL_ERROR: Code
 CODE_STORAGE_ERROR: Code
 CODE_DATA_CORRUPTED: Code
