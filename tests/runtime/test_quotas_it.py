@@ -196,3 +196,17 @@ def test_a_user_over_its_fetch_quota_is_refused_until_it_waits(cluster: Cluster)
             assert len(pull(stub, BOSS, 0).messages) == 1
         time.sleep(wait_s)
         assert len(pull(stub, SLOW, 1).messages) == 1
+
+
+def test_the_sdk_producer_waits_out_its_quota_within_its_timeout(cluster: Cluster) -> None:
+    """The SDK takes a CODE_QUOTA_EXCEEDED refusal as a wait, not a failure: it sleeps the
+    retry_after_ms the store names (not counted against retry_times) and the sends go
+    through within their timeout, slower."""
+    from txmq import Message, Producer
+
+    with Producer(GROUP, cluster.store, credentials=SLOW, send_timeout=20.0, retry_times=0) as producer:
+        sent = [producer.send(Message(TOPIC, b"s" * 1_500)) for _ in range(4)]  # 6 kB at 2 kB/s: throttled
+    assert all(r.msg_id for r in sent)
+    with grpc.insecure_channel(cluster.store) as channel:  # the store did refuse on the way
+        stub = store_pb2_grpc.StoreStub(channel)
+        assert_over_quota(refusal(lambda: send_message(stub, SLOW)), "slow", "produce")

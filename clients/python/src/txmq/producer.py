@@ -373,6 +373,14 @@ class Producer:
                     failed_store = mq.store_id
                 if not err.retriable:
                     raise
+                if err.code == errors_pb2.CODE_QUOTA_EXCEEDED and time.monotonic() < deadline:
+                    # Throttled, not failed: wait what the store asks (its retry_after_ms),
+                    # within the send's timeout, without counting it against retry_times.
+                    attempts -= 1
+                    left = deadline - time.monotonic()
+                    wait = backoff_delay(1, first=_THROTTLE_BACKOFF_S, maximum=left, after=err)
+                    time.sleep(max(0.0, min(left, wait)))
+                    continue
                 leader_change = err.code in _LEADER_CHANGE_CODES or (alone and err.unreachable and mq is not None)
                 if leader_change and time.monotonic() < deadline:
                     attempts -= 1
@@ -387,7 +395,8 @@ class Producer:
                 log.warning("send to %s (attempt %d) failed, retrying: %s", mq or topic, attempts, err)
                 if isinstance(err, TooManyRequestsError):
                     left = deadline - time.monotonic()
-                    time.sleep(max(0.0, backoff_delay(attempts, first=_THROTTLE_BACKOFF_S, maximum=left)))
+                    wait = backoff_delay(attempts, first=_THROTTLE_BACKOFF_S, maximum=left, after=err)
+                    time.sleep(max(0.0, min(left, wait)))
 
 
 def _results_from_ack(
