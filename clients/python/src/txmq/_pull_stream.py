@@ -44,7 +44,7 @@ log = logging.getLogger("txmq.consumer")
 STREAM_OPEN_KEY = "txmq-pull-stream"
 #: Waits before each attempt to open a broken stream again; after the last one fails,
 #: the pulls waiting fail UNAVAILABLE.
-REOPEN_DELAYS_S = (0.0, 0.05, 0.2, 0.5)
+REOPEN_DELAYS_S = (0.0, 0.05, 0.2, 0.5, 1.0)
 
 _END = object()
 
