@@ -1,13 +1,15 @@
 """The consumers' long polls on PullStream, on real processes: a PullConsumer's long
 polls from several threads share one stream; a pull service killed with SIGKILL under a
 push consumer's open stream and started again loses nothing — every message is consumed
-once, and no offset is committed ahead of what the listener finished."""
+once, and no offset is committed ahead of what the listener finished; with auth on,
+each pull on a stream is checked as PullMessage and a refusal answers only that pull."""
 
 from __future__ import annotations
 
 import logging
 import threading
 
+import grpc
 import pytest
 from support import ServiceFactory
 
@@ -18,11 +20,15 @@ from txmq import (
     Message,
     MessageExt,
     MessageQueue,
+    Policy,
     Producer,
     PullConsumer,
     PullStatus,
     PushConsumer,
+    signing,
 )
+from txmq.errors import TxmqError
+from txmq.v1 import common_pb2, errors_pb2, pull_pb2, pull_pb2_grpc
 
 from .conftest import unique, wait_until
 from .consumer_settings import FAST
@@ -116,3 +122,40 @@ def test_kill_9_of_the_pull_service_under_an_open_stream_loses_nothing(
     with PullConsumer(group, store.address) as after:
         for mq in after.fetch_message_queues(topic):
             assert after.fetch_offset(mq) == after.max_offset(mq) == 40  # all committed, once done
+
+
+SERVICE_KEY = "txmq-service"
+SERVICE_SECRET = "service-secret-0123456789"
+AUTH_FLAGS = ("--auth_enabled=true", "--auth_access_key", SERVICE_KEY, "--auth_secret_key", SERVICE_SECRET)
+ROOT = signing.Credentials(SERVICE_KEY, SERVICE_SECRET)
+ERIN = signing.Credentials("erin", "erin-secret-12")
+
+
+@pytest.mark.slow
+def test_each_streamed_pull_is_access_checked_and_a_refusal_answers_only_it(service_factory: ServiceFactory) -> None:
+    store = service_factory.store(*AUTH_FLAGS)
+    pull = service_factory.start("pull", *AUTH_FLAGS)
+    topic, mine, theirs = unique("StreamAuthT"), unique("StreamAuthG"), unique("StreamAuthOther")
+    with Admin(store.address, credentials=ROOT) as admin:
+        admin.create_topic(topic, read_queue_nums=1, write_queue_nums=1)
+        admin.create_user(ERIN.access_key, ERIN.secret_key)
+        admin.put_acl(ERIN.access_key, [Policy(f"Topic:{topic}", ("Sub",)), Policy(f"Group:{mine}", ("Sub",))])
+    queue = common_pb2.MessageQueue(topic=topic, store_id="store-0", queue_id=0)
+    requests = [
+        pull_pb2.PullStreamRequest(request_id=1, pull=pull_pb2.PullMessageRequest(consumer_group=theirs, queue=queue)),
+        pull_pb2.PullStreamRequest(request_id=2, pull=pull_pb2.PullMessageRequest(consumer_group=mine, queue=queue)),
+    ]
+    with grpc.insecure_channel(pull.address) as channel:
+        answers = list(
+            pull_pb2_grpc.PullStub(channel).PullStream(iter(requests), metadata=signing.auth_metadata(ERIN), timeout=30)
+        )
+    by_id = {a.request_id: a for a in answers}
+    assert by_id[1].error.code == errors_pb2.CODE_ACCESS_DENIED  # Sub on the other group: refused
+    assert by_id[2].pull.status == pull_pb2.PULL_STATUS_NO_NEW_MSG  # the same stream, allowed
+    # The SDK's long poll on the stream raises the refusal as the unary call did.
+    with PullConsumer(theirs, store.address, credentials=ERIN) as consumer:
+        (mq,) = consumer.fetch_message_queues(topic)
+        with pytest.raises(TxmqError) as err:
+            consumer.pull(mq, "*", 0, 1, suspend=True, timeout=5.0)
+        assert err.value.code == errors_pb2.CODE_ACCESS_DENIED
+        assert consumer._client is not None and consumer._client._streams  # it went on the stream
