@@ -172,12 +172,14 @@ class PullClient:
         addresses = self.pull_addresses(mq.topic)
         first = zlib.crc32(str(mq).encode())
         last_error: TxmqError | None = None
+        timeout = self.deadline(suspend_timeout)
         for attempt in range(len(addresses)):
-            future = self.pull_future(
-                addresses[(first + attempt) % len(addresses)], request, timeout=self.deadline(suspend_timeout)
-            )
+            address = addresses[(first + attempt) % len(addresses)]
             try:
-                response = pull_result(future)
+                if request.suspend and self.streams:
+                    response = pull_result(self.pull_stream(address).submit(request, timeout=timeout))
+                else:  # a blocking unary call: answered on this thread, no hand-off
+                    response = call(self.pull_stub(address).PullMessage, request, timeout=timeout)
             except UnavailableError as err:
                 self.core.routes.mark_stale(mq.topic)
                 last_error = err
