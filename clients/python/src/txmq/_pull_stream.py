@@ -128,6 +128,10 @@ class PullStream:
         #: The service answered UNIMPLEMENTED: pulls go as unary calls.
         self.unsupported = False
         self._threads: list[threading.Thread] = []
+        # What the two threads sleep for (so a new pull wakes them only when it matters):
+        # the reader, for a first pull; the expirer, until this deadline (None: no pull).
+        self._idle = True
+        self._expire_at: float | None = None
 
     # -- the callers' side -----------------------------------------------------------------
 
@@ -144,7 +148,8 @@ class PullStream:
                 self._out.put(pull_pb2.PullStreamRequest(request_id=pull.request_id, pull=request))
             if not self._threads:
                 self._start()
-            self._cond.notify_all()
+            elif self._idle or self._expire_at is None or pull.deadline < self._expire_at:
+                self._cond.notify_all()
         return pull
 
     def withdraw(self, pull: StreamedPull) -> None:
@@ -186,7 +191,9 @@ class PullStream:
         while True:
             with self._cond:
                 while not self._closed and not self._pending:
+                    self._idle = True
                     self._cond.wait()
+                self._idle = False
                 if self._closed:
                     return
             opened, err = self._serve()
@@ -286,8 +293,9 @@ class PullStream:
                     if self._out is not None:
                         self._out.put(pull_pb2.PullStreamRequest(request_id=pull.request_id, cancel=True))
                 if not expired:
-                    earliest = min((p.deadline for p in self._pending.values()), default=None)
-                    self._cond.wait(None if earliest is None else earliest - now)
+                    self._expire_at = min((p.deadline for p in self._pending.values()), default=None)
+                    self._cond.wait(None if self._expire_at is None else self._expire_at - now)
+                    self._expire_at = None
             for pull in expired:
                 pull.settle(
                     err=UpstreamTimeoutError(f"pull instance {self.address} did not answer within {pull.timeout:.1f}s")
