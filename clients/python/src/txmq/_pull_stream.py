@@ -199,12 +199,16 @@ class PullStream:
             opened, err = self._serve()
             if self.unsupported or self._closed:
                 return
+            if err is not None and not err.retriable:  # sending them again cannot help
+                self._fail_pending(err)
+                failures = 0
+                continue
             if opened:
                 failures = 0
                 continue
             failures += 1
-            if err is not None and (not err.retriable or failures >= len(REOPEN_DELAYS_S)):
-                self._fail_pending(err)
+            if failures >= len(REOPEN_DELAYS_S):
+                self._fail_pending(err or UnavailableError(f"pull instance {self.address} is unreachable"))
                 failures = 0
                 continue
             with self._cond:
