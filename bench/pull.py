@@ -870,7 +870,8 @@ def pick(spec: str) -> list[str]:
     "--scenarios",
     default="all",
     show_default=True,
-    help="Comma list / globs of system:test; systems txmq, txmq-32, txmq-unary, nats, redis; tests latency, throughput.",
+    help="Comma list / globs of system:test; systems txmq, txmq-32, txmq-unary, nats, redis; "
+    "tests latency, throughput.",
 )
 @click.option(
     "--max-seconds", type=click.FloatRange(1), default=120.0, show_default=True, help="Cap on each measured phase."
