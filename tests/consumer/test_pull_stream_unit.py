@@ -63,6 +63,11 @@ class StreamServer(pull_pb2_grpc.PullServicer):
     def next_request(self) -> tuple[int, P.PullStreamRequest]:
         return self.received.get(timeout=WAIT_S)
 
+    def close(self) -> None:
+        """End every stream still open (their handlers would keep the server's threads)."""
+        for out in self.streams:
+            out.put(None)
+
 
 class UnaryServer(pull_pb2_grpc.PullServicer):
     """An older pull service: PullMessage only (PullStream is UNIMPLEMENTED)."""
@@ -75,8 +80,10 @@ class UnaryServer(pull_pb2_grpc.PullServicer):
 def serve() -> Iterator:  # type: ignore[type-arg]
     servers: list[grpc.Server] = []
     channels: list[grpc.Channel] = []
+    servicers: list[pull_pb2_grpc.PullServicer] = []
 
     def start(servicer: pull_pb2_grpc.PullServicer) -> tuple[pull_pb2_grpc.PullStub, str]:
+        servicers.append(servicer)
         server = grpc.server(futures.ThreadPoolExecutor(8))
         pull_pb2_grpc.add_PullServicer_to_server(servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
@@ -87,6 +94,9 @@ def serve() -> Iterator:  # type: ignore[type-arg]
         return pull_pb2_grpc.PullStub(channel), f"127.0.0.1:{port}"
 
     yield start
+    for servicer in servicers:
+        if isinstance(servicer, StreamServer):
+            servicer.close()
     for channel in channels:
         channel.close()
     for server in servers:
