@@ -18,6 +18,11 @@ loopback ports:
   ``txmq`` runs the store's defaults (a pull from memory returns up to 256 messages /
   256 KiB); ``txmq-32`` sets RocketMQ's cap of 32 messages per pull
   (``--max_transfer_count_in_memory 32``), the figure RocketMQ's own defaults give.
+
+txmq's SDK sends its long polls on one open stream per pull instance (Pull.PullStream);
+``txmq-unary`` is the same servers and SDK with a unary-only client interceptor, which
+keeps every pull a unary PullMessage call (the SDK's path before the stream), so both
+are measured in one run.
 """
 
 from __future__ import annotations
@@ -57,12 +62,16 @@ ROCKETMQ_CAP_ARGS = ["--max_transfer_count_in_memory", "32"]
 SYSTEMS = {
     "txmq": "txmq store + pull service, SDK PullConsumer / Producer (store defaults: <= 256 msgs / 256 KiB per pull)",
     "txmq-32": "txmq as above with RocketMQ's cap: store flag --max_transfer_count_in_memory 32",
+    "txmq-unary": "txmq as above, every pull a unary PullMessage call (a unary-only interceptor)",
     "nats": "NATS JetStream, file storage, pull consumer (nats-py fetch)",
     "redis": "Redis Streams, XREADGROUP (no AOF)",
 }
 TESTS = ("latency", "throughput")
+#: Pairs not measured: the cap only changes drains, unary calls only change wake-ups.
+UNUSED = {("txmq-32", "latency"), ("txmq-unary", "throughput")}
 DEFAULT_SCENARIOS = [
     "txmq:latency",
+    "txmq-unary:latency",
     "txmq:throughput",
     "txmq-32:throughput",
     "nats:latency",
@@ -126,12 +135,26 @@ class Result:
 # --- systems ---------------------------------------------------------------------------
 
 
+def _unary_only_interceptor():
+    import grpc
+
+    class UnaryOnly(grpc.UnaryUnaryClientInterceptor):
+        """Passes unary calls on; the SDK keeps long polls unary for a consumer with an
+        interceptor that would not see a stream."""
+
+        def intercept_unary_unary(self, continuation, client_call_details, request):
+            return continuation(client_call_details, request)
+
+    return UnaryOnly
+
+
 class TxmqPull(TxmqTarget):
     """etcd + store (bench/txmq_target.py) + ``python -m txmq_pull``; topics with one queue;
     the SDK's blocking ``Producer`` / ``PullConsumer`` (latency / drain run in a thread)."""
 
-    def __init__(self, workdir: Path, etcd: Etcd, store_args: list[str] | None = None) -> None:
+    def __init__(self, workdir: Path, etcd: Etcd, store_args: list[str] | None = None, *, unary: bool = False) -> None:
         super().__init__(workdir, flush_mode="async", etcd=etcd, client="stubs", concurrency=4, store_args=store_args)
+        self.unary = unary
         self.pull_child: procs.Child | None = None
         self.consumer = None
         self.sdk_producer = None
@@ -140,7 +163,8 @@ class TxmqPull(TxmqTarget):
     def client_info(self) -> str:
         import grpc
 
-        return f"txmq SDK (sync PullConsumer + Producer, a consumer thread), grpcio {grpc.__version__}"
+        pulls = "unary PullMessage calls" if self.unary else "long polls on PullStream"
+        return f"txmq SDK (sync PullConsumer + Producer, a consumer thread; {pulls}), grpcio {grpc.__version__}"
 
     def server_pids(self) -> list[int]:
         pids = super().server_pids()
@@ -187,7 +211,10 @@ class TxmqPull(TxmqTarget):
                 timeout=10,
             )
         self._txmq = txmq
-        self.consumer = txmq.PullConsumer(GROUP, self.endpoint, timeout=10.0)
+        UnaryOnly = _unary_only_interceptor()
+        self.consumer = txmq.PullConsumer(
+            GROUP, self.endpoint, timeout=10.0, interceptors=[UnaryOnly()] if self.unary else ()
+        )
         self.consumer.start()
         self.sdk_producer = txmq.Producer(group="bench_pull_producer", endpoint=self.endpoint, send_timeout=30.0)
         self.sdk_producer.start()
@@ -460,6 +487,8 @@ def make_system(system: str, workdir: Path, etcd: Etcd):
         return TxmqPull(workdir, etcd)
     if system == "txmq-32":
         return TxmqPull(workdir, etcd, store_args=ROCKETMQ_CAP_ARGS)
+    if system == "txmq-unary":
+        return TxmqPull(workdir, etcd, unary=True)
     if system == "nats":
         return NatsPull(workdir)
     if system == "redis":
@@ -686,7 +715,27 @@ def compute_ratios(rows: dict[str, Result]) -> list[dict]:
         return r if r is not None and not r.error else None
 
     peers = [r for r in (ok("nats:latency"), ok("redis:latency")) if r]
-    t = ok("txmq:latency")
+    t, unary = ok("txmq:latency"), ok("txmq-unary:latency")
+    if t and unary:
+        out.append(
+            {
+                "what": "txmq p99 wake-up latency, stream / unary",
+                "ratio": t.lat_p99_ms / unary.lat_p99_ms,
+                "target": None,
+                "meets_target": None,
+            }
+        )
+    if unary and peers:
+        best = min(peers, key=lambda r: r.lat_p99_ms)
+        out.append(
+            {
+                "what": "txmq-unary p99 wake-up latency / the better peer's p99",
+                "peer": best.system,
+                "ratio": unary.lat_p99_ms / best.lat_p99_ms,
+                "target": None,
+                "meets_target": None,
+            }
+        )
     if t and peers:
         best = min(peers, key=lambda r: r.lat_p99_ms)
         ratio = t.lat_p99_ms / best.lat_p99_ms
@@ -765,7 +814,7 @@ def format_ratios(ratios: list[dict]) -> str:
 def pick(spec: str) -> list[str]:
     import fnmatch
 
-    known = [f"{s}:{t}" for s in SYSTEMS for t in TESTS if not (s == "txmq-32" and t == "latency")]
+    known = [f"{s}:{t}" for s in SYSTEMS for t in TESTS if (s, t) not in UNUSED]
     if spec in ("", "all"):
         return list(DEFAULT_SCENARIOS)
     out = []
@@ -821,7 +870,8 @@ def pick(spec: str) -> list[str]:
     "--scenarios",
     default="all",
     show_default=True,
-    help="Comma list / globs of system:test; systems txmq, txmq-32, nats, redis; tests latency, throughput.",
+    help="Comma list / globs of system:test; systems txmq, txmq-32, txmq-unary, nats, redis; "
+    "tests latency, throughput.",
 )
 @click.option(
     "--max-seconds", type=click.FloatRange(1), default=120.0, show_default=True, help="Cap on each measured phase."

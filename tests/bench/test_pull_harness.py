@@ -17,7 +17,7 @@ from bench import pull
 
 def test_pick_defaults_and_globs():
     assert pull.pick("all") == pull.DEFAULT_SCENARIOS
-    assert pull.pick("txmq*") == ["txmq:latency", "txmq:throughput", "txmq-32:throughput"]
+    assert pull.pick("txmq*") == ["txmq:latency", "txmq:throughput", "txmq-32:throughput", "txmq-unary:latency"]
     assert pull.pick("nats:latency,redis") == ["nats:latency", "redis:latency", "redis:throughput"]
     with pytest.raises(click.BadParameter):
         pull.pick("kafka")
@@ -71,3 +71,11 @@ def test_table_formats_both_tests():
     rows = pull.median_rounds([_lat("txmq", 0, 2.0), _thr("nats", 0, 1000.0)])
     text = pull.format_table(rows)
     assert "wake-up latency" in text and "pull throughput" in text
+
+
+def test_stream_and_unary_wake_ups_are_compared():
+    results = [_lat("txmq", 0, 2.0), _lat("txmq-unary", 0, 4.0), _lat("nats", 0, 1.0), _lat("redis", 0, 2.0)]
+    ratios = {x["what"]: x for x in pull.paired_ratios(results, pull.median_rounds(results))}
+    assert ratios["txmq p99 wake-up latency, stream / unary"]["ratio"] == 0.5
+    assert ratios["txmq-unary p99 wake-up latency / the better peer's p99"]["ratio"] == 4.0
+    assert ratios["txmq p99 wake-up latency / the better peer's p99"]["ratio"] == 2.0

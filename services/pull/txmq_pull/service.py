@@ -62,6 +62,7 @@ class PullCore:
         if self.feed is not None:
             await self.feed.close()
         await self.hold.close()
+        self.servicer.finish_streams()  # after the held pulls were answered
 
     async def close(self) -> None:
         """``stopping`` (idempotent), then close the store channels."""
@@ -94,7 +95,12 @@ def build_core(settings: PullSettings, locator: StoreLocator, *, clock: Clock | 
     groups = ConsumerGroups(clock, expiry_ms=settings.consumer_expiry_ms)
     retry_topics = RetryTopics(clients, processor.group_config)
     servicer = PullServicer(
-        processor, groups, clock=clock, deadline_margin_ms=settings.deadline_margin_ms, retry_topics=retry_topics
+        processor,
+        groups,
+        clock=clock,
+        deadline_margin_ms=settings.deadline_margin_ms,
+        retry_topics=retry_topics,
+        max_stream_pulls=settings.max_stream_pulls,
     )
     scaler = (
         Scaler(StoreLag(clients), clock=clock, stream_interval_ms=settings.keda_stream_interval_ms)

@@ -38,6 +38,11 @@ class PullSettings(ServiceSettings):
     max_held_requests: int = Field(
         10_000, ge=0, description="Most pulls held at once; past it an empty pull fails with TOO_MANY_REQUESTS."
     )
+    max_stream_pulls: int = Field(
+        1_024,
+        ge=1,
+        description="Most pulls outstanding on one PullStream; past it a pull is answered TOO_MANY_REQUESTS.",
+    )
     property_filter_enable: bool = Field(True, description="Accept SQL92 filters (RocketMQ enablePropertyFilter).")
     config_cache_ttl_ms: int = Field(
         3_000, ge=0, description="How long topic / subscription-group configs read from a store are reused."

@@ -9,18 +9,26 @@ Which pull instance: the topic route lists the live pull instances; they are ord
 by instance id, and a queue prefers the one at ``crc32(queue) % n``, so pulls spread
 over the instances and every client picks the same one for a queue. A failed attempt
 moves on to the next instance.
+
+Long polls go on one open stream per pull instance (``txmq._pull_stream``), or as unary
+PullMessage calls to a pull service that does not offer it (or when the application's
+interceptors would not see the stream); pulls that answer at once are unary calls.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import zlib
 from collections.abc import Callable, Sequence
+
+import grpc
 
 from txmq._client import ClientCore, call
 from txmq._consumer_types import PullResult, PullStatus, SendBackResult
 from txmq._convert import message_ext_from_proto, message_queue_to_proto
 from txmq._failures import FailureLog, retriable
+from txmq._pull_stream import PullStream
 from txmq._subscription import Subscription
 from txmq.errors import InternalError, NotFoundError, TxmqError, UnavailableError
 from txmq.message import MessageExt, MessageQueue, SendStatus
@@ -38,7 +46,15 @@ LONG_POLL_DEADLINE_MARGIN_S = 3.0
 
 
 class PullClient:
-    def __init__(self, core: ClientCore, group: str, *, timeout: float, commit_client_id: str = "") -> None:
+    def __init__(
+        self,
+        core: ClientCore,
+        group: str,
+        *,
+        timeout: float,
+        commit_client_id: str = "",
+        interceptors: Sequence[object] = (),
+    ) -> None:
         check_group(group, code=errors_pb2.CODE_ILLEGAL_CONSUMER_GROUP)
         self.core = core
         self.group = group
@@ -50,6 +66,11 @@ class PullClient:
         # channel (Channels would) for a long poll nobody ends.
         self.closed = False
         self.failures = FailureLog(log)
+        # Long polls go on the stream only when every interceptor the application gave
+        # sees it: one that only intercepts unary calls (headers, tracing) would miss them.
+        self.streams = all(isinstance(i, grpc.StreamStreamClientInterceptor) for i in interceptors)
+        self._streams_lock = threading.Lock()
+        self._streams: dict[str, PullStream] = {}
 
     # -- routes ----------------------------------------------------------------------
 
@@ -88,7 +109,29 @@ class PullClient:
 
     def close(self) -> None:
         self.closed = True
+        with self._streams_lock:
+            streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            stream.close()
         self.core.close()
+
+    def pull_stream(self, address: str) -> PullStream:
+        """The open pull stream to ``address`` (made on first use)."""
+        stub = self.pull_stub(address)
+        with self._streams_lock:
+            stream = self._streams.get(address)
+            if stream is None:
+                if self.closed:
+                    raise RuntimeError("the consumer is shut down")
+                stream = self._streams[address] = PullStream(stub, address)
+            return stream
+
+    def pull_future(self, address: str, request: pull_pb2.PullMessageRequest, *, timeout: float) -> grpc.Future:
+        """Send a pull to ``address``: a long poll on the stream, else a unary call. Its
+        ``result()`` raises ``TxmqError`` (stream) or ``grpc.RpcError`` (unary)."""
+        if request.suspend and self.streams:
+            return self.pull_stream(address).submit(request, timeout=timeout)
+        return self.pull_stub(address).PullMessage.future(request, timeout=timeout)
 
     # -- pulling -----------------------------------------------------------------------
 
@@ -129,10 +172,14 @@ class PullClient:
         addresses = self.pull_addresses(mq.topic)
         first = zlib.crc32(str(mq).encode())
         last_error: TxmqError | None = None
+        timeout = self.deadline(suspend_timeout)
         for attempt in range(len(addresses)):
-            stub = self.pull_stub(addresses[(first + attempt) % len(addresses)])
+            address = addresses[(first + attempt) % len(addresses)]
             try:
-                response = call(stub.PullMessage, request, timeout=self.deadline(suspend_timeout))
+                if request.suspend and self.streams:
+                    response = pull_result(self.pull_stream(address).submit(request, timeout=timeout))
+                else:  # a blocking unary call: answered on this thread, no hand-off
+                    response = call(self.pull_stub(address).PullMessage, request, timeout=timeout)
             except UnavailableError as err:
                 self.core.routes.mark_stale(mq.topic)
                 last_error = err
@@ -276,6 +323,20 @@ class PullClient:
             answered = True
             members.update(response.consumer_ids)
         return sorted(members) if answered else None
+
+
+def pull_result(future: grpc.Future) -> pull_pb2.PullMessageResponse:
+    """Wait for a pull sent with ``pull_future``; a failure as its ``TxmqError``. A
+    caller that gives up (an interrupt) withdraws the pull."""
+    try:
+        return future.result()
+    except grpc.RpcError as exc:
+        raise TxmqError.from_rpc_error(exc) from exc
+    except TxmqError:
+        raise
+    except BaseException:
+        future.cancel()
+        raise
 
 
 def to_pull_result(response: pull_pb2.PullMessageResponse, sub: Subscription) -> PullResult:

@@ -4,8 +4,9 @@ time; a queue with too much not done waits (flow control); a failed pull is trie
 with backoff on the next pull instance; a paused group's pulls are tried again every
 few seconds (docs/consumers.md "Pausing a group").
 
-A pull is sent from the timer or the pull dispatcher thread; gRPC's done-callback hands
-its answer to the dispatcher at once, which records the messages in the queue's
+A pull is sent from the timer or the pull dispatcher thread, on the pull instance's
+stream (``txmq._pull_stream``; a unary call to a service without it); its done-callback
+hands the answer to the dispatcher at once, which records the messages in the queue's
 ``ProcessQueue``, hands them to the consume service and pulls again.
 """
 
@@ -74,9 +75,7 @@ class QueuePuller:
             client_id=c.client_id,
         )  # fmt: skip
         try:
-            future = c._client.pull_stub(address).PullMessage.future(
-                request, timeout=c._client.deadline(config.suspend_timeout_s)
-            )
+            future = c._client.pull_future(address, request, timeout=c._client.deadline(config.suspend_timeout_s))
         except (RuntimeError, ValueError) as exc:  # closed meanwhile (shutdown)
             log.debug("consumer %s: pull of %s not sent: %s", c.client_id, pq.mq, exc)
             return
@@ -184,6 +183,9 @@ class QueuePuller:
             response = future.result()
         except grpc.RpcError as exc:
             self.pull_failed(pq, TxmqError.from_rpc_error(exc))
+            return
+        except TxmqError as err:  # a pull on the stream: its answer was an error
+            self.pull_failed(pq, err)
             return
         except grpc.FutureCancelledError:
             return

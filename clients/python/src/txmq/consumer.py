@@ -76,6 +76,11 @@ class PullConsumer:
     ``suspend_timeout`` seconds (its RPC deadline is a little longer). ``tls``: TLS (and
     a client certificate) for every channel (``txmq.TlsConfig``). ``credentials``: the
     user every call is signed as (``txmq.Credentials``).
+
+    Suspended pulls (long polls) share one open stream per pull instance (docs/pull.md
+    "The pull stream"), from every thread; a pull service without it is asked with
+    unary calls. ``interceptors`` that do not intercept stream calls
+    (``grpc.StreamStreamClientInterceptor``) keep every pull a unary call they see.
     """
 
     def __init__(
@@ -116,7 +121,7 @@ class PullConsumer:
                     tls=self._tls,
                     credentials=self._credentials,
                 )
-                self._client = PullClient(core, self.group, timeout=self._timeout)
+                self._client = PullClient(core, self.group, timeout=self._timeout, interceptors=self._interceptors)
 
     def shutdown(self) -> None:
         """Close every channel (a pull in progress fails); ``start()`` opens it again."""
@@ -456,7 +461,9 @@ class PushConsumer:
             )
             # Orderly: the store fences the commits with the queue locks.
             fence = self.client_id if config.orderly else ""
-            client = PullClient(core, self.group, timeout=config.timeout_s, commit_client_id=fence)
+            client = PullClient(
+                core, self.group, timeout=config.timeout_s, commit_client_id=fence, interceptors=config.interceptors
+            )
             subs = list(self._subs.values())
             self._state = "starting"
         try:

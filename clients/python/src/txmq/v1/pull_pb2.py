@@ -24,9 +24,10 @@ _sym_db = _symbol_database.Default()
 
 from txmq.v1 import auth_pb2 as txmq_dot_v1_dot_auth__pb2
 from txmq.v1 import common_pb2 as txmq_dot_v1_dot_common__pb2
+from txmq.v1 import errors_pb2 as txmq_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12txmq/v1/pull.proto\x12\x07txmq.v1\x1a\x12txmq/v1/auth.proto\x1a\x14txmq/v1/common.proto\"\xac\x02\n\x12PullMessageRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12$\n\x05queue\x18\x02 \x01(\x0b\x32\x15.txmq.v1.MessageQueue\x12\x14\n\x0cqueue_offset\x18\x03 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x04 \x01(\x05\x12)\n\x06\x66ilter\x18\x05 \x01(\x0b\x32\x19.txmq.v1.FilterExpression\x12\x0f\n\x07suspend\x18\x06 \x01(\x08\x12\x1a\n\x12suspend_timeout_ms\x18\x07 \x01(\x03\x12\x1a\n\rcommit_offset\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\tclient_id\x18\t \x01(\t\x12\x13\n\x0braw_records\x18\n \x01(\x08\x42\x10\n\x0e_commit_offset\"\xc8\x01\n\x13PullMessageResponse\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.txmq.v1.PullStatus\x12\x19\n\x11next_begin_offset\x18\x02 \x01(\x03\x12\x12\n\nmin_offset\x18\x03 \x01(\x03\x12\x12\n\nmax_offset\x18\x04 \x01(\x03\x12&\n\x08messages\x18\x05 \x03(\x0b\x32\x14.txmq.v1.MessageView\x12\x0f\n\x07records\x18\x06 \x01(\x0c\x12\x10\n\x08store_id\x18\x07 \x01(\t\"~\n\x1bUpdateConsumerOffsetRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12$\n\x05queue\x18\x02 \x01(\x0b\x32\x15.txmq.v1.MessageQueue\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tclient_id\x18\x04 \x01(\t\"\x1e\n\x1cUpdateConsumerOffsetResponse\"Z\n\x1aQueryConsumerOffsetRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12$\n\x05queue\x18\x02 \x01(\x0b\x32\x15.txmq.v1.MessageQueue\"<\n\x1bQueryConsumerOffsetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\x94\x01\n\x18\x43onsumerHeartbeatRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x0e\n\x06topics\x18\x03 \x03(\t\x12\x0f\n\x07leaving\x18\x04 \x01(\x08\x12,\n\rsubscriptions\x18\x05 \x03(\x0b\x32\x15.txmq.v1.Subscription\"H\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12)\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x19.txmq.v1.FilterExpression\"1\n\x19\x43onsumerHeartbeatResponse\x12\x14\n\x0c\x63onsumer_ids\x18\x01 \x03(\t*\x9c\x01\n\nPullStatus\x12\x1b\n\x17PULL_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11PULL_STATUS_FOUND\x10\x01\x12\x1a\n\x16PULL_STATUS_NO_NEW_MSG\x10\x02\x12\x1e\n\x1aPULL_STATUS_NO_MATCHED_MSG\x10\x03\x12\x1e\n\x1aPULL_STATUS_OFFSET_ILLEGAL\x10\x04\x32\xd0\x04\n\x04Pull\x12y\n\x0bPullMessage\x12\x1b.txmq.v1.PullMessageRequest\x1a\x1c.txmq.v1.PullMessageResponse\"/\xca\xf3\x18+\x08\x02\x12\x11\x08\x02\x10\x02\x1a\x0bqueue.topic\x12\x14\x08\x03\x10\x02\x1a\x0e\x63onsumer_group\x12\x94\x01\n\x14UpdateConsumerOffset\x12$.txmq.v1.UpdateConsumerOffsetRequest\x1a%.txmq.v1.UpdateConsumerOffsetResponse\"/\xca\xf3\x18+\x08\x02\x12\x11\x08\x02\x10\x02\x1a\x0bqueue.topic\x12\x14\x08\x03\x10\x02\x1a\x0e\x63onsumer_group\x12\x91\x01\n\x13QueryConsumerOffset\x12#.txmq.v1.QueryConsumerOffsetRequest\x1a$.txmq.v1.QueryConsumerOffsetResponse\"/\xca\xf3\x18+\x08\x02\x12\x11\x08\x02\x10\x02\x1a\x0bqueue.topic\x12\x14\x08\x03\x10\x02\x1a\x0e\x63onsumer_group\x12\xa1\x01\n\x11\x43onsumerHeartbeat\x12!.txmq.v1.ConsumerHeartbeatRequest\x1a\".txmq.v1.ConsumerHeartbeatResponse\"E\xca\xf3\x18\x41\x08\x02\x12\x14\x08\x03\x10\x02\x1a\x0e\x63onsumer_group\x12\x0c\x08\x02\x10\x02\x1a\x06topics\x12\x19\x08\x02\x10\x02\x1a\x13subscriptions.topicB&\n\nio.txmq.v1P\x01Z\x16txmq.io/txmq/v1;txmqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12txmq/v1/pull.proto\x12\x07txmq.v1\x1a\x12txmq/v1/auth.proto\x1a\x14txmq/v1/common.proto\x1a\x14txmq/v1/errors.proto\"\xac\x02\n\x12PullMessageRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12$\n\x05queue\x18\x02 \x01(\x0b\x32\x15.txmq.v1.MessageQueue\x12\x14\n\x0cqueue_offset\x18\x03 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x04 \x01(\x05\x12)\n\x06\x66ilter\x18\x05 \x01(\x0b\x32\x19.txmq.v1.FilterExpression\x12\x0f\n\x07suspend\x18\x06 \x01(\x08\x12\x1a\n\x12suspend_timeout_ms\x18\x07 \x01(\x03\x12\x1a\n\rcommit_offset\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\tclient_id\x18\t \x01(\t\x12\x13\n\x0braw_records\x18\n \x01(\x08\x42\x10\n\x0e_commit_offset\"\xc8\x01\n\x13PullMessageResponse\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.txmq.v1.PullStatus\x12\x19\n\x11next_begin_offset\x18\x02 \x01(\x03\x12\x12\n\nmin_offset\x18\x03 \x01(\x03\x12\x12\n\nmax_offset\x18\x04 \x01(\x03\x12&\n\x08messages\x18\x05 \x03(\x0b\x32\x14.txmq.v1.MessageView\x12\x0f\n\x07records\x18\x06 \x01(\x0c\x12\x10\n\x08store_id\x18\x07 \x01(\t\"b\n\x11PullStreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12)\n\x04pull\x18\x02 \x01(\x0b\x32\x1b.txmq.v1.PullMessageRequest\x12\x0e\n\x06\x63\x61ncel\x18\x03 \x01(\x08\"\x87\x01\n\x12PullStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12,\n\x04pull\x18\x02 \x01(\x0b\x32\x1c.txmq.v1.PullMessageResponseH\x00\x12%\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x14.txmq.v1.ErrorDetailH\x00\x42\x08\n\x06result\"~\n\x1bUpdateConsumerOffsetRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12$\n\x05queue\x18\x02 \x01(\x0b\x32\x15.txmq.v1.MessageQueue\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\tclient_id\x18\x04 \x01(\t\"\x1e\n\x1cUpdateConsumerOffsetResponse\"Z\n\x1aQueryConsumerOffsetRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12$\n\x05queue\x18\x02 \x01(\x0b\x32\x15.txmq.v1.MessageQueue\"<\n\x1bQueryConsumerOffsetResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x0e\n\x06offset\x18\x02 \x01(\x03\"\x94\x01\n\x18\x43onsumerHeartbeatRequest\x12\x16\n\x0e\x63onsumer_group\x18\x01 \x01(\t\x12\x11\n\tclient_id\x18\x02 \x01(\t\x12\x0e\n\x06topics\x18\x03 \x03(\t\x12\x0f\n\x07leaving\x18\x04 \x01(\x08\x12,\n\rsubscriptions\x18\x05 \x03(\x0b\x32\x15.txmq.v1.Subscription\"H\n\x0cSubscription\x12\r\n\x05topic\x18\x01 \x01(\t\x12)\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x19.txmq.v1.FilterExpression\"1\n\x19\x43onsumerHeartbeatResponse\x12\x14\n\x0c\x63onsumer_ids\x18\x01 \x03(\t*\x9c\x01\n\nPullStatus\x12\x1b\n\x17PULL_STATUS_UNSPECIFIED\x10\x00\x12\x15\n\x11PULL_STATUS_FOUND\x10\x01\x12\x1a\n\x16PULL_STATUS_NO_NEW_MSG\x10\x02\x12\x1e\n\x1aPULL_STATUS_NO_MATCHED_MSG\x10\x03\x12\x1e\n\x1aPULL_STATUS_OFFSET_ILLEGAL\x10\x04\x32\xcb\x06\n\x04Pull\x12y\n\x0bPullMessage\x12\x1b.txmq.v1.PullMessageRequest\x1a\x1c.txmq.v1.PullMessageResponse\"/\xca\xf3\x18+\x08\x02\x12\x11\x08\x02\x10\x02\x1a\x0bqueue.topic\x12\x14\x08\x03\x10\x02\x1a\x0e\x63onsumer_group\x12\xf8\x01\n\nPullStream\x12\x1a.txmq.v1.PullStreamRequest\x1a\x1b.txmq.v1.PullStreamResponse\"\xac\x01\xca\xf3\x18\xa7\x01\x08\x02\x1a\xa2\x01\x65\x61\x63h pull as PullMessage: Sub on Topic `pull.queue.topic` and Group `pull.consumer_group`; a refusal answers that pull (CODE_ACCESS_DENIED), the stream stays open(\x01\x30\x01\x12\x94\x01\n\x14UpdateConsumerOffset\x12$.txmq.v1.UpdateConsumerOffsetRequest\x1a%.txmq.v1.UpdateConsumerOffsetResponse\"/\xca\xf3\x18+\x08\x02\x12\x11\x08\x02\x10\x02\x1a\x0bqueue.topic\x12\x14\x08\x03\x10\x02\x1a\x0e\x63onsumer_group\x12\x91\x01\n\x13QueryConsumerOffset\x12#.txmq.v1.QueryConsumerOffsetRequest\x1a$.txmq.v1.QueryConsumerOffsetResponse\"/\xca\xf3\x18+\x08\x02\x12\x11\x08\x02\x10\x02\x1a\x0bqueue.topic\x12\x14\x08\x03\x10\x02\x1a\x0e\x63onsumer_group\x12\xa1\x01\n\x11\x43onsumerHeartbeat\x12!.txmq.v1.ConsumerHeartbeatRequest\x1a\".txmq.v1.ConsumerHeartbeatResponse\"E\xca\xf3\x18\x41\x08\x02\x12\x14\x08\x03\x10\x02\x1a\x0e\x63onsumer_group\x12\x0c\x08\x02\x10\x02\x1a\x06topics\x12\x19\x08\x02\x10\x02\x1a\x13subscriptions.topicB&\n\nio.txmq.v1P\x01Z\x16txmq.io/txmq/v1;txmqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,32 +37,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\nio.txmq.v1P\001Z\026txmq.io/txmq/v1;txmqv1'
   _globals['_PULL'].methods_by_name['PullMessage']._loaded_options = None
   _globals['_PULL'].methods_by_name['PullMessage']._serialized_options = b'\312\363\030+\010\002\022\021\010\002\020\002\032\013queue.topic\022\024\010\003\020\002\032\016consumer_group'
+  _globals['_PULL'].methods_by_name['PullStream']._loaded_options = None
+  _globals['_PULL'].methods_by_name['PullStream']._serialized_options = b'\312\363\030\247\001\010\002\032\242\001each pull as PullMessage: Sub on Topic `pull.queue.topic` and Group `pull.consumer_group`; a refusal answers that pull (CODE_ACCESS_DENIED), the stream stays open'
   _globals['_PULL'].methods_by_name['UpdateConsumerOffset']._loaded_options = None
   _globals['_PULL'].methods_by_name['UpdateConsumerOffset']._serialized_options = b'\312\363\030+\010\002\022\021\010\002\020\002\032\013queue.topic\022\024\010\003\020\002\032\016consumer_group'
   _globals['_PULL'].methods_by_name['QueryConsumerOffset']._loaded_options = None
   _globals['_PULL'].methods_by_name['QueryConsumerOffset']._serialized_options = b'\312\363\030+\010\002\022\021\010\002\020\002\032\013queue.topic\022\024\010\003\020\002\032\016consumer_group'
   _globals['_PULL'].methods_by_name['ConsumerHeartbeat']._loaded_options = None
   _globals['_PULL'].methods_by_name['ConsumerHeartbeat']._serialized_options = b'\312\363\030A\010\002\022\024\010\003\020\002\032\016consumer_group\022\014\010\002\020\002\032\006topics\022\031\010\002\020\002\032\023subscriptions.topic'
-  _globals['_PULLSTATUS']._serialized_start=1170
-  _globals['_PULLSTATUS']._serialized_end=1326
-  _globals['_PULLMESSAGEREQUEST']._serialized_start=74
-  _globals['_PULLMESSAGEREQUEST']._serialized_end=374
-  _globals['_PULLMESSAGERESPONSE']._serialized_start=377
-  _globals['_PULLMESSAGERESPONSE']._serialized_end=577
-  _globals['_UPDATECONSUMEROFFSETREQUEST']._serialized_start=579
-  _globals['_UPDATECONSUMEROFFSETREQUEST']._serialized_end=705
-  _globals['_UPDATECONSUMEROFFSETRESPONSE']._serialized_start=707
-  _globals['_UPDATECONSUMEROFFSETRESPONSE']._serialized_end=737
-  _globals['_QUERYCONSUMEROFFSETREQUEST']._serialized_start=739
-  _globals['_QUERYCONSUMEROFFSETREQUEST']._serialized_end=829
-  _globals['_QUERYCONSUMEROFFSETRESPONSE']._serialized_start=831
-  _globals['_QUERYCONSUMEROFFSETRESPONSE']._serialized_end=891
-  _globals['_CONSUMERHEARTBEATREQUEST']._serialized_start=894
-  _globals['_CONSUMERHEARTBEATREQUEST']._serialized_end=1042
-  _globals['_SUBSCRIPTION']._serialized_start=1044
-  _globals['_SUBSCRIPTION']._serialized_end=1116
-  _globals['_CONSUMERHEARTBEATRESPONSE']._serialized_start=1118
-  _globals['_CONSUMERHEARTBEATRESPONSE']._serialized_end=1167
-  _globals['_PULL']._serialized_start=1329
-  _globals['_PULL']._serialized_end=1921
+  _globals['_PULLSTATUS']._serialized_start=1430
+  _globals['_PULLSTATUS']._serialized_end=1586
+  _globals['_PULLMESSAGEREQUEST']._serialized_start=96
+  _globals['_PULLMESSAGEREQUEST']._serialized_end=396
+  _globals['_PULLMESSAGERESPONSE']._serialized_start=399
+  _globals['_PULLMESSAGERESPONSE']._serialized_end=599
+  _globals['_PULLSTREAMREQUEST']._serialized_start=601
+  _globals['_PULLSTREAMREQUEST']._serialized_end=699
+  _globals['_PULLSTREAMRESPONSE']._serialized_start=702
+  _globals['_PULLSTREAMRESPONSE']._serialized_end=837
+  _globals['_UPDATECONSUMEROFFSETREQUEST']._serialized_start=839
+  _globals['_UPDATECONSUMEROFFSETREQUEST']._serialized_end=965
+  _globals['_UPDATECONSUMEROFFSETRESPONSE']._serialized_start=967
+  _globals['_UPDATECONSUMEROFFSETRESPONSE']._serialized_end=997
+  _globals['_QUERYCONSUMEROFFSETREQUEST']._serialized_start=999
+  _globals['_QUERYCONSUMEROFFSETREQUEST']._serialized_end=1089
+  _globals['_QUERYCONSUMEROFFSETRESPONSE']._serialized_start=1091
+  _globals['_QUERYCONSUMEROFFSETRESPONSE']._serialized_end=1151
+  _globals['_CONSUMERHEARTBEATREQUEST']._serialized_start=1154
+  _globals['_CONSUMERHEARTBEATREQUEST']._serialized_end=1302
+  _globals['_SUBSCRIPTION']._serialized_start=1304
+  _globals['_SUBSCRIPTION']._serialized_end=1376
+  _globals['_CONSUMERHEARTBEATRESPONSE']._serialized_start=1378
+  _globals['_CONSUMERHEARTBEATRESPONSE']._serialized_end=1427
+  _globals['_PULL']._serialized_start=1589
+  _globals['_PULL']._serialized_end=2432
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 from txmq.v1 import auth_pb2 as _auth_pb2
 from txmq.v1 import common_pb2 as _common_pb2
+from txmq.v1 import errors_pb2 as _errors_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -63,6 +64,26 @@ class PullMessageResponse(_message.Message):
     records: bytes
     store_id: str
     def __init__(self, status: _Optional[_Union[PullStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.MessageView, _Mapping]]] = ..., records: _Optional[bytes] = ..., store_id: _Optional[str] = ...) -> None: ...
+
+class PullStreamRequest(_message.Message):
+    __slots__ = ("request_id", "pull", "cancel")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    pull: PullMessageRequest
+    cancel: bool
+    def __init__(self, request_id: _Optional[int] = ..., pull: _Optional[_Union[PullMessageRequest, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class PullStreamResponse(_message.Message):
+    __slots__ = ("request_id", "pull", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    pull: PullMessageResponse
+    error: _errors_pb2.ErrorDetail
+    def __init__(self, request_id: _Optional[int] = ..., pull: _Optional[_Union[PullMessageResponse, _Mapping]] = ..., error: _Optional[_Union[_errors_pb2.ErrorDetail, _Mapping]] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
     __slots__ = ("consumer_group", "queue", "offset", "client_id")

@@ -39,6 +39,11 @@ class PullStub:
                 request_serializer=txmq_dot_v1_dot_pull__pb2.PullMessageRequest.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_pull__pb2.PullMessageResponse.FromString,
                 _registered_method=True)
+        self.PullStream = channel.stream_stream(
+                '/txmq.v1.Pull/PullStream',
+                request_serializer=txmq_dot_v1_dot_pull__pb2.PullStreamRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_pull__pb2.PullStreamResponse.FromString,
+                _registered_method=True)
         self.UpdateConsumerOffset = channel.unary_unary(
                 '/txmq.v1.Pull/UpdateConsumerOffset',
                 request_serializer=txmq_dot_v1_dot_pull__pb2.UpdateConsumerOffsetRequest.SerializeToString,
@@ -61,6 +66,17 @@ class PullServicer:
 
     def PullMessage(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PullStream(self, request_iterator, context):
+        """Long polls on one open stream: each request carries a pull (PullMessage's request,
+        validated, checked and held exactly as PullMessage) and an id of the client's
+        choosing; its answer carries the same id, when the pull is done. Several pulls may be
+        outstanding; answers come in the order they are ready. An error of one pull is its
+        answer (an ErrorDetail); the stream goes on. docs/pull.md "The pull stream".
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -92,6 +108,11 @@ def add_PullServicer_to_server(servicer, server):
                     servicer.PullMessage,
                     request_deserializer=txmq_dot_v1_dot_pull__pb2.PullMessageRequest.FromString,
                     response_serializer=txmq_dot_v1_dot_pull__pb2.PullMessageResponse.SerializeToString,
+            ),
+            'PullStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PullStream,
+                    request_deserializer=txmq_dot_v1_dot_pull__pb2.PullStreamRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_pull__pb2.PullStreamResponse.SerializeToString,
             ),
             'UpdateConsumerOffset': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateConsumerOffset,
@@ -136,6 +157,33 @@ class Pull:
             '/txmq.v1.Pull/PullMessage',
             txmq_dot_v1_dot_pull__pb2.PullMessageRequest.SerializeToString,
             txmq_dot_v1_dot_pull__pb2.PullMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/txmq.v1.Pull/PullStream',
+            txmq_dot_v1_dot_pull__pb2.PullStreamRequest.SerializeToString,
+            txmq_dot_v1_dot_pull__pb2.PullStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
