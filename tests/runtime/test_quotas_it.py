@@ -210,3 +210,35 @@ def test_the_sdk_producer_waits_out_its_quota_within_its_timeout(cluster: Cluste
     with grpc.insecure_channel(cluster.store) as channel:  # the store did refuse on the way
         stub = store_pb2_grpc.StoreStub(channel)
         assert_over_quota(refusal(lambda: send_message(stub, SLOW)), "slow", "produce")
+
+
+def test_a_pull_on_the_stream_over_the_fetch_quota_gets_its_own_error_answer(cluster: Cluster) -> None:
+    """PullStream (the SDK's long polls) is held to the same fetch quota as PullMessage: the
+    refused pull is answered with CODE_QUOTA_EXCEEDED on the stream, which lives on."""
+    with grpc.insecure_channel(cluster.store) as channel:
+        send_message(store_pb2_grpc.StoreStub(channel), ROOT)  # 12 kB: more than one second's quota
+    requests: queue.Queue[pull_pb2.PullStreamRequest | None] = queue.Queue()
+
+    def outgoing() -> Iterator[pull_pb2.PullStreamRequest]:
+        while (item := requests.get()) is not None:
+            yield item
+
+    def ask(request_id: int) -> pull_pb2.PullStreamRequest:
+        pull_request = pull_pb2.PullMessageRequest(
+            consumer_group=GROUP, queue=common_pb2.MessageQueue(topic=TOPIC, queue_id=0), max_messages=1
+        )
+        return pull_pb2.PullStreamRequest(request_id=request_id, pull=pull_request)
+
+    with grpc.insecure_channel(cluster.pull) as channel:
+        answers = pull_pb2_grpc.PullStub(channel).PullStream(
+            outgoing(), metadata=signing.auth_metadata(SLOW), timeout=30
+        )
+        requests.put(ask(1))
+        first = next(answers)
+        assert first.request_id == 1 and first.WhichOneof("result") == "pull" and len(first.pull.messages) == 1
+        requests.put(ask(2))
+        second = next(answers)
+        assert second.request_id == 2 and second.WhichOneof("result") == "error"
+        assert_over_quota(TxmqError.from_detail(second.error), "slow", "fetch")
+        requests.put(None)
+        assert list(answers) == []  # closed by the client after every answer: the stream ends cleanly

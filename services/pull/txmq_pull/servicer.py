@@ -100,8 +100,10 @@ class PullServicer(pull_pb2_grpc.PullServicer):
             await session.close()
 
     async def _stream_pull(self, request: pull_pb2.PullMessageRequest) -> pull_pb2.PullMessageResponse:
+        admit_fetch()  # the caller's byte-rate quota, as PullMessage: this pull's error answer
         response = await self._processor.pull(request)
         pulled(request, response)
+        charge_fetch(response)
         return response
 
     def finish_streams(self) -> None:

@@ -120,7 +120,8 @@ class QueuePuller:
             return
         c._client.core.routes.mark_stale(pq.mq.topic)
         first = c._config.pull_error_backoff_s
-        wait = backoff_delay(failures, first=first, maximum=max(first, _PULL_ERROR_BACKOFF_MAX_S))
+        # At least what a throttling refusal asks for (its retry_after_ms: a fetch quota).
+        wait = backoff_delay(failures, first=first, maximum=max(first, _PULL_ERROR_BACKOFF_MAX_S), after=err)
         c._timer.call_later(wait, c._pull, pq)
 
     # -- a paused group (consume_enable off; docs/consumers.md "Pausing a group") ------------
