@@ -17,9 +17,12 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from txmq.codec_native import patch as _native_patch
 from txmq.codec_native import verify as _native_verify
+from txmq.codec_native import walk as _native_walk
+from txmq.protocol import KEY_SEPARATOR
 from txmq.records import (  # noqa: F401  (re-exported for the store)
     BLANK_MAGIC,
     BORN_TIMESTAMP_AT,
@@ -173,6 +176,49 @@ def verify_record(buf: bytes | memoryview, pos: int, physical_offset: int) -> in
     # Raised outside the handler: the ValueError (and, in pure Python, the view of
     # ``buf`` its traceback holds) is gone, so an mmap behind ``buf`` can be closed.
     raise CorruptRecord(reason)
+
+
+class HeldRecord(NamedTuple):
+    """A record of a replica's log that waits for the high watermark: what dispatching
+    it needs, read from its bytes in one pass (``walk_records``) instead of a decoded
+    message (no body, hosts or property dict per record)."""
+
+    commit_log_offset: int
+    store_size: int
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    store_timestamp_ms: int
+    topic: str
+    properties_text: str  # every stored property, TAGS / KEYS / UNIQ_KEY included
+    tags: str
+    keys_text: str  # the keys joined by KEY_SEPARATOR
+    unique_id: str
+
+
+_held_record = HeldRecord._make
+
+
+def walk_records(buf: bytes | memoryview, offset: int, segment_end: int) -> list[HeldRecord]:
+    """The records of log bytes read at ``offset`` (within a segment ending at
+    ``segment_end``; a blank marker may close it), each checked as ``verify_record``
+    checks it, in one pass (compiled: ``txmq.codec_native.walk``). Raises CorruptRecord
+    for the first fault; nothing is returned then."""
+    try:
+        walked = _native_walk(buf, offset, segment_end)
+    except ValueError as exc:
+        reason = str(exc)
+    else:
+        return list(map(_held_record, walked))
+    raise CorruptRecord(reason)  # outside the handler, as in verify_record
+
+
+def held_record(msg: StoredMessage) -> HeldRecord:
+    """A decoded record (recovery's, or a deposed leader's) as a held one."""
+    return HeldRecord(
+        msg.commit_log_offset, msg.store_size, msg.queue_id, msg.queue_offset, msg.sys_flag, msg.store_timestamp_ms,
+        msg.topic, encode_properties(msg.all_properties()), msg.tags, KEY_SEPARATOR.join(msg.keys), msg.unique_id,
+    )  # fmt: skip
 
 
 def decode_record(

@@ -8,18 +8,18 @@ from __future__ import annotations
 import shutil
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from txmq.protocol import PROPERTY_TIMER_DELIVER_MS, TIMER_TOPIC
-from txmq.records import PHYSICAL_OFFSET_AT
+from txmq.protocol import KEY_SEPARATOR, PROPERTY_TIMER_DELIVER_MS, TIMER_TOPIC
+from txmq.records import PHYSICAL_OFFSET_AT, decode_properties, pop_field_properties
 
 from .arrivals import Arrival, ArrivalHub
-from .codec import PreparedRecord
-from .configs import TopicConfigTable
+from .codec import HeldRecord, PreparedRecord
+from .configs import TopicConfig, TopicConfigTable
 from .consumequeue import ConsumeQueue
 from .index import Entry, IndexService, message_key_hash, unique_id_hash
-from .model import StoredMessage, is_indexed, takes_queue_slot
+from .model import StoredMessage, is_indexed, takes_queue_slot, with_field_properties
 from .validation import cached_tag_code
 
 QueueKey = tuple[str, int]
@@ -166,56 +166,77 @@ class Dispatcher:
             self.index.put(entries)
         self.dispatched_offset = msg.commit_log_offset + msg.store_size
 
-    def dispatch_stored(self, messages: list[StoredMessage], end_offset: int) -> None:
-        """Dispatch decoded records (a replica's: copied from its leader, or held since
-        its recovery) once they are below the high watermark, waking watchers as
+    def dispatch_held(self, records: list[HeldRecord], end_offset: int) -> None:
+        """Dispatch a replica's held records (copied from its leader, or held since its
+        recovery) once they are below the high watermark, waking watchers as
         ``dispatch`` does (without records attached). ``end_offset``: where the span
         these records came from ends (a segment's blank marker may follow the last).
-        One pass and one index write for the whole span (``redispatch`` per record cost
-        a follower as much again)."""
+        One pass and one index write for the whole span, from the fields the native
+        codec read off the records' bytes: no message object per record."""
         arrivals: list[Arrival] | None = [] if self.hub.active else None
         entries: list[Entry] = []
         queues, topics_get = self.queues, self.topics.get
-        for msg in messages:
-            cfg = topics_get(msg.topic)
-            offset = msg.commit_log_offset
+        topic: str | None = None
+        cfg: TopicConfig | None = None
+        for rec in records:
+            offset, size, queue_id, queue_offset, sys_flag, store_ms, rec_topic, _, tags, keys_text, unique_id = rec
+            if rec_topic != topic:
+                topic, cfg = rec_topic, topics_get(rec_topic)
             if cfg is None or offset < cfg.since_offset:
                 continue  # a deleted topic's, or a deleted namesake's
-            if takes_queue_slot(msg.sys_flag):
-                cq = queues.get((msg.topic, msg.queue_id)) or self._new_queue(msg.topic, msg.queue_id)
-                tag_code = unit_tag_code(msg)
-                cq.put(msg.queue_offset, offset, msg.store_size, tag_code)
+            if takes_queue_slot(sys_flag):
+                cq = queues.get((rec_topic, queue_id)) or self._new_queue(rec_topic, queue_id)
+                if rec_topic == TIMER_TOPIC:
+                    tag_code = timer_tag_code(decode_properties(rec.properties_text))
+                else:
+                    tag_code = cached_tag_code(tags) if tags else 0
+                cq.put(queue_offset, offset, size, tag_code)
                 if arrivals is not None:
+                    props = held_properties(rec)
                     arrivals.append(
                         Arrival(
-                            msg.topic,
-                            msg.queue_id,
-                            msg.queue_offset,
-                            msg.queue_offset + 1,
+                            rec_topic,
+                            queue_id,
+                            queue_offset,
+                            queue_offset + 1,
                             tag_code,
-                            msg.all_properties(),
-                            msg.store_timestamp_ms,
+                            props,
+                            store_ms,
                             cq.min_offset,
                         )
                     )
-            if is_indexed(msg.sys_flag):
-                entries.append((unique_id_hash(msg.unique_id), offset, msg.store_timestamp_ms))
-                if msg.keys:
-                    add_key_entries(entries, msg.topic, msg.keys, offset, msg.store_timestamp_ms)
+            if is_indexed(sys_flag):
+                # unique_id_hash and message_key_hash, inlined as in ``dispatch``
+                entries.append((_crc32(f"#{unique_id}".encode()) or 1, offset, store_ms))
+                if keys_text:
+                    for key in keys_text.split(KEY_SEPARATOR):
+                        entries.append((_crc32(f"{rec_topic}#{key}".encode()) or 1, offset, store_ms))
         self.index.put(entries)
         self.dispatched_offset = max(self.dispatched_offset, end_offset)
         if arrivals:
             self.hub.publish(arrivals)
 
 
+def held_properties(rec: HeldRecord) -> dict[str, str]:
+    """Every property of a held record, as ``StoredMessage.all_properties`` has them."""
+    props = decode_properties(rec.properties_text)
+    tags, keys, unique_id = pop_field_properties(props)
+    return with_field_properties(props, tags=tags, keys=keys, unique_id=unique_id)
+
+
+def timer_tag_code(properties: Mapping[str, str]) -> int:
+    """A timer record's consume-queue tag field: its delivery time."""
+    try:
+        return int(properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
+    except ValueError:
+        return 0
+
+
 def unit_tag_code(msg: StoredMessage) -> int:
     """The tag-hash field of a record's consume-queue unit: its tags' hash code; for a
     timer record (TIMER_TOPIC) its delivery time, so the timer reads only its queue."""
     if msg.topic == TIMER_TOPIC:
-        try:
-            return int(msg.properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
-        except ValueError:
-            return 0
+        return timer_tag_code(msg.properties)
     return cached_tag_code(msg.tags) if msg.tags else 0
 
 

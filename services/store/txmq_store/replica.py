@@ -3,10 +3,11 @@ epoch history, its leadership, the high watermark bounding dispatch, the records
 undispatched, cutting its log where it diverges, copying its leader's log, reseeding.
 
 Nothing beyond the high watermark is dispatched. ``_held``: records in the log, not
-dispatched yet, decoded (copied from the leader, or found beyond the checkpoint at
-start); the leader's own appends wait in the send path (``SendPath.dispatch_appended``)
-as under sync flush. The rules (who leads, the in-sync set, where logs diverge) are in
-replication.py; etcd and the Follow stream in group.py.
+dispatched yet, as the fields their dispatch needs (``HeldRecord``: copied from the
+leader, or found beyond the checkpoint at start); the leader's own appends wait in the
+send path (``SendPath.dispatch_appended``) as under sync flush. The rules (who leads,
+the in-sync set, where logs diverge) are in replication.py; etcd and the Follow stream
+in group.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK
 from txmq_runtime.clock import Clock as MonotonicClock
 
-from .codec import BLANK_SIZE, CorruptRecord, read_size_and_magic
+from .codec import BLANK_SIZE, CorruptRecord, HeldRecord, held_record, read_size_and_magic
 from .commitlog import CommitLog
 from .dispatch import Dispatcher
 from .fileio import fsync_path, write_json_atomically
@@ -74,7 +75,7 @@ class Replica:
         self.leadership: Leadership | None = None
         self.follower_high_watermark = 0
         self.leader_hint = ("", "")  # (replica id, address) of the leader, for NOT_LEADER
-        self._held: deque[StoredMessage] = deque(held or ())
+        self._held: deque[HeldRecord] = deque(map(held_record, held or ()))
         self._local_durable = commitlog.flushed_offset if self._sync else commitlog.write_offset
         self._writes_ready = False
         # Kept on disk (a marker file) so that a restart does not forget it.
@@ -153,7 +154,7 @@ class Replica:
             while held and held[0].commit_log_offset + held[0].store_size <= bound:
                 ready.append(held.popleft())
             last = ready[-1]
-            self._dispatcher.dispatch_stored(ready, last.commit_log_offset + last.store_size)
+            self._dispatcher.dispatch_held(ready, last.commit_log_offset + last.store_size)
         if not held and self._sender.dispatch_appended(bound):
             # Past a segment's closing blank marker, which has no record to dispatch.
             reach = min(bound, self._commitlog.write_offset)
@@ -205,7 +206,7 @@ class Replica:
         self.follower_high_watermark = leadership.high_watermark
         start = self._sender.drop_undispatched()
         if start is not None:
-            self._held.extend(self._read_records(start, self._commitlog.write_offset))
+            self._held.extend(map(held_record, self._read_records(start, self._commitlog.write_offset)))
         log.warning("store %s replica %s no longer leads epoch %d: %s", self.store_id, self.replica_id,
                     leadership.epoch, reason)  # fmt: skip
 

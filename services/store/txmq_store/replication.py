@@ -33,9 +33,8 @@ from txmq.records import BLANK_MAGIC
 from txmq.v1 import errors_pb2
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
-from .codec import BLANK_SIZE, CorruptRecord, decode_record, read_size_and_magic, verify_record
+from .codec import BLANK_SIZE, HeldRecord, read_size_and_magic, walk_records
 from .fileio import read_json, write_json_atomically
-from .model import StoredMessage
 
 log = logging.getLogger("txmq.store.replication")
 
@@ -128,24 +127,11 @@ def ship_span(data: bytes, offset: int, segment_end: int) -> int:
     return at
 
 
-def check_copied(data: bytes, offset: int, segment_end: int) -> list[StoredMessage]:
+def check_copied(data: bytes, offset: int, segment_end: int) -> list[HeldRecord]:
     """The records of a shipment, each CRC-checked and claiming its own offset; a blank
-    marker may close the segment. Raises CorruptRecord (nothing is written then)."""
-    view = memoryview(data)
-    messages: list[StoredMessage] = []
-    at = 0
-    while at < len(data):
-        if at + BLANK_SIZE > len(data):
-            raise CorruptRecord(f"shipment at {offset} ends inside a record header")
-        size, magic = read_size_and_magic(view, at)
-        if magic == BLANK_MAGIC:
-            if offset + at + size != segment_end or at + size != len(data):
-                raise CorruptRecord(f"blank marker at {offset + at} does not close its segment")
-            break
-        verify_record(view, at, offset + at)
-        messages.append(decode_record(view[at : at + size], with_body=False))  # held for dispatch only
-        at += size
-    return messages
+    marker may close the segment. One pass in the native codec, which also reads what
+    dispatching each record needs. Raises CorruptRecord (nothing is written then)."""
+    return walk_records(data, offset, segment_end)
 
 
 @dataclass(slots=True)

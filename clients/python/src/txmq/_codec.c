@@ -209,6 +209,50 @@ raise_huge_header(Py_ssize_t len, PyObject *pos_obj, const char *fmt, PyObject *
 
 /* -- verify ------------------------------------------------------------------------- */
 
+/* The checks of verify on the record at p (avail >= 0 bytes there) that must sit at
+ * physical offset po (po_obj: the same as an int, for the messages; po_fits: whether it
+ * is in the signed 64-bit range). Returns its size, or 0 with ValueError set. */
+static uint32_t
+check_record(const unsigned char *p, Py_ssize_t avail, PyObject *po_obj, long long po, int po_fits)
+{
+    if (avail < (Py_ssize_t)RECORD_CRC_START) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes left at %S, no record header", avail, po_obj);
+        return 0;
+    }
+    uint32_t size = rd_u32(p), magic = rd_u32(p + 4), crc = rd_u32(p + 8);
+    if (magic != MESSAGE_MAGIC) {
+        PyErr_Format(PyExc_ValueError, "bad magic 0x%x at %S", (unsigned int)magic, po_obj);
+        return 0;
+    }
+    if (size < MIN_VERIFIED_SIZE || (uint64_t)size > (uint64_t)avail) {
+        PyErr_Format(PyExc_ValueError, "impossible size %u at %S (%zd bytes left)", (unsigned int)size, po_obj,
+                     avail);
+        return 0;
+    }
+    /* From here on size <= avail: p[0 .. size) is inside the buffer. */
+    if (crc32_ieee(p + RECORD_CRC_START, size - RECORD_CRC_START) != crc) {
+        PyErr_Format(PyExc_ValueError, "record CRC mismatch at %S", po_obj);
+        return 0;
+    }
+    int64_t phys = rd_i64(p + 32);
+    if (!po_fits || phys != (int64_t)po) {
+        PyErr_Format(PyExc_ValueError, "record at %S claims offset %lld", po_obj, (long long)phys);
+        return 0;
+    }
+    uint32_t body_len = rd_u32(p + HEADER_SIZE - 4);
+    uint64_t t = (uint64_t)HEADER_SIZE + body_len; /* topic length byte, relative to p */
+    if (t + 3 > size) {
+        PyErr_Format(PyExc_ValueError, "body length %u overruns record at %S", (unsigned int)body_len, po_obj);
+        return 0;
+    }
+    uint64_t pp = t + 1 + p[t]; /* properties length, relative to p; t < size */
+    if (pp + 2 > size || pp + 2 + rd_u16(p + pp) != size) {
+        PyErr_Format(PyExc_ValueError, "field lengths disagree with size %u at %S", (unsigned int)size, po_obj);
+        return 0;
+    }
+    return size;
+}
+
 PyDoc_STRVAR(verify_doc,
 "verify(buf, pos, physical_offset, /) -> int\n\n"
 "Validate the record at buf[pos:] that must sit at physical_offset; returns its size.\n"
@@ -242,40 +286,8 @@ codec_verify(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     Py_ssize_t avail = view.len - pos; /* both >= 0: no overflow */
-    if (avail < (Py_ssize_t)RECORD_CRC_START) {
-        PyErr_Format(PyExc_ValueError, "%zd bytes left at %S, no record header", avail, po_obj);
-        goto done;
-    }
-    const unsigned char *p = (const unsigned char *)view.buf + pos;
-    uint32_t size = rd_u32(p), magic = rd_u32(p + 4), crc = rd_u32(p + 8);
-    if (magic != MESSAGE_MAGIC) {
-        PyErr_Format(PyExc_ValueError, "bad magic 0x%x at %S", (unsigned int)magic, po_obj);
-        goto done;
-    }
-    if (size < MIN_VERIFIED_SIZE || (uint64_t)size > (uint64_t)avail) {
-        PyErr_Format(PyExc_ValueError, "impossible size %u at %S (%zd bytes left)", (unsigned int)size, po_obj,
-                     avail);
-        goto done;
-    }
-    /* From here on size <= avail: p[0 .. size) is inside the buffer. */
-    if (crc32_ieee(p + RECORD_CRC_START, size - RECORD_CRC_START) != crc) {
-        PyErr_Format(PyExc_ValueError, "record CRC mismatch at %S", po_obj);
-        goto done;
-    }
-    int64_t phys = rd_i64(p + 32);
-    if (!po_fits || phys != (int64_t)po) {
-        PyErr_Format(PyExc_ValueError, "record at %S claims offset %lld", po_obj, (long long)phys);
-        goto done;
-    }
-    uint32_t body_len = rd_u32(p + HEADER_SIZE - 4);
-    uint64_t t = (uint64_t)HEADER_SIZE + body_len; /* topic length byte, relative to p */
-    if (t + 3 > size) {
-        PyErr_Format(PyExc_ValueError, "body length %u overruns record at %S", (unsigned int)body_len, po_obj);
-        goto done;
-    }
-    uint64_t pp = t + 1 + p[t]; /* properties length, relative to p; t < size */
-    if (pp + 2 > size || pp + 2 + rd_u16(p + pp) != size) {
-        PyErr_Format(PyExc_ValueError, "field lengths disagree with size %u at %S", (unsigned int)size, po_obj);
+    uint32_t size = check_record((const unsigned char *)view.buf + pos, avail, po_obj, po, po_fits);
+    if (size == 0) {
         goto done;
     }
     result = PyLong_FromUnsignedLong(size);
@@ -506,12 +518,190 @@ done:
     return result;
 }
 
+/* -- walk -------------------------------------------------------------------------- */
+
+#define BLANK_MAGIC 0x54584D42u
+#define BLANK_SIZE 8
+
+/* A substring of the UTF-8 text at s (already validated as a whole: the split points
+ * are ASCII, so every piece is valid too). */
+static PyObject *
+utf8_piece(const unsigned char *s, Py_ssize_t n)
+{
+    return PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+}
+
+/* The values of TAGS, KEYS and UNIQ_KEY in the properties text (name \x01 value \x02,
+ * repeated; the last of a name wins, as in a dict), "" when absent: out[0..3) get new
+ * references. Returns 0, or -1 with an exception set (out[] then holds nothing). */
+static int
+field_properties(const unsigned char *s, Py_ssize_t n, PyObject **out)
+{
+    const unsigned char *found[3] = {NULL, NULL, NULL};
+    Py_ssize_t found_len[3] = {0, 0, 0};
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t start = i;
+        while (i < n && s[i] != 0x02) {
+            i++;
+        }
+        Py_ssize_t item_end = i++; /* past the separator */
+        if (item_end == start) {
+            continue; /* an empty item */
+        }
+        Py_ssize_t sep = start;
+        while (sep < item_end && s[sep] != 0x01) {
+            sep++;
+        }
+        Py_ssize_t name_len = sep - start; /* no separator: the value is "" */
+        int which = -1;
+        if (name_len == 4 && memcmp(s + start, "TAGS", 4) == 0) {
+            which = 0;
+        } else if (name_len == 4 && memcmp(s + start, "KEYS", 4) == 0) {
+            which = 1;
+        } else if (name_len == 8 && memcmp(s + start, "UNIQ_KEY", 8) == 0) {
+            which = 2;
+        }
+        if (which >= 0) {
+            found[which] = s + sep;
+            found_len[which] = sep < item_end ? item_end - sep - 1 : 0;
+            if (sep < item_end) {
+                found[which]++;
+            }
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        out[k] = found[k] != NULL ? utf8_piece(found[k], found_len[k]) : PyUnicode_New(0, 0);
+        if (out[k] == NULL) {
+            for (int j = 0; j < k; j++) {
+                Py_CLEAR(out[j]);
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(walk_doc,
+"walk(buf, offset, segment_end, /) -> list\n\n"
+"Check a shipment of copied log bytes read at offset (not past its segment, which ends at\n"
+"segment_end) in one pass: whole records, each passing verify at its own offset, and at\n"
+"most a blank marker closing the segment. Per record: (physical_offset, size, queue_id,\n"
+"queue_offset, sys_flag, store_timestamp_ms, topic, properties_text, tags, keys_text,\n"
+"unique_id). ValueError for the first fault (nothing is returned then).");
+
+static PyObject *
+codec_walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    PyObject *off_obj = NULL, *end_obj = NULL, *out = NULL, *topic = NULL;
+    long long offset, segment_end;
+    int off_fits, end_fits;
+    const unsigned char *topic_raw = NULL;
+    unsigned int topic_raw_len = 0;
+
+    (void)module;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "walk() takes exactly 3 positional arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (get_buffer(args[0], &view, 0) < 0) {
+        return NULL;
+    }
+    if (get_int(args[1], &off_obj, &offset, &off_fits) < 0 || get_int(args[2], &end_obj, &segment_end, &end_fits) < 0) {
+        goto fail;
+    }
+    if (!off_fits || !end_fits || offset > (long long)1 << 62 || offset < -((long long)1 << 62)) {
+        PyErr_Format(PyExc_ValueError, "offsets %S, %S out of range", off_obj, end_obj);
+        goto fail;
+    }
+    out = PyList_New(0);
+    if (out == NULL) {
+        goto fail;
+    }
+    const unsigned char *base = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len, at = 0;
+    while (at < n) {
+        long long here = offset + (long long)at;
+        if (n - at < BLANK_SIZE) {
+            PyErr_Format(PyExc_ValueError, "shipment at %lld ends inside a record header", offset);
+            goto fail;
+        }
+        const unsigned char *p = base + at;
+        uint32_t size = rd_u32(p);
+        if (rd_u32(p + 4) == BLANK_MAGIC) {
+            if (here + (long long)size != segment_end || (uint64_t)size != (uint64_t)(n - at)) {
+                PyErr_Format(PyExc_ValueError, "blank marker at %lld does not close its segment", here);
+                goto fail;
+            }
+            break;
+        }
+        PyObject *here_obj = PyLong_FromLongLong(here);
+        if (here_obj == NULL) {
+            goto fail;
+        }
+        size = check_record(p, n - at, here_obj, here, 1);
+        if (size == 0) {
+            Py_DECREF(here_obj);
+            goto fail;
+        }
+        uint64_t t = (uint64_t)HEADER_SIZE + rd_u32(p + HEADER_SIZE - 4);
+        unsigned int topic_len = p[t];
+        uint64_t pp = t + 1 + topic_len;
+        Py_ssize_t props_len = (Py_ssize_t)rd_u16(p + pp);
+        /* Consecutive records of one topic share its str. */
+        if (topic == NULL || topic_len != topic_raw_len || memcmp(topic_raw, p + t + 1, topic_len) != 0) {
+            Py_XDECREF(topic);
+            topic = PyUnicode_DecodeASCII((const char *)p + t + 1, (Py_ssize_t)topic_len, NULL);
+            if (topic == NULL) {
+                Py_DECREF(here_obj);
+                goto fail;
+            }
+            topic_raw = p + t + 1;
+            topic_raw_len = topic_len;
+        }
+        PyObject *props = utf8_piece(p + pp + 2, props_len);
+        PyObject *fieldprops[3] = {NULL, NULL, NULL};
+        if (props == NULL || field_properties(p + pp + 2, props_len, fieldprops) < 0) {
+            Py_DECREF(here_obj);
+            Py_XDECREF(props);
+            goto fail;
+        }
+        PyObject *item = Py_BuildValue(
+            "(NkkLkLONNNN)", here_obj, (unsigned long)size, (unsigned long)rd_u32(p + 16), (long long)rd_i64(p + 24),
+            (unsigned long)rd_u32(p + 40), (long long)rd_i64(p + 72), topic, props, fieldprops[0], fieldprops[1],
+            fieldprops[2]);
+        if (item == NULL) {
+            goto fail; /* Py_BuildValue released the N arguments */
+        }
+        int appended = PyList_Append(out, item);
+        Py_DECREF(item);
+        if (appended < 0) {
+            goto fail;
+        }
+        at += (Py_ssize_t)size;
+    }
+    Py_XDECREF(topic);
+    Py_DECREF(off_obj);
+    Py_DECREF(end_obj);
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(out);
+    Py_XDECREF(off_obj);
+    Py_XDECREF(end_obj);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* -- module ------------------------------------------------------------------------- */
 
 static PyMethodDef codec_methods[] = {
     {"verify", (PyCFunction)(void (*)(void))codec_verify, METH_FASTCALL, verify_doc},
     {"patch", (PyCFunction)(void (*)(void))codec_patch, METH_FASTCALL, patch_doc},
     {"fields", (PyCFunction)(void (*)(void))codec_fields, METH_FASTCALL, fields_doc},
+    {"walk", (PyCFunction)(void (*)(void))codec_walk, METH_FASTCALL, walk_doc},
     {NULL, NULL, 0, NULL},
 };
 

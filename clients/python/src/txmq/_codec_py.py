@@ -1,5 +1,5 @@
 """The commit-log record helpers in pure Python: the reference implementation of
-``verify``, ``patch`` and ``fields``, which ``txmq._codec_c`` (``_codec.c``) implements
+``verify``, ``patch``, ``fields`` and ``walk``, which ``txmq._codec_c`` (``_codec.c``) implements
 again in C with identical results, exceptions and messages. Use them through
 ``txmq.codec_native``, which picks the compiled module when it is built.
 
@@ -19,7 +19,7 @@ import operator
 import struct
 import zlib
 
-__all__ = ["fields", "patch", "verify"]
+__all__ = ["fields", "patch", "verify", "walk"]
 
 MESSAGE_MAGIC = 0x54584D51  # "TXMQ"
 HEADER_SIZE = 116
@@ -191,3 +191,62 @@ def fields(buf: Readable, pos: int, /) -> Fields:
     body = bytes(buf[pos + HEADER_SIZE : tpos])
     return (size, body_crc, queue_id, flag, queue_offset, physical, sys_flag, born_ts, born_raw, store_ts, store_raw,
             reconsume, prepared, body, topic, props)  # fmt: skip
+
+
+BLANK_MAGIC = 0x54584D42  # "TXMB": a segment's closing blank marker
+BLANK_SIZE = 8
+_BLANK = struct.Struct(">II")
+_WALKED = struct.Struct(">I4xq8xI28xq")  # queue id, queue offset, sys flag, store timestamp (16..80)
+_OFFSET_BOUND = 2**62
+#: What ``walk`` returns per record (see there).
+Walked = tuple[int, int, int, int, int, int, str, str, str, str, str]
+
+
+def walk(buf: Readable, offset: int, segment_end: int, /) -> list[Walked]:
+    """Check a shipment of copied log bytes read at ``offset`` (not past its segment,
+    which ends at ``segment_end``) in one pass: whole records, each passing ``verify`` at
+    its own offset, and at most a blank marker closing the segment (``txmq_store.
+    replication.check_copied``). Per record: ``(physical_offset, size, queue_id,
+    queue_offset, sys_flag, store_timestamp_ms, topic, properties_text, tags, keys_text,
+    unique_id)``: what dispatching it needs, the message fields stored as properties
+    (TAGS, KEYS, UNIQ_KEY; the last of a name wins, "" when absent) taken out as
+    ``decode_properties`` would, the text itself left whole.
+
+    ValueError for the first fault, nothing returned then: offsets outside +-2**62 (the
+    segment end outside the signed 64-bit range); bytes ending inside a record header;
+    a blank marker not closing the segment exactly at the end of the bytes; ``verify``'s
+    faults (its messages); UnicodeDecodeError for undecodable text."""
+    buf = _readable(buf)
+    offset = _index(offset)
+    segment_end = _index(segment_end)
+    if not -_OFFSET_BOUND <= offset <= _OFFSET_BOUND or not I64_MIN <= segment_end <= I64_MAX:
+        raise ValueError(f"offsets {offset}, {segment_end} out of range")
+    out: list[Walked] = []
+    n = len(buf)
+    at = 0
+    while at < n:
+        here = offset + at
+        if n - at < BLANK_SIZE:
+            raise ValueError(f"shipment at {offset} ends inside a record header")
+        size, magic = _BLANK.unpack_from(buf, at)
+        if magic == BLANK_MAGIC:
+            if here + size != segment_end or size != n - at:
+                raise ValueError(f"blank marker at {here} does not close its segment")
+            break
+        verify(buf, at, here)
+        queue_id, queue_offset, sys_flag, store_ts = _WALKED.unpack_from(buf, at + 16)
+        (body_len,) = _U32.unpack_from(buf, at + HEADER_SIZE - 4)
+        tpos = at + HEADER_SIZE + body_len
+        ppos = tpos + 1 + buf[tpos]
+        topic = bytes(buf[tpos + 1 : ppos]).decode("ascii")
+        props = bytes(buf[ppos + 2 : at + size]).decode("utf-8")
+        fields_of = {"TAGS": "", "KEYS": "", "UNIQ_KEY": ""}
+        for item in props.split("\x02"):
+            if item:
+                name, _, value = item.partition("\x01")
+                if name in fields_of:
+                    fields_of[name] = value
+        out.append((here, size, queue_id, queue_offset, sys_flag, store_ts, topic, props, fields_of["TAGS"],
+                    fields_of["KEYS"], fields_of["UNIQ_KEY"]))  # fmt: skip
+        at += size
+    return out

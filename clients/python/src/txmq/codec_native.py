@@ -1,5 +1,5 @@
-"""The commit-log record helpers, compiled when possible: ``verify``, ``patch`` and
-``fields`` (layout in ``txmq.records``).
+"""The commit-log record helpers, compiled when possible: ``verify``, ``patch``,
+``fields`` and ``walk`` (layout in ``txmq.records``).
 
 - ``verify(buf, pos, physical_offset) -> int``: the checks of
   ``txmq_store.codec.verify_record`` (ValueError with its messages); the record's size.
@@ -7,6 +7,9 @@
   store_host) -> None``: writes the fields only the store knows into a sent record in
   place, then its record CRC (``encode_record``'s bytes for the same fields).
 - ``fields(buf, pos) -> tuple``: the record decoded without its CRC checked.
+- ``walk(buf, offset, segment_end) -> list``: a shipment of copied log bytes checked in
+  one pass (every record as ``verify`` checks it, a closing blank marker), and per record
+  the fields its dispatch needs (a follower's copy, ``txmq_store.replication``).
 
 They come from ``txmq._codec_c``, a C extension (``_codec.c``) that installing the SDK
 builds (``clients/python/setup.py``; ``pip install -e clients/python`` in
@@ -20,19 +23,19 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["NATIVE", "fields", "patch", "verify"]
+__all__ = ["NATIVE", "fields", "patch", "verify", "walk"]
 
 NATIVE: bool
 
 if os.environ.get("TXMQ_PURE_PYTHON") == "1":
-    from txmq._codec_py import fields, patch, verify
+    from txmq._codec_py import fields, patch, verify, walk
 
     NATIVE = False
 else:
     try:
-        from txmq._codec_c import fields, patch, verify
+        from txmq._codec_c import fields, patch, verify, walk
     except ImportError:
-        from txmq._codec_py import fields, patch, verify
+        from txmq._codec_py import fields, patch, verify, walk
 
         NATIVE = False
     else:
