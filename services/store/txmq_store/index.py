@@ -58,12 +58,14 @@ def key_hash(key: str) -> int:
 
 
 def message_key_hash(topic: str, key: str) -> int:
+    # Dispatcher.dispatch_held inlines this: change them together.
     return key_hash(f"{topic}#{key}")
 
 
 def unique_id_hash(unique_id: str) -> int:
     # Topics are never empty, so this never hashes the same string as a message key.
-    # Dispatcher.dispatch inlines this: change both together.
+    # Dispatcher.dispatch and Dispatcher.dispatch_held inline this and message_key_hash:
+    # change them together.
     return key_hash(f"#{unique_id}")
 
 
