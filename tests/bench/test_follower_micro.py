@@ -22,5 +22,7 @@ def test_a_tiny_follower_micro_run_reports_both_figures():
     )
     assert result.returncode == 0, result.stderr
     assert re.search(
-        r"128 records of 64 B in \d+ shipments: copy [\d.]+ us/record, dispatch [\d.]+ us/record", result.stdout
+        r"128 records of 64 B in \d+ shipments: copy [\d.]+ us/record CPU \([\d.]+ wall\), "
+        r"dispatch [\d.]+ us/record CPU \([\d.]+ wall\)",
+        result.stdout,
     )
