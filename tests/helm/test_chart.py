@@ -1160,6 +1160,8 @@ def tls_env(service: str, directory: str = "/etc/txmq/tls", **explicit: str) -> 
         "key_file": f"{directory}/tls.key",
         "mode": "enforcing",
         "server_name": f"txmq-bootstrap.{chart.NAMESPACE}.svc.cluster.local",
+        # The gateway's TLS port asks for no client certificate unless a value says so.
+        **({"port_client_auth": "none"} if service == "gateway" else {}),
         **{name.lower(): value for name, value in explicit.items()},
     }
     return sorted((prefix + name.upper(), value) for name, value in computed.items())
@@ -1178,7 +1180,14 @@ def test_gateway_without_a_tls_port_serves_no_v2_tls_port(scenario: str) -> None
     if mounted:
         assert gateway_tls_env(c) == tls_env("gateway", PORT="-1")
     else:
-        off = {"CA_FILE": "", "CERT_FILE": "", "CLIENT_AUTH": "none", "KEY_FILE": "", "MODE": "disabled"}
+        off = {
+            "CA_FILE": "",
+            "CERT_FILE": "",
+            "CLIENT_AUTH": "none",
+            "KEY_FILE": "",
+            "MODE": "disabled",
+            "PORT_CLIENT_AUTH": "none",
+        }
         assert gateway_tls_env(c) == sorted(
             [(f"TXMQ_GATEWAY_TLS_{k}", v) for k, v in {**off, "PORT": "-1", "SERVER_NAME": ""}.items()]
         )

@@ -42,6 +42,7 @@ def test_every_service_serves_mutual_tls_from_the_mounted_secret(values: dict[st
             prefix = f"TXMQ_{service.upper()}_"
             tls_settings = {k.removeprefix(prefix): v for k, v in env.items() if k.startswith(prefix + "TLS_")}
             tls_settings.pop("TLS_PORT", None)  # the gateway's v2 TLS port, off here
+            assert tls_settings.pop("TLS_PORT_CLIENT_AUTH", "none") == "none"  # and its client certificates
             assert tls_settings == {
                 "TLS_MODE": "enforcing",
                 "TLS_CLIENT_AUTH": "require",
