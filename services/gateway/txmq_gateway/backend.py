@@ -16,6 +16,7 @@ import grpc
 from txmq.errors import NotImplementedYetError, TxmqError, error
 from txmq.ids import new_unique_id
 from txmq.pipe import AsyncFramePipe, PipeSettings
+from txmq.protocol import STORE_DECISIONS
 from txmq.records import encode_for_send
 from txmq.v1 import (
     common_pb2,
@@ -44,10 +45,6 @@ T = TypeVar("T")
 _CLOSE_TIMEOUT_S = 5.0
 # How long a held pull may outlive its hold on the pull service's side.
 _PULL_MARGIN_S = 5.0
-_TO_STORE = {
-    txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT: store_pb2.DECISION_COMMIT,
-    txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK: store_pb2.DECISION_ROLLBACK,
-}
 
 
 class Backend:
@@ -232,7 +229,7 @@ class Backend:
         anything else, END_TRANSACTION on the live txcheck replicas in turn until one
         decides (a retriable error moves on; a repeated decision is answered as the
         first)."""
-        decision = _TO_STORE.get(request.resolution)
+        decision = STORE_DECISIONS.get(request.resolution)
         if decision is not None:
             try:
                 return await self._decide(request, decision)

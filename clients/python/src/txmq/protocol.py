@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from txmq.v1 import store_pb2, txcheck_pb2
+
 # -- message properties (RocketMQ MessageConst names) ------------------------------------
 
 PROPERTY_TAGS = "TAGS"
@@ -224,6 +226,13 @@ def is_system_topic(topic: str) -> bool:
 OP_TAG = "d"
 OP_COMMIT = "C"
 OP_ROLLBACK = "R"
+
+#: An END_TRANSACTION's resolution as the store decides it (``Store.EndTransactions`` /
+#: ``DecideTransactions``): COMMIT and ROLLBACK only; UNKNOWN decides nothing.
+STORE_DECISIONS: Mapping[int, store_pb2.Decision] = {
+    txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT: store_pb2.DECISION_COMMIT,
+    txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK: store_pb2.DECISION_ROLLBACK,
+}
 
 
 @dataclass(frozen=True, slots=True)

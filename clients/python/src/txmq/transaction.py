@@ -53,6 +53,7 @@ from txmq.errors import BadRequestError, NotImplementedYetError, TxmqError, Unav
 from txmq.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from txmq.models import ServiceKind
 from txmq.producer import Producer
+from txmq.protocol import STORE_DECISIONS
 from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc, txcheck_pb2, txcheck_pb2_grpc
 
 log = logging.getLogger("txmq.transaction")
@@ -298,7 +299,7 @@ class TransactionProducer(Producer):
         (the store again, then each live replica in turn, then again after a backoff)
         until ``end_transaction_timeout``; other errors raise."""
         deadline = time.monotonic() + self._end_timeout
-        direct = bool(topic and request.store_id) and request.resolution in _TO_STORE
+        direct = bool(topic and request.store_id) and request.resolution in STORE_DECISIONS
         last: TxmqError | None = None
         if direct:
             decided, last = self._store_decides(request, topic, deadline)
@@ -376,7 +377,7 @@ class TransactionProducer(Producer):
             tran_state_table_offset=request.tran_state_table_offset,
             transaction_id=request.transaction_id,
             producer_group=request.producer_group,
-            decision=_TO_STORE[request.resolution],
+            decision=STORE_DECISIONS[request.resolution],
             from_transaction_check=request.from_transaction_check,
         )
         try:
@@ -463,10 +464,6 @@ _SLOT_WAIT_S = 0.5
 _STREAM_END_WAIT_S = 2.0
 _MIN_RETRY_DELAY_S = 0.05
 _MAX_RETRY_DELAY_S = 1.0
-_TO_STORE = {
-    txcheck_pb2.TRANSACTION_RESOLUTION_COMMIT: store_pb2.DECISION_COMMIT,
-    txcheck_pb2.TRANSACTION_RESOLUTION_ROLLBACK: store_pb2.DECISION_ROLLBACK,
-}
 
 
 def txcheck_addresses(core: ClientCore, *, timeout: float) -> list[str]:
