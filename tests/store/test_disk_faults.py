@@ -33,7 +33,7 @@ from prometheus_client import REGISTRY
 
 from txmq.errors import TxmqError
 from txmq.v1 import errors_pb2
-from txmq_store.commitlog import CommitLog
+from txmq_store.commitlog import CommitLog, SegmentAllocator
 from txmq_store.index import IndexService, key_hash
 from txmq_store.message_store import MessageStore
 from txmq_store.settings import StoreSettings
@@ -201,6 +201,17 @@ async def test_a_store_on_a_full_disk_says_so_once_and_stops_cleanly(
     again = await stores.open(str(tmpfs / "store"), disk_min_free_bytes=0)
     assert again.recovered_from_crash
     assert ids_found(again, acked) == acked and queue_bodies(again) == len(acked)
+
+
+async def test_a_segment_whose_preparation_failed_on_a_full_disk_does_not_fail_the_stop(tmpfs: Path) -> None:
+    """The next segment is prepared in the background; when the disk fills under it, the
+    stop that follows removes the partial file and ends normally (it once raised ENOSPC
+    out of the store's close)."""
+    allocator = SegmentAllocator(tmpfs, segment_bytes=8 << 20, mode="zero")  # twice the tmpfs
+    allocator.request(0)
+    allocator.close()
+    assert list(tmpfs.iterdir()) == []
+    assert os.statvfs(tmpfs).f_bfree == os.statvfs(tmpfs).f_blocks  # its blocks returned
 
 
 WRITER = textwrap.dedent(

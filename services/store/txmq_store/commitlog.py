@@ -127,9 +127,13 @@ class SegmentAllocator:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         if self._pending is not None:
-            path = self._pending[1].result()
-            path.unlink(missing_ok=True)
+            # A file being prepared is not needed any more; one whose preparation failed
+            # (a full disk) is removed the same way, its error moot at a stop.
+            start, fut = self._pending
             self._pending = None
+            if fut.exception() is not None:
+                log.info("pre-allocating segment %d failed before the stop: %s", start, fut.exception())
+            (self._directory / f"{segment_name(start)}.alloc").unlink(missing_ok=True)
 
 
 class CommitLog:
