@@ -16,7 +16,7 @@ from txmq.records import encode_for_send
 from txmq.v1 import common_pb2, store_pb2
 from txmq.v1 import errors_pb2 as E
 from txmq_store.message_store import MessageStore
-from txmq_store.model import StoredMessage
+from txmq_store.model import SendStatus, StoredMessage
 
 from .conftest import T0_MS, GrpcStore, StoreFactory, msg
 
@@ -269,3 +269,65 @@ async def test_retention_keeps_the_segment_of_a_pending_timer(stores: StoreFacto
     await store.flush()
     assert await store.clean_expired_files() > 0  # delivered: nothing holds them back
     assert [m.body for m in visible(store) if m.body == b"later"] == [b"later"]
+
+
+# -- recall ------------------------------------------------------------------------------
+
+
+async def test_a_recalled_message_is_never_delivered_after_a_restart_without_checkpoint(
+    stores: StoreFactory, clock: ManualClock
+) -> None:
+    store = await stores.open()
+    store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
+    kept, gone = await store.send([msg(b"kept", properties={"TIMER_DELAY_SEC": "5"}),
+                                   msg(b"gone", properties={"TIMER_DELAY_SEC": "5"})])  # fmt: skip
+    status, due = await store.recall(topic="TopicA", commit_log_offset=gone.commit_log_offset, unique_id=gone.msg_id)
+    assert (status, due) == (SendStatus.OK, T0_MS + 5_000)
+    assert await store.recall(topic="TopicA", commit_log_offset=gone.commit_log_offset, unique_id=gone.msg_id) == (
+        SendStatus.OK, due,
+    )  # fmt: skip
+    await store.close()
+    stores.opened.remove(store)
+    store.timers.timer.path.unlink()  # every timer is filed again: the recall queue says which not
+    again = await stores.open()
+    assert again.timers.timer.wheel.pending == 1 and again.timers.timer.recalled == {1}
+    clock.advance(5_000)
+    await deliver(again)
+    assert [m.body for m in visible(again)] == [b"kept"]
+    with pytest.raises(TxmqError) as caught:
+        await again.recall(topic="TopicA", commit_log_offset=kept.commit_log_offset, unique_id=kept.msg_id)
+    assert caught.value.code == E.CODE_MESSAGE_ALREADY_DELIVERED
+
+
+async def test_a_recall_naming_anything_but_a_delayed_message_is_not_found(store: MessageStore) -> None:
+    (later,) = await store.send([msg(b"later", properties={"TIMER_DELAY_SEC": "5"})])
+    (now,) = await store.send([msg(b"now")])
+    for topic, offset, unique_id, code in [
+        ("Other", later.commit_log_offset, later.msg_id, E.CODE_MESSAGE_NOT_FOUND),  # another topic
+        ("TopicA", later.commit_log_offset, "U-forged", E.CODE_MESSAGE_NOT_FOUND),
+        ("TopicA", now.commit_log_offset, now.msg_id, E.CODE_MESSAGE_NOT_FOUND),  # not delayed
+        ("TopicA", later.commit_log_offset + 1, later.msg_id, E.CODE_MESSAGE_NOT_FOUND),  # not a record's start
+        ("TopicA", -1, later.msg_id, E.CODE_ILLEGAL_OFFSET),
+    ]:
+        with pytest.raises(TxmqError) as caught:
+            await store.recall(topic=topic, commit_log_offset=offset, unique_id=unique_id)
+        assert caught.value.code == code, (topic, offset, unique_id)
+    assert store.timers.timer.recalled == set()
+
+
+async def test_recall_over_grpc(grpc_store: GrpcStore, clock: ManualClock) -> None:
+    one = await grpc_store.stub.SendMessage(
+        store_pb2.SendMessageRequest(
+            message=common_pb2.Message(topic="TopicA", body=b"c", properties={"TIMER_DELAY_MS": "4000"})
+        )
+    )
+    ask = store_pb2.RecallMessageRequest(
+        topic="TopicA", commit_log_offset=one.result.commit_log_offset, unique_id=one.result.msg_id
+    )
+    resp = await grpc_store.stub.RecallMessage(ask)
+    assert (resp.status, resp.unique_id, resp.deliver_at_ms) == (
+        store_pb2.SEND_STATUS_OK, one.result.msg_id, T0_MS + 4_000,
+    )  # fmt: skip
+    clock.advance(4_000)
+    await deliver(grpc_store.store)
+    assert visible(grpc_store.store) == []

@@ -110,6 +110,11 @@ class Appended:
     end: int
 
 
+@dataclass
+class Recall:
+    offset: int
+
+
 class FakeHost:
     """The timer queue as a list of (delivery ms, record); appends go to ``delivered``
     (an append is ``end`` += 1); ``fail_next`` refuses appends."""
@@ -122,6 +127,8 @@ class FakeHost:
         self.flushed = 0
         self.topics = {"T": 4}
         self.copy_checks = 0
+        self.recall_log: list[int] = []  # the recall queue: recalled timer-queue offsets
+        self.settle_status = SendStatus.OK
 
     def schedule(self, deliver_ms: int, *, topic: str = "T", queue_id: int = 1) -> int:
         offset = len(self.timers)
@@ -170,22 +177,35 @@ class FakeHost:
             m.unique_id == unique_id and m.properties[PROPERTY_TIMER_OFFSET] == str(offset) for m in self.delivered
         )
 
-    def timer_append(self, messages: list[OutgoingMessage]) -> Appended:
+    def timer_append(self, messages: list[Any]) -> Appended:
         if self.fail_next is not None:
             exc, self.fail_next = self.fail_next, None
             raise exc
+        if isinstance(messages[0], Recall):
+            self.recall_log.extend(r.offset for r in messages)
+            return Appended(len(self.delivered))
         self.appends += 1
         self.delivered.extend(messages)
         return Appended(len(self.delivered))
 
     async def timer_settle(self, appended: Appended) -> SendStatus:
-        return SendStatus.OK
+        return self.settle_status
 
     async def timer_flush(self, upto: int) -> None:
         self.flushed = max(self.flushed, upto)
 
     def timer_batch_limits(self) -> tuple[int, int]:
         return 3, 1 << 20
+
+    def timer_recalls(self) -> list[int]:
+        return list(self.recall_log)
+
+    def timer_delivered(self, offset: int) -> bool:
+        return self.copy_exists(self.timers[offset][1].unique_id, offset)
+
+    def timer_recall_record(self, offset: int, deliver_ms: int, unique_id: str) -> Recall:
+        assert (deliver_ms, unique_id) == (self.timers[offset][0], f"U{offset}")
+        return Recall(offset)
 
 
 @pytest.fixture
@@ -413,3 +433,92 @@ async def test_the_next_seconds_copies_are_built_ahead_and_late_ones_still_go(
     clock.advance(1_500)
     await timer.tick()
     assert uids(host) == ["U0", "U1", "U2", "U3", "U4"] and built == 5
+
+
+# -- recall ------------------------------------------------------------------------------
+
+
+async def recall(timer: Timer, host: FakeHost, offset: int) -> SendStatus:
+    return await timer.recall(offset, host.timers[offset][0], f"U{offset}")
+
+
+@ASYNC
+async def test_a_recalled_timer_is_never_delivered_also_after_a_restart(tmp_path: Path, clock: ManualClock) -> None:
+    host = FakeHost()
+    timer = new_timer(host, tmp_path, clock)
+    for _ in range(3):
+        host.schedule(NOW + 2_000)
+    assert await recall(timer, host, 1) == SendStatus.OK  # not ingested yet: the recall reads it first
+    assert host.recall_log == [1] and timer.wheel.pending == 2
+    assert await recall(timer, host, 1) == SendStatus.OK and host.recall_log == [1]  # again: nothing appended
+    restarted = new_timer(host, tmp_path, clock)  # no checkpoint: every unit filed again, minus the recalled
+    assert restarted.wheel.pending == 2 and restarted.recalled == {1}
+    clock.advance(2_000)
+    await restarted.tick()
+    assert uids(host) == ["U0", "U2"]
+
+
+@ASYNC
+async def test_a_delivered_timer_cannot_be_recalled(tmp_path: Path, clock: ManualClock) -> None:
+    host = FakeHost()
+    timer = new_timer(host, tmp_path, clock)
+    host.schedule(NOW + 2_000)
+    clock.advance(2_000)
+    await timer.tick()
+    with pytest.raises(TxmqError) as caught:
+        await recall(timer, host, 0)
+    assert caught.value.code == E.CODE_MESSAGE_ALREADY_DELIVERED and caught.value.metadata == {"unique_id": "U0"}
+    assert host.recall_log == []
+
+
+@ASYNC
+async def test_a_timer_delivered_before_a_crash_and_filed_again_cannot_be_recalled(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Delivered, then the process died before its checkpoint: the rebuild files it
+    again (its copy is found only at delivery); a recall finds the copy first."""
+    host = FakeHost()
+    timer = new_timer(host, tmp_path, clock)
+    host.schedule(NOW + 2_000)
+    host.schedule(NOW + 5_000)
+    await timer.checkpoint()
+    clock.advance(2_000)
+    await timer.tick()
+    restarted = new_timer(host, tmp_path, clock)
+    assert restarted.wheel.pending == 2
+    with pytest.raises(TxmqError) as caught:
+        await recall(restarted, host, 0)
+    assert caught.value.code == E.CODE_MESSAGE_ALREADY_DELIVERED
+    assert await recall(restarted, host, 1) == SendStatus.OK
+    clock.advance(5_000)
+    await restarted.tick()
+    assert uids(host) == ["U0"] and restarted.duplicates_skipped == 1
+
+
+@ASYNC
+async def test_a_recall_drops_a_copy_built_ahead_and_the_checkpoint_passes_it(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    host = FakeHost()
+    timer = new_timer(host, tmp_path, clock)
+    host.schedule(NOW + 2_000)
+    clock.advance(1_000)
+    await timer.tick()  # its copy is built ahead
+    assert 0 in timer._ready
+    host.settle_status = SendStatus.FLUSH_REPLICA_TIMEOUT
+    assert await recall(timer, host, 0) == SendStatus.FLUSH_REPLICA_TIMEOUT  # written here: it holds here
+    clock.advance(1_000)
+    assert await timer.tick() == 0 and host.delivered == []
+    cp = await timer.checkpoint()  # the emptied second is passed
+    assert cp == TimerCheckpoint(ingested=1, delivered_through_sec=due_second(NOW + 2_000), delivered_below=1)
+
+
+@ASYNC
+async def test_a_recall_on_an_inactive_timer_is_refused_as_not_ready(tmp_path: Path, clock: ManualClock) -> None:
+    host = FakeHost()
+    timer = new_timer(host, tmp_path, clock)
+    host.schedule(NOW + 2_000)
+    timer.deactivate()
+    with pytest.raises(TxmqError) as caught:
+        await recall(timer, host, 0)
+    assert caught.value.code == E.CODE_SERVICE_NOT_READY and host.recall_log == []

@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from txmq.protocol import KEY_SEPARATOR, PROPERTY_TIMER_DELIVER_MS, TIMER_TOPIC
+from txmq.protocol import KEY_SEPARATOR, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_RECALL, TIMER_TOPIC
 from txmq.records import PHYSICAL_OFFSET_AT, decode_properties, pop_field_properties
 
 from .arrivals import Arrival, ArrivalHub
@@ -225,9 +225,11 @@ def held_properties(rec: HeldRecord) -> dict[str, str]:
 
 
 def timer_tag_code(properties: Mapping[str, str]) -> int:
-    """A timer record's consume-queue tag field: its delivery time."""
+    """A timer record's consume-queue tag field: its delivery time; a recall record's
+    (timer.py ``Timer.recall``): the timer-queue offset of the timer it recalls."""
     try:
-        return int(properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
+        recalled = properties.get(PROPERTY_TIMER_RECALL)
+        return int(recalled if recalled is not None else properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
     except ValueError:
         return 0
 

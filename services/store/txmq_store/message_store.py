@@ -42,7 +42,7 @@ from .dispatch import Dispatcher
 from .fileio import fsync_path
 from .integrity import CorruptionLog, DiskFullLog, Quarantine, is_disk_full
 from .metrics import ReplicaFigures, StoreFigures
-from .model import OutgoingMessage, QueueOffsets, SendResult, StoredMessage, StoreStatus
+from .model import OutgoingMessage, QueueOffsets, SendResult, SendStatus, StoredMessage, StoreStatus
 from .offsets import ConsumeOffsetTable
 from .reads import DEFAULT_MAX_MESSAGES, Reader
 from .recovery import StorePaths, lock_data_dir, mark_running, mark_stopped, recover, write_checkpoint
@@ -50,7 +50,7 @@ from .replica import Replica
 from .replication import CONFIG, FENCES, OFFSETS
 from .send_path import SendPath
 from .settings import StoreSettings
-from .timer import Timers
+from .timer import Timers, pending_timer
 from .transactions import Fences, Transactions
 
 log = logging.getLogger("txmq.store")
@@ -386,6 +386,13 @@ class MessageStore:
             messages, producer_group=producer_group, transaction_prepared=transaction_prepared, born_host=born_host,
             system=system,
         )  # fmt: skip
+
+    async def recall(self, *, topic: str, commit_log_offset: int, unique_id: str) -> tuple[SendStatus, int]:
+        """Cancel a delayed message named by its send's answer (``Timer.recall``):
+        (how the recall settled, when it was due)."""
+        self.sender.check_writable()
+        timer_offset, deliver_ms = pending_timer(self.reader.view_message(commit_log_offset), topic, unique_id)
+        return await self.timers.timer.recall(timer_offset, deliver_ms, unique_id), deliver_ms
 
     def query_messages(
         self, *, topic: str = "", key: str = "", unique_id: str = "", max_results: int = DEFAULT_MAX_MESSAGES,

@@ -346,6 +346,15 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         )
 
     @rpc
+    async def RecallMessage(self, request: store_pb2.RecallMessageRequest, context: grpc.aio.ServicerContext):
+        status, deliver_ms = await self._store.recall(
+            topic=request.topic, commit_log_offset=request.commit_log_offset, unique_id=request.unique_id
+        )
+        return store_pb2.RecallMessageResponse(
+            status=store_pb2.SendStatus.ValueType(status), unique_id=request.unique_id, deliver_at_ms=deliver_ms
+        )
+
+    @rpc
     async def RequeueHalves(self, request: store_pb2.RequeueHalvesRequest, context: grpc.aio.ServicerContext):
         outcomes = await self._store.transactions.requeue(
             [HalfAction(a.commit_log_offset, a.action, a.reason) for a in request.actions],

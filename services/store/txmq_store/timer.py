@@ -42,13 +42,16 @@ from txmq.protocol import (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OFFSET,
+    PROPERTY_TIMER_RECALL,
+    TIMER_QUEUE_ID,
+    TIMER_RECALL_QUEUE_ID,
     TIMER_TOPIC,
 )
 from txmq.records import decode_properties, encode_properties_text, pop_field_properties
 from txmq.v1 import errors_pb2
 
 from . import metrics as store_metrics
-from .codec import HEADER_SIZE, CorruptRecord, PreparedRecord, encode_tail, verify_record
+from .codec import HEADER_SIZE, UNKNOWN_HOST, CorruptRecord, PreparedRecord, encode_tail, verify_record
 from .commitlog import CommitLog
 from .configs import TopicConfigTable, WriteQueues
 from .consumequeue import UNIT
@@ -144,6 +147,27 @@ def due_second(deliver_ms: int) -> int:
     return -(-deliver_ms // 1000)
 
 
+def pending_timer(msg: StoredMessage, topic: str, unique_id: str) -> tuple[int, int]:
+    """(timer-queue offset, delivery ms) of ``msg`` when it is the timer record of a
+    delayed message of ``topic`` with ``unique_id`` (what a recall names); otherwise
+    CODE_MESSAGE_NOT_FOUND."""
+    props = msg.properties
+    deliver = props.get(PROPERTY_TIMER_DELIVER_MS, "")
+    if (
+        msg.topic != TIMER_TOPIC
+        or msg.queue_id != TIMER_QUEUE_ID
+        or msg.unique_id != unique_id
+        or props.get(PROPERTY_REAL_TOPIC) != topic
+        or not deliver.isdigit()
+    ):
+        raise error(
+            errors_pb2.CODE_MESSAGE_NOT_FOUND,
+            f"no delayed message {unique_id} of topic {topic} at commit-log offset {msg.commit_log_offset}",
+            unique_id=unique_id, commit_log_offset=str(msg.commit_log_offset),
+        )  # fmt: skip
+    return msg.queue_offset, int(deliver)
+
+
 class TimerWheel:
     """Pending timers: per delivery second an array of timer-queue offsets (8 bytes per
     timer, plus about 150 bytes per distinct second), and a heap of the seconds."""
@@ -183,7 +207,16 @@ class TimerWheel:
             self.add(second, offset)
 
     def min_offset(self) -> int | None:
-        return min((min(s) for s in self._slots.values()), default=None)
+        return min((min(s) for s in self._slots.values() if s), default=None)
+
+    def remove(self, second: int, offset: int) -> bool:
+        """Take one pending timer out (a recall); False when it is not pending."""
+        slot = self._slots.get(second)
+        if slot is None or offset not in slot:
+            return False
+        slot.remove(offset)  # an emptied second stays in the heap: its delivery is empty
+        self.pending -= 1
+        return True
 
     def clear(self) -> None:
         self._slots.clear()
@@ -254,6 +287,18 @@ class TimerHost(Protocol):
         """(messages, body bytes) one append may take."""
         ...
 
+    def timer_recalls(self) -> list[int]:
+        """The timer-queue offsets the recall queue names (recalled timers)."""
+        ...
+
+    def timer_delivered(self, offset: int) -> bool:
+        """Whether the real topic holds a delivered copy of the timer at ``offset``."""
+        ...
+
+    def timer_recall_record(self, offset: int, deliver_ms: int, unique_id: str) -> Any:
+        """The recall queue's record cancelling the timer at ``offset``."""
+        ...
+
 
 #: ``TimerHost.timer_copies`` outcomes that deliver nothing.
 DUPLICATE = "duplicate"
@@ -289,6 +334,8 @@ class Timer:
         self._duplicates_logged = 0
         self.dropped_total = 0
         self.last_lag_ms = 0
+        self.recalled: set[int] = set()  # timer-queue offsets of recalled timers
+        self.recalled_total = 0
         self._pause_logged: tuple[str, int] | None = None  # (the refusal, when) last logged
 
     # -- lifecycle -------------------------------------------------------------------
@@ -305,6 +352,7 @@ class Timer:
         self._through = cp.delivered_through_sec if cp else -1
         self._check_below = hi
         self._busy = None
+        self.recalled = set(self._host.timer_recalls())
         self.active = True
         self.ingest()
         self._skip = None
@@ -336,8 +384,8 @@ class Timer:
                 break
             for i, (_, size, deliver_ms) in enumerate(units):
                 offset = self.ingested + i
-                if size == 0:
-                    continue  # a gap: a record recovery found damaged
+                if size == 0 or offset in self.recalled:
+                    continue  # a gap (a record recovery found damaged), or recalled
                 second = due_second(deliver_ms)
                 if skip is not None and offset < skip.ingested and second <= skip.delivered_through_sec:
                     continue
@@ -392,6 +440,39 @@ class Timer:
         if self.active:
             self._prepare_ahead()
         return delivered
+
+    async def recall(self, offset: int, deliver_ms: int, unique_id: str) -> SendStatus:
+        """Cancel the pending timer at timer-queue offset ``offset`` (due at
+        ``deliver_ms``): a recall record naming it is appended to the recall queue and
+        the timer leaves the wheel, under the delivery lock, so a timer is delivered or
+        recalled, never both. A recalled timer is recalled again at once (OK, nothing
+        appended); one delivered (here, or before a restart or failover) is
+        CODE_MESSAGE_ALREADY_DELIVERED. Returns how the recall record settled: other than
+        OK, it is written here but not yet durable or held by the in-sync replicas (it
+        holds on this store; a retry confirms it)."""
+        async with self._lock:
+            if not self.active:
+                raise error(errors_pb2.CODE_SERVICE_NOT_READY, "this store's timer is not active yet; retry")
+            if offset in self.recalled:
+                return SendStatus.OK
+            self.ingest()
+            second = due_second(deliver_ms)
+            slot = self.wheel.peek(second)
+            pending = slot is not None and offset in slot
+            if pending and offset < self._check_below and self._host.timer_delivered(offset):
+                pending = False  # delivered before a restart or a failover (its re-filed unit is skipped)
+            if not pending:
+                raise error(
+                    errors_pb2.CODE_MESSAGE_ALREADY_DELIVERED,
+                    f"the delayed message {unique_id} was delivered (due at {deliver_ms} ms): too late to recall it",
+                    unique_id=unique_id,
+                )
+            appended = self._host.timer_append([self._host.timer_recall_record(offset, deliver_ms, unique_id)])
+            self.wheel.remove(second, offset)
+            self._ready.pop(offset, None)
+            self.recalled.add(offset)
+            self.recalled_total += 1
+            return await self._host.timer_settle(appended)
 
     def _log_paused(self, reason: str) -> None:
         """One line per refusal: again only when the reason changes or after
@@ -507,7 +588,8 @@ class Timer:
         busy = self._busy
         if busy is not None:
             through = min(through, busy[0] - 1)
-            low = min(busy[1]) if low is None else min(low, min(busy[1]))
+            if busy[1]:
+                low = min(busy[1]) if low is None else min(low, min(busy[1]))
         if first is not None:
             through = min(through, first - 1)
         return TimerCheckpoint(q, through, q if low is None else min(low, q))
@@ -626,7 +708,7 @@ class Timers:
 
     def keep_from_offset(self) -> int | None:
         """The commit-log offset of the oldest pending timer record (retention keeps it)."""
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, TIMER_QUEUE_ID)
         if cq is None or cq.max_offset == cq.min_offset:
             return None
         low = self.timer.keep_from()
@@ -650,8 +732,8 @@ class Timers:
         cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
         return (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
 
-    def timer_units(self, offset: int, max_units: int) -> list[tuple[int, int, int]]:
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+    def timer_units(self, offset: int, max_units: int, queue_id: int = TIMER_QUEUE_ID) -> list[tuple[int, int, int]]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, queue_id)
         if cq is None:
             return []
         out: list[tuple[int, int, int]] = []
@@ -776,3 +858,26 @@ class Timers:
 
     def timer_batch_limits(self) -> tuple[int, int]:
         return self._settings.max_batch_messages, self._settings.max_batch_bytes
+
+    def timer_recalls(self) -> list[int]:
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, TIMER_RECALL_QUEUE_ID)
+        if cq is None:
+            return []
+        units = self.timer_units(cq.min_offset, cq.max_offset - cq.min_offset, TIMER_RECALL_QUEUE_ID)
+        return [recalled for _, size, recalled in units if size]
+
+    def timer_delivered(self, offset: int) -> bool:
+        unit = self.timer_units_at([offset])[0]
+        if unit is None or not unit[1]:
+            return False
+        return self.timer_copies([(offset, unit[0], unit[1])], offset + 1)[0] is DUPLICATE
+
+    def timer_recall_record(self, offset: int, deliver_ms: int, unique_id: str) -> PreparedRecord:
+        """A record of the recall queue: no body, the recalled timer-queue offset in
+        TXMQ_TIMER_RECALL and in its unit's tag-hash field; not indexed."""
+        props = {PROPERTY_TIMER_RECALL: str(offset), PROPERTY_TIMER_DELIVER_MS: str(deliver_ms)}
+        tail = encode_tail(TIMER_TOPIC, encode_properties_text(unique_id, "", (), props))
+        return PreparedRecord(
+            TIMER_TOPIC, TIMER_RECALL_QUEUE_ID, 0, 0, self._clock(), UNKNOWN_HOST, 0, 0, b"", 0, tail,
+            HEADER_SIZE + len(tail), offset, "", (), unique_id, props, None, True, False,
+        )  # fmt: skip

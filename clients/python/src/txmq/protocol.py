@@ -63,6 +63,9 @@ PROPERTY_DELAY_LEVEL = "DELAY"
 #: A message the timer delivered: the timer-queue offset of its timer record (the store's
 #: duplicate check after a restart or a failover looks for it).
 PROPERTY_TIMER_OFFSET = "TXMQ_TIMER_OFFSET"
+#: A recall of a delayed message: a record of the timer topic's recall queue
+#: (TIMER_RECALL_QUEUE_ID) naming the timer-queue offset of the timer it cancels.
+PROPERTY_TIMER_RECALL = "TXMQ_TIMER_RECALL"
 #: The delay properties a producer may set (at most one per message); reserved otherwise.
 DELAY_PROPERTIES: frozenset[str] = frozenset(
     {PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_DELAY_LEVEL}
@@ -169,6 +172,9 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 #: Delayed messages wait here, one queue, each consume-queue unit's tag-hash field holding
 #: the delivery time (RocketMQ 5's TimerMessageStore topic name).
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+#: The timer topic's queues: 0 holds delayed messages, 1 the recalls of some of them.
+TIMER_QUEUE_ID = 0
+TIMER_RECALL_QUEUE_ID = 1
 SYSTEM_TOPICS: frozenset[str] = frozenset({TRANS_CHECK_MAX_TIME_TOPIC, TIMER_TOPIC})
 #: The half and op topics have one queue each.
 HALF_QUEUE_ID = 0

@@ -226,6 +226,26 @@ class ProducerDecision(_message.Message):
     from_transaction_check: bool
     def __init__(self, commit_log_offset: _Optional[int] = ..., tran_state_table_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., from_transaction_check: _Optional[bool] = ...) -> None: ...
 
+class RecallMessageRequest(_message.Message):
+    __slots__ = ("topic", "commit_log_offset", "unique_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    commit_log_offset: int
+    unique_id: str
+    def __init__(self, topic: _Optional[str] = ..., commit_log_offset: _Optional[int] = ..., unique_id: _Optional[str] = ...) -> None: ...
+
+class RecallMessageResponse(_message.Message):
+    __slots__ = ("status", "unique_id", "deliver_at_ms")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    UNIQUE_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    status: SendStatus
+    unique_id: str
+    deliver_at_ms: int
+    def __init__(self, status: _Optional[_Union[SendStatus, str]] = ..., unique_id: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
+
 class EndTransactionsRequest(_message.Message):
     __slots__ = ("decisions",)
     DECISIONS_FIELD_NUMBER: _ClassVar[int]

@@ -114,6 +114,11 @@ class StoreStub:
                 request_serializer=txmq_dot_v1_dot_store__pb2.EndTransactionsRequest.SerializeToString,
                 response_deserializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.FromString,
                 _registered_method=True)
+        self.RecallMessage = channel.unary_unary(
+                '/txmq.v1.Store/RecallMessage',
+                request_serializer=txmq_dot_v1_dot_store__pb2.RecallMessageRequest.SerializeToString,
+                response_deserializer=txmq_dot_v1_dot_store__pb2.RecallMessageResponse.FromString,
+                _registered_method=True)
         self.RequeueHalves = channel.unary_unary(
                 '/txmq.v1.Store/RequeueHalves',
                 request_serializer=txmq_dot_v1_dot_store__pb2.RequeueHalvesRequest.SerializeToString,
@@ -259,6 +264,17 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecallMessage(self, request, context):
+        """Cancel a delayed message before it is delivered, by what its send answered (the
+        SDK's recall handle: topic, store, commit_log_offset and unique id of the timer
+        record). On the store holding it (a replicated group's leader). A message recalled
+        is never delivered; one delivered (or being delivered) cannot be recalled
+        (MESSAGE_ALREADY_DELIVERED); recalling again answers OK. docs/store.md, "Recall".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RequeueHalves(self, request, context):
         """Internal, for the check loop: put half records back at the tail of the half queue
         (to check them, to wait for a producer, to keep an immune half checkable) or
@@ -352,6 +368,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.EndTransactions,
                     request_deserializer=txmq_dot_v1_dot_store__pb2.EndTransactionsRequest.FromString,
                     response_serializer=txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.SerializeToString,
+            ),
+            'RecallMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecallMessage,
+                    request_deserializer=txmq_dot_v1_dot_store__pb2.RecallMessageRequest.FromString,
+                    response_serializer=txmq_dot_v1_dot_store__pb2.RecallMessageResponse.SerializeToString,
             ),
             'RequeueHalves': grpc.unary_unary_rpc_method_handler(
                     servicer.RequeueHalves,
@@ -791,6 +812,33 @@ class Store:
             '/txmq.v1.Store/EndTransactions',
             txmq_dot_v1_dot_store__pb2.EndTransactionsRequest.SerializeToString,
             txmq_dot_v1_dot_store__pb2.DecideTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecallMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txmq.v1.Store/RecallMessage',
+            txmq_dot_v1_dot_store__pb2.RecallMessageRequest.SerializeToString,
+            txmq_dot_v1_dot_store__pb2.RecallMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,
