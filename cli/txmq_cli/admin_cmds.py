@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import click
 
-from txmq import Admin, ConsumeOffset, Message, MessageExt, NotFoundError, Perm, Producer, TxmqError
+from txmq import Admin, ConsumeOffset, Message, MessageExt, NotFoundError, Perm, Producer, SendResult, TxmqError
 from txmq.models import READ_WRITE, ReplicaState, StoreGroupStatus
 from txmq.v1 import errors_pb2
 from txmq_cli.credentials import client_options
@@ -33,7 +33,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 Row = TypeVar("Row")
 Columns = Sequence[tuple[str, Callable[[Any], object]]]
 # Properties shown with the fields of these types.
-_DERIVED: dict[type, tuple[str, ...]] = {MessageExt: ("msg_id",), ConsumeOffset: ("lag",)}
+_DERIVED: dict[type, tuple[str, ...]] = {
+    MessageExt: ("msg_id",),
+    ConsumeOffset: ("lag",),
+    SendResult: ("recall_handle",),
+}
 
 
 def register(group: click.Group) -> None:
@@ -667,6 +671,28 @@ def message_view(offset_msg_id: str, endpoint: str, output: str) -> None:
     with Admin(endpoint, **client_options()) as admin:
         found = admin.view_message(offset_msg_id)
     _emit(found, output)
+
+
+@message.command("recall")
+@click.argument("handle")
+@option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")
+@option(
+    "--timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3.0,
+    show_default=True,
+    help="Seconds for the recall, retries included.",
+)
+@_admin_command
+def message_recall(handle: str, group: str, timeout_s: float, endpoint: str, output: str) -> None:
+    """Cancel a delayed message before it is delivered, by the recall_handle its send
+    printed. Too late (delivered): exit 1, MESSAGE_ALREADY_DELIVERED."""
+    with Producer(group, endpoint, send_timeout=timeout_s, **client_options()) as producer:
+        status = producer.recall(handle)
+    if output == "json":
+        click.echo(json.dumps({"status": status.name}))
+    else:
+        click.echo(f"status  {status.name}")
 
 
 @message.command("query")

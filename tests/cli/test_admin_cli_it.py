@@ -77,3 +77,15 @@ def test_send_delayed_is_not_fetchable_before_its_time(txmq: Txmq, topic: str) -
     assert level.exit_code == 0 and json.loads(level.stdout)["deliver_at_ms"] > 0, level.output
     both = txmq("send", topic, "x", "--delay-level", "1", "--delivery-timestamp-ms", str(at))
     assert both.exit_code == 2 and "at most one of --delay-level and --delivery-timestamp-ms" in both.output
+
+
+def test_recall_a_delayed_message_by_the_handle_its_send_printed(txmq: Txmq, topic: str) -> None:
+    at = int(time.time() * 1000) + 60_000
+    sent = txmq("send", topic, "never", "--delivery-timestamp-ms", str(at), "-o", "json")
+    assert sent.exit_code == 0, sent.output
+    handle = json.loads(sent.stdout)["recall_handle"]
+    assert handle.startswith("txr1.")
+    recalled = txmq("message", "recall", handle)
+    assert recalled.exit_code == 0 and recalled.stdout.split() == ["status", "OK"], recalled.output
+    bad = txmq("message", "recall", "txr1.@@")
+    assert bad.exit_code == 1 and "CODE_ILLEGAL_ARGUMENT" in bad.output, bad.output

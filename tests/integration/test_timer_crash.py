@@ -1,7 +1,8 @@
 """Delayed messages across kill -9 of a real store process (docs/store.md, "Delayed
 messages"): timers pending at the kill are delivered after the restart, once and not
 before their time; a kill while the timer delivers (its checkpoint behind) duplicates
-nothing and loses nothing. Waits are liveness guards with generous timeouts."""
+nothing and loses nothing; a recalled timer is never delivered after a kill. Waits are
+liveness guards with generous timeouts."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from collections import Counter
 from collections.abc import Callable
 
 import grpc
+import pytest
 from support import ServiceProcess
 from support.waiting import wait_until
 
-from txmq.v1 import common_pb2, store_pb2, store_pb2_grpc
+from txmq.errors import TxmqError
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 
 TOPIC = "TimerCrash"
 QUEUES = 4
@@ -33,7 +36,13 @@ def store_with_topic(private_store: Callable[..., ServiceProcess], *args: str) -
 
 def send_delayed(address: str, count: int, deliver_at_ms: int, *, batch: int = 1000) -> list[str]:
     """``count`` messages due at ``deliver_at_ms``; their unique ids, as acknowledged."""
-    ids: list[str] = []
+    return [r.msg_id for r in send_delayed_results(address, count, deliver_at_ms, batch=batch)]
+
+
+def send_delayed_results(
+    address: str, count: int, deliver_at_ms: int, *, batch: int = 1000
+) -> list[store_pb2.SendResult]:
+    results: list[store_pb2.SendResult] = []
     with grpc.insecure_channel(address) as channel:
         stub = store_pb2_grpc.StoreStub(channel)
         for start in range(0, count, batch):
@@ -51,8 +60,8 @@ def send_delayed(address: str, count: int, deliver_at_ms: int, *, batch: int = 1
             for result in stub.SendBatch(request, timeout=60).results:
                 assert result.status == store_pb2.SEND_STATUS_OK and result.queue_offset == -1
                 assert result.deliver_at_ms == deliver_at_ms
-                ids.append(result.msg_id)
-    return ids
+                results.append(result)
+    return results
 
 
 def in_queues(address: str) -> int:
@@ -125,3 +134,35 @@ def test_a_kill_while_delivering_loses_and_duplicates_nothing(private_store: Cal
     store.restart()
     wait_until(lambda: in_queues(store.address) >= len(ids), timeout_s=120, what="delivery after the restart")
     check_once(read_all(store.address), ids, deliver_at)
+
+
+def test_timers_recalled_before_a_kill_are_never_delivered(private_store: Callable[..., ServiceProcess]) -> None:
+    store = store_with_topic(private_store, "--flush_mode", "sync")
+    deliver_at = int(time.time() * 1000) + 4_000
+    results = send_delayed_results(store.address, 200, deliver_at, batch=50)
+    recalled, kept = results[::2], results[1::2]
+    with grpc.insecure_channel(store.address) as channel:
+        stub = store_pb2_grpc.StoreStub(channel)
+        for r in recalled:
+            resp = stub.RecallMessage(
+                store_pb2.RecallMessageRequest(topic=TOPIC, commit_log_offset=r.commit_log_offset, unique_id=r.msg_id),
+                timeout=10,
+            )
+            assert resp.status == store_pb2.SEND_STATUS_OK
+    store.kill()  # the timer checkpoint is behind the recalls: the restart reads the recall queue
+    store.restart()
+    wait_until(lambda: in_queues(store.address) >= len(kept), timeout_s=60, what="delivery after the restart")
+    time.sleep(1.5)  # a later tick must deliver nothing more
+    check_once(read_all(store.address), [r.msg_id for r in kept], deliver_at)
+    with grpc.insecure_channel(store.address) as channel:
+        r = kept[0]
+        with pytest.raises(grpc.RpcError) as caught:
+            store_pb2_grpc.StoreStub(channel).RecallMessage(
+                store_pb2.RecallMessageRequest(topic=TOPIC, commit_log_offset=r.commit_log_offset, unique_id=r.msg_id),
+                timeout=10,
+            )
+    err = TxmqError.from_rpc_error(caught.value)
+    assert (err.grpc_status, err.code) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        errors_pb2.CODE_MESSAGE_ALREADY_DELIVERED,
+    )

@@ -9,7 +9,7 @@ import time
 import pytest
 from support.waiting import wait_until
 
-from txmq import Admin, BadRequestError, Message, Producer
+from txmq import Admin, BadRequestError, ConflictError, Message, Producer, RecallHandle, SendStatus
 from txmq.protocol import PROPERTY_TIMER_OFFSET
 from txmq.v1 import errors_pb2
 
@@ -48,3 +48,28 @@ def test_a_batch_with_a_delay_level_and_a_bad_delay(producer: Producer, admin: A
         producer.send(Message(topic, b"c", properties={"TIMER_DELAY_SEC": str(10 * 24 * 3600)}))
     assert info.value.code == errors_pb2.CODE_ILLEGAL_DELIVERY_TIME
     wait_until(lambda: stored(admin, topic) == 2, what="the delay level's delivery")
+
+
+def test_a_recalled_message_never_appears_and_a_delivered_one_cannot_be_recalled(
+    producer: Producer, admin: Admin, topic: str
+) -> None:
+    at = int(time.time() * 1000) + 2_000
+    recalled = producer.send(Message(topic, b"recalled", delivery_timestamp_ms=at))
+    kept = producer.send(Message(topic, b"kept", delivery_timestamp_ms=at))
+    assert producer.send(Message(topic, b"now")).recall_handle == ""
+    handle = recalled.recall_handle
+    assert RecallHandle.decode(handle) == RecallHandle(
+        topic, recalled.message_queue.store_id, recalled.commit_log_offset, recalled.msg_id
+    )
+    assert producer.recall(handle) == SendStatus.OK
+    assert producer.recall(handle) == SendStatus.OK  # again: the same answer
+    wait_until(lambda: stored(admin, topic) == 2, what="the kept message's delivery")
+    time.sleep(1.5)  # a later tick must not deliver the recalled one
+    assert admin.query_message_by_unique_id(kept.msg_id, topic=topic).body == b"kept"
+    assert stored(admin, topic) == 2
+    with pytest.raises(ConflictError) as info:
+        producer.recall(kept.recall_handle)
+    assert info.value.code == errors_pb2.CODE_MESSAGE_ALREADY_DELIVERED
+    with pytest.raises(BadRequestError) as bad:
+        producer.recall("txr1.not-a-handle")
+    assert bad.value.code == errors_pb2.CODE_ILLEGAL_ARGUMENT

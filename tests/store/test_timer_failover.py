@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from support.clock import ManualClock
 
+from txmq.errors import TxmqError
+from txmq.v1 import errors_pb2 as E
 from txmq_store.message_store import MessageStore
 from txmq_store.replication import Leadership, ship_span
 
@@ -66,3 +68,37 @@ async def test_only_the_leader_delivers_and_a_promoted_follower_delivers_the_res
     clock.advance(45_000)
     await follower.timers.timer.tick()
     assert bodies(follower) == [b"e0", b"e1", b"e2", b"late"]
+
+
+async def test_a_recall_holds_across_a_failover_and_a_delivery_cannot_be_recalled_after_one(
+    stores: StoreFactory, clock: ManualClock
+) -> None:
+    leader = await stores.open("leader", replica_id="a")
+    follower = await stores.open("follower", replica_id="b")
+    lead = leader.replica.become_leader(epoch=1, in_sync=frozenset("a"), min_in_sync=1)
+    leader.create_topic("T", read_queue_nums=1, write_queue_nums=1)
+    follower.adopt_configs(topics=leader.admin.config_documents()[0])
+    soon, recalled, _ = await leader.send(
+        [msg(b"soon", topic="T", properties={"TIMER_DELAY_SEC": "5"})]
+        + [msg(b, topic="T", properties={"TIMER_DELAY_SEC": "50"}) for b in (b"recalled", b"later")]
+    )
+    if not leader.timers.timer.active:
+        leader.timers.timer.activate()
+    status, _ = await leader.recall(topic="T", commit_log_offset=recalled.commit_log_offset, unique_id=recalled.msg_id)
+    assert status.name == "OK"
+    clock.advance(5_000)
+    await leader.timers.timer.tick()
+    await ship(leader, follower, lead)
+    leader.replica.end_leadership("handing over")
+    follower.replica.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
+    if not follower.timers.timer.active:
+        follower.timers.timer.activate()
+    assert follower.timers.timer.recalled == {1}
+    with pytest.raises(TxmqError) as caught:  # delivered by the old leader: its copy is found
+        await follower.recall(topic="T", commit_log_offset=soon.commit_log_offset, unique_id=soon.msg_id)
+    assert caught.value.code == E.CODE_MESSAGE_ALREADY_DELIVERED
+    again, _ = await follower.recall(topic="T", commit_log_offset=recalled.commit_log_offset, unique_id=recalled.msg_id)
+    assert again.name == "OK"
+    clock.advance(45_000)
+    await follower.timers.timer.tick()
+    assert bodies(follower) == [b"later", b"soon"]

@@ -48,6 +48,7 @@ from txmq.models import (
     TopicRoute,
 )
 from txmq.producer import Producer
+from txmq.recall import RecallHandle
 from txmq.signing import Credentials
 from txmq.tls import TlsConfig
 from txmq.transaction import (
@@ -89,6 +90,7 @@ __all__ = [
     "PushConsumer",
     "QueueData",
     "QueueOffsets",
+    "RecallHandle",
     "ReplicaState",
     "ResentDeadLetter",
     "SendBackResult",

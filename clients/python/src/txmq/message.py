@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import KW_ONLY, dataclass, field
 
 from txmq.protocol import DELAY_PROPERTIES, PROPERTY_DELAY_LEVEL, PROPERTY_TIMER_DELIVER_MS
+from txmq.recall import RecallHandle
 from txmq.v1 import store_pb2
 
 
@@ -140,3 +141,13 @@ class SendResult:
     # For a delayed message: when it becomes visible (ms since the epoch, store clock);
     # ``message_queue`` is where it will appear and ``queue_offset`` is -1 until then.
     deliver_at_ms: int = 0
+
+    @property
+    def recall_handle(self) -> str:
+        """For a delayed message, what ``Producer.recall`` takes to cancel it before it
+        is delivered (``txmq.recall``); empty for any other message."""
+        if not self.deliver_at_ms:
+            return ""
+        return RecallHandle(
+            self.message_queue.topic, self.message_queue.store_id, self.commit_log_offset, self.msg_id
+        ).encode()

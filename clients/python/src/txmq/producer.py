@@ -20,6 +20,7 @@ from txmq._convert import (
     send_result_from_proto,
     send_results_from_proto,
 )
+from txmq._recalling import recall
 from txmq._selector import QueueSelector
 from txmq.errors import (
     BadRequestError,
@@ -31,9 +32,10 @@ from txmq.errors import (
     UpstreamTimeoutError,
 )
 from txmq.ids import new_unique_id, new_unique_ids
-from txmq.message import Message, MessageQueue, SendResult
+from txmq.message import Message, MessageQueue, SendResult, SendStatus
 from txmq.models import TopicRoute
 from txmq.pipe import Entry, PipeSettings, SendPipe
+from txmq.recall import RecallHandle
 from txmq.records import encode_for_send
 from txmq.signing import Credentials
 from txmq.tls import TlsConfig
@@ -209,6 +211,12 @@ class Producer:
         return self._send_with_retry(topic, pinned.pop(), attempt, timeout=timeout)
 
     # -- the send stream -----------------------------------------------------------------
+
+    def recall(self, handle: str | RecallHandle, *, timeout: float | None = None) -> SendStatus:
+        """Cancel a delayed message before it is delivered, by its send's
+        ``SendResult.recall_handle`` (``txmq._recalling.recall``: what it answers and
+        raises). Needs Pub on its topic."""
+        return recall(self._started_core(), handle, timeout=self._send_timeout if timeout is None else timeout)
 
     def _pipe(self, address: str, stub: store_pb2_grpc.StoreStub, *, prepared: bool = False) -> SendPipe | None:
         """The open send stream to ``address`` (opened or reopened here; ``prepared``:
