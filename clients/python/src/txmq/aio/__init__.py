@@ -1,0 +1,9 @@
+"""asyncio front ends of the txmq SDK (docs/sdk.md, "The asyncio client"): the same
+semantics and errors as the threaded clients of ``txmq``, awaited from coroutines.
+
+- ``Producer``: ``await send(msg)``, ``await send_batch(msgs)``, ``async with``.
+"""
+
+from txmq.aio.producer import Producer
+
+__all__ = ["Producer"]
