@@ -1,12 +1,14 @@
 """Fixtures for the asyncio SDK's tests (``txmq.aio``), on the session cluster
 (tests/conftest.py: ``bootstrap``, ``admin``, ``new_topic``). Tests are coroutines run by
-pytest-asyncio; with ``TXMQ_TEST_LOOP=uvloop`` they run on uvloop."""
+pytest-asyncio, each on asyncio's event loop and on uvloop's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
 
 import pytest
+import uvloop
 
 from txmq import PullConsumer
 
@@ -21,3 +23,10 @@ def reader(bootstrap: str) -> Iterator[PullConsumer]:
     """A threaded PullConsumer to read back what the asyncio clients sent."""
     with PullConsumer("sdk-aio-reader", bootstrap) as consumer:
         yield consumer
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Every test of this directory runs on asyncio's loop and on uvloop's."""
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}

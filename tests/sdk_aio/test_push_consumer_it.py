@@ -10,7 +10,8 @@ import pytest
 from support import ServiceFactory
 from support.waiting import unique_name
 
-from txmq import Admin, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue, PullConsumer
+from txmq import Admin, ConsumeFromWhere, ConsumeStatus, Message, MessageExt, MessageQueue, PullConsumer, TxmqError
+from txmq._failures import retriable
 from txmq.aio import Producer, PushConsumer
 
 # Short intervals (tests/consumer/consumer_settings.py), so a run takes seconds.
@@ -99,6 +100,18 @@ async def test_the_async_listener_retries_and_pauses(bootstrap: str, topic: str)
     assert done[sent[0].msg_id] == 1  # the retried one came back through %RETRY%
 
 
+async def committed_offset(checker: PullConsumer, mq: MessageQueue) -> int | None:
+    """The group's committed offset of ``mq``, asked again while the services find the
+    restarted store (a retriable error of the checker, not of the consumer)."""
+    while True:
+        try:
+            return await asyncio.to_thread(checker.fetch_offset, mq)
+        except TxmqError as err:
+            if not retriable(err):
+                raise
+            await asyncio.sleep(0.1)  # backoff: nothing to await but the services' reconnect
+
+
 @pytest.mark.slow
 async def test_kill_9_of_the_store_under_the_iterator_loses_nothing(service_factory: ServiceFactory) -> None:
     store = service_factory.store()
@@ -126,7 +139,7 @@ async def test_kill_9_of_the_store_under_the_iterator_loses_nothing(service_fact
                 async for m in consumer:
                     # Nothing of this queue is committed past a message still being processed.
                     mq = MessageQueue(m.topic, m.store_id, m.queue_id)
-                    committed = await asyncio.to_thread(checker.fetch_offset, mq)
+                    committed = await committed_offset(checker, mq)
                     if committed is not None and committed > m.queue_offset:
                         ahead.append(f"{mq}: committed {committed} while processing {m.queue_offset}")
                     consumed.append(m.body)
