@@ -9,17 +9,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
 from txmq._client import _CHANNEL_OPTIONS, _CachedRoute, parse_endpoints
-from txmq._convert import topic_route_from_proto
+from txmq._convert import endpoint_from_proto, topic_route_from_proto
 from txmq.errors import TxmqError, UpstreamTimeoutError
-from txmq.models import TopicRoute
+from txmq.models import Endpoint, ServiceKind, TopicRoute
 from txmq.signing import Credentials, async_interceptors
 from txmq.tls import TlsConfig
-from txmq.v1 import route_pb2, route_pb2_grpc
+from txmq.v1 import common_pb2, route_pb2, route_pb2_grpc
 
 log = logging.getLogger("txmq.client")
 
@@ -87,7 +87,7 @@ class AsyncRouteCache:
         if cached is not None and time.monotonic() - cached.fetched_at < self._refresh_interval:
             return cached.route
         try:
-            response = await self._ask(route_pb2.QueryRouteRequest(topic=topic), timeout=timeout)
+            response = await self._ask("QueryRoute", route_pb2.QueryRouteRequest(topic=topic), timeout=timeout)
         except TxmqError as err:
             if cached is not None and err.retriable:
                 log.warning("route refresh of %s failed (%s); using the cached route", topic, err)
@@ -109,7 +109,12 @@ class AsyncRouteCache:
         if cached is not None:
             cached.fetched_at = 0.0
 
-    async def _ask(self, request: route_pb2.QueryRouteRequest, *, timeout: float) -> route_pb2.QueryRouteResponse:  # noqa: ASYNC109 - the RPC deadline
+    async def endpoints(self, kind: ServiceKind | None = None, *, timeout: float) -> list[Endpoint]:  # noqa: ASYNC109 - the RPC deadline
+        request = route_pb2.ListEndpointsRequest(kind=kind.value if kind else common_pb2.SERVICE_KIND_UNSPECIFIED)
+        response = await self._ask("ListEndpoints", request, timeout=timeout)
+        return [endpoint_from_proto(e) for e in response.endpoints]
+
+    async def _ask(self, rpc: str, request: object, *, timeout: float) -> Any:  # noqa: ASYNC109 - the RPC deadline
         """Ask the route servers in turn until one answers; only a retriable failure moves on."""
         deadline = time.monotonic() + timeout
         last_error: TxmqError | None = None
@@ -120,7 +125,7 @@ class AsyncRouteCache:
                 break
             stub = self._channels.stub(address, route_pb2_grpc.RouteStub)
             try:
-                response = await call(stub.QueryRoute, request, timeout=remaining)
+                response = await call(getattr(stub, rpc), request, timeout=remaining)
             except TxmqError as err:
                 if not err.retriable:
                     raise

@@ -31,7 +31,7 @@ from txmq.pipe import Acked, Entry, PipeSettings
 from txmq.producer import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_MESSAGE_SIZE_BYTES
 from txmq.signing import Credentials
 from txmq.tls import TlsConfig
-from txmq.v1 import errors_pb2, store_pb2, store_pb2_grpc
+from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq.validation import check_group
 
 log = logging.getLogger("txmq.aio.producer")
@@ -230,6 +230,11 @@ class Producer:
             log.info("store %s has no SendStream (%s): sending unary calls", address, err)
             self._unary_only.add(address)
             return None
+
+    def _prepare(self, msg: Message) -> common_pb2.Message:
+        """Validate, give the unique id, and the message as protobuf (a half message)."""
+        check_and_identify(msg, self._max_message_size_bytes)
+        return message_to_proto(msg, born_timestamp_ms=int(time.time() * 1000))
 
     def _started_core(self) -> AsyncClientCore:
         core = self._core
