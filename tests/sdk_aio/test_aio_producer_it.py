@@ -7,9 +7,11 @@ import asyncio
 from collections import Counter
 
 import pytest
+from support import ServiceFactory
 from support.topics import consume_all
+from support.waiting import unique_name
 
-from txmq import BadRequestError, Message, NotFoundError, PullConsumer, SendStatus
+from txmq import Admin, BadRequestError, Message, NotFoundError, PullConsumer, SendStatus
 from txmq.aio import Producer
 from txmq.v1 import errors_pb2
 
@@ -87,3 +89,23 @@ async def test_a_cancelled_send_leaves_the_producer_working(bootstrap: str, topi
     assert after.msg_id in stored
     # A cancelled send may or may not have been stored: never twice, never half.
     assert len(stored) <= 1 + 20 + 1
+
+
+async def test_a_restarted_store_gets_a_new_stream(service_factory: ServiceFactory) -> None:
+    """kill -9 of the only store under an open send stream: the next send waits it out
+    (no other store to fail over to) and opens a new stream."""
+    store = service_factory.store()
+    topic = unique_name("aio-restart")
+    with Admin(store.address) as admin:
+        admin.create_topic(topic, read_queue_nums=2, write_queue_nums=2)
+    async with Producer("sdk-aio-producer", store.address, send_timeout=30) as producer:
+        before = await producer.send(Message(topic, b"before"))
+        [old] = producer._pipes.values()
+        store.kill()
+        await asyncio.to_thread(store.restart)
+        after = await producer.send(Message(topic, b"after"))
+        [new] = producer._pipes.values()
+    assert old.failed is not None and new is not old
+    with Admin(store.address) as admin:
+        for sent, body in ((before, b"before"), (after, b"after")):
+            assert admin.query_message_by_unique_id(sent.msg_id, topic=topic).body == body

@@ -94,6 +94,7 @@ class Producer:
         self._pipe_settings = PipeSettings(linger_ms, max_frame_bytes, max_in_flight_frames)
         self._pipes: dict[tuple[str, bool], AsyncSendPipe] = {}
         self._unary_only: set[str] = set()  # stores that answered SendStream UNIMPLEMENTED
+        self._closing: set[asyncio.Task[None]] = set()  # failed pipes being closed
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -115,6 +116,7 @@ class Producer:
         pipes, self._pipes = list(self._pipes.values()), {}
         for pipe in pipes:
             await pipe.close()
+        await asyncio.gather(*self._closing, return_exceptions=True)
         if core is not None:
             await core.close()
 
@@ -177,8 +179,10 @@ class Producer:
         key = (address, prepared)
         pipe = self._pipes.get(key)
         if pipe is None or pipe.failed is not None:
-            if pipe is not None:  # its tasks are done or ending: let them go
-                asyncio.get_running_loop().create_task(pipe.close())
+            if pipe is not None:  # failed: its call is cancelled and its tasks awaited aside
+                closing = asyncio.get_running_loop().create_task(pipe.close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
             pipe = self._pipes[key] = AsyncSendPipe(
                 stub, producer_group=self.group, settings=self._pipe_settings, transaction_prepared=prepared
             )
