@@ -152,3 +152,31 @@ async def test_kill_9_of_the_store_under_the_iterator_loses_nothing(service_fact
                         break
     assert set(consumed) == set(sent)  # nothing lost (a redelivery after the kill may repeat one)
     assert ahead == []
+
+
+async def test_the_orderly_listener_keeps_each_queues_order(bootstrap: str, topic: str) -> None:
+    seen: dict[int, list[int]] = {}
+    busy: set[int] = set()
+    overlaps: list[int] = []
+    all_done = asyncio.Event()
+
+    async def listener(messages: list[MessageExt]) -> ConsumeStatus:
+        queue_id = messages[0].queue_id
+        if queue_id in busy:
+            overlaps.append(queue_id)
+        busy.add(queue_id)
+        await asyncio.sleep(0)  # let other tasks run: another batch of this queue must not
+        seen.setdefault(queue_id, []).extend(m.queue_offset for m in messages)
+        busy.discard(queue_id)
+        if sum(map(len, seen.values())) == 40:
+            all_done.set()
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async with asyncio.timeout(LIMIT_S), Producer("sdk-aio-producer", bootstrap) as producer:
+        for i in range(40):
+            await producer.send(Message(topic, b"o%d" % i, queue_id=i % 2))
+        consumer = consumer_of(unique_name("aio-orderly"), bootstrap, topic, orderly=True)
+        consumer.register_message_listener(listener)
+        async with consumer:
+            await all_done.wait()
+    assert seen == {0: list(range(20)), 1: list(range(20))} and overlaps == []
