@@ -32,7 +32,7 @@ from txmq._pull_stream import PullStream
 from txmq._subscription import Subscription
 from txmq.errors import InternalError, NotFoundError, TxmqError, UnavailableError
 from txmq.message import MessageExt, MessageQueue, SendStatus
-from txmq.models import ServiceKind, TopicRoute
+from txmq.models import Endpoint, ServiceKind, TopicRoute
 from txmq.records import decode_messages
 from txmq.v1 import errors_pb2, pull_pb2, pull_pb2_grpc, store_pb2, store_pb2_grpc
 from txmq.validation import check_group, check_topic
@@ -94,9 +94,7 @@ class PullClient:
         endpoints = list(self.route(topic).pull_endpoints)
         if not endpoints:
             endpoints = self.core.routes.endpoints(ServiceKind.PULL, timeout=self.timeout)
-        if not endpoints:
-            raise UnavailableError("no pull service is live", code=errors_pb2.CODE_SERVICE_NOT_READY)
-        return [e.address for e in sorted(endpoints, key=lambda e: e.instance_id)]
+        return ordered_pull_addresses(endpoints)
 
     def pull_address(self, mq: MessageQueue, attempt: int = 0) -> str:
         addresses = self.pull_addresses(mq.topic)
@@ -146,19 +144,9 @@ class PullClient:
         client_id: str = "",
     ) -> pull_pb2.PullMessageRequest:
         """``suspend_timeout`` None: answer at once; else hold up to that many seconds."""
-        request = pull_pb2.PullMessageRequest(
-            consumer_group=self.group,
-            queue=message_queue_to_proto(mq),
-            queue_offset=offset,
-            max_messages=max_nums,
-            suspend=suspend_timeout is not None,
-            suspend_timeout_ms=max(1, int(suspend_timeout * 1000)) if suspend_timeout is not None else 0,
-            client_id=client_id,
-            raw_records=True,
+        return pull_request(
+            self.group, mq, sub, offset, max_nums=max_nums, suspend_timeout=suspend_timeout, client_id=client_id
         )
-        if not sub.matches_all:
-            request.filter.CopyFrom(sub.to_proto())
-        return request
 
     def deadline(self, suspend_timeout: float | None) -> float:
         return self.timeout if suspend_timeout is None else suspend_timeout + LONG_POLL_DEADLINE_MARGIN_S
@@ -218,13 +206,7 @@ class PullClient:
         route = self.route(mq.topic)
         stub = self.core.stub(route.store_address(mq.store_id), store_pb2_grpc.StoreStub)
         request = store_pb2.GetQueueOffsetsRequest(topic=mq.topic, queue_id=mq.queue_id)
-        for q in call(stub.GetQueueOffsets, request, timeout=self.timeout).queues:
-            if q.queue_id == mq.queue_id:
-                return q.min_offset, q.max_offset
-        raise NotFoundError(
-            f"store {mq.store_id!r} has no queue {mq.queue_id} of topic {mq.topic!r}",
-            code=errors_pb2.CODE_ILLEGAL_QUEUE_ID,
-        )
+        return queue_range(call(stub.GetQueueOffsets, request, timeout=self.timeout), mq)
 
     # -- send-back (docs/consumers.md "Retries and dead letters") -------------------------
 
@@ -254,36 +236,21 @@ class PullClient:
     ) -> SendBackResult:
         """Have the store holding ``message`` (pulled from ``topic``) copy it to the
         group's retry topic, or its dead-letter topic past the limit."""
-        request = store_pb2.SendBackRequest(
-            group=self.group,
-            commit_log_offset=message.commit_log_offset,
-            unique_id=message.unique_id or "",
+        request = send_back_request(
+            self.group,
+            message,
             delay_level=delay_level,
+            max_reconsume_times=max_reconsume_times,
             uncounted=uncounted,
             client_id=client_id,
         )
-        if max_reconsume_times is not None:
-            request.max_reconsume_times = max_reconsume_times
         stub = self.store_stub(topic, message.store_id)
         try:
             response = call(stub.SendBack, request, timeout=self.timeout)
         except UnavailableError:
             self.core.routes.mark_stale(topic)
             raise
-        r = response.result
-        return SendBackResult(
-            topic=r.queue.topic,
-            dead_lettered=response.dead_lettered,
-            reconsume_times=response.reconsume_times,
-            msg_id=r.msg_id,
-            offset_msg_id=r.offset_msg_id,
-            store_id=r.queue.store_id,
-            queue_id=r.queue.queue_id,
-            queue_offset=r.queue_offset,
-            duplicate=r.duplicate,
-            # The copy is stored whatever the status (an unset one is taken as OK).
-            status=SendStatus(r.status) if r.status else SendStatus.OK,
-        )
+        return send_back_result(response)
 
     # -- membership ----------------------------------------------------------------------
 
@@ -367,4 +334,90 @@ def to_pull_result(response: pull_pb2.PullMessageResponse, sub: Subscription) ->
         min_offset=response.min_offset,
         max_offset=response.max_offset,
         messages=messages,
+    )
+
+
+# -- what the threaded and the asyncio consumers (txmq.aio) build the same way -----------
+
+
+def ordered_pull_addresses(endpoints: Sequence[Endpoint]) -> list[str]:
+    """The live pull instances' addresses, ordered by instance id (every client the same)."""
+    if not endpoints:
+        raise UnavailableError("no pull service is live", code=errors_pb2.CODE_SERVICE_NOT_READY)
+    return [e.address for e in sorted(endpoints, key=lambda e: e.instance_id)]
+
+
+def pull_request(
+    group: str,
+    mq: MessageQueue,
+    sub: Subscription,
+    offset: int,
+    *,
+    max_nums: int,
+    suspend_timeout: float | None,
+    client_id: str = "",
+) -> pull_pb2.PullMessageRequest:
+    """``suspend_timeout`` None: answer at once; else hold up to that many seconds."""
+    request = pull_pb2.PullMessageRequest(
+        consumer_group=group,
+        queue=message_queue_to_proto(mq),
+        queue_offset=offset,
+        max_messages=max_nums,
+        suspend=suspend_timeout is not None,
+        suspend_timeout_ms=max(1, int(suspend_timeout * 1000)) if suspend_timeout is not None else 0,
+        client_id=client_id,
+        raw_records=True,
+    )
+    if not sub.matches_all:
+        request.filter.CopyFrom(sub.to_proto())
+    return request
+
+
+def queue_range(response: store_pb2.GetQueueOffsetsResponse, mq: MessageQueue) -> tuple[int, int]:
+    """(min offset, max offset) of ``mq`` in a store's GetQueueOffsets answer."""
+    for q in response.queues:
+        if q.queue_id == mq.queue_id:
+            return q.min_offset, q.max_offset
+    raise NotFoundError(
+        f"store {mq.store_id!r} has no queue {mq.queue_id} of topic {mq.topic!r}",
+        code=errors_pb2.CODE_ILLEGAL_QUEUE_ID,
+    )
+
+
+def send_back_request(
+    group: str,
+    message: MessageExt,
+    *,
+    delay_level: int = 0,
+    max_reconsume_times: int | None = None,
+    uncounted: bool = False,
+    client_id: str = "",
+) -> store_pb2.SendBackRequest:
+    request = store_pb2.SendBackRequest(
+        group=group,
+        commit_log_offset=message.commit_log_offset,
+        unique_id=message.unique_id or "",
+        delay_level=delay_level,
+        uncounted=uncounted,
+        client_id=client_id,
+    )
+    if max_reconsume_times is not None:
+        request.max_reconsume_times = max_reconsume_times
+    return request
+
+
+def send_back_result(response: store_pb2.SendBackResponse) -> SendBackResult:
+    r = response.result
+    return SendBackResult(
+        topic=r.queue.topic,
+        dead_lettered=response.dead_lettered,
+        reconsume_times=response.reconsume_times,
+        msg_id=r.msg_id,
+        offset_msg_id=r.offset_msg_id,
+        store_id=r.queue.store_id,
+        queue_id=r.queue.queue_id,
+        queue_offset=r.queue_offset,
+        duplicate=r.duplicate,
+        # The copy is stored whatever the status (an unset one is taken as OK).
+        status=SendStatus(r.status) if r.status else SendStatus.OK,
     )

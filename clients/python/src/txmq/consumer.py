@@ -179,14 +179,15 @@ class PullConsumer:
         held by the service until a matching message arrives or ``timeout`` seconds
         (default ``suspend_timeout``) pass: long polling. Without it, the answer is
         immediate. Statuses: see ``PullStatus``; continue at ``next_begin_offset``."""
-        if offset < 0:
-            raise BadRequestError(f"offset {offset} is negative", code=errors_pb2.CODE_ILLEGAL_OFFSET)
-        if max_nums <= 0:
-            raise BadRequestError(f"max_nums must be > 0, not {max_nums}", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
-        hold = self._suspend_timeout if timeout is None else timeout
-        check_positive(timeout=hold)
-        sub = build_subscription(mq.topic, expression, expression_type)
-        suspend_timeout = hold if suspend else None
+        sub, suspend_timeout = pull_arguments(
+            mq,
+            expression,
+            offset,
+            max_nums,
+            expression_type,
+            self._suspend_timeout if timeout is None else timeout,
+            suspend,
+        )
         return self._run(lambda c: c.pull(mq, sub, offset, max_nums=max_nums, suspend_timeout=suspend_timeout))
 
     # -- offsets -----------------------------------------------------------------------
@@ -231,14 +232,7 @@ class PullConsumer:
         (``duplicate``). Consume ``%RETRY%<group>`` to get the copies (their
         ``RETRY_TOPIC`` property names the original topic). docs/consumers.md "Retries
         and dead letters"."""
-        if delay_level < -1:
-            raise BadRequestError(
-                f"delay_level must be >= -1, not {delay_level}", code=errors_pb2.CODE_ILLEGAL_ARGUMENT
-            )
-        if max_reconsume_times is not None and max_reconsume_times < 0:
-            raise BadRequestError(
-                f"max_reconsume_times must be >= 0, not {max_reconsume_times}", code=errors_pb2.CODE_ILLEGAL_ARGUMENT
-            )
+        check_send_back(delay_level, max_reconsume_times)
         return self._run(
             lambda c: c.send_back(
                 message.topic,
@@ -247,6 +241,35 @@ class PullConsumer:
                 max_reconsume_times=max_reconsume_times,
                 uncounted=uncounted,
             )
+        )
+
+
+def pull_arguments(
+    mq: MessageQueue,
+    expression: str,
+    offset: int,
+    max_nums: int,
+    expression_type: ExpressionType,
+    hold: float,
+    suspend: bool,
+) -> tuple[Subscription, float | None]:
+    """``PullConsumer.pull``'s arguments checked: the subscription and how long the
+    pull may be held (None: answer at once)."""
+    if offset < 0:
+        raise BadRequestError(f"offset {offset} is negative", code=errors_pb2.CODE_ILLEGAL_OFFSET)
+    if max_nums <= 0:
+        raise BadRequestError(f"max_nums must be > 0, not {max_nums}", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
+    check_positive(timeout=hold)
+    return build_subscription(mq.topic, expression, expression_type), hold if suspend else None
+
+
+def check_send_back(delay_level: int, max_reconsume_times: int | None) -> None:
+    """``PullConsumer.send_back``'s arguments checked."""
+    if delay_level < -1:
+        raise BadRequestError(f"delay_level must be >= -1, not {delay_level}", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
+    if max_reconsume_times is not None and max_reconsume_times < 0:
+        raise BadRequestError(
+            f"max_reconsume_times must be >= 0, not {max_reconsume_times}", code=errors_pb2.CODE_ILLEGAL_ARGUMENT
         )
 
 

@@ -199,13 +199,7 @@ class TransactionProducer(Producer):
         """Store ``msg`` as a half message, run the local transaction, end it."""
         if self.listener is None:
             raise TxmqError("a TransactionListener is required", code=errors_pb2.CODE_ILLEGAL_ARGUMENT)
-        if msg.is_delayed:
-            # RocketMQ #10260: a delayed half message is mishandled there; the store refuses it too.
-            raise BadRequestError(
-                "a transactional message cannot be delayed: send it without a delivery time or delay level, "
-                "or not in a transaction",
-                code=errors_pb2.CODE_MESSAGE_TYPE_CONFLICT,
-            )
+        check_not_delayed(msg)
         pb = self._prepare(msg)
 
         def attempt(store: store_pb2_grpc.StoreStub, mq: MessageQueue, remaining: float, address: str) -> SendResult:
@@ -224,40 +218,18 @@ class TransactionProducer(Producer):
         failure: BaseException | None = None
         if sent.status == SendStatus.OK:
             try:
-                state = self.listener.execute_local_transaction(msg, arg)
-                if not isinstance(state, LocalTransactionState):
-                    log.warning("execute_local_transaction returned %r; counted as UNKNOWN", state)
-                    state = LocalTransactionState.UNKNOWN
+                state = local_state(self.listener.execute_local_transaction(msg, arg), "execute_local_transaction")
             except Exception as exc:  # noqa: BLE001 - the check will ask again
                 log.warning("local transaction of %s raised; state UNKNOWN: %s", sent.transaction_id, exc)
                 failure = exc
         else:
             state = LocalTransactionState.ROLLBACK  # RocketMQ: a half not stored OK is rolled back
         self._end(sent, state)
-        return TransactionSendResult(
-            status=sent.status,
-            msg_id=sent.msg_id,
-            offset_msg_id=sent.offset_msg_id,
-            message_queue=sent.message_queue,
-            queue_offset=sent.queue_offset,
-            commit_log_offset=sent.commit_log_offset,
-            transaction_id=sent.transaction_id or sent.msg_id,
-            duplicate=sent.duplicate,
-            local_transaction_state=state,
-            local_exception=failure,
-        )
+        return transaction_send_result(sent, state, failure)
 
     def end_transaction(self, result: SendResult, state: LocalTransactionState, *, from_check: bool = False) -> None:
         """END_TRANSACTION for a half message sent earlier (raises on refusal)."""
-        request = txcheck_pb2.EndTransactionRequest(
-            producer_group=self.group,
-            transaction_id=result.transaction_id or result.msg_id,
-            commit_log_offset=result.commit_log_offset,
-            tran_state_table_offset=result.queue_offset,
-            resolution=state.value,
-            from_transaction_check=from_check,
-            store_id=result.message_queue.store_id,
-        )
+        request = end_request(self.group, result, state, from_check=from_check)
         self._call_end(request, topic=result.message_queue.topic)
 
     def query_transaction(self, transaction_id: str, *, timeout: float = 5.0) -> TransactionInfo:
@@ -372,14 +344,7 @@ class TransactionProducer(Producer):
             return False
         if address in self._no_store_ends:
             return False
-        decision = store_pb2.ProducerDecision(
-            commit_log_offset=request.commit_log_offset,
-            tran_state_table_offset=request.tran_state_table_offset,
-            transaction_id=request.transaction_id,
-            producer_group=request.producer_group,
-            decision=STORE_DECISIONS[request.resolution],
-            from_transaction_check=request.from_transaction_check,
-        )
+        decision = store_decision(request)
         try:
             result = self._ends_to(address).end(decision, max(0.0, deadline - time.monotonic()))
             if result.HasField("error"):
@@ -435,20 +400,10 @@ class TransactionProducer(Producer):
             state = LocalTransactionState.UNKNOWN
             try:
                 if self.listener is not None:
-                    state = self.listener.check_local_transaction(msg)
-                if not isinstance(state, LocalTransactionState):
-                    state = LocalTransactionState.UNKNOWN
+                    state = local_state(self.listener.check_local_transaction(msg))
             except Exception as exc:  # noqa: BLE001 - an exception counts as UNKNOWN
                 log.warning("check_local_transaction of %s raised: %s", check.transaction_id, exc)
-            request = txcheck_pb2.EndTransactionRequest(
-                producer_group=self.group,
-                transaction_id=check.transaction_id,
-                commit_log_offset=check.commit_log_offset,
-                tran_state_table_offset=check.tran_state_table_offset,
-                resolution=state.value,
-                from_transaction_check=True,
-                store_id=check.store_id,
-            )
+            request = check_answer(self.group, check, state)
             channel = self._channel
             if channel is None or not channel.send(txcheck_pb2.ProducerCommand(end_transaction=request)):
                 try:
@@ -535,4 +490,87 @@ def transaction_info_from_proto(resp: txcheck_pb2.QueryTransactionResponse) -> T
         half=message_ext_from_proto(resp.half) if resp.HasField("half") else None,
         committed=message_ext_from_proto(resp.committed) if resp.HasField("committed") else None,
         discarded=resp.discarded,
+    )
+
+
+# -- what both transactional producers (threads, txmq.aio) build the same way -------------
+
+
+def check_not_delayed(msg: Message) -> None:
+    """A transactional message cannot be delayed."""
+    if msg.is_delayed:
+        # RocketMQ #10260: a delayed half message is mishandled there; the store refuses it too.
+        raise BadRequestError(
+            "a transactional message cannot be delayed: send it without a delivery time or delay level, "
+            "or not in a transaction",
+            code=errors_pb2.CODE_MESSAGE_TYPE_CONFLICT,
+        )
+
+
+def local_state(state: object, what: str = "") -> LocalTransactionState:
+    """A listener's answer; anything but a ``LocalTransactionState`` counts as UNKNOWN
+    (logged when ``what`` names the call)."""
+    if isinstance(state, LocalTransactionState):
+        return state
+    if what:
+        log.warning("%s returned %r; counted as UNKNOWN", what, state)
+    return LocalTransactionState.UNKNOWN
+
+
+def transaction_send_result(
+    sent: SendResult, state: LocalTransactionState, failure: BaseException | None
+) -> TransactionSendResult:
+    return TransactionSendResult(
+        status=sent.status,
+        msg_id=sent.msg_id,
+        offset_msg_id=sent.offset_msg_id,
+        message_queue=sent.message_queue,
+        queue_offset=sent.queue_offset,
+        commit_log_offset=sent.commit_log_offset,
+        transaction_id=sent.transaction_id or sent.msg_id,
+        duplicate=sent.duplicate,
+        local_transaction_state=state,
+        local_exception=failure,
+    )
+
+
+def end_request(
+    group: str, result: SendResult, state: LocalTransactionState, *, from_check: bool = False
+) -> txcheck_pb2.EndTransactionRequest:
+    """END_TRANSACTION of the half message ``result`` describes."""
+    return txcheck_pb2.EndTransactionRequest(
+        producer_group=group,
+        transaction_id=result.transaction_id or result.msg_id,
+        commit_log_offset=result.commit_log_offset,
+        tran_state_table_offset=result.queue_offset,
+        resolution=state.value,
+        from_transaction_check=from_check,
+        store_id=result.message_queue.store_id,
+    )
+
+
+def check_answer(
+    group: str, check: txcheck_pb2.CheckTransactionState, state: LocalTransactionState
+) -> txcheck_pb2.EndTransactionRequest:
+    """END_TRANSACTION answering ``check``."""
+    return txcheck_pb2.EndTransactionRequest(
+        producer_group=group,
+        transaction_id=check.transaction_id,
+        commit_log_offset=check.commit_log_offset,
+        tran_state_table_offset=check.tran_state_table_offset,
+        resolution=state.value,
+        from_transaction_check=True,
+        store_id=check.store_id,
+    )
+
+
+def store_decision(request: txcheck_pb2.EndTransactionRequest) -> store_pb2.ProducerDecision:
+    """A COMMIT / ROLLBACK END as the decision the store holding the half takes."""
+    return store_pb2.ProducerDecision(
+        commit_log_offset=request.commit_log_offset,
+        tran_state_table_offset=request.tran_state_table_offset,
+        transaction_id=request.transaction_id,
+        producer_group=request.producer_group,
+        decision=STORE_DECISIONS[request.resolution],
+        from_transaction_check=request.from_transaction_check,
     )

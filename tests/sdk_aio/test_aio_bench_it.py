@@ -1,0 +1,19 @@
+"""bench/aio_produce.py in a tiny run: every row measured, the figures parse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.aio_produce import _main
+
+
+@pytest.mark.slow  # an etcd and a store process of its own
+async def test_a_tiny_run_reports_every_row(tmp_path: Path) -> None:
+    rows = await _main(200, 4, 8, 1, tmp_path)
+    names = [row.split("|")[1].strip() for row in rows[2:]]
+    assert names == ["threads, single", "asyncio, single", "threads, batch of 8", "asyncio, batch of 8"]
+    for row in rows[2:]:
+        rate, client_us, server_us = (float(cell.replace(",", "")) for cell in row.split("|")[2:5])
+        assert rate > 0 and client_us > 0 and server_us >= 0

@@ -1,0 +1,19 @@
+"""The asyncio example of docs/sdk.md ("The asyncio client"), run as a reader would run
+it (a script of its own) against the session cluster; only the endpoint and the topic
+are changed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from docs.markdown import DOCS, code_blocks, section
+from support import LocalCluster
+
+
+def test_the_asyncio_example_runs_as_written(txmq_cluster: LocalCluster, topic: str) -> None:
+    [code, *_] = code_blocks(section(DOCS / "sdk.md", "## The asyncio client"), "python")
+    code = code.replace('"127.0.0.1:10911"', repr(txmq_cluster.bootstrap)).replace('"orders"', repr(topic))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[b'a', b'b', b'{\"id\": 42}']\n"
