@@ -4,6 +4,7 @@ concurrent sends sharing frames, the threaded producer's errors, cancellation.""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 
 import pytest
@@ -109,3 +110,15 @@ async def test_a_restarted_store_gets_a_new_stream(service_factory: ServiceFacto
     with Admin(store.address) as admin:
         for sent, body in ((before, b"before"), (after, b"after")):
             assert admin.query_message_by_unique_id(sent.msg_id, topic=topic).body == body
+
+
+async def test_recall_a_delayed_message(bootstrap: str, topic: str, reader: PullConsumer) -> None:
+    async with Producer("sdk-aio-producer", bootstrap) as producer:
+        later = await producer.send(Message(topic, b"later", delivery_timestamp_ms=int(time.time() * 1000) + 60_000))
+        assert await producer.recall(later.recall_handle) == SendStatus.OK
+        assert await producer.recall(later.recall_handle) == SendStatus.OK
+        now = await producer.send(Message(topic, b"now"))
+        with pytest.raises(BadRequestError) as caught:
+            await producer.recall(now.recall_handle or "txr1.x")
+        assert caught.value.code == errors_pb2.CODE_ILLEGAL_ARGUMENT
+    assert [m.body for m in consume_all(reader, topic)] == [b"now"]

@@ -13,6 +13,8 @@ from types import TracebackType
 from typing import TypeVar
 
 from txmq._convert import add_messages_to_proto, message_to_proto, send_result_from_proto, send_results_from_proto
+from txmq._recalling import Retry as RecallRetry
+from txmq._recalling import prepare as prepare_recall
 from txmq._selector import QueueSelector
 from txmq._sending import (
     SendRetry,
@@ -26,9 +28,10 @@ from txmq._sending import (
 from txmq.aio._client import AsyncClientCore, call
 from txmq.aio._pipe import AsyncSendPipe
 from txmq.errors import NotImplementedYetError, TxmqError, UpstreamTimeoutError
-from txmq.message import Message, MessageQueue, SendResult
+from txmq.message import Message, MessageQueue, SendResult, SendStatus
 from txmq.pipe import Acked, Entry, PipeSettings
 from txmq.producer import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_MESSAGE_SIZE_BYTES
+from txmq.recall import RecallHandle
 from txmq.signing import Credentials
 from txmq.tls import TlsConfig
 from txmq.v1 import common_pb2, errors_pb2, store_pb2, store_pb2_grpc
@@ -168,6 +171,21 @@ class Producer:
             return send_results_from_proto((await call(store.SendBatch, request, timeout=remaining)).results)
 
         return await self._send_with_retry(topic, queue_id, attempt, timeout=timeout)
+
+    async def recall(self, handle: str | RecallHandle, *, timeout: float | None = None) -> SendStatus:  # noqa: ASYNC109 - a deadline across retries
+        """Cancel a delayed message before it is delivered, by its send's
+        ``SendResult.recall_handle``: as the threaded ``Producer.recall``."""
+        core = self._started_core()
+        named, request = prepare_recall(handle)
+        retry = RecallRetry(named, self._send_timeout if timeout is None else timeout)
+        while True:
+            try:
+                route = await core.routes.get(named.topic, timeout=retry.left())
+                stub = core.stub(route.store_address(named.store_id), store_pb2_grpc.StoreStub)
+                return SendStatus((await call(stub.RecallMessage, request, timeout=max(0.05, retry.left()))).status)
+            except TxmqError as err:
+                core.routes.mark_stale(named.topic)
+                await asyncio.sleep(retry.wait(err))
 
     # -- the send stream -----------------------------------------------------------------
 
