@@ -161,10 +161,15 @@ class Backend:
             # A stream that stalls holds every later frame: the next send opens a new one.
             await pipe.close(err)
             raise err from None
-        except NotImplementedYetError as err:
-            if not err.transport:
+        except TxmqError as err:
+            # A store without SendStream, or a stream opened unsigned: txmq.signing's
+            # asyncio interceptor signs unary calls only (grpc.aio files an interceptor
+            # under its first call type), so with auth_enabled the store refuses the
+            # stream as a whole (nothing of it stored). Unary sends are signed.
+            unimplemented = isinstance(err, NotImplementedYetError) and err.transport
+            if not (unimplemented or err.code == errors_pb2.CODE_UNAUTHENTICATED):
                 raise
-            log.info("store %s at %s has no SendStream (%s): unary sends", store_id, address, err)
+            log.info("store %s at %s: no send stream (%s): unary sends", store_id, address, err)
             self._unary_only.add(address)
             return await self._send_unary(store_id, message, producer_group=producer_group, prepared=prepared)
         offset = ack.commit_log_offsets[at]

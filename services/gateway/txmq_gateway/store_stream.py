@@ -68,9 +68,10 @@ class StreamPipe:
                         sequence=sequence, records=blob, producer_group=self._group, transaction_prepared=self._prepared
                     )
                 )
-        except grpc.RpcError as exc:
-            self._fail(TxmqError.from_rpc_error(exc))
-        except asyncio.InvalidStateError:  # the call ended meanwhile: the reader says why
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            # The call ended: the reader fails the pipe with the call's own status (a
+            # failed write only says "Internal error from Core"); a caller that waits
+            # for ever meets its timeout, which closes the pipe.
             pass
         finally:
             self._writer = None
