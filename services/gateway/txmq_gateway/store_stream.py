@@ -50,7 +50,8 @@ class StreamPipe:
         try:
             return await asyncio.shield(entry.future)
         except asyncio.CancelledError:
-            self._book.withdraw(entry)  # not sent yet: never sent
+            if not self._book.withdraw(entry):  # sent: its outcome comes, for nobody
+                entry.future.add_done_callback(_retrieved)
             raise
 
     def _write_what_can_go(self) -> None:
@@ -115,3 +116,10 @@ def _settle(outcomes: list[tuple[Entry, Acked | TxmqError]] | list[tuple[Entry, 
             entry.future.set_exception(outcome)
         else:
             entry.future.set_result(outcome)
+
+
+def _retrieved(future: asyncio.Future[Acked]) -> None:
+    """Read the outcome of an entry its caller gave up on (asyncio logs an exception
+    nobody read)."""
+    if not future.cancelled():
+        future.exception()
