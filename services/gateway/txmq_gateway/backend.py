@@ -59,7 +59,7 @@ class Backend:
         self._round_robin = itertools.count()
         # (store address, producer group, half messages?) -> its coalesced sends
         self._pipes: dict[tuple[str, str, bool], StreamPipe] = {}
-        self._unary_only: set[str] = set()  # store addresses without SendRecords
+        self._unary_only: set[str] = set()  # store addresses that get unary sends (no usable stream)
 
     # -- addressing ------------------------------------------------------------------
 
