@@ -402,16 +402,24 @@ async def test_a_receive_read_to_the_end_releases_nothing() -> None:
 
 
 class _SilentStore:
-    """A store whose SendRecords takes frames and never answers (a stopped store)."""
+    """A store whose send stream takes frames and never answers (a stopped store)."""
 
     def __init__(self) -> None:
         self.frames: list[store_pb2.RecordFrame] = []
         self._never = asyncio.Event()
 
-    async def SendRecords(self, frame: store_pb2.RecordFrame, timeout: float) -> store_pb2.RecordAck:  # noqa: ASYNC109 - grpc stub signature
+    def SendStream(self) -> _SilentStore:
+        return self
+
+    async def write(self, frame: store_pb2.RecordFrame) -> None:
         self.frames.append(frame)
+
+    async def read(self) -> store_pb2.RecordAck:
         await self._never.wait()
         raise AssertionError("unreachable")
+
+    def cancel(self) -> bool:
+        return True
 
 
 async def test_a_normal_send_to_a_store_that_never_answers_times_out_typed() -> None:

@@ -15,7 +15,7 @@ import grpc
 
 from txmq.errors import NotImplementedYetError, TxmqError, error
 from txmq.ids import new_unique_id
-from txmq.pipe import AsyncFramePipe, PipeSettings
+from txmq.pipe import PipeSettings
 from txmq.protocol import STORE_DECISIONS
 from txmq.records import encode_for_send
 from txmq.v1 import (
@@ -29,10 +29,11 @@ from txmq.v1 import (
     txcheck_pb2,
     txcheck_pb2_grpc,
 )
+from txmq_gateway.store_stream import StreamPipe
 from txmq_runtime.calls import call, internal_channel
 from txmq_runtime.registry import ClusterView
 
-# Coalesced sends: one frame in flight per store, the sends that come meanwhile share the
+# Coalesced sends: one frame in flight per stream, the sends that come meanwhile share the
 # next one (as the gateway's own coalescer did: with 4 in flight, 4 concurrent sends went
 # as 4 frames and cost the gateway ~40 % more CPU per message, bench.gateway).
 _PIPE_SETTINGS = PipeSettings(max_in_flight_frames=1)
@@ -56,8 +57,9 @@ class Backend:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._store_stubs: dict[str, store_pb2_grpc.StoreStub] = {}
         self._round_robin = itertools.count()
-        self._pipes: dict[str, AsyncFramePipe] = {}  # store address -> its coalesced sends
-        self._unary_only: set[str] = set()  # store addresses without SendRecords
+        # (store address, producer group, half messages?) -> its coalesced sends
+        self._pipes: dict[tuple[str, str, bool], StreamPipe] = {}
+        self._unary_only: set[str] = set()  # store addresses that get unary sends (no usable stream)
 
     # -- addressing ------------------------------------------------------------------
 
@@ -103,6 +105,15 @@ class Backend:
     async def send(
         self, store_id: str, message: common_pb2.Message, *, producer_group: str = "", prepared: bool = False
     ) -> store_pb2.SendResult:
+        """Store one message; a half message (``prepared``) coalesced with the other
+        halves of ``producer_group`` to that store (``send_normal``), a normal one alone."""
+        if prepared:
+            return await self._coalesced(store_id, message, producer_group=producer_group, prepared=True)
+        return await self._send_unary(store_id, message)
+
+    async def _send_unary(
+        self, store_id: str, message: common_pb2.Message, *, producer_group: str = "", prepared: bool = False
+    ) -> store_pb2.SendResult:
         request = store_pb2.SendMessageRequest(
             message=message, producer_group=producer_group, transaction_prepared=prepared
         )
@@ -111,16 +122,22 @@ class Backend:
 
     async def send_normal(self, store_id: str, message: common_pb2.Message) -> store_pb2.SendResult:
         """Store a normal (not transactional) message, coalesced with the other sends to
-        that store: the SDK's mechanism (``txmq.pipe``), frames of records, one unary
-        ``SendRecords`` per frame (``AsyncFramePipe``). A record the store refuses fails
+        that store: the SDK's mechanism (``txmq.pipe``), frames of records on one open
+        ``SendStream`` (``store_stream.StreamPipe``). A record the store refuses fails
         only its own send."""
+        return await self._coalesced(store_id, message, producer_group="", prepared=False)
+
+    async def _coalesced(
+        self, store_id: str, message: common_pb2.Message, *, producer_group: str, prepared: bool
+    ) -> store_pb2.SendResult:
         address = self.store_address(store_id)
         if address in self._unary_only:
-            return await self.send(store_id, message)
-        pipe = self._pipes.get(address)
+            return await self._send_unary(store_id, message, producer_group=producer_group, prepared=prepared)
+        key = (address, producer_group, prepared)
+        pipe = self._pipes.get(key)
         if pipe is None or pipe.failed is not None:
-            pipe = self._pipes[address] = AsyncFramePipe(
-                self.store(store_id), producer_group="", settings=_PIPE_SETTINGS, timeout_s=self.timeout_s
+            pipe = self._pipes[key] = StreamPipe(
+                self.store(store_id), producer_group=producer_group, prepared=prepared, settings=_PIPE_SETTINGS
             )
         unique_id = message.unique_id or new_unique_id()
         record = encode_for_send(
@@ -138,15 +155,23 @@ class Backend:
             async with asyncio.timeout(self.timeout_s):
                 ack, at = await pipe.submit(record, 1)
         except TimeoutError:
-            raise error(
+            err = error(
                 errors_pb2.CODE_UPSTREAM_TIMEOUT, f"store {store_id} did not acknowledge within {self.timeout_s} s"
-            ) from None
-        except NotImplementedYetError as err:
-            if not err.transport:
+            )
+            # A stream that stalls holds every later frame: the next send opens a new one.
+            await pipe.close(err)
+            raise err from None
+        except TxmqError as err:
+            # A store without SendStream, or a stream opened unsigned: txmq.signing's
+            # asyncio interceptor signs unary calls only (grpc.aio files an interceptor
+            # under its first call type), so with auth_enabled the store refuses the
+            # stream as a whole (nothing of it stored). Unary sends are signed.
+            unimplemented = isinstance(err, NotImplementedYetError) and err.transport
+            if not (unimplemented or err.code == errors_pb2.CODE_UNAUTHENTICATED):
                 raise
-            log.info("store %s at %s has no SendRecords (%s): unary sends", store_id, address, err)
+            log.info("store %s at %s: no send stream (%s): unary sends", store_id, address, err)
             self._unary_only.add(address)
-            return await self.send(store_id, message)
+            return await self._send_unary(store_id, message, producer_group=producer_group, prepared=prepared)
         offset = ack.commit_log_offsets[at]
         return store_pb2.SendResult(
             status=ack.status,
@@ -155,6 +180,8 @@ class Backend:
             queue=common_pb2.MessageQueue(topic=message.topic, store_id=ack.store_id, queue_id=ack.queue_ids[at]),
             queue_offset=ack.queue_offsets[at],
             commit_log_offset=offset,
+            # A half message's transaction id is its unique id (RecordFrame.transaction_prepared).
+            transaction_id=unique_id if prepared else "",
         )
 
     async def send_batch(self, store_id: str, messages: list[common_pb2.Message]) -> list[store_pb2.SendResult]:

@@ -46,6 +46,10 @@ _KINDS: dict[str, tuple[str, Callable[[str], None], int, int]] = {
 
 Path = tuple[FieldDescriptor, ...]
 _paths: dict[str, tuple[Path, ...]] = {}
+#: (Resource field name, name) pairs found legal: the same few topics and groups come in
+#: every call, and the rules do not change. Bounded (emptied when full).
+_legal: set[tuple[str, str]] = set()
+_MAX_LEGAL = 4096
 
 
 def resource_paths(descriptor: Descriptor) -> tuple[Path, ...]:
@@ -68,20 +72,21 @@ def _walk(descriptor: Descriptor, prefix: Path, depth: int) -> Iterator[Path]:
             yield from _walk(f.message_type, (*prefix, f), depth + 1)
 
 
-def _resources(message: Message, path: Path) -> Iterator[tuple[str, Message]]:
-    """(field name, Resource) of every Resource set at ``path`` in ``message``."""
+def _resources(message: Message, path: Path, out: list[tuple[str, Message]]) -> None:
+    """Append (field name, Resource) of every Resource set at ``path`` in ``message`` to
+    ``out`` (a loop, not a generator: this runs on every call)."""
     f, rest = path[0], path[1:]
     if f.is_repeated:
-        values = list(getattr(message, f.name))
+        values = getattr(message, f.name)
     elif message.HasField(f.name):
-        values = [getattr(message, f.name)]
+        values = (getattr(message, f.name),)
     else:
         return
     for value in values:
         if rest:
-            yield from _resources(value, rest)
+            _resources(value, rest, out)
         else:
-            yield f.name, value
+            out.append((f.name, value))
 
 
 def check_group_name(group: str) -> None:
@@ -100,9 +105,11 @@ def check_names(request: Message) -> None:
     """GatewayError ILLEGAL_TOPIC / ILLEGAL_CONSUMER_GROUP for the first topic or group
     name in ``request`` that breaks RocketMQ's naming rules."""
     for path in resource_paths(request.DESCRIPTOR):
-        for field, resource in _resources(request, path):
+        found: list[tuple[str, Message]] = []
+        _resources(request, path, found)
+        for field, resource in found:
             name = resource.name
-            if not name:
+            if not name or (field, name) in _legal:
                 continue
             what, check, code, longest = _KINDS[field]
             try:
@@ -113,3 +120,6 @@ def check_names(request: Message) -> None:
                     code,
                     f"{where}: {shorten(name)} is not a legal {what} name (1..{longest} characters of {_NAME_CHARS})",
                 ) from None
+            if len(_legal) >= _MAX_LEGAL:
+                _legal.clear()
+            _legal.add((field, name))

@@ -35,7 +35,7 @@ from txmq.v1 import route_pb2, store_pb2, txcheck_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import HandleSigner, TransactionHandle, decoded_body, to_txmq_message
 from txmq_gateway.settings import GatewaySettings
-from txmq_gateway.status import GatewayError, from_exception, ok, overall, shorten
+from txmq_gateway.status import GatewayError, from_exception, ok, shorten
 from txmq_gateway.v2 import Code, pb, svc
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
@@ -43,6 +43,8 @@ log = logging.getLogger("txmq.gateway.producer")
 
 _UNSUPPORTED_TYPES = {pb.LITE: "lite topics", pb.PRIORITY: "priority messages"}
 _WRITABLE = 2  # RocketMQ permission bit
+#: A message field set from it is a copy: one for every answer.
+_OK = ok()
 
 T = TypeVar("T")
 
@@ -123,22 +125,19 @@ class ProducerCore:
             return svc.SendMessageResponse(status=pb.Status(code=Code.BAD_REQUEST, message="no message to send"))
         if len(request.messages) > 1:
             return await self._send_batch(list(request.messages))
-        entries = []
-        for message in request.messages:
-            try:
-                sent = await self.send_one(message)
-                entries.append(
-                    svc.SendResultEntry(
-                        status=ok(), message_id=sent.message_id, transaction_id=sent.transaction_id, offset=sent.offset
-                    )
-                )
-            except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
-                if not isinstance(exc, GatewayError):
-                    log.info("send to %s failed: %s", message.topic.name, exc)
-                entries.append(
-                    svc.SendResultEntry(status=from_exception(exc), message_id=message.system_properties.message_id)
-                )
-        return svc.SendMessageResponse(status=overall([e.status for e in entries], "sends"), entries=entries)
+        message = request.messages[0]
+        try:
+            sent = await self.send_one(message)
+        except Exception as exc:  # noqa: BLE001 - every failure is answered as a status
+            if not isinstance(exc, GatewayError):
+                log.info("send to %s failed: %s", message.topic.name, exc)
+            status = from_exception(exc)
+            entry = svc.SendResultEntry(status=status, message_id=message.system_properties.message_id)
+            return svc.SendMessageResponse(status=status, entries=[entry])
+        entry = svc.SendResultEntry(
+            status=_OK, message_id=sent.message_id, transaction_id=sent.transaction_id, offset=sent.offset
+        )
+        return svc.SendMessageResponse(status=_OK, entries=[entry])
 
     async def _send_batch(self, messages: list[pb.Message]) -> svc.SendMessageResponse:
         try:
