@@ -136,13 +136,10 @@ class SigningInterceptor(
         return continuation(self._details(client_call_details), request_iterator)
 
 
-class _AsyncSigning(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-    grpc.aio.StreamUnaryClientInterceptor,
-    grpc.aio.StreamStreamClientInterceptor,
-):
-    """Adds the signed metadata to every call of an asyncio channel."""
+class _AsyncSigning:
+    """Adds the signed metadata to the calls of an asyncio channel. One object per call
+    kind (the subclasses): ``grpc.aio`` files an interceptor under the first kind it is
+    an instance of, so one object of all four kinds would sign unary calls only."""
 
     def __init__(self, signer: MetadataSigner) -> None:
         self._signer = signer
@@ -153,19 +150,33 @@ class _AsyncSigning(
             metadata.add(key, value)
         return details._replace(metadata=metadata)
 
+
+class _AsyncSigningUnaryUnary(_AsyncSigning, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, client_call_details, request):
         return await continuation(self._details(client_call_details), request)
 
+
+class _AsyncSigningUnaryStream(_AsyncSigning, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, client_call_details, request):
         return await continuation(self._details(client_call_details), request)
 
+
+class _AsyncSigningStreamUnary(_AsyncSigning, grpc.aio.StreamUnaryClientInterceptor):
     async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
         return await continuation(self._details(client_call_details), request_iterator)
 
+
+class _AsyncSigningStreamStream(_AsyncSigning, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
         return await continuation(self._details(client_call_details), request_iterator)
 
 
+_ASYNC_KINDS = (_AsyncSigningUnaryUnary, _AsyncSigningUnaryStream, _AsyncSigningStreamUnary, _AsyncSigningStreamStream)
+
+
 def async_interceptors(credentials: Credentials | None) -> list[grpc.aio.ClientInterceptor]:
     """Interceptors signing every call of a ``grpc.aio`` channel as ``credentials`` ([] for None)."""
-    return [] if credentials is None else [_AsyncSigning(MetadataSigner(credentials))]
+    if credentials is None:
+        return []
+    signer = MetadataSigner(credentials)
+    return [kind(signer) for kind in _ASYNC_KINDS]
