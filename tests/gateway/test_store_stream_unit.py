@@ -146,16 +146,16 @@ async def test_a_half_message_answers_with_its_unique_id_as_transaction_id() -> 
     await backend.close()
 
 
-class _UnsignedStreamStore(_Stream):
-    """A store that refuses the stream as unauthenticated (the channel signs unary calls
-    only) and takes unary sends."""
+class _NoStreamStore(_Stream):
+    """A store that refuses the stream with ``code`` and takes unary sends."""
 
-    def __init__(self) -> None:
+    def __init__(self, code: grpc.StatusCode) -> None:
         super().__init__()
+        self.code = code
         self.unary: list[store_pb2.SendMessageRequest] = []
 
     def SendStream(self) -> _Stream:
-        self.end(_Refused(grpc.StatusCode.UNAUTHENTICATED))
+        self.end(_Refused(self.code))
         return self
 
     async def SendMessage(self, request: store_pb2.SendMessageRequest, timeout: float) -> store_pb2.SendMessageResponse:  # noqa: ASYNC109 - grpc stub signature
@@ -165,15 +165,29 @@ class _UnsignedStreamStore(_Stream):
         )
 
 
-async def test_a_store_refusing_the_stream_unauthenticated_gets_unary_sends() -> None:
-    store = _UnsignedStreamStore()
+def _backend(store: _NoStreamStore) -> Backend:
     backend = Backend(cluster=None, timeout_ms=5000)  # type: ignore[arg-type]
     backend.store_address = lambda store_id: "127.0.0.1:1"  # type: ignore[method-assign]
     backend.store = lambda store_id: store  # type: ignore[method-assign,assignment,return-value]
+    return backend
+
+
+async def test_a_store_without_the_stream_gets_unary_sends() -> None:
+    store = _NoStreamStore(grpc.StatusCode.UNIMPLEMENTED)
+    backend = _backend(store)
     half = common_pb2.Message(topic="T", body=b"x", unique_id="U1")
     result = await backend.send("s1", half, producer_group="T", prepared=True)
     assert result.transaction_id == "U1"
     assert [(r.transaction_prepared, r.producer_group) for r in store.unary] == [(True, "T")]
     await backend.send_normal("s1", common_pb2.Message(topic="T", body=b"y", unique_id="U2"))
     assert [r.message.unique_id for r in store.unary] == ["U1", "U2"]
+    await backend.close()
+
+
+async def test_a_stream_refused_as_unauthenticated_is_an_error_not_a_fallback() -> None:
+    store = _NoStreamStore(grpc.StatusCode.UNAUTHENTICATED)
+    backend = _backend(store)
+    with pytest.raises(TxmqError) as caught:
+        await backend.send_normal("s1", common_pb2.Message(topic="T", body=b"y", unique_id="U2"))
+    assert caught.value.grpc_status == grpc.StatusCode.UNAUTHENTICATED and store.unary == []
     await backend.close()

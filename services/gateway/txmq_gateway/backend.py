@@ -162,12 +162,8 @@ class Backend:
             await pipe.close(err)
             raise err from None
         except TxmqError as err:
-            # A store without SendStream, or a stream opened unsigned: txmq.signing's
-            # asyncio interceptor signs unary calls only (grpc.aio files an interceptor
-            # under its first call type), so with auth_enabled the store refuses the
-            # stream as a whole (nothing of it stored). Unary sends are signed.
-            unimplemented = isinstance(err, NotImplementedYetError) and err.transport
-            if not (unimplemented or err.code == errors_pb2.CODE_UNAUTHENTICATED):
+            # A store without SendStream (an older txmq): unary sends.
+            if not (isinstance(err, NotImplementedYetError) and err.transport):
                 raise
             log.info("store %s at %s: no send stream (%s): unary sends", store_id, address, err)
             self._unary_only.add(address)
