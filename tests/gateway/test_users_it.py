@@ -150,6 +150,28 @@ def test_an_allowed_user_sends_receives_and_commits(scenarios: Scenarios, env: E
     assert len(by_key(env, TOPIC, f"{tx_keys}-0")) == 1, scenarios.explain("the committed message is not stored")
 
 
+def test_a_users_orphaned_transaction_is_checked_and_committed(scenarios: Scenarios, env: Env) -> None:
+    """Checks reach an official client with auth on: the gateway's producer channel to
+    txcheck is a stream, signed as the services' identity (asyncio channels once signed
+    unary calls only, and txcheck refused the channel)."""
+    keys = unique_name("orphan")
+    p1 = scenarios.run(
+        "transactional.py", "--topic", TOPIC, "--actions", "none", "--key-prefix", keys, "--exit", "crash",
+        *creds("alice"),
+    )  # fmt: skip
+    assert not p1.errors() and p1.events("left_open"), scenarios.explain("process 1 did not leave it open")
+    (half,) = p1.events("sent")
+    checker = scenarios.start(
+        "checker.py", "--topic", TOPIC, "--answer", "commit", "--max-seconds", "50", *creds("alice")
+    )
+    checker.wait_event("started", 30, scenarios.explain)
+    found = wait_for("the checked message on the topic", lambda: by_key(env, TOPIC, f"{keys}-0"), scenarios.explain, 40)
+    done = scenarios.finish(checker, close_stdin=True)
+    assert [m.unique_id for m in found] == [half["message_id"]], scenarios.explain(f"on the topic: {found}")
+    assert [c["message_id"] for c in done.events("check")][:1] == [half["message_id"]], scenarios.explain("no check")
+    assert "UNAUTHENTICATED" not in gateway_log(env)
+
+
 def test_a_user_without_pub_is_refused_forbidden_and_nothing_is_stored(scenarios: Scenarios, env: Env) -> None:
     before = stored_count(env, TOPIC)
     # Sub is enough to find the route; a user with no rights gets FORBIDDEN for it, and its
