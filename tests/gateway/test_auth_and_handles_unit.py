@@ -480,15 +480,14 @@ async def test_rpcs_not_served_are_unimplemented_without_an_error_logged(caplog:
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = svc_grpc.MessagingServiceStub(channel)
-            calls = [
-                lambda: stub.RecallMessage(svc.RecallMessageRequest(), timeout=5),
-                lambda: stub.SyncLiteSubscription(svc.SyncLiteSubscriptionRequest(), timeout=5),
-            ]
+            calls = [lambda: stub.SyncLiteSubscription(svc.SyncLiteSubscriptionRequest(), timeout=5)]
             for call in calls:
                 with pytest.raises(grpc.aio.AioRpcError) as info:
                     await call()
                 assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
-            # Served since (PullMessage, UpdateOffset): a bad request is a typed status.
+            # Served since (PullMessage, UpdateOffset, RecallMessage): a bad request is a typed status.
+            recall = await stub.RecallMessage(svc.RecallMessageRequest(recall_handle="txr1.x"), timeout=5)
+            assert recall.status.code == Code.BAD_REQUEST and "recall handle" in recall.status.message
             assert (await stub.UpdateOffset(svc.UpdateOffsetRequest(), timeout=5)).status.code == Code.ILLEGAL_TOPIC
             frames = [f async for f in stub.PullMessage(svc.PullMessageRequest(), timeout=5)]
             assert [f.status.code for f in frames] == [Code.ILLEGAL_TOPIC]

@@ -17,6 +17,7 @@ from txmq.errors import NotImplementedYetError, TxmqError, error
 from txmq.ids import new_unique_id
 from txmq.pipe import PipeSettings
 from txmq.protocol import STORE_DECISIONS
+from txmq.recall import RecallHandle
 from txmq.records import encode_for_send
 from txmq.v1 import (
     common_pb2,
@@ -178,7 +179,16 @@ class Backend:
             commit_log_offset=offset,
             # A half message's transaction id is its unique id (RecordFrame.transaction_prepared).
             transaction_id=unique_id if prepared else "",
+            deliver_at_ms=ack.deliver_at_ms[at] if len(ack.deliver_at_ms) > at else 0,
         )
+
+    async def recall(self, handle: RecallHandle) -> store_pb2.RecallMessageResponse:
+        """The store's RecallMessage for ``handle`` (at the store it names)."""
+        request = store_pb2.RecallMessageRequest(
+            topic=handle.topic, commit_log_offset=handle.commit_log_offset, unique_id=handle.unique_id
+        )
+        stub = self.store(handle.store_id)
+        return await call(lambda: stub.RecallMessage(request, timeout=self.timeout_s))
 
     async def send_batch(self, store_id: str, messages: list[common_pb2.Message]) -> list[store_pb2.SendResult]:
         """Store ``messages`` in one call (validated as a whole by the store: an error

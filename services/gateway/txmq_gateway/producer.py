@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from txmq.recall import RecallHandle
 from txmq.v1 import route_pb2, store_pb2, txcheck_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.convert import HandleSigner, TransactionHandle, decoded_body, to_txmq_message
@@ -56,6 +57,7 @@ class Sent:
     message_id: str
     transaction_id: str
     offset: int
+    recall_handle: str = ""  # a delayed message's (txmq.recall)
 
 
 class SendDeduper:
@@ -135,8 +137,9 @@ class ProducerCore:
             entry = svc.SendResultEntry(status=status, message_id=message.system_properties.message_id)
             return svc.SendMessageResponse(status=status, entries=[entry])
         entry = svc.SendResultEntry(
-            status=_OK, message_id=sent.message_id, transaction_id=sent.transaction_id, offset=sent.offset
-        )
+            status=_OK, message_id=sent.message_id, transaction_id=sent.transaction_id, offset=sent.offset,
+            recall_handle=sent.recall_handle,
+        )  # fmt: skip
         return svc.SendMessageResponse(status=_OK, entries=[entry])
 
     async def _send_batch(self, messages: list[pb.Message]) -> svc.SendMessageResponse:
@@ -156,7 +159,13 @@ class ProducerCore:
         return svc.SendMessageResponse(
             status=ok(),
             entries=[
-                svc.SendResultEntry(status=ok(), message_id=s.message_id, transaction_id="", offset=s.offset)
+                svc.SendResultEntry(
+                    status=ok(),
+                    message_id=s.message_id,
+                    transaction_id="",
+                    offset=s.offset,
+                    recall_handle=s.recall_handle,
+                )
                 for s in sents
             ],
         )
@@ -215,9 +224,12 @@ class ProducerCore:
                     Code.MASTER_PERSISTENCE_TIMEOUT, f"stored with status {store_pb2.SendStatus.Name(bad[0].status)}"
                 )
             return tuple(
-                Sent(message_id=r.msg_id or i, transaction_id="", offset=r.queue_offset)
+                Sent(
+                    message_id=r.msg_id or i, transaction_id="", offset=r.queue_offset,
+                    recall_handle=_recall_handle(topic, store_id, r),
+                )
                 for r, i in zip(results, ids, strict=True)
-            )
+            )  # fmt: skip
 
         return list(await self.dedupe.once((topic, "batch:" + ",".join(ids)), store))
 
@@ -287,8 +299,9 @@ class ProducerCore:
                     )
                 )
             return Sent(
-                message_id=result.msg_id or sp.message_id, transaction_id=transaction_id, offset=result.queue_offset
-            )
+                message_id=result.msg_id or sp.message_id, transaction_id=transaction_id, offset=result.queue_offset,
+                recall_handle=_recall_handle(topic, store_id, result),
+            )  # fmt: skip
 
         return await self.dedupe.once((topic, sp.message_id), store)
 
@@ -332,3 +345,10 @@ class ProducerCore:
                 store_id=handle.store_id,
             )
         )
+
+
+def _recall_handle(topic: str, store_id: str, result: store_pb2.SendResult) -> str:
+    """A delayed message's recall handle (the SDK's, ``txmq.recall``); "" for any other."""
+    if not result.deliver_at_ms:
+        return ""
+    return RecallHandle(topic, store_id, result.commit_log_offset, result.msg_id).encode()

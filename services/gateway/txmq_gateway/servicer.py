@@ -6,9 +6,9 @@ call (access.py), then the core, whose GatewayError / TxmqError becomes the stat
 GetOffset (a group's committed offset of a queue) and QueryOffset (a queue's first
 or last offset, or the first stored at a time) read the store, for lag monitors such as
 KEDA; PullMessage and UpdateOffset serve pull consumers (RocketMQ's proxy answers all
-four UNIMPLEMENTED, #10434). RPCs txmq does not serve
-(RecallMessage, SyncLiteSubscription) answer gRPC
-UNIMPLEMENTED (the generated base class does too, but by raising NotImplementedError,
+four UNIMPLEMENTED, #10434). RecallMessage cancels a
+delayed message at its store. The RPC txmq does not serve (SyncLiteSubscription)
+answers gRPC UNIMPLEMENTED (the generated base class does too, but by raising NotImplementedError,
 which gRPC logs with a traceback on every call).
 """
 
@@ -23,7 +23,8 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from txmq.v1 import common_pb2
+from txmq.recall import RecallHandle
+from txmq.v1 import common_pb2, store_pb2
 from txmq_gateway.access import Authorizer
 from txmq_gateway.auth import Authenticator, header_text
 from txmq_gateway.backend import Backend
@@ -595,15 +596,32 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):
 
         return await self._answer("UpdateOffset", request, context, lambda s: svc.UpdateOffsetResponse(status=s), work)
 
-    # -- not served ----------------------------------------------------------------------
-    # Checked all the same (access.py): serving one later keeps it guarded.
-
     async def RecallMessage(
         self, request: svc.RecallMessageRequest, context: grpc.aio.ServicerContext
     ) -> svc.RecallMessageResponse:
-        return await self._refuse_unserved(
-            "RecallMessage", request, context, svc.RecallMessageResponse, "txmq has no delay messages to recall"
+        """A delayed message cancelled by the recall handle its send answered (the SDK's,
+        ``txmq.recall``; docs/store.md "Recall"), at the store the handle names."""
+
+        async def work() -> svc.RecallMessageResponse:
+            handle = RecallHandle.decode(request.recall_handle)
+            if handle.topic != request.topic.name:
+                raise GatewayError(
+                    Code.BAD_REQUEST, f"the recall handle is of topic {handle.topic}, not {request.topic.name}"
+                )
+            answer = await self.backend.recall(handle)
+            if answer.status != store_pb2.SEND_STATUS_OK:
+                raise GatewayError(
+                    Code.MASTER_PERSISTENCE_TIMEOUT,
+                    f"recall stored with status {store_pb2.SendStatus.Name(answer.status)}: recall again to be sure",
+                )
+            return svc.RecallMessageResponse(status=ok(), message_id=answer.unique_id)
+
+        return await self._answer(
+            "RecallMessage", request, context, lambda s: svc.RecallMessageResponse(status=s), work
         )
+
+    # -- not served ----------------------------------------------------------------------
+    # Checked all the same (access.py): serving one later keeps it guarded.
 
     async def SyncLiteSubscription(
         self, request: svc.SyncLiteSubscriptionRequest, context: grpc.aio.ServicerContext
