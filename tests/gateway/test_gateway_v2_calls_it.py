@@ -238,3 +238,36 @@ def test_receive_answers_when_its_await_ends_and_before_the_deadline(
     assert [f.status.code for f in frames] == [pb.MESSAGE_NOT_FOUND], frames
     held_s = min(await_ms / 1000, deadline_s - 0.5)  # the gateway keeps 500 ms to answer in
     assert held_s * 0.9 <= took < at_most_s, took
+
+
+def test_recall_a_delayed_message(cluster: LocalCluster, gateway: svc_grpc.MessagingServiceStub) -> None:
+    """RecallMessage (RocketMQ's proxy refuses it unless enabled, #9855): the handle a
+    delayed send answered cancels it; the same handle on another topic, too late, or
+    malformed is a typed status."""
+    topic = _topic(cluster)
+    sent = {}
+    for name, delay_s in (("recalled", 3), ("kept", 3)):
+        m = _message(topic, name.encode())
+        m.system_properties.message_type = pb.DELAY
+        m.system_properties.delivery_timestamp.seconds = int(time.time()) + delay_s
+        (entry,) = gateway.SendMessage(svc.SendMessageRequest(messages=[m]), metadata=MD, timeout=10).entries
+        assert entry.status.code == pb.OK and entry.recall_handle.startswith("txr1."), entry
+        sent[name] = entry.recall_handle
+    now = gateway.SendMessage(svc.SendMessageRequest(messages=[_message(topic, b"now")]), metadata=MD, timeout=10)
+    assert now.entries[0].recall_handle == ""
+
+    def recall(handle: str, on: str = topic) -> svc.RecallMessageResponse:
+        request = svc.RecallMessageRequest(topic=pb.Resource(name=on), recall_handle=handle)
+        return gateway.RecallMessage(request, metadata=MD, timeout=10)
+
+    assert recall(sent["recalled"], on="Elsewhere").status.code == pb.BAD_REQUEST
+    answer = recall(sent["recalled"])
+    assert answer.status.code == pb.OK and answer.message_id, answer
+    assert recall("txr1.garbage").status.code == pb.BAD_REQUEST
+    deadline = time.monotonic() + 30
+    while sorted(_stored(cluster, topic)) != [b"kept", b"now"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.5)  # a later tick must not deliver the recalled one
+    assert sorted(_stored(cluster, topic)) == [b"kept", b"now"]
+    late = recall(sent["kept"])
+    assert late.status.code == pb.PRECONDITION_FAILED and "CODE_MESSAGE_ALREADY_DELIVERED" in late.status.message
