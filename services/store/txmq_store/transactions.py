@@ -68,6 +68,7 @@ from .settings import StoreSettings
 log = logging.getLogger("txmq.store.transactions")
 
 _WORD = {OP_COMMIT: "commit", OP_ROLLBACK: "rollback"}
+_PUT_BACK = frozenset(PUT_BACK_PROPERTIES)
 
 # Requeue actions (store.proto RequeueAction).
 CHECK, WAIT, IMMUNITY, DISCARD = 1, 2, 3, 4
@@ -606,7 +607,7 @@ def _origin(half: StoredMessage) -> int:
     """The commit-log offset of the transaction's first half record: a put-back copy
     made here carries it as its prepared-transaction offset; a copy without it (made by
     older txmq, or resumed by an admin) counts as old (0: the index is asked)."""
-    if any(k in half.properties for k in PUT_BACK_PROPERTIES):
+    if not _PUT_BACK.isdisjoint(half.properties):
         return half.prepared_transaction_offset
     return half.commit_log_offset
 
