@@ -77,15 +77,22 @@ def parse_op_entries(view: common_pb2.MessageView) -> list[OpEntry]:
 class Decider:
     """Sends decisions to the store in batches: the decisions that arrive while a
     DecideTransactions call is in flight go together in the next one (at most
-    ``max_entries``), like a group commit. A caller returns once the store answered its
-    item, so an answered END_TRANSACTION is durable."""
+    ``max_entries``), like a group commit. While a full batch waits (a producer's
+    answers arrive hundreds at a time), up to ``max_calls`` calls are in flight, so the
+    decisions do not wait for one round trip per ``max_entries``: the store orders
+    concurrent calls itself (first decision wins, as between replicas). A caller
+    returns once the store answered its item, so an answered END_TRANSACTION is
+    durable."""
 
-    def __init__(self, store: StoreClient, *, transaction_timeout_ms: int, max_entries: int = 64) -> None:
+    def __init__(
+        self, store: StoreClient, *, transaction_timeout_ms: int, max_entries: int = 64, max_calls: int = 4
+    ) -> None:
         self._store = store
         self._timeout_ms = transaction_timeout_ms
         self._max = max_entries
+        self._max_calls = max_calls
         self._pending: list[tuple[store_pb2.TransactionDecision, asyncio.Future[store_pb2.DecisionResult]]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.calls = 0  # store calls made (tests, metrics)
 
     async def decide(self, decision: store_pb2.TransactionDecision) -> store_pb2.DecisionResult:
@@ -108,8 +115,11 @@ class Decider:
             fut: asyncio.Future[store_pb2.DecisionResult] = loop.create_future()
             self._pending.append((decision, fut))
             futures.append(fut)
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._flush())
+        tasks = self._tasks
+        while not tasks or (len(tasks) < self._max_calls and len(self._pending) > self._max * len(tasks)):
+            task = asyncio.create_task(self._flush())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
         return futures
 
     async def _flush(self) -> None:
