@@ -4,6 +4,7 @@ reading them again -- unless the commit log no longer holds them there."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -13,6 +14,7 @@ from txmq.protocol import OP_ROLLBACK as ROLLBACK_OP
 from txmq.protocol import PROPERTY_CHECK_TIMES, TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
 from txmq.v1 import errors_pb2, store_pb2, txcheck_pb2
 from txmq_store.transactions import CHECK, HalfAction
+from txmq_txcheck.ledger import Decider
 
 from .conftest import Env
 
@@ -100,3 +102,33 @@ async def test_only_the_check_loops_walk_fills_the_records_kept(env: Env) -> Non
     assert env.store.transactions._walked == {}
     await walk(env)
     assert len(env.store.transactions._walked) == 1
+
+
+class SlowStore:
+    """A store whose DecideTransactions takes a while: counts calls in flight."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.most = 0
+        self.sizes: list[int] = []
+
+    async def decide(self, decisions, *, transaction_timeout_ms: int, fence=None):
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        self.sizes.append(len(decisions))
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        return [store_pb2.DecisionResult(first=True, decision=d.decision) for d in decisions]
+
+
+async def test_a_full_batch_waiting_goes_out_in_a_few_calls_at_once() -> None:
+    store = SlowStore()
+    decider = Decider(store, transaction_timeout_ms=1000, max_entries=64)  # type: ignore[arg-type]
+    items = [
+        store_pb2.TransactionDecision(transaction_id=str(i), decision=store_pb2.DECISION_COMMIT) for i in range(300)
+    ]
+    results = await decider.decide_many(items)
+    assert len(results) == 300 and all(isinstance(r, store_pb2.DecisionResult) for r in results)
+    assert sorted(store.sizes) == [44, 64, 64, 64, 64] and store.most == 4
+    # A lone decision goes alone, at once.
+    assert (await decider.decide(items[0])).first and store.sizes[-1] == 1
