@@ -1,6 +1,7 @@
-"""The check path's batches: a producer's answers decided as one batch (Ledger.end_many),
-and the store's RequeueHalves taking the half records the walk just read instead of
-reading them again -- unless the commit log no longer holds them there."""
+"""The check path's batches: a producer's answers decided as one batch (Ledger.end_many)
+in a few store calls at once (Decider), and the store's RequeueHalves taking the half
+records the walk just read instead of reading them again -- unless the commit log no
+longer holds them there; the records kept are bounded."""
 
 from __future__ import annotations
 
@@ -132,3 +133,14 @@ async def test_a_full_batch_waiting_goes_out_in_a_few_calls_at_once() -> None:
     assert sorted(store.sizes) == [44, 64, 64, 64, 64] and store.most == 4
     # A lone decision goes alone, at once.
     assert (await decider.decide(items[0])).first and store.sizes[-1] == 1
+
+
+async def test_the_records_kept_are_bounded_in_count_and_bytes(env: Env) -> None:
+    await env.half()
+    [m] = env.store.reader.get_message(topic=TRANS_HALF_TOPIC, queue_id=0, offset=0).messages
+    tx = env.store.transactions
+    tx.walked([dataclasses.replace(m, commit_log_offset=i) for i in range(600)])
+    assert sorted(tx._walked) == list(range(88, 600))  # the newest 512
+    big = 3 << 20
+    tx.walked([dataclasses.replace(m, commit_log_offset=1000 + i, store_size=big) for i in range(3)])
+    assert list(tx._walked)[-2:] == [1001, 1002] and sum(r.store_size for r in tx._walked.values()) <= 8 << 20

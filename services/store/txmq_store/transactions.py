@@ -74,6 +74,7 @@ _WORD = {OP_COMMIT: "commit", OP_ROLLBACK: "rollback"}
 _PUT_BACK = frozenset(PUT_BACK_PROPERTIES)
 # Half records the walk read that are kept for its next RequeueHalves (two of its reads).
 _WALKED_MAX = 512
+_WALKED_MAX_BYTES = 8 << 20  # their records' sizes, at most
 # A record's header fields that tell it from another one at the same offset.
 BODY_CRC_AT = 12
 _BODY_CRC = struct.Struct(">I")
@@ -249,6 +250,7 @@ class Transactions:
         # queue), by commit-log offset: its RequeueHalves names them next and takes them
         # from here instead of reading and decoding them again (``_walked_half``).
         self._walked: dict[int, StoredMessage] = {}
+        self._walked_bytes = 0
 
     # -- the book --------------------------------------------------------------------
 
@@ -546,13 +548,17 @@ class Transactions:
     # -- the check loop's writes -----------------------------------------------------
 
     def walked(self, records: Sequence[StoredMessage]) -> None:
-        """The check loop read ``records`` of the half queue; the newest
-        ``_WALKED_MAX`` are kept for its next RequeueHalves."""
+        """The check loop read ``records`` of the half queue; the newest are kept for
+        its next RequeueHalves (at most ``_WALKED_MAX`` records, ``_WALKED_MAX_BYTES``)."""
         walked = self._walked
         for m in records:
+            old = walked.pop(m.commit_log_offset, None)
+            if old is not None:
+                self._walked_bytes -= old.store_size
             walked[m.commit_log_offset] = m
-        while len(walked) > _WALKED_MAX:
-            del walked[next(iter(walked))]
+            self._walked_bytes += m.store_size
+        while walked and (len(walked) > _WALKED_MAX or self._walked_bytes > _WALKED_MAX_BYTES):
+            self._walked_bytes -= walked.pop(next(iter(walked))).store_size
 
     def _walked_half(self, commit_log_offset: int) -> StoredMessage:
         """The half record at ``commit_log_offset``: the one the walk read, while the
@@ -561,6 +567,7 @@ class Transactions:
         read (``_half``)."""
         m = self._walked.pop(commit_log_offset, None)
         if m is not None:
+            self._walked_bytes -= m.store_size
             head = self._store.commitlog.read(commit_log_offset, HEADER_SIZE)
             if (
                 head is not None
