@@ -273,6 +273,7 @@ async def part_b(node: Node, n: int, body: bytes, in_flight: int, timeout_s: flo
         if not producer.channel_open:
             raise RuntimeError("the producer channel did not open")
         t0 = time.monotonic()
+        cpu0 = (node.store.cpu_s(), node.txcheck.cpu_s() if node.txcheck else 0.0, procs.proc_cpu_s(os.getpid()))
         async with grpc.aio.insecure_channel(node.address) as ch:
             stub = store_pb2_grpc.StoreStub(ch)
 
@@ -280,11 +281,15 @@ async def part_b(node: Node, n: int, body: bytes, in_flight: int, timeout_s: flo
                 return await real_count(stub) >= n
 
             t1 = await wait_until("all pending transactions committed", all_committed, timeout_s)
+            cpu1 = (node.store.cpu_s(), node.txcheck.cpu_s() if node.txcheck else 0.0, procs.proc_cpu_s(os.getpid()))
             stored = await real_count(stub)
     finally:
         producer.shutdown()
     return {"pending": n, "send_s": send_s, "resolve_s": t1 - t0, "checks_answered": listener.checks,
-            "committed_copies": stored, "check_interval_ms": 2000}  # fmt: skip
+            "committed_copies": stored, "check_interval_ms": 2000,
+            "store_cpu_us_per_tx": (cpu1[0] - cpu0[0]) * 1e6 / n,
+            "txcheck_cpu_us_per_tx": (cpu1[1] - cpu0[1]) * 1e6 / n,
+            "producer_cpu_us_per_tx": (cpu1[2] - cpu0[2]) * 1e6 / n}  # fmt: skip
 
 
 async def part_c(node: Node, n: int, body: bytes, in_flight: int, timeout_s: float) -> dict:
@@ -453,7 +458,10 @@ def report(r: dict, args: argparse.Namespace) -> str:
                      f"(incl. <= {b['check_interval_ms'] / 1000:.0f}s until the first round; "
                      f"{b['checks_answered']} checks answered; target <= 30s for 100000: "
                      f"{'met' if b['resolve_s'] * 100_000 / b['pending'] <= 30 else 'NOT met'}"
-                     f"{'' if b['pending'] == 100_000 else ', scaled linearly'})")  # fmt: skip
+                     f"{'' if b['pending'] == 100_000 else ', scaled linearly'}); CPU per resolved "
+                     f"transaction: store {b['store_cpu_us_per_tx']:.0f} µs, txcheck "
+                     f"{b['txcheck_cpu_us_per_tx']:.0f} µs, producer (this process) "
+                     f"{b['producer_cpu_us_per_tx']:.0f} µs")  # fmt: skip
     if "c" in r:
         c = r["c"]
         lines.append(f"(c) {c['resolved']} resolved passed in {c['pass_s']:.1f}s "

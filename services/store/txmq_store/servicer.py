@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from txmq.errors import TxmqError, error
+from txmq.protocol import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC
 from txmq.v1 import auth_pb2, common_pb2, errors_pb2, store_pb2, store_pb2_grpc
 from txmq_runtime.auth import permits, publish_check, require
 from txmq_runtime.grpc_errors import rpc
@@ -428,6 +429,8 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 store_id=self._store.store_id,
             )
         store_metrics.count_out(request.topic, r.messages)
+        if request.topic == TRANS_HALF_TOPIC and request.consumer_group == TRANS_CHECK_GROUP:
+            self._store.transactions.walked(r.messages)  # its RequeueHalves takes them from there
         return store_pb2.GetMessageResponse(
             status=GET_STATUS[r.status],
             next_begin_offset=r.next_begin_offset,

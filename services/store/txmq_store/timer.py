@@ -328,6 +328,7 @@ class Timer:
         self._ready_from = 0
         self._check_below = 0  # units below this are re-filed: check for a copy first
         self._skip: TimerCheckpoint | None = None  # the checkpoint a rebuild honours
+        self._saved: TimerCheckpoint | None = None  # what the checkpoint file holds (as read or written)
         self._delivered_end = 0  # commit-log end after the last settled delivery
         self.delivered_total = 0
         self.duplicates_skipped = 0
@@ -347,7 +348,7 @@ class Timer:
         self.wheel.clear()
         lo, hi = self._host.timer_queue_bounds()
         cp = TimerCheckpoint.load(self.path)
-        self._skip = cp
+        self._skip = self._saved = cp
         self.ingested = max(lo, cp.delivered_below if cp else 0)
         self._through = cp.delivered_through_sec if cp else -1
         self._check_below = hi
@@ -596,13 +597,18 @@ class Timer:
 
     async def checkpoint(self) -> TimerCheckpoint | None:
         """Write the checkpoint (active timers only), after the delivered copies it
-        covers are flushed."""
+        covers are flushed. A checkpoint equal to the one the file holds (nothing
+        ingested or delivered since: a store without timers) is not written again: the
+        file already holds it durably, so the write and its two fsyncs are skipped."""
         if not self.active:
             return None
         snap = self.snapshot()
+        if snap == self._saved and self.path.exists():
+            return snap
         end = self._delivered_end
         await self._host.timer_flush(end)
         await asyncio.to_thread(snap.save, self.path)
+        self._saved = snap
         return snap
 
     def keep_from(self) -> int | None:

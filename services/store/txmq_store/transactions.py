@@ -18,6 +18,7 @@ fenced write under a lower epoch is refused with CODE_FENCED and writes nothing.
 from __future__ import annotations
 
 import logging
+import struct
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,11 +54,13 @@ from txmq.protocol import (
     encode_op_decisions,
     rejects_late_decision,
 )
+from txmq.records import PHYSICAL_OFFSET_AT
 from txmq.v1 import errors_pb2
 from txmq.validation import check_group
 
 from . import metrics as store_metrics
 from .admin import ConfigAdmin
+from .codec import HEADER_SIZE, MESSAGE_MAGIC, read_size_and_magic, read_store_timestamp
 from .commitlog import CommitLog
 from .fileio import read_json, write_json_atomically
 from .model import OutgoingMessage, SendStatus, StoredMessage
@@ -68,6 +71,14 @@ from .settings import StoreSettings
 log = logging.getLogger("txmq.store.transactions")
 
 _WORD = {OP_COMMIT: "commit", OP_ROLLBACK: "rollback"}
+_PUT_BACK = frozenset(PUT_BACK_PROPERTIES)
+# Half records the walk read that are kept for its next RequeueHalves (two of its reads).
+_WALKED_MAX = 512
+_WALKED_MAX_BYTES = 8 << 20  # their records' sizes, at most
+# A record's header fields that tell it from another one at the same offset.
+BODY_CRC_AT = 12
+_BODY_CRC = struct.Struct(">I")
+_PHYSICAL = struct.Struct(">q")
 
 # Requeue actions (store.proto RequeueAction).
 CHECK, WAIT, IMMUNITY, DISCARD = 1, 2, 3, 4
@@ -235,6 +246,11 @@ class Transactions:
         # transaction whose first half record is at or after it, and that the book does
         # not know, has no decision: no index read needed.
         self.horizon = 0
+        # The half records the check loop's walk read last (GetMessage on the half
+        # queue), by commit-log offset: its RequeueHalves names them next and takes them
+        # from here instead of reading and decoding them again (``_walked_half``).
+        self._walked: dict[int, StoredMessage] = {}
+        self._walked_bytes = 0
 
     # -- the book --------------------------------------------------------------------
 
@@ -531,6 +547,39 @@ class Transactions:
 
     # -- the check loop's writes -----------------------------------------------------
 
+    def walked(self, records: Sequence[StoredMessage]) -> None:
+        """The check loop read ``records`` of the half queue; the newest are kept for
+        its next RequeueHalves (at most ``_WALKED_MAX`` records, ``_WALKED_MAX_BYTES``)."""
+        walked = self._walked
+        for m in records:
+            old = walked.pop(m.commit_log_offset, None)
+            if old is not None:
+                self._walked_bytes -= old.store_size
+            walked[m.commit_log_offset] = m
+            self._walked_bytes += m.store_size
+        while walked and (len(walked) > _WALKED_MAX or self._walked_bytes > _WALKED_MAX_BYTES):
+            self._walked_bytes -= walked.pop(next(iter(walked))).store_size
+
+    def _walked_half(self, commit_log_offset: int) -> StoredMessage:
+        """The half record at ``commit_log_offset``: the one the walk read, while the
+        commit log's header there still names it (same size, body CRC, offset and
+        store time: a log cut back and written again since holds another record), else
+        read (``_half``)."""
+        m = self._walked.pop(commit_log_offset, None)
+        if m is not None:
+            self._walked_bytes -= m.store_size
+            head = self._store.commitlog.read(commit_log_offset, HEADER_SIZE)
+            if (
+                head is not None
+                and len(head) == HEADER_SIZE
+                and read_size_and_magic(head) == (m.store_size, MESSAGE_MAGIC)
+                and _BODY_CRC.unpack_from(head, BODY_CRC_AT)[0] == m.body_crc
+                and _PHYSICAL.unpack_from(head, PHYSICAL_OFFSET_AT)[0] == commit_log_offset
+                and read_store_timestamp(head) == m.store_timestamp_ms
+            ):
+                return m
+        return self._half(commit_log_offset, "")
+
     async def requeue(
         self,
         actions: Sequence[HalfAction],
@@ -549,7 +598,7 @@ class Transactions:
         for i, act in enumerate(actions):
             out = ActionOutcome()
             try:
-                half = self._half(act.commit_log_offset, "")
+                half = self._walked_half(act.commit_log_offset)
                 if act.action not in (CHECK, WAIT, IMMUNITY, DISCARD):
                     raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"unknown requeue action {act.action}")
                 prior = self._prior(half.unique_id, half) if half.unique_id else None
@@ -606,7 +655,7 @@ def _origin(half: StoredMessage) -> int:
     """The commit-log offset of the transaction's first half record: a put-back copy
     made here carries it as its prepared-transaction offset; a copy without it (made by
     older txmq, or resumed by an admin) counts as old (0: the index is asked)."""
-    if any(k in half.properties for k in PUT_BACK_PROPERTIES):
+    if not _PUT_BACK.isdisjoint(half.properties):
         return half.prepared_transaction_offset
     return half.commit_log_offset
 

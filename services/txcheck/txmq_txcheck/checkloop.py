@@ -59,6 +59,11 @@ log = logging.getLogger("txmq.txcheck.loop")
 
 Clock = WallClock  # milliseconds since the epoch (txmq_runtime.clock's rule)
 PULL_BATCH = 32
+# Half records read per GetMessage by the walk, at most: a run of records the removeMap
+# does not show resolved is read in one call up to this many (check_batch_max's default:
+# what one RequeueHalves acts on); at least PULL_BATCH, as before (the store caps a batch
+# by bytes too).
+HALF_PULL_BATCH = 256
 # RocketMQ MAX_RETRY_COUNT_WHEN_HALF_NULL / OP pulls: small bounds per round.
 _MAX_EMPTY_OP_PULLS = 1
 
@@ -138,8 +143,14 @@ def renewed_half(
 def check_state(view: common_pb2.MessageView, store_id: str) -> txcheck_pb2.CheckTransactionState:
     """A check for ``view``: the message as its producer sent it (real topic and queue,
     as RocketMQ's sendCheckMessage restores them), with the offsets of this half record."""
-    msg = common_pb2.MessageView()
-    msg.CopyFrom(view)
+    state = txcheck_pb2.CheckTransactionState(
+        transaction_id=view.message.unique_id,
+        commit_log_offset=view.commit_log_offset,
+        tran_state_table_offset=view.queue_offset,
+        store_id=store_id,
+    )
+    msg = state.message
+    msg.CopyFrom(view)  # the only copy: the fields below are set on it
     props = msg.message.properties
     if PROPERTY_REAL_TOPIC in props:
         msg.message.topic = props[PROPERTY_REAL_TOPIC]
@@ -147,13 +158,7 @@ def check_state(view: common_pb2.MessageView, store_id: str) -> txcheck_pb2.Chec
         msg.message.queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
     except ValueError:
         pass
-    return txcheck_pb2.CheckTransactionState(
-        message=msg,
-        transaction_id=view.message.unique_id,
-        commit_log_offset=view.commit_log_offset,
-        tran_state_table_offset=view.queue_offset,
-        store_id=store_id,
-    )
+    return state
 
 
 class _OpState:
@@ -306,7 +311,7 @@ class CheckLoop:
                     continue
                 msg = cache.get(i)
                 if msg is None:
-                    r = await self._get(TRANS_HALF_TOPIC, queue_id, i, report)
+                    r = await self._get(TRANS_HALF_TOPIC, queue_id, i, report, _unresolved_run(i, ops.remove))
                     if r is None:  # a damaged record at i: stepped over
                         new_offset = i = i + 1
                         continue
@@ -422,8 +427,9 @@ class CheckLoop:
                 report.settled.append(txid)
                 continue
             if p.action == store_pb2.REQUEUE_ACTION_CHECK:
-                fresh = common_pb2.MessageView()
-                fresh.CopyFrom(p.view)
+                # The walk is past this record: its view becomes the put-back copy's
+                # in place (check_state copies it once).
+                fresh = p.view
                 fresh.message.properties.clear()
                 fresh.message.properties.update(r.properties)
                 fresh.queue_offset = r.queue_offset
@@ -514,14 +520,14 @@ class CheckLoop:
         return True
 
     async def _get(
-        self, topic: str, queue_id: int, offset: int, report: RoundReport
+        self, topic: str, queue_id: int, offset: int, report: RoundReport, max_messages: int = PULL_BATCH
     ) -> store_pb2.GetMessageResponse | None:
         """A batch of the half or op queue from ``offset``; None when the record at
         ``offset`` is damaged on disk (CODE_DATA_CORRUPTED: the store serves the intact
         records before a damaged one and refuses a read that starts at it). The loop
         steps over it instead of stopping at it every round: one ERROR line per record."""
         try:
-            return await self.store.get(topic, queue_id, offset, PULL_BATCH)
+            return await self.store.get(topic, queue_id, offset, max_messages)
         except TxmqError as err:
             if err.code != errors_pb2.CODE_DATA_CORRUPTED or err.metadata.get("queue_offset") != str(offset):
                 raise
@@ -540,6 +546,16 @@ class CheckLoop:
 
 _LOOK_FURTHER = object()
 _STOP = object()
+
+
+def _unresolved_run(offset: int, remove: dict[int, int]) -> int:
+    """Half records to read from ``offset``: PULL_BATCH, or more while the removeMap
+    shows none of them resolved (those are skipped without a read), up to
+    HALF_PULL_BATCH."""
+    n = PULL_BATCH
+    while n < HALF_PULL_BATCH and offset + n not in remove:
+        n += 1
+    return n
 
 
 def _group(msg: common_pb2.MessageView) -> str:

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from txmq import protocol
@@ -76,23 +77,50 @@ def parse_op_entries(view: common_pb2.MessageView) -> list[OpEntry]:
 class Decider:
     """Sends decisions to the store in batches: the decisions that arrive while a
     DecideTransactions call is in flight go together in the next one (at most
-    ``max_entries``), like a group commit. A caller returns once the store answered its
-    item, so an answered END_TRANSACTION is durable."""
+    ``max_entries``), like a group commit. While a full batch waits (a producer's
+    answers arrive hundreds at a time), up to ``max_calls`` calls are in flight, so the
+    decisions do not wait for one round trip per ``max_entries``: the store orders
+    concurrent calls itself (first decision wins, as between replicas). A caller
+    returns once the store answered its item, so an answered END_TRANSACTION is
+    durable."""
 
-    def __init__(self, store: StoreClient, *, transaction_timeout_ms: int, max_entries: int = 64) -> None:
+    def __init__(
+        self, store: StoreClient, *, transaction_timeout_ms: int, max_entries: int = 64, max_calls: int = 4
+    ) -> None:
         self._store = store
         self._timeout_ms = transaction_timeout_ms
         self._max = max_entries
+        self._max_calls = max_calls
         self._pending: list[tuple[store_pb2.TransactionDecision, asyncio.Future[store_pb2.DecisionResult]]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self.calls = 0  # store calls made (tests, metrics)
 
     async def decide(self, decision: store_pb2.TransactionDecision) -> store_pb2.DecisionResult:
-        fut: asyncio.Future[store_pb2.DecisionResult] = asyncio.get_running_loop().create_future()
-        self._pending.append((decision, fut))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._flush())
-        return await asyncio.shield(fut)
+        return await asyncio.shield(self._enqueue([decision])[0])
+
+    async def decide_many(
+        self, decisions: Sequence[store_pb2.TransactionDecision]
+    ) -> list[store_pb2.DecisionResult | BaseException]:
+        """``decide`` for a batch (a producer's answers to checks): one result or the
+        store call's exception per item, without a task per item."""
+        futures = self._enqueue(decisions)
+        return await asyncio.shield(asyncio.gather(*futures, return_exceptions=True))
+
+    def _enqueue(
+        self, decisions: Sequence[store_pb2.TransactionDecision]
+    ) -> list[asyncio.Future[store_pb2.DecisionResult]]:
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[store_pb2.DecisionResult]] = []
+        for decision in decisions:
+            fut: asyncio.Future[store_pb2.DecisionResult] = loop.create_future()
+            self._pending.append((decision, fut))
+            futures.append(fut)
+        tasks = self._tasks
+        while not tasks or (len(tasks) < self._max_calls and len(self._pending) > self._max * len(tasks)):
+            task = asyncio.create_task(self._flush())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        return futures
 
     async def _flush(self) -> None:
         await asyncio.sleep(0)  # let decisions ready in this same loop turn join the batch
@@ -227,35 +255,80 @@ class Ledger:
         """END_TRANSACTION: the store validates it against the half message and decides,
         first decision wins, atomically (DecideTransactions; concurrent ENDs share one
         call). Any replica may call it: no leader is involved."""
+        now = self._clock()
+        decision = self._decision(req, now)
+        if decision is None:
+            return txcheck_pb2.EndTransactionResponse()
+        return self._ended(req, now, await self.decider.decide(decision))
+
+    async def end_many(
+        self, requests: Sequence[txcheck_pb2.EndTransactionRequest]
+    ) -> list[txcheck_pb2.EndTransactionResponse | TxmqError]:
+        """``end`` for a batch of ENDs (a producer's answers to checks, sent up its
+        channel together): each item's response or its error, in order; the decisions
+        go to the store together, with no task per item."""
+        now = self._clock()
+        out: list[txcheck_pb2.EndTransactionResponse | TxmqError] = []
+        asked: list[tuple[int, store_pb2.TransactionDecision]] = []
+        for req in requests:
+            try:
+                decision = self._decision(req, now)
+            except TxmqError as err:
+                out.append(err)
+                continue
+            out.append(txcheck_pb2.EndTransactionResponse())
+            if decision is not None:
+                asked.append((len(out) - 1, decision))
+        if not asked:
+            return out
+        results = await self.decider.decide_many([d for _, d in asked])
+        for (i, _), result in zip(asked, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                out[i] = result if isinstance(result, TxmqError) else TxmqError(str(result))
+                continue
+            try:
+                out[i] = self._ended(requests[i], now, result)
+            except TxmqError as err:
+                out[i] = err
+        return out
+
+    def _decision(self, req: txcheck_pb2.EndTransactionRequest, now: int) -> store_pb2.TransactionDecision | None:
+        """The store's item for ``req``; None for UNKNOWN (only noted)."""
         check_group(req.producer_group)
         txid = req.transaction_id
         if not txid:
             raise error(errors_pb2.CODE_ILLEGAL_TRANSACTION_ID, "transaction id is empty")
-        now = self._clock()
         source = "check" if req.from_transaction_check else "producer"
         if req.resolution == txcheck_pb2.TRANSACTION_RESOLUTION_UNKNOWN:
             self.timeline.record(
                 txid, now, "check_answered" if req.from_transaction_check else "unknown", f"unknown ({source})"
             )
-            return txcheck_pb2.EndTransactionResponse()
+            return None
         decision = _RESOLUTION.get(req.resolution)
         if decision is None:
             raise error(
                 errors_pb2.CODE_ILLEGAL_ARGUMENT, f"resolution {req.resolution} is not commit, rollback or unknown"
             )
         user, source = acting_user()  # auth on: the store checks its Pub on the half's topic
-        result = await self.decider.decide(
-            store_pb2.TransactionDecision(
-                commit_log_offset=req.commit_log_offset,
-                tran_state_table_offset=req.tran_state_table_offset,
-                transaction_id=txid,
-                producer_group=req.producer_group,
-                decision=_TO_STORE[decision],
-                from_transaction_check=req.from_transaction_check,
-                acting_user=user,
-                acting_source=source,
-            )
+        return store_pb2.TransactionDecision(
+            commit_log_offset=req.commit_log_offset,
+            tran_state_table_offset=req.tran_state_table_offset,
+            transaction_id=txid,
+            producer_group=req.producer_group,
+            decision=_TO_STORE[decision],
+            from_transaction_check=req.from_transaction_check,
+            acting_user=user,
+            acting_source=source,
         )
+
+    def _ended(
+        self, req: txcheck_pb2.EndTransactionRequest, now: int, result: store_pb2.DecisionResult
+    ) -> txcheck_pb2.EndTransactionResponse:
+        """The response to ``req`` from the store's ``result`` (raises its refusal)."""
+        txid = req.transaction_id
+        decision = _RESOLUTION[req.resolution]
         if result.HasField("error"):
             if req.from_transaction_check and result.error.code != errors_pb2.CODE_TRANSACTION_NOT_FOUND:
                 self.timeline.record(txid, now, "check_answered", f"{_WORD[decision]} (check)")
@@ -266,5 +339,6 @@ class Ledger:
         if result.first:
             at = self._clock()
             self._remember(txid, Decision(decision, committed, at, (req.tran_state_table_offset,)))
+            _, source = acting_user()
             self.timeline.record(txid, at, "committed" if decision == COMMIT else "rolled_back", f"by {source}")
         return txcheck_pb2.EndTransactionResponse(committed=committed)

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Sequence
 
 import grpc
 
@@ -21,7 +22,7 @@ from txmq.v1 import common_pb2, errors_pb2, txcheck_pb2, txcheck_pb2_grpc
 from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 from txmq_runtime.grpc_errors import abort, rpc
 from txmq_runtime.server import ServiceContext, ServiceParts
-from txmq_txcheck.channels import ProducerChannels
+from txmq_txcheck.channels import LocalChannel, ProducerChannels
 from txmq_txcheck.checkloop import CheckLoop, CheckSettings, resume
 from txmq_txcheck.leader import LeaderElector
 from txmq_txcheck.ledger import Ledger, check_group
@@ -31,6 +32,10 @@ from txmq_txcheck.timeline import Timeline
 from txmq_txcheck.txquery import query_transaction
 
 log = logging.getLogger("txmq.txcheck")
+
+_FAILED = TxmqError(
+    "END_TRANSACTION failed on the transaction service; retry", code=errors_pb2.CODE_UNAVAILABLE, retriable=True
+)
 
 
 class TxcheckNode:
@@ -159,6 +164,28 @@ class TxcheckNode:
             raise error(errors_pb2.CODE_ILLEGAL_TRANSACTION_ID, "transaction id is empty")
         return await self.ledger(self.resolve_store(request.store_id)).end(request)
 
+    async def end_transactions(
+        self, requests: Sequence[txcheck_pb2.EndTransactionRequest]
+    ) -> list[txcheck_pb2.EndTransactionResponse | TxmqError]:
+        """``end_transaction`` for a batch (a producer's answers sent up its channel
+        together): each item's response or error, in order; the ledger of each store
+        takes its items in one go."""
+        out: dict[int, txcheck_pb2.EndTransactionResponse | TxmqError] = {}
+        per_store: dict[str, list[int]] = {}
+        for i, request in enumerate(requests):
+            try:
+                per_store.setdefault(self.resolve_store(request.store_id), []).append(i)
+            except TxmqError as err:
+                out[i] = err
+        for store_id, items in per_store.items():
+            try:
+                results = await self.ledger(store_id).end_many([requests[i] for i in items])
+            except TxmqError as err:
+                results = [err] * len(items)
+            for i, result in zip(items, results, strict=True):
+                out[i] = result
+        return [out[i] for i in range(len(requests))]
+
     # -- ResumeTransaction ---------------------------------------------------------------
 
     async def resume_transaction(
@@ -199,6 +226,53 @@ class TxcheckNode:
         await self.channels.close()
         for c in self._clients.values():
             await c.close()
+
+
+class _Answers:
+    """The ENDs a producer sends up its channel: each command on its own task of the
+    node (a batch on one: the ledger sends its items to the store together), so a slow
+    one holds up no other; those with a request id are answered down the channel."""
+
+    def __init__(self, node: TxcheckNode, ch: LocalChannel, client_id: str) -> None:
+        self._node = node
+        self._ch = ch
+        self._client_id = client_id
+
+    def take(self, cmd: txcheck_pb2.ProducerCommand) -> None:
+        kind = cmd.WhichOneof("command")
+        if kind == "end_transaction":
+            self._node.spawn(self._one(cmd.end_transaction))
+        elif kind == "end_transactions":
+            self._node.spawn(self._batch(list(cmd.end_transactions.requests)))
+
+    async def _one(self, request: txcheck_pb2.EndTransactionRequest) -> None:
+        try:
+            outcome: object = await self._node.end_transaction(request)
+        except Exception as exc:  # noqa: BLE001 - answered as an error, logged by _reply
+            outcome = exc
+        self._reply(request, outcome)
+
+    async def _batch(self, requests: list[txcheck_pb2.EndTransactionRequest]) -> None:
+        try:
+            outcomes: list[object] = list(await self._node.end_transactions(requests))
+        except Exception as exc:  # noqa: BLE001 - answered as an error, logged by _reply
+            outcomes = [exc] * len(requests)
+        for request, outcome in zip(requests, outcomes, strict=True):
+            self._reply(request, outcome)
+
+    def _reply(self, request: txcheck_pb2.EndTransactionRequest, outcome: object) -> None:
+        result = txcheck_pb2.EndTransactionResult(request_id=request.request_id)
+        if isinstance(outcome, txcheck_pb2.EndTransactionResponse):
+            result.response.CopyFrom(outcome)
+        elif isinstance(outcome, TxmqError):
+            result.error.CopyFrom(outcome.to_detail())
+            if not request.request_id:  # an answer to a check: the next check asks again
+                log.info("END_TRANSACTION from %s refused: %s", self._client_id, outcome)
+        else:
+            log.error("END_TRANSACTION from %s failed", self._client_id, exc_info=outcome)  # type: ignore[arg-type]
+            result.error.CopyFrom(_FAILED.to_detail())
+        if request.request_id:
+            self._ch.reply(txcheck_pb2.ServerCommand(end_result=result))
 
 
 class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
@@ -255,36 +329,11 @@ class TransactionServicer(txcheck_pb2_grpc.TransactionServicer):
         # txmq-end-results: this replica answers ENDs sent up the stream with a request id.
         await context.send_initial_metadata((("txmq-channel", "open"), ("txmq-end-results", "1")))
 
-        async def answer(request: txcheck_pb2.EndTransactionRequest) -> None:
-            result = txcheck_pb2.EndTransactionResult(request_id=request.request_id)
-            try:
-                result.response.CopyFrom(await node.end_transaction(request))
-            except TxmqError as err:
-                result.error.CopyFrom(err.to_detail())
-                if not request.request_id:  # an answer to a check: the next check asks again
-                    log.info("END_TRANSACTION from %s refused: %s", client_id, err)
-            except Exception:
-                log.exception("END_TRANSACTION from %s failed", client_id)
-                result.error.CopyFrom(
-                    TxmqError(
-                        "END_TRANSACTION failed on the transaction service; retry",
-                        code=errors_pb2.CODE_UNAVAILABLE,
-                        retriable=True,
-                    ).to_detail()
-                )
-            if request.request_id:
-                ch.reply(txcheck_pb2.ServerCommand(end_result=result))
+        answers = _Answers(node, ch, client_id)
 
         async def read() -> None:
             async for cmd in request_iterator:
-                kind = cmd.WhichOneof("command")
-                # Each answer on its own task: the ledger merges concurrent ones into
-                # one store call, and a slow one holds up no other.
-                if kind == "end_transaction":
-                    node.spawn(answer(cmd.end_transaction))
-                elif kind == "end_transactions":
-                    for request in cmd.end_transactions.requests:
-                        node.spawn(answer(request))
+                answers.take(cmd)
 
         reader = asyncio.create_task(read())
         getter: asyncio.Future[txcheck_pb2.ServerCommand] | None = None
