@@ -122,9 +122,7 @@ async def test_refusals_are_typed_and_store_nothing(stores: StoreFactory, messag
 async def test_a_transactional_message_cannot_have_a_priority(stores: StoreFactory) -> None:
     store = await _open(stores)
     with pytest.raises(TxmqError) as err:
-        await store.send(
-            [msg(b"x", topic="Prio", properties=prio(1))], transaction_prepared=True, producer_group="PG"
-        )
+        await store.send([msg(b"x", topic="Prio", properties=prio(1))], transaction_prepared=True, producer_group="PG")
     assert err.value.code == E.CODE_MESSAGE_TYPE_CONFLICT
 
 
@@ -164,9 +162,7 @@ async def test_packed_records_are_placed_by_priority_and_refused_typed(stores: S
 async def test_over_grpc_a_bad_priority_is_invalid_argument_never_internal(stores: StoreFactory) -> None:
     store = await _open(stores)
     async with grpc_server_for(store) as grpc_store:
-        request = store_pb2.SendMessageRequest(
-            message=common_pb2.Message(topic="Prio", body=b"x", properties=prio(17))
-        )
+        request = store_pb2.SendMessageRequest(message=common_pb2.Message(topic="Prio", body=b"x", properties=prio(17)))
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await grpc_store.stub.SendMessage(request)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -50,7 +50,8 @@ class QueueAssignment:
         for topic in subs:
             what = f"route of topic {topic}"
             try:
-                queues = sorted(c._client.route(topic).read_queues())
+                route = c._client.route(topic)
+                queues = sorted(route.read_queues())
             except TxmqError as err:
                 if not retry_topic_absent(c._config, topic, err):
                     c._handle(("route", topic), what, err)
@@ -59,7 +60,13 @@ class QueueAssignment:
             mine = set(allocate_averagely(queues, list(view.members), c.client_id))
             for mq in sorted(mq for mq in owned if mq.topic == topic and mq not in mine):
                 c._release(mq)
-            for mq in sorted(mine - owned):
+            with c._lock:  # a topic made a priority topic (a retry topic: by a send-back)
+                for mq, pq in c._queues.items():
+                    if mq.topic == topic:
+                        pq.priority = route.is_priority(mq.store_id)
+            # A priority topic's higher queues are taken first, so a lower one's first
+            # pull already waits for them (``ProcessQueue.priority``).
+            for mq in sorted(mine - owned, key=lambda m: (m.store_id, -m.queue_id)):
                 if not c._running:
                     return None
                 # Orderly: the store's queue lock decides when a queue changes hands.
@@ -68,7 +75,7 @@ class QueueAssignment:
                     continue
                 what = f"starting on {mq}"
                 try:
-                    if self.acquire(mq) is False:  # orderly: not locked for us yet
+                    if self.acquire(mq, priority=route.is_priority(mq.store_id)) is False:  # orderly: not locked
                         at = now + _LOCK_RETRY_S
                         retry_at = at if retry_at is None else min(retry_at, at)
                         continue
@@ -82,9 +89,10 @@ class QueueAssignment:
                     c._failures.recovered(("acquire", mq), f"consumer {c.client_id}: {what}")
         return retry_at
 
-    def acquire(self, mq: MessageQueue) -> bool:
-        """Start consuming ``mq`` from its committed offset; False when orderly and the
-        store did not lock it for this consumer (yet)."""
+    def acquire(self, mq: MessageQueue, *, priority: bool = False) -> bool:
+        """Start consuming ``mq`` from its committed offset (``priority``: a queue of a
+        priority topic); False when orderly and the store did not lock it for this
+        consumer (yet)."""
         c = self._c
         locked_until = None
         if c._orderly is not None:
@@ -99,6 +107,7 @@ class QueueAssignment:
             raise
         pq = ProcessQueue(mq, offset)
         pq.committed = offset
+        pq.priority = priority
         if c._orderly is not None and locked_until is not None:
             c._orderly.add(pq, locked_until)
         with c._lock:
