@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from txmq._offset_store import OffsetStore
 from txmq._process_queue import ProcessQueue
@@ -16,6 +17,7 @@ from txmq._push_context import PushContext, retry_topic_absent
 from txmq._rebalance import allocate_averagely
 from txmq.errors import TxmqError
 from txmq.message import MessageQueue
+from txmq.models import TopicRoute
 from txmq.v1 import errors_pb2
 
 log = logging.getLogger("txmq.consumer")
@@ -60,13 +62,10 @@ class QueueAssignment:
             mine = set(allocate_averagely(queues, list(view.members), c.client_id))
             for mq in sorted(mq for mq in owned if mq.topic == topic and mq not in mine):
                 c._release(mq)
-            with c._lock:  # a topic made a priority topic (a retry topic: by a send-back)
-                for mq, pq in c._queues.items():
-                    if mq.topic == topic:
-                        pq.priority = route.is_priority(mq.store_id)
+            priority = self._mark_priority(topic, route)
             # A priority topic's higher queues are taken first, so a lower one's first
             # pull already waits for them (``ProcessQueue.priority``).
-            for mq in sorted(mine - owned, key=lambda m: (m.store_id, -m.queue_id)):
+            for mq in sorted(mine - owned, key=lambda m: (m.store_id, -m.queue_id if priority(m) else m.queue_id)):
                 if not c._running:
                     return None
                 # Orderly: the store's queue lock decides when a queue changes hands.
@@ -75,7 +74,7 @@ class QueueAssignment:
                     continue
                 what = f"starting on {mq}"
                 try:
-                    if self.acquire(mq, priority=route.is_priority(mq.store_id)) is False:  # orderly: not locked
+                    if self.acquire(mq, priority=priority(mq)) is False:  # orderly: not locked for us yet
                         at = now + _LOCK_RETRY_S
                         retry_at = at if retry_at is None else min(retry_at, at)
                         continue
@@ -88,6 +87,22 @@ class QueueAssignment:
                 else:
                     c._failures.recovered(("acquire", mq), f"consumer {c.client_id}: {what}")
         return retry_at
+
+    def _mark_priority(self, topic: str, route: TopicRoute) -> Callable[[MessageQueue], bool]:
+        """Mark the owned queues of ``topic`` that are a priority topic's (it may have
+        become one: a retry topic, by a send-back); the same test for new queues.
+        Orderly consumers read each queue in order under its lock: no hold-back (RocketMQ:
+        priority topics are for concurrent consumers)."""
+        c = self._c
+
+        def priority(mq: MessageQueue) -> bool:
+            return c._orderly is None and route.is_priority(mq.store_id)
+
+        with c._lock:
+            for mq, pq in c._queues.items():
+                if mq.topic == topic:
+                    pq.priority = priority(mq)
+        return priority
 
     def acquire(self, mq: MessageQueue, *, priority: bool = False) -> bool:
         """Start consuming ``mq`` from its committed offset (``priority``: a queue of a
