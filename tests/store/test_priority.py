@@ -5,6 +5,8 @@ message keeps its priority and its place by it (through the timer too)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from support.clock import ManualClock
@@ -24,10 +26,12 @@ from txmq.v1 import common_pb2, store_pb2
 from txmq.v1 import errors_pb2 as E
 from txmq_store.configs import TopicConfig
 from txmq_store.message_store import MessageStore
+from txmq_store.model import SendStatus
 from txmq_store.priority import priority_queue
 from txmq_store.sendback import SendBack
 
 from .conftest import GrpcStore, StoreFactory, grpc_server_for, msg
+from .test_replication import _ship
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -242,3 +246,22 @@ async def test_a_grpc_store_serves_priority_sends(grpc_store: GrpcStore) -> None
         )
     )
     assert [r.queue.queue_id for r in resp.results] == [1, 0]
+
+
+async def test_a_follower_holds_the_priority_and_the_topics_type(stores: StoreFactory) -> None:
+    """Replication copies the record bytes (the property, the queue id) and ships the
+    topic config (its type): a follower that takes over reads the topic as its leader did."""
+    leader = await stores.open("leader", replica_id="a")
+    follower = await stores.open("follower", replica_id="b")
+    lead = leader.replica.become_leader(epoch=1, in_sync=frozenset("ab"), min_in_sync=2)
+    lead.reported(lead.attach("b"), 0)
+    leader.create_topic("Prio", read_queue_nums=3, write_queue_nums=3, attributes=PRIORITY)
+    follower.adopt_configs(topics=leader.admin.config_documents()[0])
+    appended = leader.sender.append_records([msg(b"hi", topic="Prio", properties=prio(2), queue_id=0)])
+    settle = asyncio.ensure_future(leader.sender.settle(appended))
+    await asyncio.sleep(0)
+    await _ship(leader, follower, lead)
+    assert await settle == SendStatus.OK
+    assert is_priority_topic(follower.admin.get_topic("Prio").attributes)
+    (m,) = follower.reader.get_message(topic="Prio", queue_id=2, offset=0).messages
+    assert (m.body, m.properties[PROPERTY_PRIORITY]) == (b"hi", "2")
