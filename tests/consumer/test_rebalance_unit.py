@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
+
 import pytest
 
 from txmq import BadRequestError, ExpressionType, ForbiddenError, MessageExt
 from txmq._process_queue import ProcessQueue
+from txmq._push_pulling import QueuePuller
 from txmq._rebalance import MembershipView, allocate_averagely
 from txmq._subscription import build_subscription
 from txmq.message import MessageQueue
@@ -108,3 +112,23 @@ def _message(offset: int, tags: str | None = None) -> MessageExt:
         prepared_transaction_offset=0,
         store_id="s",
     )
+
+
+def test_a_priority_queue_waits_while_a_higher_queue_of_its_topic_and_store_is_busy() -> None:
+    queues = {mq: ProcessQueue(mq, 0) for mq in (MessageQueue("P", "s", q) for q in range(3))}
+    other_store = MessageQueue("P", "t", 2)
+    queues[other_store] = ProcessQueue(other_store, 0)
+    context = SimpleNamespace(_lock=threading.Lock(), _queues=queues)
+    puller = QueuePuller(context)  # type: ignore[arg-type]
+    low, mid, high = (queues[MessageQueue("P", "s", q)] for q in range(3))
+    # before the first pull answers, a higher queue may hold anything
+    assert puller._higher_queues_busy(low) and puller._higher_queues_busy(mid)
+    assert not puller._higher_queues_busy(high)  # the other store's queue 2 does not count
+    high.backlog = False
+    assert puller._higher_queues_busy(low) and not puller._higher_queues_busy(mid)
+    mid.backlog = False
+    assert not puller._higher_queues_busy(low)
+    high.take([_message(0)], next_offset=1)  # pulled, not yet consumed
+    assert puller._higher_queues_busy(low) and puller._higher_queues_busy(mid)
+    high.dropped = True  # released: no longer this consumer's to wait for
+    assert not puller._higher_queues_busy(low)

@@ -12,7 +12,7 @@ from txmq._convert import (
     topic_route_from_proto,
 )
 from txmq.models import TopicConfig
-from txmq.protocol import DELAY_PROPERTIES, RESERVED_PROPERTIES
+from txmq.protocol import DELAY_PROPERTIES, PROPERTY_PRIORITY, RESERVED_PROPERTIES
 from txmq.v1 import common_pb2, errors_pb2, route_pb2, store_pb2
 from txmq.validation import check_message, check_topic
 
@@ -230,3 +230,32 @@ def test_the_transactional_producer_refuses_a_delayed_message_before_sending() -
     with pytest.raises(BadRequestError) as info:
         producer.send_message_in_transaction(Message("T", b"x", delay_level=2))
     assert info.value.code == errors_pb2.CODE_MESSAGE_TYPE_CONFLICT
+
+
+def test_priority_is_a_property_and_comes_back_on_a_received_message() -> None:
+    msg = Message("T", b"x", priority=7)
+    assert msg.properties == {PROPERTY_PRIORITY: "7"} and msg.priority == 7
+    assert message_to_proto(msg, born_timestamp_ms=1).properties[PROPERTY_PRIORITY] == "7"
+    view = common_pb2.MessageView(message=common_pb2.Message(topic="T", body=b"x", properties={PROPERTY_PRIORITY: "2"}))
+    assert message_ext_from_proto(view).priority == 2
+    assert message_ext_from_proto(common_pb2.MessageView(message=common_pb2.Message(topic="T"))).priority is None
+    for bad in (-1, 1.5, "3", True):
+        with pytest.raises(ValueError):
+            Message("T", b"x", priority=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        Message("T", b"x", priority=1, delay_level=3)  # RocketMQ's clients refuse both
+
+
+def test_route_says_which_stores_hold_a_priority_topic() -> None:
+    route = topic_route_from_proto(
+        route_pb2.QueryRouteResponse(
+            topic="T",
+            queues=[
+                route_pb2.QueueData(
+                    store_id="s1", read_queue_nums=2, write_queue_nums=2, perm=6, message_type="PRIORITY"
+                ),
+                route_pb2.QueueData(store_id="s2", read_queue_nums=2, write_queue_nums=2, perm=6),
+            ],
+        )
+    )
+    assert route.is_priority("s1") and not route.is_priority("s2") and not route.is_priority("s3")

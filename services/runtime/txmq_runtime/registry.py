@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from txmq.errors import TxmqError, clip, error
+from txmq.protocol import TOPIC_ATTRIBUTE_MESSAGE_TYPE
 from txmq.v1 import common_pb2, errors_pb2, route_pb2
 from txmq_runtime.etcd import RETRYABLE, EtcdMirror, retrying
 
@@ -373,6 +374,7 @@ class ClusterState:
                     read_queue_nums=config.read_queue_nums,
                     write_queue_nums=config.write_queue_nums,
                     perm=config.perm,
+                    message_type=config.attributes.get(TOPIC_ATTRIBUTE_MESSAGE_TYPE, ""),
                 )
             )
         return result

@@ -31,7 +31,14 @@ from typing import Protocol
 
 from txmq.errors import error
 from txmq.ids import encode_offset_msg_id
-from txmq.protocol import DELAY_PROPERTIES, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_OFFSET, TIMER_TOPIC
+from txmq.protocol import (
+    DELAY_PROPERTIES,
+    PROPERTY_PRIORITY,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OFFSET,
+    TIMER_TOPIC,
+    is_priority_topic,
+)
 from txmq.records import ANY_QUEUE
 from txmq.v1 import errors_pb2
 
@@ -55,6 +62,7 @@ from .model import (
     SendStatus,
     StoredMessage,
 )
+from .priority import priority_queue, refuse_priority
 from .settings import StoreSettings
 from .timer import delivery_time
 from .validation import MessageEncoder, MessageLimits, check_group_name, check_topic_name
@@ -249,6 +257,7 @@ class SendPath:
         real_queues: list[tuple[str, int]] = []  # half and delayed messages: the queue it is meant for
         deliver_at: list[int] = []  # filled once a delayed message is met
         cfg: TopicConfig | None = None
+        prioritised = False  # cfg is a priority topic
         window = self._window
         duplicates: list[FirstSend] = []
         for i, msg in enumerate(messages):
@@ -259,7 +268,12 @@ class SendPath:
                     continue
             if cfg is None or cfg.name != msg.topic:  # batches mostly share one topic
                 cfg = self._topic_for_send(msg.topic, i, system=system, new_topics=new_topics)
+                prioritised = is_priority_topic(cfg.attributes)
             queue_id = msg.queue_id
+            if prioritised:
+                queue_id = priority_queue(cfg, msg.properties, i, system=system, prepared=transaction_prepared)
+            elif msg.properties and PROPERTY_PRIORITY in msg.properties and not system:
+                refuse_priority(cfg, i)
             if queue_id is None or not 0 <= queue_id < cfg.write_queue_nums:  # else: as queue_for_send
                 queue_id = self._queues.queue_for_send(cfg, queue_id, i)
             at = self._delivery_time(msg, i, now, system=system, transaction_prepared=transaction_prepared)
@@ -305,6 +319,7 @@ class SendPath:
         new_topics: dict[str, TopicConfig] = {}
         records: list[PreparedRecord] = []
         cfg: TopicConfig | None = None
+        prioritised = False
         total_body = 0
         window = self._window if self._window.enabled else None
         duplicates: list[FirstSend] = []
@@ -324,7 +339,13 @@ class SendPath:
                 if may_publish is not None:
                     may_publish(rec.topic)
                 cfg = self._topic_for_send(rec.topic, i, system=False, new_topics=new_topics)
+                prioritised = is_priority_topic(cfg.attributes)
             queue_id = rec.queue_id
+            if prioritised:
+                queue_id = rec.queue_id = priority_queue(cfg, rec.user_properties, i)
+                set_queue_id(frame, pos, queue_id)
+            elif rec.user_properties and PROPERTY_PRIORITY in rec.user_properties:
+                refuse_priority(cfg, i)
             if not queue_id < cfg.write_queue_nums:  # ANY_QUEUE (0xFFFFFFFF) or out of range
                 rec.queue_id = self._queues.queue_for_send(cfg, None if queue_id == ANY_QUEUE else queue_id, i)
                 set_queue_id(frame, pos, rec.queue_id)

@@ -7,7 +7,7 @@ docs/consumers.md "Retries and dead letters").
   consumer sends), so the retry limit holds however slowly or often a message is
   consumed (RocketMQ #8332). ``uncounted`` keeps the count (RocketMQ #10050).
 - The copy keeps the body, tags, keys, flag, born time, user properties, the message
-  type and group (``copied_properties``) and the unique id; it carries ``RETRY_TOPIC``
+  type, group and priority (``copied_properties``) and the unique id; it carries ``RETRY_TOPIC``
   (the topic first consumed, kept by a copy of a copy), ``ORIGIN_MESSAGE_ID``, a
   ``DELAY`` level (retry copies) or ``TXMQ_DLQ_ORIGIN_TOPIC`` (dead letters, the
   gateway's convention), and ``TXMQ_SENDBACK_OF`` = ``<group>@<commit-log offset of the
@@ -17,6 +17,10 @@ docs/consumers.md "Retries and dead letters").
   ones; beyond that (and after a restart): the copy keeps the source's unique id, so the
   unique-id index lists it; a candidate stored after the source whose TXMQ_SENDBACK_OF
   names this group and offset is the first copy.
+
+A retried message of a priority topic keeps its priority and its place by it: the
+group's retry topic becomes a priority topic (``_ensure_priority``) and the send path
+puts the copy in the queue of its priority.
 
 The delay itself is the store's send path's business (a message with a DELAY property
 waits in the timer when the store has one); this core only names the level.
@@ -39,17 +43,21 @@ from dataclasses import dataclass
 from txmq.errors import TxmqError, error
 from txmq.protocol import (
     DELAY_PROPERTIES,
+    MESSAGE_TYPE_PRIORITY,
     PROPERTY_DELAY_LEVEL,
     PROPERTY_DLQ_ORIGIN_TOPIC,
     PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRIORITY,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_RESEND_OF,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_SENDBACK_OF,
     RETRY_LEVEL_BASE,
+    TOPIC_ATTRIBUTE_MESSAGE_TYPE,
     TRANSACTION_TYPE_MASK,
     copied_properties,
     dlq_topic,
+    is_priority_topic,
     is_system_topic,
     retry_topic,
 )
@@ -236,6 +244,8 @@ class SendBack:
             topic = retry_topic(group)
             props[PROPERTY_DELAY_LEVEL] = str(retry_level(delay_level, source.reconsume_times, self._levels))
             created = self._ensure_topic(topic, max(1, cfg.retry_queue_nums))
+            if PROPERTY_PRIORITY in props:
+                created = self._ensure_priority(topic, source.topic) or created
         if created:
             # Routable (and, in a replicated group, held by the followers) before the
             # first copy is stored, as an admin's CreateTopic answers.
@@ -265,6 +275,25 @@ class SendBack:
                 raise
         admin.create_topic(topic, read_queue_nums=queue_nums, write_queue_nums=queue_nums)
         log.info("created topic %s with %d queue(s) for send-backs", topic, queue_nums)
+        return True
+
+    def _ensure_priority(self, topic: str, source_topic: str) -> bool:
+        """Make the group's retry topic a priority topic with at least as many queues as
+        the priority topic a retried message came from, so the copy waits in the queue of
+        its priority (RocketMQ's retry queue loses it) and the consumer reads it as it
+        reads the topic. Its other copies are priority 0, the lowest (queue 0 when it had
+        one queue). Whether it changed."""
+        admin = self._store.admin
+        retry, origin = admin.topics.get(topic), admin.topics.get(source_topic)
+        if retry is None or origin is None or not is_priority_topic(origin.attributes):
+            return False
+        queues = max(retry.write_queue_nums, origin.write_queue_nums)
+        if is_priority_topic(retry.attributes) and retry.write_queue_nums == queues:
+            return False
+        attributes = {**retry.attributes, TOPIC_ATTRIBUTE_MESSAGE_TYPE: MESSAGE_TYPE_PRIORITY}
+        admin.update_topic(topic, read_queue_nums=max(retry.read_queue_nums, queues), write_queue_nums=queues,
+                           attributes=attributes)  # fmt: skip
+        log.info("made topic %s a priority topic with %d queues for send-backs from %s", topic, queues, source_topic)
         return True
 
 

@@ -162,6 +162,7 @@ def topic_route_from_proto(pb: route_pb2.QueryRouteResponse) -> TopicRoute:
                 read_queue_nums=q.read_queue_nums,
                 write_queue_nums=q.write_queue_nums,
                 perm=Perm(q.perm),
+                message_type=q.message_type,
             )
             for q in pb.queues
         ),

@@ -38,6 +38,12 @@ class ProcessQueue:
         self.failures = 0  # consecutive failed pulls: which pull instance to try next
         self.paused_polls = 0  # consecutive pulls refused as the group is paused
         self.flow_controlled_logged = False
+        # A priority topic's queue (queue N holds priority N): pulled only while the
+        # higher queues of its topic and store that this consumer owns have nothing
+        # pending nor, as far as their last pull said, waiting in the store (``backlog``;
+        # not known before the first pull answers).
+        self.priority = False
+        self.backlog = True
 
     def commit_point(self) -> int:
         return min(self.pending) if self.pending else self.next_offset

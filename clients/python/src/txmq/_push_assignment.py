@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from txmq._offset_store import OffsetStore
 from txmq._process_queue import ProcessQueue
@@ -16,6 +17,7 @@ from txmq._push_context import PushContext, retry_topic_absent
 from txmq._rebalance import allocate_averagely
 from txmq.errors import TxmqError
 from txmq.message import MessageQueue
+from txmq.models import TopicRoute
 from txmq.v1 import errors_pb2
 
 log = logging.getLogger("txmq.consumer")
@@ -50,7 +52,8 @@ class QueueAssignment:
         for topic in subs:
             what = f"route of topic {topic}"
             try:
-                queues = sorted(c._client.route(topic).read_queues())
+                route = c._client.route(topic)
+                queues = sorted(route.read_queues())
             except TxmqError as err:
                 if not retry_topic_absent(c._config, topic, err):
                     c._handle(("route", topic), what, err)
@@ -59,7 +62,10 @@ class QueueAssignment:
             mine = set(allocate_averagely(queues, list(view.members), c.client_id))
             for mq in sorted(mq for mq in owned if mq.topic == topic and mq not in mine):
                 c._release(mq)
-            for mq in sorted(mine - owned):
+            priority = self._mark_priority(topic, route)
+            # A priority topic's higher queues are taken first, so a lower one's first
+            # pull already waits for them (``ProcessQueue.priority``).
+            for mq in sorted(mine - owned, key=lambda m: (m.store_id, -m.queue_id if priority(m) else m.queue_id)):
                 if not c._running:
                     return None
                 # Orderly: the store's queue lock decides when a queue changes hands.
@@ -68,7 +74,7 @@ class QueueAssignment:
                     continue
                 what = f"starting on {mq}"
                 try:
-                    if self.acquire(mq) is False:  # orderly: not locked for us yet
+                    if self.acquire(mq, priority=priority(mq)) is False:  # orderly: not locked for us yet
                         at = now + _LOCK_RETRY_S
                         retry_at = at if retry_at is None else min(retry_at, at)
                         continue
@@ -82,9 +88,26 @@ class QueueAssignment:
                     c._failures.recovered(("acquire", mq), f"consumer {c.client_id}: {what}")
         return retry_at
 
-    def acquire(self, mq: MessageQueue) -> bool:
-        """Start consuming ``mq`` from its committed offset; False when orderly and the
-        store did not lock it for this consumer (yet)."""
+    def _mark_priority(self, topic: str, route: TopicRoute) -> Callable[[MessageQueue], bool]:
+        """Mark the owned queues of ``topic`` that are a priority topic's (it may have
+        become one: a retry topic, by a send-back); the same test for new queues.
+        Orderly consumers read each queue in order under its lock: no hold-back (RocketMQ:
+        priority topics are for concurrent consumers)."""
+        c = self._c
+
+        def priority(mq: MessageQueue) -> bool:
+            return c._orderly is None and route.is_priority(mq.store_id)
+
+        with c._lock:
+            for mq, pq in c._queues.items():
+                if mq.topic == topic:
+                    pq.priority = priority(mq)
+        return priority
+
+    def acquire(self, mq: MessageQueue, *, priority: bool = False) -> bool:
+        """Start consuming ``mq`` from its committed offset (``priority``: a queue of a
+        priority topic); False when orderly and the store did not lock it for this
+        consumer (yet)."""
         c = self._c
         locked_until = None
         if c._orderly is not None:
@@ -99,6 +122,7 @@ class QueueAssignment:
             raise
         pq = ProcessQueue(mq, offset)
         pq.committed = offset
+        pq.priority = priority
         if c._orderly is not None and locked_until is not None:
             c._orderly.add(pq, locked_until)
         with c._lock:

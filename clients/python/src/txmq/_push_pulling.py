@@ -1,6 +1,7 @@
 """The push consumer's pulls (RocketMQ's PullMessageService and the pull half of
 DefaultMQPushConsumerImpl): each owned queue is long-polled, one pull in flight at a
-time; a queue with too much not done waits (flow control); a failed pull is tried again
+time; a queue with too much not done waits (flow control), and so does a priority
+topic's queue while a higher queue of it has messages; a failed pull is tried again
 with backoff on the next pull instance; a paused group's pulls are tried again every
 few seconds (docs/consumers.md "Pausing a group").
 
@@ -34,6 +35,8 @@ _PULL_ERROR_BACKOFF_MAX_S = 30.0
 # A paused group's queues are pulled again at most this long apart (RocketMQ's
 # pullTimeDelayMillsWhenException), so a resumed group goes on within seconds.
 _PAUSED_POLL_MAX_S = 3.0
+# A priority topic's queue waiting for its higher queues looks again this soon.
+_PRIORITY_PAUSE_S = 0.05
 
 
 class QueuePuller:
@@ -61,6 +64,9 @@ class QueuePuller:
                 return
             pq.flow_controlled_logged = False
             offset, attempt = pq.next_offset, pq.failures
+        if pq.priority and self._higher_queues_busy(pq):
+            c._timer.call_later(_PRIORITY_PAUSE_S, c._pull, pq)
+            return
         with c._lock:
             sub = c._subs.get(pq.mq.topic)
         if sub is None:
@@ -85,6 +91,21 @@ class QueuePuller:
                 return
             pq.pull_call = future
         future.add_done_callback(lambda f: self._dispatch(pq, f, sub))
+
+    def _higher_queues_busy(self, pq: ProcessQueue) -> bool:
+        """Whether a higher queue of ``pq``'s priority topic on its store, owned by this
+        consumer, has messages pending or in the store: then ``pq`` waits (RocketMQ 5.4's
+        consumers read a priority topic's higher queues first). Reads other queues'
+        fields without their locks: a stale answer only delays a pull by one pause."""
+        c = self._c
+        mq = pq.mq
+        with c._lock:
+            queues = list(c._queues.items())
+        return any(
+            (other.pending or other.backlog) and not other.dropped
+            for m, other in queues
+            if m.queue_id > mq.queue_id and m.topic == mq.topic and m.store_id == mq.store_id
+        )
 
     def _dispatch(self, pq: ProcessQueue, future: grpc.Future, sub: Subscription) -> None:
         # Done-callbacks run on gRPC's thread: hand the work over at once.
@@ -204,6 +225,7 @@ class QueuePuller:
                 c._failures.recovered(("pull", pq.mq), f"consumer {c.client_id}: pull of {pq.mq}")
             pq.failures = 0
             pq.paused_polls = 0
+            pq.backlog = result.status is PullStatus.FOUND and result.next_begin_offset < result.max_offset
             if result.status is PullStatus.FOUND:
                 fresh = pq.take(result.messages, result.next_begin_offset)
                 batches = [fresh[i : i + batch_size] for i in range(0, len(fresh), batch_size)]

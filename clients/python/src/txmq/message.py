@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import KW_ONLY, dataclass, field
 
-from txmq.protocol import DELAY_PROPERTIES, PROPERTY_DELAY_LEVEL, PROPERTY_TIMER_DELIVER_MS
+from txmq.protocol import DELAY_PROPERTIES, PROPERTY_DELAY_LEVEL, PROPERTY_PRIORITY, PROPERTY_TIMER_DELIVER_MS
 from txmq.recall import RecallHandle
 from txmq.v1 import store_pb2
 
@@ -38,6 +38,12 @@ class Message:
     (TIMER_DELIVER_MS / DELAY); a relative delay is the property TIMER_DELAY_MS or
     TIMER_DELAY_SEC in ``properties``. At most one per message; a time within 1 s of the
     store's receipt is delivered at once. Transactional messages cannot be delayed.
+
+    ``priority`` (RocketMQ 5.4's priority messages; docs/sdk.md "Priority messages"): a
+    non-negative int, higher first, for a priority topic only (the property
+    TXMQ_PRIORITY; the store refuses one above the topic's write queue count - 1). Not
+    together with a delay. A received message (``MessageExt``) has the priority it was
+    sent with, retries included; None when it had none.
     """
 
     topic: str
@@ -51,6 +57,7 @@ class Message:
     queue_id: int | None = None
     delivery_timestamp_ms: int | None = None
     delay_level: int | None = None
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         # Exact-type fast paths first: this runs once per message sent.
@@ -67,6 +74,19 @@ class Message:
         self.properties = dict(props) if props else {}
         if self.delivery_timestamp_ms is not None or self.delay_level is not None:
             self._set_delay()
+        if self.priority is not None:
+            self._set_priority()
+        elif props and PROPERTY_PRIORITY in props:  # a stored message's
+            raw = props[PROPERTY_PRIORITY]
+            self.priority = int(raw) if raw.isascii() and raw.isdigit() else None
+
+    def _set_priority(self) -> None:
+        value = self.priority
+        if type(value) is not int or value < 0:
+            raise ValueError(f"priority must be a non-negative int, not {value!r}")
+        if self.is_delayed:
+            raise ValueError("a message cannot have both a priority and a delay")
+        self.properties[PROPERTY_PRIORITY] = str(value)
 
     def _set_delay(self) -> None:
         for name, value in (

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from txmq.errors import NotFoundError
 from txmq.message import MessageQueue
+from txmq.protocol import MESSAGE_TYPE_PRIORITY
 from txmq.v1 import common_pb2, errors_pb2
 
 
@@ -50,6 +51,9 @@ class QueueData:
     read_queue_nums: int
     write_queue_nums: int
     perm: Perm
+    #: The topic's ``message.type`` attribute on this store; PRIORITY: a priority topic
+    #: (queue N holds priority N; docs/sdk.md "Priority messages").
+    message_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,10 @@ class TopicRoute:
             if q.perm & Perm.READ
             for i in range(q.read_queue_nums)
         ]
+
+    def is_priority(self, store_id: str) -> bool:
+        """Whether the topic is a priority topic on store ``store_id``."""
+        return any(q.store_id == store_id and q.message_type == MESSAGE_TYPE_PRIORITY for q in self.queues)
 
     def store_address(self, store_id: str) -> str:
         for q in self.queues:

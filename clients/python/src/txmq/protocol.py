@@ -95,6 +95,22 @@ def parse_delay_levels(text: str) -> tuple[int, ...]:
     return tuple(levels)
 
 
+# -- priority messages (RocketMQ 5.4's RIP-80) ---------------------------------------------
+
+#: A message's priority on a priority topic: a decimal integer, higher first; the store
+#: writes the message to the queue of that id. Kept by retry and dead-letter copies.
+PROPERTY_PRIORITY = "TXMQ_PRIORITY"
+#: The topic attribute naming a topic's message type (RocketMQ 5's ``message.type``), and
+#: the type that makes it a priority topic.
+TOPIC_ATTRIBUTE_MESSAGE_TYPE = "message.type"
+MESSAGE_TYPE_PRIORITY = "PRIORITY"
+
+
+def is_priority_topic(attributes: Mapping[str, str]) -> bool:
+    """Whether a topic with these attributes is a priority topic."""
+    return attributes.get(TOPIC_ATTRIBUTE_MESSAGE_TYPE) == MESSAGE_TYPE_PRIORITY
+
+
 #: Properties with a field of their own in a txmq message: never user properties.
 FIELD_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
 #: The store joins a message's keys with this into KEYS.
@@ -124,8 +140,9 @@ SYSTEM_PROPERTY_PREFIXES = ("TXMQ_", "__RMQ_")
 #: producer sent it (a system property; the message group is ``PROPERTY_SHARDING_KEY``).
 PROPERTY_MESSAGE_TYPE = "__RMQ_MESSAGE_TYPE"
 #: System properties a copy of a stored message keeps (retry and dead-letter copies, a
-#: dead letter resent): what the message is, not how it was delivered.
-COPIED_SYSTEM_PROPERTIES = frozenset({PROPERTY_MESSAGE_TYPE})
+#: dead letter resent): what the message is, not how it was delivered. A retried message
+#: keeps its priority (RocketMQ's retry copies lose it).
+COPIED_SYSTEM_PROPERTIES = frozenset({PROPERTY_MESSAGE_TYPE, PROPERTY_PRIORITY})
 
 
 def is_system_property(name: str) -> bool:
@@ -137,7 +154,8 @@ def is_system_property(name: str) -> bool:
 def copied_properties(properties: Mapping[str, str]) -> dict[str, str]:
     """The properties a copy of a stored message carries over (retry and dead-letter
     copies, by the store or the gateway, and a dead letter resent): the user's, the
-    message group (``__SHARDINGKEY``, not a system name) and the message type."""
+    message group (``__SHARDINGKEY``, not a system name), the message type and the
+    priority."""
     return {k: v for k, v in properties.items() if k in COPIED_SYSTEM_PROPERTIES or not is_system_property(k)}
 
 

@@ -26,7 +26,7 @@ from txmq.v1 import auth_pb2 as txmq_dot_v1_dot_auth__pb2
 from txmq.v1 import common_pb2 as txmq_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13txmq/v1/route.proto\x12\x07txmq.v1\x1a\x12txmq/v1/auth.proto\x1a\x14txmq/v1/common.proto\"\"\n\x11QueryRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"u\n\tQueueData\x12\x10\n\x08store_id\x18\x01 \x01(\t\x12\x15\n\rstore_address\x18\x02 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x03 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x04 \x01(\x05\x12\x0c\n\x04perm\x18\x05 \x01(\x05\"\xcc\x01\n\x12QueryRouteResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06queues\x18\x02 \x03(\x0b\x32\x12.txmq.v1.QueueData\x12*\n\x0fstore_endpoints\x18\x03 \x03(\x0b\x32\x11.txmq.v1.Endpoint\x12)\n\x0epull_endpoints\x18\x04 \x03(\x0b\x32\x11.txmq.v1.Endpoint\x12,\n\x11txcheck_endpoints\x18\x05 \x03(\x0b\x32\x11.txmq.v1.Endpoint\":\n\x14ListEndpointsRequest\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.txmq.v1.ServiceKind\"=\n\x15ListEndpointsResponse\x12$\n\tendpoints\x18\x01 \x03(\x0b\x32\x11.txmq.v1.Endpoint2\xae\x01\n\x05Route\x12M\n\nQueryRoute\x12\x1a.txmq.v1.QueryRouteRequest\x1a\x1b.txmq.v1.QueryRouteResponse\"\x06\xca\xf3\x18\x02\x08\x02\x12V\n\rListEndpoints\x12\x1d.txmq.v1.ListEndpointsRequest\x1a\x1e.txmq.v1.ListEndpointsResponse\"\x06\xca\xf3\x18\x02\x08\x02\x42&\n\nio.txmq.v1P\x01Z\x16txmq.io/txmq/v1;txmqv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13txmq/v1/route.proto\x12\x07txmq.v1\x1a\x12txmq/v1/auth.proto\x1a\x14txmq/v1/common.proto\"\"\n\x11QueryRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x8b\x01\n\tQueueData\x12\x10\n\x08store_id\x18\x01 \x01(\t\x12\x15\n\rstore_address\x18\x02 \x01(\t\x12\x17\n\x0fread_queue_nums\x18\x03 \x01(\x05\x12\x18\n\x10write_queue_nums\x18\x04 \x01(\x05\x12\x0c\n\x04perm\x18\x05 \x01(\x05\x12\x14\n\x0cmessage_type\x18\x06 \x01(\t\"\xcc\x01\n\x12QueryRouteResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\"\n\x06queues\x18\x02 \x03(\x0b\x32\x12.txmq.v1.QueueData\x12*\n\x0fstore_endpoints\x18\x03 \x03(\x0b\x32\x11.txmq.v1.Endpoint\x12)\n\x0epull_endpoints\x18\x04 \x03(\x0b\x32\x11.txmq.v1.Endpoint\x12,\n\x11txcheck_endpoints\x18\x05 \x03(\x0b\x32\x11.txmq.v1.Endpoint\":\n\x14ListEndpointsRequest\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.txmq.v1.ServiceKind\"=\n\x15ListEndpointsResponse\x12$\n\tendpoints\x18\x01 \x03(\x0b\x32\x11.txmq.v1.Endpoint2\xae\x01\n\x05Route\x12M\n\nQueryRoute\x12\x1a.txmq.v1.QueryRouteRequest\x1a\x1b.txmq.v1.QueryRouteResponse\"\x06\xca\xf3\x18\x02\x08\x02\x12V\n\rListEndpoints\x12\x1d.txmq.v1.ListEndpointsRequest\x1a\x1e.txmq.v1.ListEndpointsResponse\"\x06\xca\xf3\x18\x02\x08\x02\x42&\n\nio.txmq.v1P\x01Z\x16txmq.io/txmq/v1;txmqv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,14 +40,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ROUTE'].methods_by_name['ListEndpoints']._serialized_options = b'\312\363\030\002\010\002'
   _globals['_QUERYROUTEREQUEST']._serialized_start=74
   _globals['_QUERYROUTEREQUEST']._serialized_end=108
-  _globals['_QUEUEDATA']._serialized_start=110
-  _globals['_QUEUEDATA']._serialized_end=227
-  _globals['_QUERYROUTERESPONSE']._serialized_start=230
-  _globals['_QUERYROUTERESPONSE']._serialized_end=434
-  _globals['_LISTENDPOINTSREQUEST']._serialized_start=436
-  _globals['_LISTENDPOINTSREQUEST']._serialized_end=494
-  _globals['_LISTENDPOINTSRESPONSE']._serialized_start=496
-  _globals['_LISTENDPOINTSRESPONSE']._serialized_end=557
-  _globals['_ROUTE']._serialized_start=560
-  _globals['_ROUTE']._serialized_end=734
+  _globals['_QUEUEDATA']._serialized_start=111
+  _globals['_QUEUEDATA']._serialized_end=250
+  _globals['_QUERYROUTERESPONSE']._serialized_start=253
+  _globals['_QUERYROUTERESPONSE']._serialized_end=457
+  _globals['_LISTENDPOINTSREQUEST']._serialized_start=459
+  _globals['_LISTENDPOINTSREQUEST']._serialized_end=517
+  _globals['_LISTENDPOINTSRESPONSE']._serialized_start=519
+  _globals['_LISTENDPOINTSRESPONSE']._serialized_end=580
+  _globals['_ROUTE']._serialized_start=583
+  _globals['_ROUTE']._serialized_end=757
 # @@protoc_insertion_point(module_scope)

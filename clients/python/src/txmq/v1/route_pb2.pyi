@@ -15,18 +15,20 @@ class QueryRouteRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class QueueData(_message.Message):
-    __slots__ = ("store_id", "store_address", "read_queue_nums", "write_queue_nums", "perm")
+    __slots__ = ("store_id", "store_address", "read_queue_nums", "write_queue_nums", "perm", "message_type")
     STORE_ID_FIELD_NUMBER: _ClassVar[int]
     STORE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     store_id: str
     store_address: str
     read_queue_nums: int
     write_queue_nums: int
     perm: int
-    def __init__(self, store_id: _Optional[str] = ..., store_address: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ...) -> None: ...
+    message_type: str
+    def __init__(self, store_id: _Optional[str] = ..., store_address: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class QueryRouteResponse(_message.Message):
     __slots__ = ("topic", "queues", "store_endpoints", "pull_endpoints", "txcheck_endpoints")
