@@ -20,6 +20,7 @@ from support.processes import private_prefix
 from support.scratch import scoped_dir
 
 from txmq import Admin
+from txmq.protocol import MESSAGE_TYPE_PRIORITY, TOPIC_ATTRIBUTE_MESSAGE_TYPE
 from txmq.v1 import store_pb2, store_pb2_grpc
 
 
@@ -271,3 +272,48 @@ def test_recall_a_delayed_message(cluster: LocalCluster, gateway: svc_grpc.Messa
     assert sorted(_stored(cluster, topic)) == [b"kept", b"now"]
     late = recall(sent["kept"])
     assert late.status.code == pb.PRECONDITION_FAILED and "CODE_MESSAGE_ALREADY_DELIVERED" in late.status.message
+
+
+def test_priority_messages(cluster: LocalCluster, gateway: svc_grpc.MessagingServiceStub) -> None:
+    """PRIORITY messages (RocketMQ 5.4): stored in the queue of their priority, read back
+    with it; a priority topic's route accepts PRIORITY only; a priority on a plain topic or
+    out of range is a typed refusal."""
+    topic = f"V2Prio-{uuid.uuid4().hex[:8]}"
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(
+            topic, read_queue_nums=3, write_queue_nums=3,
+            attributes={TOPIC_ATTRIBUTE_MESSAGE_TYPE: MESSAGE_TYPE_PRIORITY},
+        )  # fmt: skip
+    route = gateway.QueryRoute(svc.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=MD, timeout=10)
+    assert {tuple(q.accept_message_types) for q in route.message_queues} == {(pb.PRIORITY,)}
+
+    def send(to: str, priority: int) -> svc.SendMessageResponse:
+        m = _message(to, b"p%d" % priority)
+        m.system_properties.message_type = pb.PRIORITY
+        m.system_properties.priority = priority
+        return gateway.SendMessage(svc.SendMessageRequest(messages=[m]), metadata=MD, timeout=10)
+
+    for p in (2, 0, 1):
+        assert send(topic, p).status.code == pb.OK
+    assert send(topic, 3).status.code == pb.BAD_REQUEST  # queues 0..2: priorities 0..2
+    plain = _topic(cluster)
+    assert send(plain, 1).status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    with grpc.insecure_channel(cluster.services["store"].address) as ch:
+        stub = store_pb2_grpc.StoreStub(ch)
+        for q in range(3):
+            r = stub.GetMessage(store_pb2.GetMessageRequest(topic=topic, queue_id=q, offset=0), timeout=10)
+            assert [m.message.body for m in r.messages] == [b"p%d" % q]
+    broker = pb.Broker(name=route.message_queues[0].broker.name)
+    frames = list(
+        gateway.PullMessage(
+            svc.PullMessageRequest(
+                group=pb.Resource(name=f"G-{uuid.uuid4().hex[:8]}"),
+                message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=2, broker=broker),
+                offset=0, batch_size=8,
+            ),
+            metadata=MD, timeout=10,
+        )
+    )  # fmt: skip
+    (got,) = [f.message for f in frames if f.HasField("message")]
+    assert (got.system_properties.priority, got.system_properties.message_type) == (2, pb.PRIORITY)
+    assert "TXMQ_PRIORITY" not in got.user_properties

@@ -23,6 +23,7 @@ from txmq import protocol
 from txmq.protocol import (
     PROPERTY_CHECK_IMMUNITY,
     PROPERTY_MESSAGE_TYPE,
+    PROPERTY_PRIORITY,
     PROPERTY_REAL_TOPIC,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TIMER_DELIVER_MS,
@@ -93,6 +94,8 @@ def to_txmq_message(message: pb.Message, *, queue_id: int | None = None) -> comm
         out.properties[PROPERTY_CHECK_IMMUNITY] = str(seconds)
     if sp.HasField("delivery_timestamp"):  # a delayed message (checked by the producer path)
         out.properties[PROPERTY_TIMER_DELIVER_MS] = str(sp.delivery_timestamp.ToMilliseconds())
+    if sp.HasField("priority"):  # the store places it by priority (docs/store.md "Priority messages")
+        out.properties[PROPERTY_PRIORITY] = str(sp.priority)
     if queue_id is not None:
         out.queue_id = queue_id
     return out
@@ -135,6 +138,9 @@ def to_v2_message(
         sp.invisible_duration.CopyFrom(duration(invisible_ms))
     if PROPERTY_MESSAGE_GROUP in props:
         sp.message_group = props[PROPERTY_MESSAGE_GROUP]
+    priority = props.get(PROPERTY_PRIORITY, "")
+    if priority.isdigit():
+        sp.priority = int(priority)
     deliver_ms = props.get(PROPERTY_TIMER_DELIVER_MS, "")
     if deliver_ms.isdigit():  # a delayed message, delivered at its time
         sp.delivery_timestamp.CopyFrom(from_ms(int(deliver_ms)))

@@ -42,7 +42,7 @@ from txmq_runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("txmq.gateway.producer")
 
-_UNSUPPORTED_TYPES = {pb.LITE: "lite topics", pb.PRIORITY: "priority messages"}
+_UNSUPPORTED_TYPES = {pb.LITE: "lite topics"}
 _WRITABLE = 2  # RocketMQ permission bit
 #: A message field set from it is a copy: one for every answer.
 _OK = ok()

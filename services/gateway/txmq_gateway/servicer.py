@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from txmq.protocol import MESSAGE_TYPE_PRIORITY
 from txmq.recall import RecallHandle
 from txmq.v1 import common_pb2, store_pb2
 from txmq_gateway.access import Authorizer
@@ -75,6 +76,11 @@ def endpoints_of(address: str) -> pb.Endpoints:
     return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
 
 
+#: What a queue accepts: every kind but PRIORITY, or (a priority topic's) PRIORITY only.
+_ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+_PRIORITY_TYPES = (pb.PRIORITY,)
+
+
 def queues_of(topic: str, queue_data: list, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
     """One v2 MessageQueue per txmq queue: broker = store (id 0, a master), reached
     through this gateway."""
@@ -96,7 +102,9 @@ def queues_of(topic: str, queue_data: list, endpoints: pb.Endpoints) -> list[pb.
                     id=queue_id,
                     permission=permission,
                     broker=broker,
-                    accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION],
+                    accept_message_types=_PRIORITY_TYPES
+                    if q.message_type == MESSAGE_TYPE_PRIORITY
+                    else _ACCEPTED_TYPES,
                 )
             )
     return out
