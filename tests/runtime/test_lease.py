@@ -268,7 +268,9 @@ def spawn_holder(endpoint: str, key: str, ttl_ms: int, log: Path) -> subprocess.
 async def test_a_paused_holder_wakes_detects_the_loss_and_does_not_act(
     etcd: EtcdServer, client: Any, tmp_path: Path
 ) -> None:
-    key, ttl_ms, log = private_prefix() + "/k", 2_000, tmp_path / "journal.jsonl"
+    # 5 s: the child must still hold the key when it is stopped; a loaded machine once
+    # starved it past a 2 s lease before the SIGSTOP (it had lost the key and gone idle).
+    key, ttl_ms, log = private_prefix() + "/k", 5_000, tmp_path / "journal.jsonl"
     child = spawn_holder(etcd.endpoint, key, ttl_ms, log)
     b = FencedLease(client, name="b", ttl_ms=ttl_ms)  # the system clock, as in production
     try:
