@@ -1,5 +1,6 @@
-"""The gateway's coalesced sends on the store's SendStream (``store_stream.StreamPipe``,
-``Backend.send_normal`` / ``Backend.send(prepared=True)``), against a scripted stream."""
+"""The gateway's coalesced sends on the store's SendStream (``txmq.aio.pipe.AsyncSendPipe``
+driven by ``Backend.send_normal`` / ``Backend.send(prepared=True)``), against a scripted
+stream."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import asyncio
 import grpc
 import pytest
 
+from txmq.aio.pipe import AsyncSendPipe
 from txmq.errors import TxmqError, error
 from txmq.pipe import PipeSettings
 from txmq.v1 import common_pb2, errors_pb2, store_pb2
 from txmq_gateway.backend import Backend
-from txmq_gateway.store_stream import StreamPipe
 
 
 class _Stream:
@@ -70,10 +71,12 @@ async def _until(predicate, what: str) -> None:  # type: ignore[no-untyped-def]
 
 async def test_sends_waiting_while_a_frame_is_in_flight_share_the_next_frame() -> None:
     stream = _Stream()
-    pipe = StreamPipe(stream, producer_group="", prepared=False, settings=PipeSettings(max_in_flight_frames=1))
-    first = asyncio.ensure_future(pipe.submit(b"a", 1))
+    pipe = AsyncSendPipe(
+        stream, producer_group="", settings=PipeSettings(max_in_flight_frames=1), transaction_prepared=False
+    )
+    first = asyncio.ensure_future(pipe.send(b"a", 1))
     await _until(lambda: len(stream.frames) == 1, "the first frame goes at once")
-    rest = [asyncio.ensure_future(pipe.submit(b, 1)) for b in (b"b", b"c")]
+    rest = [asyncio.ensure_future(pipe.send(b, 1)) for b in (b"b", b"c")]
     await asyncio.sleep(0)
     assert len(stream.frames) == 1  # one frame in flight: the others wait
     stream.ack(sequence=1, commit_log_offsets=[10], queue_offsets=[0], queue_ids=[0])
@@ -88,11 +91,13 @@ async def test_sends_waiting_while_a_frame_is_in_flight_share_the_next_frame() -
 
 async def test_a_refused_record_fails_its_own_send_and_the_others_go_again() -> None:
     stream = _Stream()
-    pipe = StreamPipe(stream, producer_group="T", prepared=True, settings=PipeSettings(max_in_flight_frames=1))
-    blocker = asyncio.ensure_future(pipe.submit(b"0", 1))
+    pipe = AsyncSendPipe(
+        stream, producer_group="T", settings=PipeSettings(max_in_flight_frames=1), transaction_prepared=True
+    )
+    blocker = asyncio.ensure_future(pipe.send(b"0", 1))
     await _until(lambda: len(stream.frames) == 1, "first frame")
     assert stream.frames[0].transaction_prepared and stream.frames[0].producer_group == "T"
-    sends = [asyncio.ensure_future(pipe.submit(b, 1)) for b in (b"x", b"y")]
+    sends = [asyncio.ensure_future(pipe.send(b, 1)) for b in (b"x", b"y")]
     await asyncio.sleep(0)
     stream.ack(sequence=1, commit_log_offsets=[1], queue_offsets=[0], queue_ids=[0])
     await blocker

@@ -5,7 +5,6 @@ tests/store/test_packed.py and through the Producer in test_send_stream_it.py.""
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import threading
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ import grpc
 import pytest
 
 from txmq.errors import BadRequestError, NotImplementedYetError, TxmqError, UnavailableError
-from txmq.pipe import AsyncFramePipe, Entry, Outcome, PipeSettings, SendPipe
+from txmq.pipe import Entry, Outcome, PipeSettings, SendPipe
 from txmq.v1 import errors_pb2, store_pb2
 
 WAIT_S = 10
@@ -249,60 +248,3 @@ def test_close_fails_waiting_entries_and_cancels_the_call() -> None:
     assert call.cancelled.is_set()
     err = raised(waiting)
     assert isinstance(err, UnavailableError) and "shut down" in str(err)
-
-
-# -- the asyncio driver with a unary call per frame (the gateway's), the same FrameBook ----
-
-
-class ScriptedUnaryStore:
-    """``SendRecords`` calls that the test answers one by one (``calls``: frame, future)."""
-
-    def __init__(self) -> None:
-        self.calls: asyncio.Queue[tuple[store_pb2.RecordFrame, asyncio.Future[store_pb2.RecordAck]]] = asyncio.Queue()
-
-    async def SendRecords(self, frame: store_pb2.RecordFrame, timeout: float) -> store_pb2.RecordAck:  # noqa: ASYNC109 - grpc stub signature
-        answer: asyncio.Future[store_pb2.RecordAck] = asyncio.get_running_loop().create_future()
-        await self.calls.put((frame, answer))
-        return await answer
-
-
-class Unavailable(grpc.RpcError):
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
-
-    def details(self) -> str:
-        return "down"
-
-    def trailing_metadata(self) -> tuple[()]:
-        return ()
-
-
-@pytest.mark.asyncio
-async def test_unary_frames_coalesce_refuse_per_record_and_fail_per_call() -> None:
-    store = ScriptedUnaryStore()
-    p = AsyncFramePipe(store, producer_group="", settings=PipeSettings(max_in_flight_frames=1), timeout_s=5)
-    first = asyncio.create_task(p.submit(b"a", 1))
-    frame, answer = await asyncio.wait_for(store.calls.get(), WAIT_S)
-    ok, bad, ok2 = (asyncio.create_task(p.submit(b, 1)) for b in (b"o", b"x", b"p"))
-    await asyncio.sleep(0)
-    assert store.calls.empty()  # one call in flight: they wait
-    answer.set_result(ok_ack(frame, 1))
-    assert (await first)[1] == 0
-    frame, answer = await asyncio.wait_for(store.calls.get(), WAIT_S)
-    assert frame.records == b"oxp"  # together in the next call
-    refusal = BadRequestError("bad", code=errors_pb2.CODE_ILLEGAL_MESSAGE, metadata={"index": "1"})
-    answer.set_result(store_pb2.RecordAck(sequence=frame.sequence, error=refusal.to_detail()))
-    with pytest.raises(BadRequestError):
-        await bad
-    frame, answer = await asyncio.wait_for(store.calls.get(), WAIT_S)
-    assert frame.records == b"op"  # the others again
-    answer.set_exception(Unavailable())  # this call failed: its sends fail, the pipe goes on
-    for t in (ok, ok2):
-        with pytest.raises(UnavailableError):
-            await t
-    assert p.failed is None
-    later = asyncio.create_task(p.submit(b"n", 1))
-    frame, answer = await asyncio.wait_for(store.calls.get(), WAIT_S)
-    answer.set_result(ok_ack(frame, 1))
-    assert (await later)[0].store_id == "s"
-    await p.close()

@@ -1,4 +1,4 @@
-"""txmq.aio._pipe against a scripted grpc.aio SendStream call (``write`` / ``read``):
+"""txmq.aio.pipe against a scripted grpc.aio SendStream call (``write`` / ``read``):
 waiting entries share frames, a refused record fails only its entry, a broken stream
 fails everything, a caller that gives up takes back what was not sent."""
 
@@ -9,7 +9,7 @@ import asyncio
 import grpc
 import pytest
 
-from txmq.aio._pipe import AsyncSendPipe
+from txmq.aio.pipe import AsyncSendPipe
 from txmq.errors import BadRequestError, TxmqError, UnavailableError
 from txmq.pipe import PipeSettings
 from txmq.v1 import errors_pb2, store_pb2

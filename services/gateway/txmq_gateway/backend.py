@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import grpc
 
+from txmq.aio.pipe import AsyncSendPipe
 from txmq.errors import NotImplementedYetError, TxmqError, error
 from txmq.ids import new_unique_id
 from txmq.pipe import PipeSettings
@@ -30,7 +31,6 @@ from txmq.v1 import (
     txcheck_pb2,
     txcheck_pb2_grpc,
 )
-from txmq_gateway.store_stream import StreamPipe
 from txmq_runtime.calls import call, internal_channel
 from txmq_runtime.registry import ClusterView
 
@@ -59,7 +59,7 @@ class Backend:
         self._store_stubs: dict[str, store_pb2_grpc.StoreStub] = {}
         self._round_robin = itertools.count()
         # (store address, producer group, half messages?) -> its coalesced sends
-        self._pipes: dict[tuple[str, str, bool], StreamPipe] = {}
+        self._pipes: dict[tuple[str, str, bool], AsyncSendPipe] = {}
         self._unary_only: set[str] = set()  # store addresses that get unary sends (no usable stream)
 
     # -- addressing ------------------------------------------------------------------
@@ -124,7 +124,7 @@ class Backend:
     async def send_normal(self, store_id: str, message: common_pb2.Message) -> store_pb2.SendResult:
         """Store a normal (not transactional) message, coalesced with the other sends to
         that store: the SDK's mechanism (``txmq.pipe``), frames of records on one open
-        ``SendStream`` (``store_stream.StreamPipe``). A record the store refuses fails
+        ``SendStream`` (``txmq.aio.pipe.AsyncSendPipe``, as the asyncio SDK). A record the store refuses fails
         only its own send."""
         return await self._coalesced(store_id, message, producer_group="", prepared=False)
 
@@ -137,9 +137,10 @@ class Backend:
         key = (address, producer_group, prepared)
         pipe = self._pipes.get(key)
         if pipe is None or pipe.failed is not None:
-            pipe = self._pipes[key] = StreamPipe(
-                self.store(store_id), producer_group=producer_group, prepared=prepared, settings=_PIPE_SETTINGS
-            )
+            pipe = self._pipes[key] = AsyncSendPipe(
+                self.store(store_id), producer_group=producer_group, settings=_PIPE_SETTINGS,
+                transaction_prepared=prepared,
+            )  # fmt: skip
         unique_id = message.unique_id or new_unique_id()
         record = encode_for_send(
             message.topic,
@@ -154,7 +155,7 @@ class Backend:
         )
         try:
             async with asyncio.timeout(self.timeout_s):
-                ack, at = await pipe.submit(record, 1)
+                ack, at = await pipe.send(record, 1)
         except TimeoutError:
             err = error(
                 errors_pb2.CODE_UPSTREAM_TIMEOUT, f"store {store_id} did not acknowledge within {self.timeout_s} s"

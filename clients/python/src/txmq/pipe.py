@@ -1,8 +1,6 @@
-"""Coalesced sends to a store (Kafka's record accumulator): one mechanism, two drivers —
-``SendPipe`` for the SDK's threads, frames on one ``Store.SendStream`` per store, and
-``AsyncFramePipe`` for asyncio callers (the RocketMQ gateway), one unary
-``Store.SendRecords`` per frame (the shape of the gateway's former coalescer; a stream
-was not measured to be cheaper there).
+"""Coalesced sends to a store (Kafka's record accumulator): one mechanism, two drivers of
+frames on one ``Store.SendStream`` per store — ``SendPipe`` for the SDK's threads, and
+``txmq.aio.pipe.AsyncSendPipe`` for asyncio (the asyncio SDK and the RocketMQ gateway).
 
 Callers ``submit`` an entry — one message, or one batch that must be stored all or
 nothing — already encoded in the commit-log layout (``txmq.records``). When the stream
@@ -22,7 +20,6 @@ its own result and error:
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import deque
@@ -293,66 +290,6 @@ class SendPipe:
             outcomes = self._book.fail(err)
             self._cond.notify_all()
         _settle(outcomes)
-
-
-class AsyncFramePipe:
-    """The asyncio driver with one unary ``SendRecords`` call per frame. Frames complete
-    in any order;
-    a failed call fails its own frame's entries only."""
-
-    def __init__(self, stub: Any, *, producer_group: str, settings: PipeSettings, timeout_s: float) -> None:
-        self._stub = stub
-        self._group = producer_group
-        self._timeout_s = timeout_s
-        self._book = FrameBook(settings)
-        self._calls: set[asyncio.Task[None]] = set()
-        self._closed = False
-
-    @property
-    def failed(self) -> TxmqError | None:
-        return self._book.failed
-
-    async def submit(self, blob: bytes, count: int) -> Acked:
-        entry = Entry(blob, count, asyncio.get_running_loop().create_future())
-        self._book.add(entry)
-        self._send_what_can_go()
-        try:
-            return await asyncio.shield(entry.future)
-        except asyncio.CancelledError:
-            self._book.withdraw(entry)  # not sent yet: never sent
-            raise
-
-    def _send_what_can_go(self) -> None:
-        book = self._book
-        while book.can_send():
-            sequence, blob = book.take()
-            frame = store_pb2.RecordFrame(sequence=sequence, records=blob, producer_group=self._group)
-            task = asyncio.get_running_loop().create_task(self._call(frame))
-            self._calls.add(task)
-            task.add_done_callback(self._calls.discard)
-
-    async def _call(self, frame: store_pb2.RecordFrame) -> None:
-        try:
-            ack = await self._stub.SendRecords(frame, timeout=self._timeout_s)
-        except grpc.RpcError as exc:
-            _settle(self._book.fail_frame(frame.sequence, TxmqError.from_rpc_error(exc)))
-        except asyncio.CancelledError:
-            _settle(self._book.fail_frame(frame.sequence, closed_error()))
-            raise
-        else:
-            try:
-                _settle(self._book.answer(ack))
-            except TxmqError as err:
-                _settle(self._book.fail_frame(frame.sequence, err))
-        if not self._closed:
-            self._send_what_can_go()  # room for another frame, or entries back in line
-
-    async def close(self, reason: TxmqError | None = None) -> None:
-        self._closed = True
-        _settle(self._book.fail(reason or closed_error()))
-        for task in list(self._calls):
-            task.cancel()
-        await asyncio.gather(*self._calls, return_exceptions=True)
 
 
 def _settle(outcomes: list[tuple[Entry, Acked | TxmqError]] | list[tuple[Entry, TxmqError]]) -> None:

@@ -1,7 +1,7 @@
 """``txmq.Producer`` for asyncio: the same validation, queue choice, retries, failover,
 route refresh and errors (``txmq._sending``), over ``grpc.aio`` channels, with
 concurrent sends coalesced into frames of one ``SendStream`` per store
-(``txmq.aio._pipe``)."""
+(``txmq.aio.pipe``)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from txmq._sending import (
     results_from_ack,
 )
 from txmq.aio._client import AsyncClientCore, call
-from txmq.aio._pipe import AsyncSendPipe
+from txmq.aio.pipe import AsyncSendPipe, read_outcome
 from txmq.errors import NotImplementedYetError, TxmqError, UpstreamTimeoutError
 from txmq.message import Message, MessageQueue, SendResult, SendStatus
 from txmq.pipe import Acked, Entry, PipeSettings
@@ -237,14 +237,14 @@ class Producer:
             return await asyncio.wait_for(asyncio.shield(future), max(0.0, remaining))
         except TimeoutError:
             withdrawn = pipe.withdraw(entry)
-            future.add_done_callback(_read_outcome)
+            future.add_done_callback(read_outcome)
             raise UpstreamTimeoutError(
                 f"no acknowledgement within {remaining:.3f}s"
                 + (" (it was not sent)" if withdrawn else " (it may have been stored)")
             ) from None
         except asyncio.CancelledError:
             pipe.withdraw(entry)
-            future.add_done_callback(_read_outcome)
+            future.add_done_callback(read_outcome)
             raise
         except NotImplementedYetError as err:
             if not err.transport:
@@ -298,10 +298,3 @@ class Producer:
                     raise
                 if wait > 0:
                     await asyncio.sleep(wait)
-
-
-def _read_outcome(future: asyncio.Future[Acked]) -> None:
-    """Mark the outcome of an entry nobody waits for any more as read (no "exception
-    never retrieved" at garbage collection)."""
-    if not future.cancelled():
-        future.exception()

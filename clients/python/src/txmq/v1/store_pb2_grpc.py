@@ -159,7 +159,7 @@ class StoreServicer:
 
     def SendRecords(self, request, context):
         """One frame of records in one unary call, answered like a SendStream frame (its
-        refusal in the ack's error): the RocketMQ gateway's coalesced sends use it.
+        refusal in the ack's error).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
