@@ -265,15 +265,16 @@ def _echo_tls(files: TlsFiles) -> None:
     "--passwords-dir",
     required=True,
     type=click.Path(exists=True, file_okay=False),
-    help="One file per etcd user: root, store, pull, txcheck, gateway (a mounted Secret).",
+    help="One file per etcd user: root, store, pull, txcheck, gateway, auth (a mounted Secret).",
 )
 @option("--wait-s", default=300.0, show_default=True, type=float, help="How long to wait for etcd to answer.")
 def etcd_auth_setup(
     etcd_endpoint: str, etcd_prefix: str, ca_file: str, cert_file: str, key_file: str, passwords_dir: str, wait_s: float
 ) -> None:
     """Make etcd's users and roles for txmq (a user and role per kind of service, each
-    allowed only its part of the prefix) and turn etcd's auth on. Idempotent. The Helm
-    chart's set-up Job runs it; `txmq up --tls` does the same by itself."""
+    allowed only its part of the prefix, and txmq-auth, the only one that writes the user
+    book: file "auth", optional) and turn etcd's auth on. Idempotent. The Helm chart's set-up Job
+    runs it; `txmq up --tls` does the same by itself."""
     from txmq_cli import etcd_auth
     from txmq_cli.certs import TlsFiles
 
@@ -281,6 +282,9 @@ def etcd_auth_setup(
     secrets = {etcd_auth.ROOT: (directory / etcd_auth.ROOT).read_text().strip()}
     for service in SERVICES:
         secrets[etcd_auth.service_user(service)] = (directory / service).read_text().strip()
+    book = directory / "auth"  # optional: a Secret made for an older chart has none
+    if book.exists():
+        secrets[etcd_auth.AUTH] = book.read_text().strip()
     files = TlsFiles(Path(ca_file), Path(cert_file), Path(key_file))
     deadline = time.monotonic() + wait_s
     while True:
@@ -293,7 +297,12 @@ def etcd_auth_setup(
                 sys.exit(1)
             time.sleep(2)
     click.echo(
-        f"etcd at {etcd_endpoint}: auth on, users root and {', '.join(etcd_auth.service_user(s) for s in SERVICES)}"
+        f"etcd at {etcd_endpoint}: auth on, users root and {', '.join(etcd_auth.service_user(s) for s in SERVICES)}; "
+        + (
+            f"{etcd_auth.AUTH} writes the user book"
+            if etcd_auth.AUTH in secrets
+            else f"no file {book}: no one may write the user book (docs/etcd.md)"
+        )
     )
 
 
