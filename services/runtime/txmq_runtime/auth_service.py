@@ -50,6 +50,9 @@ WRITES_BOOK = "writes"
 FORWARD_TIMEOUT_S = 10.0
 #: How often a service that may not write the book looks for the services' identity at start-up.
 _IDENTITY_POLL_S = 0.1
+#: How long a forwarded write waits for this service's copy of the book to show it.
+SEEN_WITHIN_S = 2.0
+_SEEN_POLL_S = 0.005
 
 
 class AuthStartupError(Exception):
@@ -201,10 +204,31 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         return self._security.writer
 
     async def _forwarded(self, method: str, request: Message) -> Any:
-        """The answer of a service that writes the book, when this one may not; else None."""
+        """The answer of a service that writes the book, when this one may not; else None.
+        It is given once this service's own copy shows the write (at most
+        ``SEEN_WITHIN_S``), so a read here right after it sees it, as when this service
+        wrote it itself (``txmq acl allow`` reads the ACL, then writes it)."""
         if self._security.writer is not None:
             return None
-        return await self._forwarder.forward(method, request)
+        reply = await self._forwarder.forward(method, request)
+        deadline = time.monotonic() + SEEN_WITHIN_S
+        while time.monotonic() < deadline:
+            if self._shows(method, request, reply):
+                break
+            await asyncio.sleep(_SEEN_POLL_S)
+        return reply
+
+    def _shows(self, method: str, request: Any, reply: Any) -> bool:
+        """Whether the book shows the write ``method`` answered with ``reply``."""
+        book = self._book
+        if method in ("CreateUser", "UpdateUser"):
+            known = book.users.get(reply.user.username)
+            return known is not None and known.user == reply.user
+        if method == "PutAcl":
+            return book.raw_acls.get(reply.acl.username) == reply.acl
+        if method == "DeleteUser":
+            return request.username not in book.users
+        return request.username not in book.raw_acls  # DeleteAcl
 
     async def _txn(self, compare: list, success: list) -> bool:
         try:
