@@ -161,3 +161,32 @@ def test_the_services_identity_was_made_once_by_txcheck(cluster: LocalCluster) -
     logs = {p.name: p.read_text() for p in Path(cluster.log_dir).glob("*.log") if p.name != "etcd.log"}
     made = [name for name, text in logs.items() if "created the service user" in text]
     assert made == ["txcheck.log"], made
+
+
+def test_rotate_key_works_as_the_books_user_only(cluster: LocalCluster, tmp_path: Path) -> None:
+    """`txmq auth rotate-key` re-seals as txmq-auth (a kind's etcd user may not), there
+    and back, so the cluster ends on the key it started with."""
+    assert cluster.tls is not None
+    other = "book-writer-other-secret-key"
+
+    def rotate(etcd_user: str, old: str, new: str) -> tuple[int, str]:
+        password = tmp_path / f"{etcd_user}.password"
+        password.write_text((cluster.etcd_auth_dir / etcd_user).read_text())
+        args = [
+            "auth", "rotate-key", "--wait-s", "1",
+            "--etcd-endpoints", cluster.etcd_endpoints, "--etcd-prefix", PREFIX,
+            "--etcd-tls-ca-file", str(cluster.tls.ca),
+            "--etcd-tls-cert-file", str(cluster.tls.cert),
+            "--etcd-tls-key-file", str(cluster.tls.key),
+            "--etcd-username", etcd_user, "--etcd-password-file", str(password),
+            "--service-access-key", LOCAL_ADMIN,
+        ]  # fmt: skip
+        env = {"TXMQ_OLD_AUTH_SECRET_KEY": old, "TXMQ_NEW_AUTH_SECRET_KEY": new}
+        done = CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
+        return done.exit_code, done.output
+
+    code, out = rotate(etcd_auth.service_user("pull"), SECRET, other)
+    assert code == 1 and "permission denied" in out, out
+    for old, new in ((SECRET, other), (other, SECRET)):
+        code, out = rotate(etcd_auth.AUTH, old, new)
+        assert code == 0 and "re-sealed" in out, out
