@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -50,7 +51,7 @@ WRITES_BOOK = "writes"
 FORWARD_TIMEOUT_S = 10.0
 #: How often a service that may not write the book looks for the services' identity at start-up.
 _IDENTITY_POLL_S = 0.1
-#: How long a forwarded write waits for this service's copy of the book to show it.
+#: How long an Auth write waits for this service's copy of the book to show it.
 SEEN_WITHIN_S = 2.0
 _SEEN_POLL_S = 0.005
 
@@ -184,6 +185,25 @@ async def ensure_service_user(etcd: aetcd.Client, keys: AuthKeys, sealer: Sealer
         log.info("created the service user %s (super user) in etcd", access_key)
 
 
+def _book_write(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """An Auth write: made here, or forwarded to a service that writes the book
+    (``BookForwarder``) where this one may not; answered once this service's own copy of
+    the book shows it, so a read here right after sees it (``txmq acl allow`` reads the
+    ACL, then writes it; ``txmq user delete`` then ``user list``)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def write(self: AuthServicer, request: Message, context: grpc.aio.ServicerContext) -> Any:
+        if self._security.writer is None:
+            reply = await self._forwarder.forward(name, request)
+        else:
+            reply = await method(self, request, context)
+        await self._seen(name, request, reply)
+        return reply
+
+    return write
+
+
 class AuthServicer(auth_pb2_grpc.AuthServicer):
     """Writes go to etcd (compare-and-swap where they create) through the security's
     writer, or, without one, to a service that writes the book (``BookForwarder``);
@@ -200,23 +220,17 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
 
     @property
     def _etcd(self) -> aetcd.Client:
-        assert self._security.writer is not None  # every write asks _forwarded first
+        assert self._security.writer is not None  # _book_write forwards the writes without one
         return self._security.writer
 
-    async def _forwarded(self, method: str, request: Message) -> Any:
-        """The answer of a service that writes the book, when this one may not; else None.
-        It is given once this service's own copy shows the write (at most
-        ``SEEN_WITHIN_S``), so a read here right after it sees it, as when this service
-        wrote it itself (``txmq acl allow`` reads the ACL, then writes it)."""
-        if self._security.writer is not None:
-            return None
-        reply = await self._forwarder.forward(method, request)
+    async def _seen(self, method: str, request: Message, reply: Message) -> None:
+        """Until this service's own copy of the book shows the write (at most
+        ``SEEN_WITHIN_S``)."""
         deadline = time.monotonic() + SEEN_WITHIN_S
         while time.monotonic() < deadline:
             if self._shows(method, request, reply):
-                break
+                return
             await asyncio.sleep(_SEEN_POLL_S)
-        return reply
 
     def _shows(self, method: str, request: Any, reply: Any) -> bool:
         """Whether the book shows the write ``method`` answered with ``reply``."""
@@ -250,9 +264,8 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         return error(errors_pb2.CODE_USER_NOT_FOUND, f"no user {username[:64]!r}", username=username[:64])
 
     @rpc
+    @_book_write
     async def CreateUser(self, request: auth_pb2.CreateUserRequest, context: grpc.aio.ServicerContext):
-        if (forwarded := await self._forwarded("CreateUser", request)) is not None:
-            return forwarded
         user = request.user
         validate_user(user, secret_required=True)
         user.created_at_ms = time.time_ns() // 1_000_000
@@ -266,9 +279,8 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         return auth_pb2.UserResponse(user=_public(user))
 
     @rpc
+    @_book_write
     async def UpdateUser(self, request: auth_pb2.UpdateUserRequest, context: grpc.aio.ServicerContext):
-        if (forwarded := await self._forwarded("UpdateUser", request)) is not None:
-            return forwarded
         user = request.user
         validate_user(user, secret_required=False)
         if user.username == self._security.access_key and (user.disabled or not user.super_user or user.secret_key):
@@ -294,9 +306,8 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         return auth_pb2.UserResponse(user=_public(user))
 
     @rpc
+    @_book_write
     async def DeleteUser(self, request: auth_pb2.DeleteUserRequest, context: grpc.aio.ServicerContext):
-        if (forwarded := await self._forwarded("DeleteUser", request)) is not None:
-            return forwarded
         name = request.username
         if name == self._security.access_key:
             raise error(errors_pb2.CODE_ILLEGAL_ARGUMENT, f"{name} is the services' own identity; it cannot be deleted")
@@ -325,9 +336,8 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         return auth_pb2.ListUsersResponse(users=users)
 
     @rpc
+    @_book_write
     async def PutAcl(self, request: auth_pb2.PutAclRequest, context: grpc.aio.ServicerContext):
-        if (forwarded := await self._forwarded("PutAcl", request)) is not None:
-            return forwarded
         acl = request.acl
         validate_acl(acl)
         user_key = self._security.keys.user(acl.username).encode()
@@ -348,9 +358,8 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         return auth_pb2.AclResponse(acl=acl)
 
     @rpc
+    @_book_write
     async def DeleteAcl(self, request: auth_pb2.DeleteAclRequest, context: grpc.aio.ServicerContext):
-        if (forwarded := await self._forwarded("DeleteAcl", request)) is not None:
-            return forwarded
         try:
             await self._etcd.delete(self._security.keys.acl(request.username).encode())
         except RETRYABLE as exc:
