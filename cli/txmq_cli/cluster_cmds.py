@@ -174,7 +174,8 @@ def _echo_up(cluster: LocalCluster, files: TlsFiles | None, secret_file: Path | 
     if cluster.etcd_auth:
         click.echo(
             "etcd: TLS with client certificates of the CA, and etcd auth on: each kind of service has its own "
-            f"etcd user; root's password is in {cluster.etcd_auth_dir / 'root'}"
+            "etcd user, and only txcheck has the one that writes the user book (txmq-auth); "
+            f"root's password is in {cluster.etcd_auth_dir / 'root'}"
         )
     if secret_file is not None:
         click.echo(f"auth: every call needs a user; the super user {LOCAL_ADMIN!r}'s secret is in {secret_file}")
