@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from txmq_cli import etcd_auth
 from txmq_cli.cluster import DEFAULT_PORTS, SERVICES, LocalCluster, PortsInUse, ProcessExited
 from txmq_cli.options import option
 from txmq_cli.supervise import CannotStart, Died, RestartPolicy, Supervisor, describe_exit
@@ -174,7 +175,8 @@ def _echo_up(cluster: LocalCluster, files: TlsFiles | None, secret_file: Path | 
     if cluster.etcd_auth:
         click.echo(
             "etcd: TLS with client certificates of the CA, and etcd auth on: each kind of service has its own "
-            "etcd user, and only txcheck has the one that writes the user book (txmq-auth); "
+            f"etcd user, and only {', '.join(etcd_auth.BOOK_WRITERS)} the one that writes the user book "
+            f"({etcd_auth.AUTH}); "
             f"root's password is in {cluster.etcd_auth_dir / 'root'}"
         )
     if secret_file is not None:
@@ -276,7 +278,6 @@ def etcd_auth_setup(
     allowed only its part of the prefix, and txmq-auth, the only one that writes the user
     book: file "auth", optional) and turn etcd's auth on. Idempotent. The Helm chart's set-up Job
     runs it; `txmq up --tls` does the same by itself."""
-    from txmq_cli import etcd_auth
     from txmq_cli.certs import TlsFiles
 
     directory = Path(passwords_dir)
