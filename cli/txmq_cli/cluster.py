@@ -574,8 +574,9 @@ class LocalCluster:
     and the services present theirs.
 
     ``etcd_auth`` (by default: with ``tls`` and our own etcd): etcd's auth on, with a root
-    user and an etcd user per kind of service allowed only its part of the prefix
-    (``txmq_cli.etcd_auth``; passwords in ``<data_dir>/etcd-auth``).
+    user, an etcd user per kind of service allowed only its part of the prefix, and the
+    user book's own user given to the txcheck services (``txmq_cli.etcd_auth``; passwords
+    in ``<data_dir>/etcd-auth``).
     """
 
     def __init__(
@@ -764,17 +765,23 @@ class LocalCluster:
 
     def _secure_etcd(self) -> None:
         """etcd's users and roles (``txmq_cli.etcd_auth``), auth on, and each service its
-        etcd user: the name as a flag, the password in its environment."""
+        etcd user: the name as a flag, the password in its environment; the services
+        that write the user book (``etcd_auth.BOOK_WRITERS``) the book's user likewise."""
         assert self.etcd is not None and self.tls is not None
         kinds = sorted({service.service for service in self.services.values()})
-        users = [etcd_auth.ROOT, *(etcd_auth.service_user(kind) for kind in kinds)]
+        users = [etcd_auth.ROOT, etcd_auth.AUTH, *(etcd_auth.service_user(kind) for kind in kinds)]
         secrets = etcd_auth.passwords(self.etcd_auth_dir, users)
         etcd_auth.set_up(self.etcd.endpoint, self.tls, prefix=self.etcd_prefix, services=kinds, secrets=secrets)
         for service in self.services.values():
-            user = etcd_auth.service_user(service.service)
-            if "--etcd_username" not in service.process.argv:  # after "python -m txmq_<service>", before
-                service.process.argv[3:3] = ["--etcd_username", user]  # the flags given: those win
-            service.process.env[f"TXMQ_{service.service.upper()}_ETCD_PASSWORD"] = secrets[user]
+            kind = service.service
+            given = {"--etcd_username": etcd_auth.service_user(kind)}
+            if kind in etcd_auth.BOOK_WRITERS:
+                given["--auth_etcd_username"] = etcd_auth.AUTH
+                service.process.env[f"TXMQ_{kind.upper()}_AUTH_ETCD_PASSWORD"] = secrets[etcd_auth.AUTH]
+            for flag, user in given.items():
+                if flag not in service.process.argv:  # after "python -m txmq_<service>", before
+                    service.process.argv[3:3] = [flag, user]  # the flags given: those win
+            service.process.env[f"TXMQ_{kind.upper()}_ETCD_PASSWORD"] = secrets[etcd_auth.service_user(kind)]
 
     @property
     def etcd_auth_dir(self) -> Path:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from txmq_cli import etcd_auth
 from txmq_cli.cluster import DEFAULT_PORTS, SERVICES, LocalCluster, PortsInUse, ProcessExited
 from txmq_cli.options import option
 from txmq_cli.supervise import CannotStart, Died, RestartPolicy, Supervisor, describe_exit
@@ -174,7 +175,9 @@ def _echo_up(cluster: LocalCluster, files: TlsFiles | None, secret_file: Path | 
     if cluster.etcd_auth:
         click.echo(
             "etcd: TLS with client certificates of the CA, and etcd auth on: each kind of service has its own "
-            f"etcd user; root's password is in {cluster.etcd_auth_dir / 'root'}"
+            f"etcd user, and only {', '.join(etcd_auth.BOOK_WRITERS)} the one that writes the user book "
+            f"({etcd_auth.AUTH}); "
+            f"root's password is in {cluster.etcd_auth_dir / 'root'}"
         )
     if secret_file is not None:
         click.echo(f"auth: every call needs a user; the super user {LOCAL_ADMIN!r}'s secret is in {secret_file}")
@@ -265,22 +268,25 @@ def _echo_tls(files: TlsFiles) -> None:
     "--passwords-dir",
     required=True,
     type=click.Path(exists=True, file_okay=False),
-    help="One file per etcd user: root, store, pull, txcheck, gateway (a mounted Secret).",
+    help="One file per etcd user: root, store, pull, txcheck, gateway, auth (a mounted Secret).",
 )
 @option("--wait-s", default=300.0, show_default=True, type=float, help="How long to wait for etcd to answer.")
 def etcd_auth_setup(
     etcd_endpoint: str, etcd_prefix: str, ca_file: str, cert_file: str, key_file: str, passwords_dir: str, wait_s: float
 ) -> None:
     """Make etcd's users and roles for txmq (a user and role per kind of service, each
-    allowed only its part of the prefix) and turn etcd's auth on. Idempotent. The Helm
-    chart's set-up Job runs it; `txmq up --tls` does the same by itself."""
-    from txmq_cli import etcd_auth
+    allowed only its part of the prefix, and txmq-auth, the only one that writes the user
+    book: file "auth", optional) and turn etcd's auth on. Idempotent. The Helm chart's set-up Job
+    runs it; `txmq up --tls` does the same by itself."""
     from txmq_cli.certs import TlsFiles
 
     directory = Path(passwords_dir)
     secrets = {etcd_auth.ROOT: (directory / etcd_auth.ROOT).read_text().strip()}
     for service in SERVICES:
         secrets[etcd_auth.service_user(service)] = (directory / service).read_text().strip()
+    book = directory / "auth"  # optional: a Secret made for an older chart has none
+    if book.exists():
+        secrets[etcd_auth.AUTH] = book.read_text().strip()
     files = TlsFiles(Path(ca_file), Path(cert_file), Path(key_file))
     deadline = time.monotonic() + wait_s
     while True:
@@ -293,7 +299,12 @@ def etcd_auth_setup(
                 sys.exit(1)
             time.sleep(2)
     click.echo(
-        f"etcd at {etcd_endpoint}: auth on, users root and {', '.join(etcd_auth.service_user(s) for s in SERVICES)}"
+        f"etcd at {etcd_endpoint}: auth on, users root and {', '.join(etcd_auth.service_user(s) for s in SERVICES)}; "
+        + (
+            f"{etcd_auth.AUTH} writes the user book"
+            if etcd_auth.AUTH in secrets
+            else f"no file {book}: no one may write the user book (docs/etcd.md)"
+        )
     )
 
 

@@ -1,10 +1,11 @@
-"""etcd's own auth for a local cluster (``txmq up --tls``): a root user for set-up, and
-one etcd user and role per kind of txmq service that may read and write only what that
-kind needs (docs/etcd.md "Who may read and write what").
+"""etcd's own auth for a local cluster (``txmq up --tls``): a root user for set-up, one
+etcd user and role per kind of txmq service that may read and write only what that kind
+needs, and ``txmq-auth``, the only one that writes the user book (docs/etcd.md "Who may
+read and write what").
 
-Every service reads the keys route look-ups need (``services/`` through ``stores/``), the
-user book (``auth/``: every service mirrors it, and runs the Auth service that writes it)
-and writes its own kind's endpoint keys; beyond that:
+Every service reads the keys route look-ups need (``services/`` through ``stores/``) and
+the user book (``auth/``: every service mirrors it), and writes its own kind's endpoint
+keys; beyond that:
 
 - store: ``stores/`` (its topics) and ``store-groups/`` (a replicated group's state and
   leader), and ``services/store_replica/``;
@@ -12,6 +13,10 @@ and writes its own kind's endpoint keys; beyond that:
 - gateway: ``gateway/`` (consumer-group owners) and ``secrets/`` (the transaction-handle
   key);
 - pull: nothing more.
+
+``txmq-auth`` writes ``auth/`` (users, sealed secrets, ACLs) and ``secrets/`` (what
+``txmq auth rotate-key`` re-seals); the services that serve Auth writes get its password
+(``BOOK_WRITERS``), the others forward those writes to them.
 
 The passwords are made once, kept 0600 in ``<data-dir>/etcd-auth/<user>``, and reach the
 services through their env vars (``TXMQ_<SERVICE>_ETCD_PASSWORD``). ``set_up`` is
@@ -38,6 +43,13 @@ ROOT = "root"
 _READ = auth_pb2.Permission.READ
 _READWRITE = auth_pb2.Permission.READWRITE
 _CALL_TIMEOUT_S = 10.0
+
+
+#: The etcd user (and role) that writes the user book.
+AUTH = "txmq-auth"
+#: The kinds of service given AUTH's password (``auth_etcd_username``): they serve Auth
+#: writes, the others forward them (txmq_runtime.auth_service.BookWrites).
+BOOK_WRITERS = ("txcheck",)
 
 
 def service_user(service: str) -> str:
@@ -74,13 +86,20 @@ _WRITES = {
 
 
 def grants(prefix: str, service: str) -> list[Grant]:
-    """What the role of ``service`` may do under ``prefix`` (``/txmq``)."""
+    """What the role of ``service`` may do under ``prefix`` (``/txmq``). The book is
+    granted READ on the very range older set-ups granted READWRITE: etcd replaces a
+    grant on the same keys, so set-up takes the write away from an older cluster."""
     return [
         Grant(_READ, f"{prefix}/services/", f"{prefix}/stores0"),  # route look-ups (ClusterView.view_range)
-        Grant.prefix(_READWRITE, f"{prefix}/auth/"),
+        Grant.prefix(_READ, f"{prefix}/auth/"),
         Grant.prefix(_READWRITE, f"{prefix}/services/{service}/"),
         *(Grant.prefix(_READWRITE, f"{prefix}/{part}") for part in _WRITES[service]),
     ]
+
+
+def book_grants(prefix: str) -> list[Grant]:
+    """What ``txmq-auth`` may do: write the user book and re-seal the cluster secrets."""
+    return [Grant.prefix(_READWRITE, f"{prefix}/auth/"), Grant.prefix(_READWRITE, f"{prefix}/secrets/")]
 
 
 def passwords(directory: Path, users: list[str]) -> dict[str, str]:
@@ -102,8 +121,9 @@ class EtcdAuthSetupFailed(RuntimeError):
 
 
 def set_up(endpoint: str, files: TlsFiles, *, prefix: str, services: list[str], secrets: Mapping[str, str]) -> None:
-    """Root, a user and role per service with its grants, then auth on (see the module
-    docstring). ``secrets``: the passwords of root and of every ``service_user``."""
+    """Root, a user and role per service with its grants, ``txmq-auth`` with its, then
+    auth on (see the module docstring). ``secrets``: the passwords of root, of every
+    ``service_user`` and of ``AUTH`` (without it no one may write the user book)."""
     with grpc.secure_channel(endpoint, channel_credentials(files)) as channel:
         auth = rpc_pb2_grpc.AuthStub(channel)
         try:
@@ -115,6 +135,9 @@ def set_up(endpoint: str, files: TlsFiles, *, prefix: str, services: list[str], 
                 name = service_user(service)
                 call.role(name, grants(prefix, service))
                 call.user(name, secrets[name], role=name)
+            if AUTH in secrets:
+                call.role(AUTH, book_grants(prefix))
+                call.user(AUTH, secrets[AUTH], role=AUTH)
             if not enabled:
                 auth.AuthEnable(rpc_pb2.AuthEnableRequest(), timeout=_CALL_TIMEOUT_S)
         except grpc.RpcError as exc:

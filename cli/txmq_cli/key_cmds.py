@@ -58,7 +58,7 @@ def _key(file: Path | None, env_value: str | None, what: str) -> str:
 @option("--etcd-tls-cert-file", envvar="TXMQ_ETCD_TLS_CERT_FILE", default="", help="PEM client certificate for etcd.")
 @option("--etcd-tls-key-file", envvar="TXMQ_ETCD_TLS_KEY_FILE", default="", help="PEM key of --etcd-tls-cert-file.")
 @option("--etcd-username", envvar="TXMQ_ETCD_USERNAME", default="",
-        help="etcd user that may write <prefix>/auth/ and /secrets/ (root, or txmq-gateway).")  # fmt: skip
+        help="etcd user that may write <prefix>/auth/ and /secrets/ (txmq-auth, or root).")  # fmt: skip
 @option("--etcd-password-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
         help="File holding --etcd-username's password (or TXMQ_ETCD_PASSWORD).")  # fmt: skip
 @option("--service-access-key", envvar="TXMQ_AUTH_ACCESS_KEY", required=True,

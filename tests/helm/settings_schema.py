@@ -92,9 +92,12 @@ FIXED_OR_OFF_PORTS = frozenset({"metrics_port", "tls_port", "probe_port", "plain
 #: their env var from a Secret the user created (templates/_helpers.tpl, txmq.secretEnv):
 #: the gateway's secret_key from gateway.auth.existingSecret (key existingSecretKey), every
 #: service's auth_secret_key from auth.existingSecret (key existingSecretKey), and during a
-#: key roll its auth_accepted_secret_key from auth.acceptedSecret.
+#: key roll its auth_accepted_secret_key from auth.acceptedSecret; etcd_password and
+#: auth_etcd_password from the etcd passwords' Secret (keys <service> and auth).
 SECRET_SETTINGS: dict[str, frozenset[str]] = {
-    service: frozenset({"auth_secret_key", "auth_accepted_secret_key", "etcd_password"} & set(cls.model_fields))
+    service: frozenset(
+        {"auth_secret_key", "auth_accepted_secret_key", "etcd_password", "auth_etcd_password"} & set(cls.model_fields)
+    )
     | ({"secret_key"} if service == "gateway" else set())
     for service, cls in SERVICES.items()
 }

@@ -1,14 +1,16 @@
 """security.enabled locks the chart's own etcd down as `txmq up --tls` does: client and
 peer TLS with the release's certificate (which now names etcd's Service and members),
 client certificates required, and etcd's auth turned on by a set-up Job (`txmq
-etcd-auth-setup`) with a user per kind of service, whose passwords the chart generates
-(Secret <release>-etcd-auth, reused on upgrade) or takes from etcd.auth.existingSecret.
-Each service gets its etcd user, password (from the Secret only) and TLS files.
+etcd-auth-setup`) with a user per kind of service and txmq-auth, the user book's, whose
+passwords the chart generates (Secret <release>-etcd-auth, reused on upgrade) or takes
+from etcd.auth.existingSecret. Each service gets its etcd user, password (from the
+Secret only) and TLS files; only txcheck gets the user book's etcd user and password.
 
 Without security.enabled (or with an external etcd) etcd is as before. The last test
 runs what the chart renders for real: the Job's arguments against a local etcd started
 with the rendered etcd's TLS flags and the generated certificate, then a service with
-its rendered env, which reaches that etcd as its own etcd user."""
+its rendered env, which reaches that etcd as its own etcd user (after a txcheck, which
+makes the services' identity in the user book through txmq-auth)."""
 
 from __future__ import annotations
 
@@ -85,8 +87,8 @@ def test_passwords_are_generated_kept_and_given_to_each_service(docs: list[Doc])
     secret = one(docs, "Secret", "txmq-etcd-auth")
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     passwords = secret_data(secret)
-    assert set(passwords) == {"root", *SERVICES}
-    assert all(len(p) == 32 for p in passwords.values()) and len(set(passwords.values())) == 5
+    assert set(passwords) == {"root", "auth", *SERVICES}
+    assert all(len(p) == 32 for p in passwords.values()) and len(set(passwords.values())) == 6
     for service in SERVICES:
         for w in service_workloads(docs, service):
             c = container(w, service)
@@ -101,6 +103,14 @@ def test_passwords_are_generated_kept_and_given_to_each_service(docs: list[Doc])
             (var,) = [e for e in env_list(c) if e["name"] == p + "ETCD_PASSWORD"]
             assert "value" not in var
             assert var["valueFrom"]["secretKeyRef"] == {"name": "txmq-etcd-auth", "key": service}
+            # The user book's etcd user: txcheck's alone (docs/etcd.md "Who writes the user book").
+            book = [e for e in env_list(c) if e["name"] == p + "AUTH_ETCD_PASSWORD"]
+            if service == "txcheck":
+                assert env[p + "AUTH_ETCD_USERNAME"] == "txmq-auth"
+                assert "value" not in book[0]
+                assert book[0]["valueFrom"]["secretKeyRef"] == {"name": "txmq-etcd-auth", "key": "auth"}
+            else:
+                assert env[p + "AUTH_ETCD_USERNAME"] == "" and not book
 
 
 def test_the_set_up_job_reaches_etcd(docs: list[Doc]) -> None:
@@ -152,6 +162,8 @@ def test_etcd_is_as_before_without_security_or_with_an_external_etcd(values: dic
             env = env_values(container(w, service))
             assert env[f"TXMQ_{service.upper()}_ETCD_USERNAME"] == ""
             assert f"TXMQ_{service.upper()}_ETCD_PASSWORD" not in env
+            assert env[f"TXMQ_{service.upper()}_AUTH_ETCD_USERNAME"] == ""
+            assert f"TXMQ_{service.upper()}_AUTH_ETCD_PASSWORD" not in env
 
 
 def test_the_rendered_job_and_service_work_against_a_real_locked_down_etcd(tmp_path: Path) -> None:
@@ -162,12 +174,15 @@ def test_the_rendered_job_and_service_work_against_a_real_locked_down_etcd(tmp_p
 
     tls_dir, passwords_dir = tmp_path / "tls", tmp_path / "etcd-auth"
     prefix = private_prefix()
-    probe = free_port()
+    probes = {"txcheck": free_port(), "pull": free_port()}
     values = {
         **SECURITY,
         "tls": {"mountPath": str(tls_dir)},
         "etcd": {"prefix": prefix},
-        "pull": {"settings": {"host": "127.0.0.1", "port": free_port(), "metrics_port": -1, "probe_port": probe}},
+        **{
+            s: {"settings": {"host": "127.0.0.1", "port": free_port(), "metrics_port": -1, "probe_port": probe}}
+            for s, probe in probes.items()
+        },
     }
     docs = chart.render(values)
     # What kubelet would mount: the TLS Secret and the etcd passwords' Secret.
@@ -192,20 +207,25 @@ def test_the_rendered_job_and_service_work_against_a_real_locked_down_etcd(tmp_p
         ]
         done = subprocess.run([entrypoint, *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        (w,) = service_workloads(docs, "pull")
-        c = container(w, "pull")
         secrets = {("txmq-etcd-auth", k): v for k, v in passwords.items()}
         secrets |= {("txmq-auth", "auth-secret-key"): secret_data(one(docs, "Secret", "txmq-auth"))["auth-secret-key"]}
-        env = resolve_env(c, pod_name="txmq-pull-0", pod_ip="127.0.0.1", secrets=secrets)
-        env.update(TXMQ_PULL_ETCD_ENDPOINTS=etcd.endpoint, PATH=os.environ["PATH"], PYTHONUNBUFFERED="1")
-        log = tmp_path / "pull.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([entrypoint, *c["args"]], env=env, stdout=out, stderr=subprocess.STDOUT)
+        procs = []
         try:
-            _health(f"127.0.0.1:{probe}", 60, proc, log)
+            for service, probe in probes.items():  # txcheck first: it makes the services' identity
+                (w,) = service_workloads(docs, service)
+                c = container(w, service)
+                env = resolve_env(c, pod_name=f"txmq-{service}-0", pod_ip="127.0.0.1", secrets=secrets)
+                env[f"TXMQ_{service.upper()}_ETCD_ENDPOINTS"] = etcd.endpoint
+                env.update(PATH=os.environ["PATH"], PYTHONUNBUFFERED="1")
+                log = tmp_path / f"{service}.log"
+                with open(log, "wb") as out:
+                    proc = subprocess.Popen([entrypoint, *c["args"]], env=env, stdout=out, stderr=subprocess.STDOUT)
+                procs.append(proc)
+                _health(f"127.0.0.1:{probe}", 60, proc, log)
+                assert "ready on" in log.read_text()
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-        assert "ready on" in log.read_text()
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
     finally:
         etcd.stop()

@@ -76,6 +76,7 @@ SECRETS = {
     ("txmq-auth", "auth-secret-key"): "services-secret-key-0123",
     ("txmq-auth-next", "next-key"): "services-next-secret-4567",
     **{(ETCD_AUTH, service): f"{service}-etcd-password" for service in ("store", "pull", "txcheck", "gateway")},
+    (ETCD_AUTH, "auth"): "auth-etcd-password",
 }
 #: TLS on (tls.*): every service on enforcing mutual TLS with the mounted Secret.
 TLS = {"enabled": True, "secretName": "txmq-tls"}
@@ -85,6 +86,8 @@ def secret_source(service: str, name: str) -> dict[str, str]:
     """The Secret (existingSecret, existingSecretKey) a secret setting comes from."""
     if name == "etcd_password":
         return {"existingSecret": ETCD_AUTH, "existingSecretKey": service}
+    if name == "auth_etcd_password":
+        return {"existingSecret": ETCD_AUTH, "existingSecretKey": "auth"}
     if name == "auth_accepted_secret_key":
         return ACCEPTED_AUTH
     return GATEWAY_AUTH if (service, name) == ("gateway", "secret_key") else SERVICES_AUTH
@@ -169,7 +172,9 @@ def test_rendered_env_names_are_the_settings_fields(service: str, default_docs: 
 def test_secret_settings_are_rendered_from_the_secret_only() -> None:
     """With gateway.auth.existingSecret, auth.existingSecret and auth.acceptedSecret (a key
     roll) every setting has its env var, the secret ones from a secretKeyRef (never a
-    literal value)."""
+    literal value). auth_etcd_password is given only where auth_etcd_username is set
+    (here: everywhere)."""
+    book = {"auth_etcd_username": "txmq-auth"}
     docs = chart.render(
         {
             "auth": {
@@ -178,7 +183,10 @@ def test_secret_settings_are_rendered_from_the_secret_only() -> None:
                 "acceptedSecretKey": ACCEPTED_AUTH["existingSecretKey"],
             },
             "etcd": {"auth": {"existingSecret": ETCD_AUTH}},
-            "gateway": {"auth": GATEWAY_AUTH, "settings": {"access_key": "ak"}},
+            "store": {"settings": book},
+            "pull": {"settings": book},
+            "txcheck": {"settings": book},
+            "gateway": {"auth": GATEWAY_AUTH, "settings": {"access_key": "ak", **book}},
         }
     )
     for service in SERVICES:

@@ -4,7 +4,7 @@ certificate and etcd auth on (a root user, and a user ``svc`` that may read and 
 prefix).
 
 In process: the client with the CA, a client certificate and the user reads and writes
-its prefix and is refused outside it; it keeps working across an etcd restart, which
+its prefix and is refused outside it, and its watches see changes; it keeps working across an etcd restart, which
 forgets every auth token (the token is fetched again). As processes: a service started
 with the right certificate and user gets ready; with a wrong password, or a client
 certificate of another CA, it exits with one line saying why, no traceback.
@@ -12,6 +12,7 @@ certificate of another CA, it exits with one line saying why, no traceback.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,25 @@ async def test_the_user_reads_and_writes_its_prefix_only(secured: SecuredEtcd) -
         assert got is not None and got.value == b"v"
         with pytest.raises(aetcd.ClientError, match="permission denied"):
             await client.get(b"/elsewhere")
+
+
+async def test_the_users_watch_sees_its_prefix_change(secured: SecuredEtcd) -> None:
+    """A watch carries the token too (etcd refuses one without it, and aetcd takes the
+    refusal for a live watch that never sees an event): what the mirrors of the user book
+    and of the routes rely on."""
+    async with etcd_client(secured.server.endpoint, secured.access()) as client:
+        start = (await client.get_prefix(f"{PREFIX}/w/".encode())).header.revision + 1
+        watch = await client.watch_prefix(f"{PREFIX}/w/".encode(), start_revision=start)
+        await client.put(f"{PREFIX}/w/k".encode(), b"seen")
+
+        async def first() -> aetcd.Event:
+            async for event in watch:
+                return event
+            raise AssertionError("the watch ended")
+
+        event = await asyncio.wait_for(first(), 10)
+        assert (event.kv.key, event.kv.value) == (f"{PREFIX}/w/k".encode(), b"seen")
+        await watch.cancel()
 
 
 async def test_a_wrong_password_is_refused_for_good(secured: SecuredEtcd) -> None:

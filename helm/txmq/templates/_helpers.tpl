@@ -142,6 +142,10 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
 {{- $_ := set $computed "etcd_tls_cert_file" (printf "%s/tls.crt" $tlsDir) }}
 {{- $_ := set $computed "etcd_tls_key_file" (printf "%s/tls.key" $tlsDir) }}
 {{- $_ := set $computed "etcd_username" (printf "txmq-%s" $service) }}
+{{- if eq $service "txcheck" }}
+{{- /* The txcheck services write the user book (docs/etcd.md "Who writes the user book"). */}}
+{{- $_ := set $computed "auth_etcd_username" "txmq-auth" }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- /* "" never reaches a service: enforcing mutual TLS with tls.enabled (or
@@ -188,7 +192,9 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
      from auth.existingSecret, or, when auth is on, the Secret the chart generates
      (txmq.authSecret); during a key roll auth_accepted_secret_key comes from
      auth.acceptedSecret. Its etcd_password comes from the key named after the service in
-     the etcd passwords' Secret (txmq.etcdAuthSecret), when there is one. */}}
+     the etcd passwords' Secret (txmq.etcdAuthSecret), when there is one, and
+     auth_etcd_password, the user book's etcd user's, from its key "auth", only for the
+     services that write the book (txmq.writesBook). */}}
 {{- define "txmq.secretEnv" -}}
 {{- $v := index .ctx.Values .service }}
 {{- if and (hasKey $v "auth") $v.auth.existingSecret }}
@@ -218,7 +224,22 @@ reads YAML numbers as float64, so 134217728 would print as 1.34217728e+08). */}}
     secretKeyRef:
       name: {{ . | quote }}
       key: {{ $.service | quote }}
+{{- if include "txmq.writesBook" $ }}
+- name: {{ printf "TXMQ_%s_AUTH_ETCD_PASSWORD" (upper $.service) }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: auth
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when a service writes the user book through its own etcd user, txmq-auth:
+     the txcheck services on the chart's locked-down etcd, and any service whose
+     settings.auth_etcd_username you set. Call with (dict "ctx" $ "service" "txcheck"). */}}
+{{- define "txmq.writesBook" -}}
+{{- $settings := (index .ctx.Values .service).settings }}
+{{- if or $settings.auth_etcd_username (and (eq .service "txcheck") (include "txmq.etcdSecured" .ctx)) }}true{{ end }}
 {{- end }}
 
 {{/* The Secret of the services' etcd passwords (one key per service):

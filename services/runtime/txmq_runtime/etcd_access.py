@@ -123,7 +123,7 @@ class EtcdClient(aetcd.Client):
         target = f"{self._host}:{self._port}"
         options = list(self._options.items())
         token = _Token(self._access.username, self._access.password, self._timeout) if self._access.username else None
-        interceptors = [] if token is None else [_TokenInterceptor(token)]
+        interceptors = [] if token is None else _token_interceptors(token)
         credentials = self._access.credentials()
         if credentials is None:
             channel = grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
@@ -191,13 +191,18 @@ def _is_authenticate(details: grpc.aio.ClientCallDetails) -> bool:
     return (method.decode() if isinstance(method, bytes) else method) == _AUTHENTICATE
 
 
-class _TokenInterceptor(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-    grpc.aio.StreamStreamClientInterceptor,
-):
-    """Puts the etcd auth token on every call; a unary call etcd refuses for its token is
-    made again once with a new one."""
+def _token_interceptors(token: _Token) -> list[grpc.aio.ClientInterceptor]:
+    """The token on every kind of call, one interceptor object per kind: grpc.aio files an
+    interceptor under the first kind it is (an if/elif on its type), so one object of every
+    kind put the token on unary calls only. etcd refused every watch without it, and aetcd
+    takes a refused watch (created and cancelled at once) for a live one that never sees
+    an event: the mirrors of the user book and of the routes never saw a change."""
+    return [_TokenInterceptor(token), _UnaryStreamTokenInterceptor(token), _StreamStreamTokenInterceptor(token)]
+
+
+class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
+    """Puts the etcd auth token on a unary call; one etcd refuses for its token is made
+    again once with a new one."""
 
     def __init__(self, token: _Token) -> None:
         self._token = token
@@ -217,10 +222,24 @@ class _TokenInterceptor(
         self._token.forget(token)
         return await (await continuation(_with_token(client_call_details, await self._token.get()), request))
 
+
+class _UnaryStreamTokenInterceptor(grpc.aio.UnaryStreamClientInterceptor):
+    """Puts the etcd auth token on a server-streaming call."""
+
+    def __init__(self, token: _Token) -> None:
+        self._token = token
+
     async def intercept_unary_stream(
         self, continuation: Callable[..., Awaitable[Any]], client_call_details: grpc.aio.ClientCallDetails, request: Any
     ) -> Any:
         return await continuation(_with_token(client_call_details, await self._token.get()), request)
+
+
+class _StreamStreamTokenInterceptor(grpc.aio.StreamStreamClientInterceptor):
+    """Puts the etcd auth token on a bidirectional stream (a watch, lease keep-alives)."""
+
+    def __init__(self, token: _Token) -> None:
+        self._token = token
 
     async def intercept_stream_stream(
         self,

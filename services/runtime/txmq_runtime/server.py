@@ -43,7 +43,7 @@ from txmq import signing
 from txmq.protocol import READY_HEALTH_SERVICE
 from txmq.v1 import auth_pb2, auth_pb2_grpc, common_pb2
 from txmq_runtime import calls, keepalive, metrics, tls
-from txmq_runtime.auth_service import AuthServicer, AuthStartupError, Security
+from txmq_runtime.auth_service import AuthServicer, AuthStartupError, BookWrites, Security
 from txmq_runtime.etcd import RETRYABLE, close_client, etcd_client
 from txmq_runtime.etcd_access import EtcdAccess, EtcdAuthFailed
 from txmq_runtime.grpc_errors import RejectUnparseable
@@ -225,7 +225,7 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         if parts.close is not None:
             stack.push_async_callback(parts.close)
 
-        served = _add_runtime_services(ports.server, parts, cluster, health_servicer, security, etcd)
+        served = _add_runtime_services(ports.server, parts, cluster, health_servicer, security)
         await ports.server.start()
         stack.push_async_callback(_stop_server, ports.server, grace_s=settings.shutdown_grace_ms / 1000)
         if probe_server is not None:
@@ -234,7 +234,7 @@ async def _serve_until(signals: _Signals, *, kind: int, settings: S, setup: Setu
         if parts.stopping is not None:
             stack.push_async_callback(parts.stopping)  # LIFO: runs before _stop_server
 
-        instance_id = await _register(stack, settings, kind, parts, ports, registration, keys)
+        instance_id = await _register(stack, settings, kind, parts, ports, registration, keys, security)
         await _report_serving(stack, health_servicer, served, parts)
         signals.starting = False
         lifecycle.info(
@@ -366,7 +366,6 @@ def _add_runtime_services(
     cluster: ClusterView,
     health_servicer: health.aio.HealthServicer,
     security: Security | None,
-    etcd: aetcd.Client,
 ) -> list[str]:
     """Add what every service serves beside its own: Route, health, Auth (with auth) and
     reflection. Returns the names of the services to report SERVING."""
@@ -374,7 +373,7 @@ def _add_runtime_services(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     served = [*parts.service_names, route_name]
     if security is not None:
-        auth_pb2_grpc.add_AuthServicer_to_server(AuthServicer(security, etcd, enabled=True), server)
+        auth_pb2_grpc.add_AuthServicer_to_server(AuthServicer(security, cluster, enabled=True), server)
         served.append(auth_pb2.DESCRIPTOR.services_by_name["Auth"].full_name)
     reflection.enable_server_reflection(
         [*served, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
@@ -391,11 +390,13 @@ async def _register(
     ports: _Ports,
     registration: Registration,
     keys: EtcdKeys,
+    security: Security | None,
 ) -> str:
     """Serve /metrics, then register the instance in etcd (its endpoint labelled with
-    the metrics and plaintext addresses) and keep the registration alive until ``stack``
-    closes. Returns the instance id. StartupFailed when etcd does not take it."""
-    labels = {}
+    the metrics and plaintext addresses, and whether it writes the user book) and keep
+    the registration alive until ``stack`` closes. Returns the instance id.
+    StartupFailed when etcd does not take it."""
+    labels = {} if security is None else security.book_writes.labels()
     metrics_host = settings.metrics_host or settings.host
     if (metrics_port := metrics.serve(host=metrics_host, port=settings.metrics_port, stack=stack)) is not None:
         labels["metrics"] = join_host_port(_advertised_host(metrics_host), metrics_port)
@@ -506,12 +507,17 @@ def _security(settings: ServiceSettings) -> Security | None:
     secret = settings.auth_secret_key.get_secret_value()
     calls.configure_credentials(signing.Credentials(settings.auth_access_key, secret))
     accepted = settings.auth_accepted_secret_key.get_secret_value()
+    try:
+        book_writes = BookWrites.of(settings)
+    except tls.TlsError as exc:
+        raise StartupFailed(str(exc)) from None
     return Security(
         prefix=settings.etcd_prefix,
         access_key=settings.auth_access_key,
         secret_key=secret,
         accepted_secret_keys=(accepted,) if accepted else (),
         clock_skew_ms=settings.auth_clock_skew_ms,
+        book_writes=book_writes,
     )
 
 

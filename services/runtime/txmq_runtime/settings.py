@@ -239,6 +239,17 @@ class ServiceSettings(BaseSettings):
         "one after it). Values sealed with it still open, and the services' identity signed with it is still "
         "taken; auth_secret_key alone signs and seals (docs/security.md, rotating auth_secret_key).",
     )
+    auth_etcd_username: str = Field(
+        "",
+        description="The etcd user that may write the user book (<prefix>/auth/), when etcd's auth is on: set, this "
+        "service writes the book (Auth writes, creating the services' identity) through it; empty, a service with "
+        "an etcd_username of its own forwards Auth writes to one that has it (docs/etcd.md, who writes the user "
+        "book). Needs auth_etcd_password and etcd_username.",
+    )
+    auth_etcd_password: SecretStr = Field(
+        SecretStr(""),
+        description="Password of auth_etcd_username (from a Secret or env var, never a flag in production).",
+    )
     auth_clock_skew_ms: int = Field(
         900_000,
         ge=1_000,
@@ -256,6 +267,12 @@ class ServiceSettings(BaseSettings):
             accepted = self.auth_accepted_secret_key.get_secret_value()
             if accepted and len(accepted) < 16:
                 raise ValueError("auth_accepted_secret_key needs at least 16 characters, as auth_secret_key")
+        if bool(self.auth_etcd_username) != bool(self.auth_etcd_password.get_secret_value()):
+            raise ValueError("auth_etcd_username and auth_etcd_password go together")
+        if self.auth_etcd_username and not self.etcd_username:
+            raise ValueError(
+                "auth_etcd_username needs etcd_username (the user book's etcd user is for an etcd with auth on)"
+            )
         return self
 
     @model_validator(mode="after")
