@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from support.clock import ManualClock
 
 from txmq.errors import TxmqError
@@ -281,11 +282,13 @@ async def test_a_recalled_message_is_never_delivered_after_a_restart_without_che
     store.create_topic("TopicA", read_queue_nums=4, write_queue_nums=4)
     kept, gone = await store.send([msg(b"kept", properties={"TIMER_DELAY_SEC": "5"}),
                                    msg(b"gone", properties={"TIMER_DELAY_SEC": "5"})])  # fmt: skip
+    recalled_before = REGISTRY.get_sample_value("txmq_store_timer_recalled_total") or 0.0
     status, due = await store.recall(topic="TopicA", commit_log_offset=gone.commit_log_offset, unique_id=gone.msg_id)
     assert (status, due) == (SendStatus.OK, T0_MS + 5_000)
     assert await store.recall(topic="TopicA", commit_log_offset=gone.commit_log_offset, unique_id=gone.msg_id) == (
         SendStatus.OK, due,
     )  # fmt: skip
+    assert REGISTRY.get_sample_value("txmq_store_timer_recalled_total") == recalled_before + 1  # once, not twice
     await store.close()
     stores.opened.remove(store)
     store.timers.timer.path.unlink()  # every timer is filed again: the recall queue says which not

@@ -14,6 +14,7 @@ Counted as it happens (a cached child per topic, one ``inc`` each):
   RequeueHalves items (outcome first | repeat | settled | refused);
 - ``txmq_store_fenced_writes_total``: check-loop writes refused under an old epoch;
 - ``txmq_store_timer_delivered_total``: delayed messages delivered to their topic.
+- ``txmq_store_timer_recalled_total``: delayed messages recalled before their delivery.
 
 Read on scrape (``COLLECTOR``, on the store's event loop):
 
@@ -72,6 +73,7 @@ DECISIONS = Counter(
     ["decision", "outcome"],
 )
 TIMER_DELIVERED = Counter("txmq_store_timer_delivered", "Delayed messages delivered to their topic by the timer.")
+TIMER_RECALLED = Counter("txmq_store_timer_recalled", "Delayed messages recalled before their delivery.")
 FENCED_WRITES = Counter(
     "txmq_store_fenced_writes", "Check-loop writes refused because a newer leader epoch was seen (CODE_FENCED)."
 )

@@ -473,6 +473,7 @@ class Timer:
             self._ready.pop(offset, None)
             self.recalled.add(offset)
             self.recalled_total += 1
+            store_metrics.TIMER_RECALLED.inc()
             return await self._host.timer_settle(appended)
 
     def _log_paused(self, reason: str) -> None:
