@@ -164,7 +164,18 @@ class Podman:
         """Drop untagged images made before ``wall_time``: earlier builds' stages, replaced by this
         build. Every build of changed sources leaves ~4 GB of them behind, which filled CI's disk;
         this build's own stages are kept as the next build's layer cache."""
-        done = self("image", "prune", "--force", "--filter", f"until={int(wall_time)}", timeout=300)
+        # A build interrupted (a killed run) leaves its working container in podman's
+        # storage, holding its image: prune then refuses ("image is in use by a
+        # container"). This build is done, so every working container is a stale one.
+        listed = self("ps", "--all", "--external", "--format", "{{.ID}} {{.Names}}", check=False)
+        stale = [line.split()[0] for line in listed.stdout.splitlines() if line.endswith("-working-container")]
+        if stale:
+            self("rm", "--force", *stale, check=False)
+            self.log(f"removed {len(stale)} working containers of interrupted builds")
+        done = self("image", "prune", "--force", "--filter", f"until={int(wall_time)}", timeout=300, check=False)
+        if done.returncode != 0:  # housekeeping: the test goes on, the next build tries again
+            self.log(f"pruning earlier builds' images failed: {done.stderr.strip()[-500:]}")
+            return
         pruned = [line for line in done.stdout.splitlines() if line.strip()]
         if pruned:
             self.log(f"pruned {len(pruned)} untagged images of earlier builds")
