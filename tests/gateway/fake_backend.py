@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from support.clock import ManualClock
 
 from txmq.errors import TxmqError, error
+from txmq.protocol import MESSAGE_TYPE_PRIORITY
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2, route_pb2, store_pb2
 
 TOPIC = "T"
@@ -57,6 +58,7 @@ class FakeBackend:
     held: int = 0  # pulls waiting for an arrival now
     commit_log_offset: int = 0  # where the next stored message starts
     _next_queue: int = 0
+    priority_topics: set[str] = field(default_factory=set)  # routes say message.type=PRIORITY
     _arrivals: dict[QKey, asyncio.Event] = field(default_factory=dict)
 
     def add_topic(self, topic: str = TOPIC, queues: dict[str, int] | None = None) -> None:
@@ -109,8 +111,11 @@ class FakeBackend:
     async def queues(self, topic: str) -> list[route_pb2.QueueData]:
         if topic not in self.stores:
             raise error(errors_pb2.CODE_TOPIC_NOT_FOUND, f"no topic {topic}")
+        kind = MESSAGE_TYPE_PRIORITY if topic in self.priority_topics else ""
         return [
-            route_pb2.QueueData(store_id=s, read_queue_nums=n, write_queue_nums=n, perm=PERM_READ_WRITE)
+            route_pb2.QueueData(
+                store_id=s, read_queue_nums=n, write_queue_nums=n, perm=PERM_READ_WRITE, message_type=kind
+            )
             for s, n in self.stores[topic].items()
         ]
 

@@ -222,6 +222,20 @@ async def test_round_robin_over_queues_and_stores(env: Env) -> None:
     assert set(per_queue.values()) == {8}
 
 
+async def test_a_priority_topics_higher_queues_are_read_first(env: Env) -> None:
+    """Queue N of a priority topic holds priority N (docs/store.md "Priority messages"):
+    a receive takes the highest queues' messages first, of every store alike."""
+    env.backend.add_topic(TOPIC, {"s1": 3, "s2": 3})
+    env.backend.priority_topics.add(TOPIC)
+    for store_id, qid, n in (("s1", 0, 5), ("s1", 1, 2), ("s1", 2, 2), ("s2", 0, 5), ("s2", 2, 1)):
+        for i in range(n):
+            env.backend.put(f"{store_id}-{qid}-{i}", store_id=store_id, queue_id=qid)
+    first = await env.receive(batch_size=4)
+    assert sorted(d.view.message.queue_id for d in first) == [1, 2, 2, 2]  # every priority-2 message, then 1
+    rest = await env.receive(batch_size=32)
+    assert sorted(d.view.message.queue_id for d in rest) == [0] * 10 + [1]
+
+
 # -- change invisible duration ---------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from txmq.errors import TxmqError
+from txmq.protocol import MESSAGE_TYPE_PRIORITY
 from txmq.v1 import common_pb2, errors_pb2, pull_pb2
 from txmq_gateway.backend import Backend
 from txmq_gateway.consumer_inflight import InFlightTracker
@@ -87,7 +88,11 @@ class QueueReader:
         }
         if not backlog:
             return False
-        shares = _shares(list(backlog), backlog, batch.need - len(batch.out))
+        need = batch.need - len(batch.out)
+        if await self._priority_topic(sub.topic):
+            shares = priority_shares(backlog, need)
+        else:
+            shares = _shares(list(backlog), backlog, need)
         for q in shares:
             q.busy = True
         results = await asyncio.gather(
@@ -106,6 +111,14 @@ class QueueReader:
         if errors == len(results) and not batch.out and batch.error is not None:
             raise batch.error
         return moved
+
+    async def _priority_topic(self, topic: str) -> bool:
+        """Whether ``topic`` holds priority messages (its route says; docs/store.md
+        "Priority messages"): its higher queues are read first."""
+        try:
+            return any(q.message_type == MESSAGE_TYPE_PRIORITY for q in await self._backend.queues(topic))
+        except TxmqError:
+            return False  # no route now: the reads that follow say why
 
     async def _init_cursors(
         self, sub: Subscription, queues: list[QueueState], bounds: dict[QueueKey, tuple[int, int]], batch: Batch
@@ -290,6 +303,18 @@ class QueueReader:
                 q.retry_at = self._clock.now_ms() + self._tuning.error_backoff_ms
         if not batch.out and batch.error is not None and all(q.retry_at > self._clock.now_ms() for q in queues):
             raise batch.error  # every queue failed lately
+
+
+def priority_shares(backlog: dict[QueueState, int], need: int) -> dict[QueueState, int]:
+    """A priority topic's split: queue N holds priority N, so the highest queues with a
+    backlog take what they hold first (of every store alike), the lower ones the rest."""
+    shares: dict[QueueState, int] = {}
+    for q in sorted(backlog, key=lambda q: (-q.queue_id, q.store_id)):
+        if need <= 0:
+            break
+        shares[q] = min(backlog[q], need)
+        need -= shares[q]
+    return shares
 
 
 def _shares(order: list[QueueState], backlog: dict[QueueState, int], need: int) -> dict[QueueState, int]:
