@@ -36,6 +36,7 @@ from txmq.protocol import (
     PROPERTY_PRIORITY,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OFFSET,
+    TIMER_QUEUE_ID,
     TIMER_TOPIC,
     is_priority_topic,
 )
@@ -659,7 +660,7 @@ def _timer_record(
         PROPERTY_TIMER_DELIVER_MS: str(at),
     }
     user = {k: v for k, v in msg.properties.items() if k not in DELAY_PROPERTIES}
-    rec = prepare(replace(msg, properties=user), index, TIMER_TOPIC, 0, extra, 0)
+    rec = prepare(replace(msg, properties=user), index, TIMER_TOPIC, TIMER_QUEUE_ID, extra, 0)
     rec.tag_code = at  # the timer queue's unit holds the delivery time
     return rec
 

@@ -736,7 +736,7 @@ class Timers:
     # -- TimerHost ----------------------------------------------------------------------
 
     def timer_queue_bounds(self) -> tuple[int, int]:
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, TIMER_QUEUE_ID)
         return (0, 0) if cq is None else (cq.min_offset, cq.max_offset)
 
     def timer_units(self, offset: int, max_units: int, queue_id: int = TIMER_QUEUE_ID) -> list[tuple[int, int, int]]:
@@ -756,7 +756,7 @@ class Timers:
         return out
 
     def timer_units_at(self, offsets: Sequence[int]) -> list[tuple[int, int, int] | None]:
-        cq = self._dispatcher.consume_queue(TIMER_TOPIC, 0)
+        cq = self._dispatcher.consume_queue(TIMER_TOPIC, TIMER_QUEUE_ID)
         if cq is None:
             return [None] * len(offsets)
         out: list[tuple[int, int, int] | None] = []
