@@ -89,6 +89,13 @@ async def test_a_recall_holds_across_a_failover_and_a_delivery_cannot_be_recalle
     clock.advance(5_000)
     await leader.timers.timer.tick()
     await ship(leader, follower, lead)
+
+    # The recall record is indexed alike on the leader (as appended) and on the follower
+    # (as dispatched from its sysflag): a query by unique id finds the same records.
+    def found(store: MessageStore) -> list[tuple[str, int]]:
+        return [(m.topic, m.queue_id) for m in store.query_messages(unique_id=recalled.msg_id)]
+
+    assert found(leader) == found(follower) == [("rmq_sys_wheel_timer", 0), ("rmq_sys_wheel_timer", 1)]
     leader.replica.end_leadership("handing over")
     follower.replica.become_leader(epoch=2, in_sync=frozenset("b"), min_in_sync=1)
     if not follower.timers.timer.active:

@@ -59,7 +59,7 @@ from .dispatch import Dispatcher
 from .fileio import read_json, write_json_atomically
 from .index import unique_id_hash
 from .integrity import CorruptionLog, DiskFullLog, is_disk_full
-from .model import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SendStatus, StoredMessage
+from .model import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, SendStatus, StoredMessage, is_indexed, takes_queue_slot
 from .settings import StoreSettings
 from .validation import cached_tag_code
 
@@ -881,10 +881,12 @@ class Timers:
 
     def timer_recall_record(self, offset: int, deliver_ms: int, unique_id: str) -> PreparedRecord:
         """A record of the recall queue: no body, the recalled timer-queue offset in
-        TXMQ_TIMER_RECALL and in its unit's tag-hash field; not indexed."""
+        TXMQ_TIMER_RECALL and in its unit's tag-hash field. Indexed under the message's
+        unique id as any record of sysflag 0 (``model.is_indexed``): a replica's and a
+        recovery's dispatch decide from the sysflag, so the leader's must agree."""
         props = {PROPERTY_TIMER_RECALL: str(offset), PROPERTY_TIMER_DELIVER_MS: str(deliver_ms)}
         tail = encode_tail(TIMER_TOPIC, encode_properties_text(unique_id, "", (), props))
         return PreparedRecord(
             TIMER_TOPIC, TIMER_RECALL_QUEUE_ID, 0, 0, self._clock(), UNKNOWN_HOST, 0, 0, b"", 0, tail,
-            HEADER_SIZE + len(tail), offset, "", (), unique_id, props, None, True, False,
+            HEADER_SIZE + len(tail), offset, "", (), unique_id, props, None, takes_queue_slot(0), is_indexed(0),
         )  # fmt: skip
