@@ -598,6 +598,23 @@ def group_delete(name: str, store_id: str | None, endpoint: str, output: str) ->
 # -- sending and messages ------------------------------------------------------------------
 
 
+def _producer_options(what: str) -> Callable[[F], F]:
+    """The options of a command that runs a producer: its group, and the time ``what``
+    (the send, the recall) may take, retries included."""
+
+    def apply(fn: F) -> F:
+        fn = option(
+            "--timeout-s",
+            type=click.FloatRange(min=0, min_open=True),
+            default=3.0,
+            show_default=True,
+            help=f"Seconds for the {what}, retries included.",
+        )(fn)
+        return option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")(fn)
+
+    return apply
+
+
 @click.command()
 @click.argument("topic_name", metavar="TOPIC")
 @click.argument("body")
@@ -615,14 +632,7 @@ def group_delete(name: str, store_id: str | None, endpoint: str, output: str) ->
     type=click.IntRange(min=0),
     help="Deliver at this time, ms since the epoch (the store's clock); not with --delay-level.",
 )
-@option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")
-@option(
-    "--timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=3.0,
-    show_default=True,
-    help="Seconds for the whole send, retries included.",
-)
+@_producer_options("whole send")
 @_admin_command
 def send(
     topic_name: str,
@@ -675,14 +685,7 @@ def message_view(offset_msg_id: str, endpoint: str, output: str) -> None:
 
 @message.command("recall")
 @click.argument("handle")
-@option("--group", default="TXMQ_CLI_PRODUCER", show_default=True, help="Producer group.")
-@option(
-    "--timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=3.0,
-    show_default=True,
-    help="Seconds for the recall, retries included.",
-)
+@_producer_options("recall")
 @_admin_command
 def message_recall(handle: str, group: str, timeout_s: float, endpoint: str, output: str) -> None:
     """Cancel a delayed message before it is delivered, by the recall_handle its send
