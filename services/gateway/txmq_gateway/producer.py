@@ -226,7 +226,7 @@ class ProducerCore:
             return tuple(
                 Sent(
                     message_id=r.msg_id or i, transaction_id="", offset=r.queue_offset,
-                    recall_handle=_recall_handle(topic, store_id, r),
+                    recall_handle=RecallHandle.of_send(topic, store_id, r.commit_log_offset, r.msg_id, r.deliver_at_ms),
                 )
                 for r, i in zip(results, ids, strict=True)
             )  # fmt: skip
@@ -300,7 +300,9 @@ class ProducerCore:
                 )
             return Sent(
                 message_id=result.msg_id or sp.message_id, transaction_id=transaction_id, offset=result.queue_offset,
-                recall_handle=_recall_handle(topic, store_id, result),
+                recall_handle=RecallHandle.of_send(
+                    topic, store_id, result.commit_log_offset, result.msg_id, result.deliver_at_ms
+                ),
             )  # fmt: skip
 
         return await self.dedupe.once((topic, sp.message_id), store)
@@ -345,10 +347,3 @@ class ProducerCore:
                 store_id=handle.store_id,
             )
         )
-
-
-def _recall_handle(topic: str, store_id: str, result: store_pb2.SendResult) -> str:
-    """A delayed message's recall handle (the SDK's, ``txmq.recall``); "" for any other."""
-    if not result.deliver_at_ms:
-        return ""
-    return RecallHandle(topic, store_id, result.commit_log_offset, result.msg_id).encode()

@@ -166,8 +166,5 @@ class SendResult:
     def recall_handle(self) -> str:
         """For a delayed message, what ``Producer.recall`` takes to cancel it before it
         is delivered (``txmq.recall``); empty for any other message."""
-        if not self.deliver_at_ms:
-            return ""
-        return RecallHandle(
-            self.message_queue.topic, self.message_queue.store_id, self.commit_log_offset, self.msg_id
-        ).encode()
+        mq = self.message_queue
+        return RecallHandle.of_send(mq.topic, mq.store_id, self.commit_log_offset, self.msg_id, self.deliver_at_ms)

@@ -34,6 +34,13 @@ class RecallHandle:
     commit_log_offset: int
     unique_id: str
 
+    @classmethod
+    def of_send(cls, topic: str, store_id: str, commit_log_offset: int, unique_id: str, deliver_at_ms: int) -> str:
+        """The handle a send's answer gives: encoded for a delayed message (``deliver_at_ms``
+        set), "" for any other (the SDK's ``SendResult.recall_handle``, the gateway's
+        ``SendResultEntry.recall_handle``)."""
+        return cls(topic, store_id, commit_log_offset, unique_id).encode() if deliver_at_ms else ""
+
     def encode(self) -> str:
         raw = "\0".join((self.topic, self.store_id, str(self.commit_log_offset), self.unique_id)).encode()
         return PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
